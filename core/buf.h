@@ -1,0 +1,28 @@
+/*
+ * core/buf.h — a growable byte buffer, the one way sluice builds byte strings.
+ */
+#ifndef SL_BUF_H
+#define SL_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_buf {
+    uint8_t *data; /* owned; NULL until the first append */
+    size_t len;
+    size_t cap;
+} sl_buf;
+
+#define SL_BUF_INIT {NULL, 0, 0}
+
+/* Makes room for at least extra more bytes. Returns 0 or SL_ENOMEM (buffer
+ * unchanged). */
+int sl_buf_reserve(sl_buf *b, size_t extra);
+
+/* Appends n bytes. Returns 0 or SL_ENOMEM (buffer unchanged). */
+int sl_buf_append(sl_buf *b, const void *p, size_t n);
+
+/* Releases the memory; the buffer is empty and reusable afterwards. */
+void sl_buf_free(sl_buf *b);
+
+#endif

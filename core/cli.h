@@ -1,0 +1,14 @@
+/*
+ * core/cli.h — the subcommands of the sluice binary, one entry point each.
+ * Each returns the process exit status: 0 ok, 1 failure, 2 usage error.
+ */
+#ifndef SL_CLI_H
+#define SL_CLI_H
+
+/* sluice log append|dump|verify|recover … (argv[0] is "log"). */
+int sl_cli_log_main(int argc, char **argv);
+
+/* sluice demo [DIR]: writes, reads back and verifies a small event set. */
+int sl_cli_demo_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,40 @@
+#!/bin/sh
+# scripts/deps.sh — install the Debian packages sluice builds and tests with.
+#
+# Runs apt-get only for what pkg-config (or PATH) cannot already find, so a
+# machine that has everything is left alone and the call costs milliseconds.
+set -eu
+
+missing=""
+need_pc() { pkg-config --exists "$1" 2>/dev/null || missing="$missing $2"; }
+need_cmd() { command -v "$1" >/dev/null 2>&1 || missing="$missing $2"; }
+
+need_cmd pkg-config pkg-config
+need_cmd gcc gcc
+need_cmd make make
+if command -v pkg-config >/dev/null 2>&1; then
+  need_pc libcurl libcurl4-openssl-dev
+  need_pc libmicrohttpd libmicrohttpd-dev
+  need_pc jansson libjansson-dev
+  need_pc rdkafka librdkafka-dev
+  need_pc libzstd libzstd-dev
+  need_pc lua5.4 liblua5.4-dev
+  need_pc cmocka libcmocka-dev
+  need_pc libcrypto libssl-dev
+else
+  missing="$missing libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev librdkafka-dev"
+  missing="$missing libzstd-dev liblua5.4-dev libcmocka-dev libssl-dev"
+fi
+need_cmd kcat kcat
+need_cmd curl curl
+need_cmd python3 python3
+
+[ -z "$missing" ] && exit 0
+
+echo "deps.sh: installing:$missing" >&2
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

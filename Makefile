@@ -63,7 +63,12 @@ build/rel/bench/%: bench/%.c build/rel/libsluice.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 run: bin/sluice
-	./bin/sluice demo
+	@echo "sluice: starting on the embedded default (data in ./sluice-data, http://127.0.0.1:8080)"
+	@echo "  post an event:  curl -s -H 'Content-Type: application/cloudevents+json' \\"
+	@echo "                    -d '{\"specversion\":\"1.0\",\"id\":\"1\",\"source\":\"/me\",\"type\":\"hello\",\"data\":{\"hi\":1}}' \\"
+	@echo "                    http://127.0.0.1:8080/v1/sets/demo/events"
+	@echo "  read it back:   ./bin/sluice tail demo --from beginning"
+	@exec ./bin/sluice serve
 
 unit: $(TEST_BIN)
 

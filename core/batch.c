@@ -104,17 +104,22 @@ int sl_batch_builder_reset(sl_batch_builder *b, const char *lane)
     size_t len = lane ? strlen(lane) : 0;
     if (!sl_lane_valid(lane, len))
         return SL_EINVAL;
-    memcpy(b->lane, lane ? lane : "", len);
+    memmove(b->lane, lane ? lane : "", len); /* lane may be b->lane itself */
     b->lane[len] = '\0';
     b->lane_len = len;
-    b->recs.len = 0;
+    b->compressed = false;
+    /* Records are encoded right after room for the header, so an
+     * uncompressed batch is finished without copying them again. */
+    if (sl_buf_reserve(&b->out, SL_BATCH_HEADER_SIZE))
+        return SL_ENOMEM;
+    b->out.len = SL_BATCH_HEADER_SIZE;
     b->count = 0;
     return 0;
 }
 
 size_t sl_batch_builder_bytes(const sl_batch_builder *b)
 {
-    return SL_BATCH_HEADER_SIZE + b->recs.len;
+    return b->out.len;
 }
 
 int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
@@ -139,12 +144,14 @@ int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, si
         body += sl_varint_size(0);
     }
     size_t total = sl_varint_size((int64_t)body) + body;
-    if (SL_BATCH_HEADER_SIZE + b->recs.len + total > SL_BATCH_MAX_BYTES)
+    if (b->out.len < SL_BATCH_HEADER_SIZE)
+        return SL_EINVAL; /* not reset */
+    if (b->out.len + total > SL_BATCH_MAX_BYTES)
         return SL_ETOOBIG;
-    if (sl_buf_reserve(&b->recs, total))
+    if (sl_buf_reserve(&b->out, total))
         return SL_ENOMEM;
 
-    uint8_t *w = b->recs.data + b->recs.len;
+    uint8_t *w = b->out.data + b->out.len;
     w += sl_varint_put(w, (int64_t)body);
     *w++ = 0; /* record attributes: unused in v2 */
     w += sl_varint_put(w, ts_delta);
@@ -170,7 +177,7 @@ int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, si
     } else {
         w += sl_varint_put(w, 0);
     }
-    b->recs.len += total;
+    b->out.len += total;
     b->count++;
     if (ts_ms > b->max_ts)
         b->max_ts = ts_ms;
@@ -186,13 +193,22 @@ static int compress_records(sl_batch_builder *b, sl_error *err)
         if (b->level)
             ZSTD_CCtx_setParameter(b->zctx, ZSTD_c_compressionLevel, b->level);
     }
-    size_t bound = ZSTD_compressBound(b->recs.len);
-    if (sl_buf_reserve(&b->out, bound))
+    /* Compress the records into recs behind a copy of the header room,
+     * then swap the buffers so out holds the batch. */
+    size_t plain = b->out.len - SL_BATCH_HEADER_SIZE;
+    size_t bound = ZSTD_compressBound(plain);
+    b->recs.len = 0;
+    if (sl_buf_reserve(&b->recs, SL_BATCH_HEADER_SIZE + bound))
         return SL_ENOMEM;
-    size_t n = ZSTD_compress2(b->zctx, b->out.data + b->out.len, bound, b->recs.data, b->recs.len);
+    size_t n = ZSTD_compress2(b->zctx, b->recs.data + SL_BATCH_HEADER_SIZE, bound,
+                              b->out.data + SL_BATCH_HEADER_SIZE, plain);
     if (ZSTD_isError(n))
         return sl_error_set(err, SL_EIO, "zstd compression failed: %s", ZSTD_getErrorName(n));
-    b->out.len += n;
+    b->recs.len = SL_BATCH_HEADER_SIZE + n;
+    sl_buf t = b->out;
+    b->out = b->recs;
+    b->recs = t;
+    b->compressed = true;
     return 0;
 }
 
@@ -200,12 +216,9 @@ int sl_batch_builder_finish(sl_batch_builder *b, sl_batch *out, sl_error *err)
 {
     if (b->count == 0)
         return sl_error_set(err, SL_EINVAL, "cannot finish an empty batch");
-    b->out.len = 0;
-    if (sl_buf_reserve(&b->out, SL_BATCH_HEADER_SIZE))
-        return SL_ENOMEM;
-    b->out.len = SL_BATCH_HEADER_SIZE;
-    int rc = b->codec == SL_CODEC_ZSTD ? compress_records(b, err)
-                                       : sl_buf_append(&b->out, b->recs.data, b->recs.len);
+    if (b->compressed)
+        return sl_error_set(err, SL_EINVAL, "batch already finished; reset it first");
+    int rc = b->codec == SL_CODEC_ZSTD ? compress_records(b, err) : 0;
     if (rc)
         return rc;
     if (b->out.len > SL_BATCH_MAX_BYTES)

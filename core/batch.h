@@ -37,6 +37,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -108,8 +109,9 @@ typedef struct sl_batch {
 /* Builds one batch at a time from records; reusable across batches so the
  * buffers and the zstd context are allocated once. */
 typedef struct sl_batch_builder {
-    sl_buf recs; /* encoded records, uncompressed */
-    sl_buf out;  /* the finished batch */
+    sl_buf out;  /* header room + encoded records; the finished batch */
+    sl_buf recs; /* scratch for compression (swapped with out) */
+    bool compressed; /* finish() swapped in the compressed form */
     int32_t count;
     int64_t base_ts;
     int64_t max_ts;
@@ -127,9 +129,10 @@ void sl_batch_builder_init(sl_batch_builder *b, sl_codec codec, int zstd_level);
  * Returns 0 or SL_EINVAL for a lane that is not [a-z0-9-]{1,32}. */
 int sl_batch_builder_reset(sl_batch_builder *b, const char *lane);
 
-/* Appends a record. key may be NULL (null key, key_len ignored). Returns 0,
- * SL_ETOOBIG when the batch would pass SL_BATCH_MAX_BYTES or the record count
- * INT32_MAX, or SL_ENOMEM; the batch is unchanged on error. */
+/* Appends a record (after sl_batch_builder_reset()). key may be NULL (null
+ * key, key_len ignored). Returns 0, SL_ETOOBIG when the batch would pass
+ * SL_BATCH_MAX_BYTES or the record count INT32_MAX, SL_EINVAL when the builder
+ * was not reset, or SL_ENOMEM; the batch is unchanged on error. */
 int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
                          const void *value, size_t value_len);
 

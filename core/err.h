@@ -26,7 +26,10 @@
     XX(ERANGE, "offset out of range")                                             \
     XX(EEOF, "no more data")                                                      \
     XX(EUNSUPPORTED, "unsupported format or feature")                             \
-    XX(ECLOSED, "handle is closed")
+    XX(ECLOSED, "handle is closed")                                               \
+    XX(EFULL, "buffer is full, retry later")                                      \
+    XX(ESHUTDOWN, "shutting down")                                                \
+    XX(ETIMEDOUT, "timed out")
 
 typedef enum sl_errno {
     SL_OK = 0,

@@ -34,8 +34,13 @@ int sl_index_open(sl_index *ix, const char *path, size_t entry_size, size_t max_
     }
     size_t present = (size_t)st.st_size / entry_size;
     if (writable && present < max_entries) {
-        if (ftruncate(ix->fd, (off_t)(max_entries * entry_size)) < 0) {
-            rc = sl_error_errno(err, errno, "preallocate %s", path);
+        /* Reserve real blocks, not a sparse hole: a store through the mapping
+         * into a hole on a full disk would kill the process with SIGBUS. */
+        int e = posix_fallocate(ix->fd, 0, (off_t)(max_entries * entry_size));
+        if (e == EOPNOTSUPP || e == EINVAL)
+            e = ftruncate(ix->fd, (off_t)(max_entries * entry_size)) < 0 ? errno : 0;
+        if (e) {
+            rc = sl_error_errno(err, e, "preallocate %s", path);
             goto fail;
         }
     }
@@ -103,9 +108,6 @@ int sl_index_seal(sl_index *ix, sl_error *err)
 {
     if (!ix->writable)
         return 0;
-    int rc = sl_index_sync(ix, err);
-    if (rc)
-        return rc;
     /* Entries stay mapped: readers only touch entries below count, which lie
      * inside the trimmed file, so no page beyond the new end is accessed. */
     size_t used = sl_index_count(ix) * ix->entry_size;

@@ -47,8 +47,9 @@ int sl_index_append(sl_index *ix, const void *entry);
 /* Forgets entries from n on (n <= count); zeroes them in the file. */
 void sl_index_truncate(sl_index *ix, size_t n);
 
-/* Writes dirty pages and trims the file to the used entries; the index stays
- * readable but no longer writable. Returns 0 or SL_EIO with err. */
+/* Trims the file to the used entries; the index stays readable but no
+ * longer writable. Dirty pages reach the disk with the kernel's writeback
+ * (or sl_index_sync()). Returns 0 or SL_EIO with err. */
 int sl_index_seal(sl_index *ix, sl_error *err);
 
 /* msync()s the used entries. Returns 0 or SL_EIO. */

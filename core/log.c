@@ -167,15 +167,20 @@ static int open_segments(sl_log *log, bool clean, const sl_log_open_options *o, 
         return rc;
     size_t cap = index_capacity(&log->cfg);
     uint32_t iv = log->cfg.index_interval_bytes;
+    uint64_t mb = log->cfg.segment_bytes;
     for (size_t i = 0; i < n && !rc; i++) {
         bool last = i + 1 == n;
-        sl_segment_mode mode = o && o->full_recovery ? SL_SEG_FULL
-                               : !last              ? SL_SEG_CLOSED
-                               : clean              ? SL_SEG_ACTIVE
-                                                    : SL_SEG_ACTIVE_DIRTY;
+        /* After a crash, closed segments that may hold unsynced bytes (those
+         * past the recovery point) could have lost any page, not just the
+         * tail: check every batch of them. */
+        bool unsynced = !clean && !last && bases[i + 1] > log->recovery_point;
+        sl_segment_mode mode = (o && o->full_recovery) || unsynced ? SL_SEG_FULL
+                               : !last                            ? SL_SEG_CLOSED
+                               : clean                            ? SL_SEG_ACTIVE
+                                                                  : SL_SEG_ACTIVE_DIRTY;
         sl_segment *s;
         sl_segment_report rep;
-        rc = sl_segment_open(log->dir, bases[i], mode, cap, iv, &s, &rep, err);
+        rc = sl_segment_open(log->dir, bases[i], mode, cap, iv, mb, &s, &rep, err);
         if (rc)
             break;
         report_segment(o, s, &rep);
@@ -207,7 +212,7 @@ static int open_segments(sl_log *log, bool clean, const sl_log_open_options *o, 
             sl_segment_report rep;
             sl_segment_unref(s);
             log->n--;
-            rc = sl_segment_open(log->dir, base, SL_SEG_ACTIVE, cap, iv, &s, &rep, err);
+            rc = sl_segment_open(log->dir, base, SL_SEG_ACTIVE, cap, iv, mb, &s, &rep, err);
             if (rc)
                 return rc;
             report_segment(o, s, &rep);
@@ -219,12 +224,42 @@ static int open_segments(sl_log *log, bool clean, const sl_log_open_options *o, 
         return 0;
     }
     sl_segment *s;
-    if ((rc = sl_segment_create(log->dir, 0, cap, &s, err)))
+    if ((rc = sl_segment_create(log->dir, 0, cap, mb, &s, err)))
         return rc;
     if ((rc = segs_push(log, s)))
         sl_segment_unref(s);
     log->dir_dirty = true;
     return rc;
+}
+
+/* The recovery point file holds one 20-digit offset: every byte of every
+ * segment below it was fdatasync'ed. It is written (not synced) only after
+ * that sync, so a stale value is lower, never higher: safe. */
+static int64_t read_recovery_point(const char *dir)
+{
+    char path[4200], buf[32] = {0};
+    snprintf(path, sizeof path, "%s/.recovery-point", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    char *end;
+    long long v = n > 0 ? strtoll(buf, &end, 10) : 0;
+    return n > 0 && end != buf && v > 0 ? v : 0;
+}
+
+static void write_recovery_point(sl_log *log, int64_t rp)
+{
+    char path[4200], buf[32];
+    snprintf(path, sizeof path, "%s/.recovery-point", log->dir);
+    int len = snprintf(buf, sizeof buf, "%020lld\n", (long long)rp);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    if (pwrite(fd, buf, (size_t)len, 0) == len)
+        log->recovery_point = rp;
+    close(fd);
 }
 
 int sl_log_open(const char *dir, const sl_log_config *cfg, const sl_log_open_options *opts,
@@ -277,8 +312,12 @@ int sl_log_open(const char *dir, const sl_log_config *cfg, const sl_log_open_opt
         rc = sl_error_errno(err, errno, "remove %s", path);
         goto fail;
     }
+    log->recovery_point = read_recovery_point(dir);
     if ((rc = open_segments(log, clean, opts, err)))
         goto fail;
+    /* Every closed segment is now checked and, if it was repaired, synced. */
+    if (!clean || (opts && opts->full_recovery))
+        write_recovery_point(log, log->segs[log->n - 1]->base);
     sl_segment *first = log->segs[0], *last = log->segs[log->n - 1];
     atomic_init(&log->start, first->base);
     atomic_init(&log->end, sl_segment_next_offset(last));
@@ -338,10 +377,14 @@ sl_segment *sl__log_active(sl_log *log)
 static int roll(sl_log *log, sl_error *err)
 {
     sl_segment *old = sl__log_active(log), *s;
-    int rc = sl_segment_seal(old, err);
+    /* No fdatasync here: the old segment's bytes are synced by the next
+     * sl_log_sync() (which covers every closed segment still unsynced), so
+     * rolling costs no disk wait. */
+    int rc = sl_segment_seal(old, false, err);
     if (rc)
         return rc;
-    rc = sl_segment_create(log->dir, sl_log_end_offset(log), index_capacity(&log->cfg), &s, err);
+    rc = sl_segment_create(log->dir, sl_log_end_offset(log), index_capacity(&log->cfg),
+                           log->cfg.segment_bytes, &s, err);
     if (rc)
         return rc;
     pthread_rwlock_wrlock(&log->lock);
@@ -410,18 +453,35 @@ int sl_log_append(sl_log *log, sl_batch *b, int64_t *base_offset, sl_error *err)
 int sl_log_sync(sl_log *log, sl_error *err)
 {
     pthread_mutex_lock(&log->sync_lock);
+    /* The active segment, plus closed ones that rolled since the last sync. */
+    sl_segment *todo[8];
+    size_t n = 0;
     pthread_rwlock_rdlock(&log->lock);
-    sl_segment *s = sl__log_active(log);
-    sl_segment_ref(s);
+    for (size_t i = log->n; i-- > 0 && n < sizeof todo / sizeof *todo;) {
+        sl_segment *s = log->segs[i];
+        if (i + 1 < log->n && s->synced == sl_segment_size(s))
+            break;
+        sl_segment_ref(s);
+        todo[n++] = s;
+    }
     bool dir = atomic_exchange(&log->dir_dirty, false);
     pthread_rwlock_unlock(&log->lock);
-    int rc = sl_segment_sync(s, err);
+    int rc = 0;
+    for (size_t i = n; i-- > 0;) { /* oldest first */
+        if (!rc)
+            rc = sl_segment_sync(todo[i], err);
+        sl_segment_unref(todo[i]);
+    }
     if (!rc && dir && fsync(log->dir_fd) < 0)
         rc = sl_error_errno(err, errno, "fsync directory %s", log->dir);
     if (rc && dir)
         log->dir_dirty = true;
-    sl_segment_unref(s);
+    if (!rc && n > 1) /* closed segments became durable: move the recovery point */
+        write_recovery_point(log, todo[0]->base);
     pthread_mutex_unlock(&log->sync_lock);
+    /* More than 8 segments rolled since the last sync (tiny segments): go on. */
+    if (!rc && n == sizeof todo / sizeof *todo)
+        return sl_log_sync(log, err);
     return rc;
 }
 
@@ -497,7 +557,7 @@ int sl_log_offset_for_time(sl_log *log, int64_t ts, int64_t *offset, sl_error *e
         if (s->max_ts >= ts) {
             sl_segment_cursor c;
             sl_batch_reader br;
-            sl_segment_cursor_init(&c, s->fd, sl_segment_seek_time(s, ts), sl_segment_size(s),
+            sl_segment_cursor_init_seg(&c, s, sl_segment_seek_time(s, ts), sl_segment_size(s),
                                    64 << 10);
             sl_batch_reader_init(&br);
             int rc;
@@ -538,10 +598,12 @@ void sl_log_close(sl_log *log)
     if (!log)
         return;
     sl_segment *a = sl__log_active(log);
-    int rc = sl_segment_sync(a, NULL);
+    int rc = sl_log_sync(log, NULL);
     /* Trim the active indexes so the files hold exactly the used entries. */
     if (!rc)
-        rc = sl_segment_seal(a, NULL);
+        rc = sl_segment_seal(a, true, NULL);
+    if (!rc)
+        write_recovery_point(log, sl_log_end_offset(log));
     if (!rc && log->dir_dirty)
         rc = fsync(log->dir_fd) < 0 ? SL_EIO : 0;
     if (!rc) {

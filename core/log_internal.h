@@ -23,6 +23,7 @@ struct sl_log {
     size_t n, cap;
     _Atomic int64_t start;
     _Atomic int64_t end;
+    int64_t recovery_point;  /* every offset below it is known synced (.recovery-point) */
     _Atomic bool dir_dirty;         /* segment files created or removed since the last sync */
 };
 

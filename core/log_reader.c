@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define READ_CHUNK (256u << 10)
+#define READ_CHUNK (1u << 20) /* largest pread when a segment is not mapped */
 
 struct sl_log_reader {
     sl_log *log;
@@ -53,7 +53,7 @@ int sl_log_reader_open(sl_log *log, int64_t offset, const char *lane, sl_log_rea
     if (lane)
         snprintf(r->lane, sizeof r->lane, "%s", lane);
     r->seg = sl__log_find(log, offset, false);
-    sl_segment_cursor_init(&r->cur, r->seg->fd, sl_segment_seek(r->seg, offset),
+    sl_segment_cursor_init_seg(&r->cur, r->seg, sl_segment_seek(r->seg, offset),
                            sl_segment_size(r->seg), READ_CHUNK);
     sl_batch_reader_init(&r->br);
     *out = r;
@@ -95,7 +95,7 @@ static bool next_segment(sl_log_reader *r)
     sl_segment_unref(r->seg);
     r->seg = n;
     sl_segment_cursor_free(&r->cur);
-    sl_segment_cursor_init(&r->cur, n->fd, sl_segment_seek(n, r->next), sl_segment_size(n),
+    sl_segment_cursor_init_seg(&r->cur, n, sl_segment_seek(n, r->next), sl_segment_size(n),
                            READ_CHUNK);
     return true;
 }

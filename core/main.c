@@ -13,6 +13,9 @@ static void usage(FILE *f)
     fputs("usage: sluice COMMAND [ARGS]\n"
           "\n"
           "commands:\n"
+          "  serve [--data DIR] [--listen HOST:PORT]  run the server (see serve --help)\n"
+          "  put SET [FILE]             publish NDJSON events over HTTP\n"
+          "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
           "  log dump PARTITION_DIR     print batches and records\n"
@@ -33,6 +36,12 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "log") == 0)
         return sl_cli_log_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0)
+        return sl_cli_serve_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "put") == 0)
+        return sl_cli_put_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "tail") == 0)
+        return sl_cli_tail_main(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return sl_cli_demo_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -13,21 +13,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CURSOR_CHUNK (1u << 20)
-
-/* ---- cursor ------------------------------------------------------------ */
+#define CURSOR_FIRST_CHUNK (16u << 10)
+#define CURSOR_MAX_CHUNK (1u << 20)
 
 void sl_segment_cursor_init(sl_segment_cursor *c, int fd, uint64_t pos, uint64_t limit,
-                            size_t chunk)
+                            size_t max_chunk)
 {
     memset(c, 0, sizeof *c);
     c->fd = fd;
     c->pos = c->buf_pos = pos;
     c->limit = limit;
-    c->chunk = chunk ? chunk : CURSOR_CHUNK;
+    c->max_chunk = max_chunk ? max_chunk : CURSOR_MAX_CHUNK;
+    c->chunk = CURSOR_FIRST_CHUNK < c->max_chunk ? CURSOR_FIRST_CHUNK : c->max_chunk;
+}
+
+void sl_segment_cursor_init_seg(sl_segment_cursor *c, const sl_segment *s, uint64_t pos,
+                                uint64_t limit, size_t max_chunk)
+{
+    sl_segment_cursor_init(c, s->fd, pos, limit, max_chunk);
+    c->map = s->map;
+    c->map_len = s->map ? s->map_len : 0;
 }
 
 void sl_segment_cursor_free(sl_segment_cursor *c)
@@ -35,32 +44,53 @@ void sl_segment_cursor_free(sl_segment_cursor *c)
     sl_buf_free(&c->buf);
 }
 
-/* Makes [c->pos, c->pos + want) present in the buffer, reading ahead up to
- * one chunk but never past the limit. */
-static int cursor_fill(sl_segment_cursor *c, size_t want, sl_error *err)
+/* Makes [c->pos, c->pos + want) available and returns a pointer to it: in
+ * the mapping when it covers the range, else in the buffer, keeping bytes
+ * already buffered and reading ahead one chunk (never past the limit).
+ * Returns NULL with *rc set on failure; *avail gets the bytes available. */
+static const uint8_t *cursor_fill(sl_segment_cursor *c, size_t want, size_t *avail, int *rc,
+                                  sl_error *err)
 {
-    if (c->pos >= c->buf_pos && c->pos + want <= c->buf_pos + c->buf.len)
-        return 0;
+    uint64_t left = c->limit - c->pos;
+    if (c->map && c->limit <= c->map_len) {
+        *avail = (size_t)left;
+        return c->map + c->pos;
+    }
+    if (c->pos >= c->buf_pos && c->pos + want <= c->buf_pos + c->buf.len) {
+        *avail = (size_t)(c->buf_pos + c->buf.len - c->pos);
+        return c->buf.data + (c->pos - c->buf_pos);
+    }
+    size_t keep = 0;
+    if (c->pos >= c->buf_pos && c->pos < c->buf_pos + c->buf.len) {
+        keep = (size_t)(c->buf_pos + c->buf.len - c->pos);
+        memmove(c->buf.data, c->buf.data + (c->pos - c->buf_pos), keep);
+    }
     size_t n = want > c->chunk ? want : c->chunk;
-    if (n > c->limit - c->pos)
-        n = (size_t)(c->limit - c->pos);
-    c->buf.len = 0;
+    if (n > left)
+        n = (size_t)left;
+    c->buf.len = keep;
     c->buf_pos = c->pos;
-    if (sl_buf_reserve(&c->buf, n))
-        return SL_ENOMEM;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(c->fd, c->buf.data + got, n - got, (off_t)(c->pos + got));
+    if (n > keep && sl_buf_reserve(&c->buf, n - keep)) {
+        *rc = SL_ENOMEM;
+        return NULL;
+    }
+    while (c->buf.len < n) {
+        ssize_t r = pread(c->fd, c->buf.data + c->buf.len, n - c->buf.len,
+                          (off_t)(c->pos + c->buf.len));
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0)
-            return sl_error_errno(err, errno, "read at byte %" PRIu64, c->pos + got);
+        if (r < 0) {
+            *rc = sl_error_errno(err, errno, "read at byte %" PRIu64, c->pos + c->buf.len);
+            return NULL;
+        }
         if (r == 0)
             break;
-        got += (size_t)r;
+        c->buf.len += (size_t)r;
     }
-    c->buf.len = got;
-    return 0;
+    if (c->chunk < c->max_chunk) /* sequential reading: read more at a time */
+        c->chunk *= 2;
+    *avail = c->buf.len;
+    return c->buf.data;
 }
 
 int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_info *info,
@@ -68,11 +98,11 @@ int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_inf
 {
     if (c->pos >= c->limit)
         return SL_EEOF;
-    int rc = cursor_fill(c, SL_BATCH_HEADER_SIZE, err);
-    if (rc)
+    int rc = 0;
+    size_t avail;
+    const uint8_t *b = cursor_fill(c, SL_BATCH_HEADER_SIZE, &avail, &rc, err);
+    if (!b)
         return rc;
-    const uint8_t *b = c->buf.data + (c->pos - c->buf_pos);
-    size_t avail = c->buf.len - (size_t)(c->pos - c->buf_pos);
     rc = sl_batch_header(b, avail, info, err);
     if (rc == SL_EPARTIAL)
         return sl_error_set(err, SL_EPARTIAL, "%" PRIu64 " bytes at the end are too few for a "
@@ -83,10 +113,9 @@ int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_inf
     if (size > c->limit - c->pos)
         return sl_error_set(err, SL_EPARTIAL, "batch of %zu bytes extends past the end "
                             "(%" PRIu64 " bytes left)", size, c->limit - c->pos);
-    if ((rc = cursor_fill(c, size, err)))
+    if (avail < size && !(b = cursor_fill(c, size, &avail, &rc, err)))
         return rc;
-    b = c->buf.data + (c->pos - c->buf_pos);
-    if (c->buf.len - (size_t)(c->pos - c->buf_pos) < size)
+    if (avail < size)
         return sl_error_set(err, SL_EPARTIAL, "file ends inside a batch of %zu bytes", size);
     if (verify && (rc = sl_batch_check(b, size, info, err)))
         return rc;
@@ -343,7 +372,13 @@ static int lane_batch(sl_segment *s, uint64_t pos, uint32_t rel, const char *lan
         return 0;
     if (runs_push(s, rel, (uint32_t)pos, lane))
         return SL_ENOMEM;
-    return runs_write(s, s->nruns - 1, err);
+    int rc = runs_write(s, s->nruns - 1, err);
+    if (rc) {
+        pthread_mutex_lock(&s->runs_lock);
+        s->nruns--;
+        pthread_mutex_unlock(&s->runs_lock);
+    }
+    return rc;
 }
 
 int sl_segment_append(sl_segment *s, const sl_batch *b, uint32_t index_interval, sl_error *err)
@@ -395,7 +430,7 @@ int sl_segment_sync(sl_segment *s, sl_error *err)
     return 0;
 }
 
-int sl_segment_seal(sl_segment *s, sl_error *err)
+int sl_segment_seal(sl_segment *s, bool sync, sl_error *err)
 {
     if (!s->active)
         return 0;
@@ -411,10 +446,14 @@ int sl_segment_seal(sl_segment *s, sl_error *err)
         sl_be32_put(e + 8, next > s->base ? (uint32_t)(next - 1 - s->base) : 0);
         sl_index_append(&s->tidx, e);
     }
-    int rc = sl_index_seal(&s->oidx, err);
+    int rc = sync ? sl_index_sync(&s->oidx, err) : 0;
+    if (!rc && sync)
+        rc = sl_index_sync(&s->tidx, err);
+    if (!rc)
+        rc = sl_index_seal(&s->oidx, err);
     if (!rc)
         rc = sl_index_seal(&s->tidx, err);
-    if (!rc)
+    if (!rc && sync)
         rc = sl_segment_sync(s, err);
     if (!rc)
         s->active = false;
@@ -446,8 +485,24 @@ static sl_segment *seg_new(const char *dir, int64_t base)
     return s;
 }
 
+/* Maps the .log read-only for readers, at least map_bytes long. A failed
+ * mapping only means readers use pread(). */
+static void seg_map(sl_segment *s, uint64_t map_bytes, uint64_t file_size)
+{
+    uint64_t len = map_bytes > file_size ? map_bytes : file_size;
+    if (len == 0 || len > SIZE_MAX / 2)
+        return;
+    void *m = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, s->fd, 0);
+    if (m == MAP_FAILED)
+        return;
+    s->map = m;
+    s->map_len = len;
+}
+
 static void seg_destroy(sl_segment *s)
 {
+    if (s->map)
+        munmap((void *)s->map, (size_t)s->map_len);
     if (s->fd >= 0)
         close(s->fd);
     if (s->lanes_fd >= 0)
@@ -513,7 +568,7 @@ static int seg_open_files(sl_segment *s, int create, size_t cap, sl_error *err)
 }
 
 int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries,
-                      sl_segment **out, sl_error *err)
+                      uint64_t map_bytes, sl_segment **out, sl_error *err)
 {
     sl_segment *s = seg_new(dir, base);
     if (!s)
@@ -523,6 +578,7 @@ int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries,
         seg_destroy(s);
         return rc;
     }
+    seg_map(s, map_bytes, 0);
     s->active = true;
     s->created_ms = sl_clock_now_ms();
     *out = s;
@@ -677,8 +733,8 @@ static int cut_tail(sl_segment *s, uint64_t size, sl_error *err)
 }
 
 int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
-                    size_t max_index_entries, uint32_t index_interval, sl_segment **out,
-                    sl_segment_report *rep, sl_error *err)
+                    size_t max_index_entries, uint32_t index_interval, uint64_t map_bytes,
+                    sl_segment **out, sl_segment_report *rep, sl_error *err)
 {
     memset(rep, 0, sizeof *rep);
     rep->truncated_at = UINT64_MAX;
@@ -749,9 +805,10 @@ int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
     s->active = true;
     s->created_ms = sl_clock_now_ms();
     if (mode == SL_SEG_CLOSED || mode == SL_SEG_FULL) {
-        if ((rc = sl_segment_seal(s, err)))
+        if ((rc = sl_segment_seal(s, mode == SL_SEG_FULL, err)))
             goto fail;
     }
+    seg_map(s, s->active ? map_bytes : 0, sl_segment_size(s));
     *out = s;
     return 0;
 fail:

@@ -42,19 +42,31 @@ typedef struct sl_lane_run {
     char lane[SL_LANE_MAX + 1];
 } sl_lane_run;
 
-/* Reads whole batches from a segment file through a reusable buffer. */
+struct sl_segment;
+
+/* Reads whole batches from a segment file, either in place from a read-only
+ * mapping of the file or through a reusable buffer filled with pread(). */
 typedef struct sl_segment_cursor {
     int fd;
+    const uint8_t *map; /* mapping of the file's first map_len bytes, or NULL */
+    uint64_t map_len;
     uint64_t pos;     /* file position of the next batch */
     uint64_t limit;   /* stop at this position (the caller raises it as the file grows) */
     sl_buf buf;       /* holds file bytes [buf_pos, buf_pos + buf.len) */
     uint64_t buf_pos;
-    size_t chunk;     /* preferred read size */
+    size_t chunk;     /* current read size: starts small, doubles up to max_chunk */
+    size_t max_chunk;
 } sl_segment_cursor;
 
-/* Starts a cursor over fd at pos reading chunk bytes at a time. */
+/* Starts a cursor over fd at pos; reads start at 16 KiB and grow to
+ * max_chunk (0 = 1 MiB) while the reading stays sequential. */
 void sl_segment_cursor_init(sl_segment_cursor *c, int fd, uint64_t pos, uint64_t limit,
-                            size_t chunk);
+                            size_t max_chunk);
+
+/* The same over a segment, reading in place from its mapping where the file
+ * is mapped (bytes beyond the mapping are read with pread). */
+void sl_segment_cursor_init_seg(sl_segment_cursor *c, const struct sl_segment *s,
+                                uint64_t pos, uint64_t limit, size_t max_chunk);
 
 /* Next whole batch at c->pos: *p points at its bytes in the cursor's buffer
  * (valid until the next call) and info holds its header; the cursor moves
@@ -71,6 +83,8 @@ typedef struct sl_segment {
     int64_t base;           /* base offset, from the file name */
     char *stem;             /* "<dir>/<20 digits>", without extension */
     int fd;                 /* .log */
+    const uint8_t *map;     /* read-only mapping of the .log (readers only), or NULL */
+    uint64_t map_len;
     _Atomic uint64_t size;  /* bytes of whole, valid batches (published after write) */
     _Atomic int64_t next;   /* offset after the last batch */
     _Atomic int64_t max_ts; /* largest batch timestamp; INT64_MIN when empty */
@@ -111,10 +125,12 @@ typedef struct sl_segment_report {
 void sl_segment_stem(char *out, size_t size, const char *dir, int64_t base);
 
 /* Creates a new empty active segment at base. Indexes are preallocated for
- * max_index_entries. Returns 0 or an SL_E… code with err (nothing created
+ * max_index_entries; the .log is mapped for readers up to map_bytes (the
+ * segment size: a mapping may extend past the end of the file, readers only
+ * touch published bytes). Returns 0 or an SL_E… code with err (nothing created
  * is left open). */
 int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries,
-                      sl_segment **out, sl_error *err);
+                      uint64_t map_bytes, sl_segment **out, sl_error *err);
 
 /* Opens an existing segment, recovering it as mode says: batches are checked
  * from the last good index entry (every batch for SL_SEG_FULL), the file is
@@ -122,7 +138,7 @@ int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries,
  * A segment left active (mode ACTIVE*) keeps writable indexes. Returns 0
  * (see report) or an SL_E… code with err. */
 int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
-                    size_t max_index_entries, uint32_t index_interval,
+                    size_t max_index_entries, uint32_t index_interval, uint64_t map_bytes,
                     sl_segment **out, sl_segment_report *report, sl_error *err);
 
 /* Appends one finished batch whose baseOffset is already set; updates the
@@ -132,9 +148,11 @@ int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
 int sl_segment_append(sl_segment *s, const sl_batch *b, uint32_t index_interval,
                       sl_error *err);
 
-/* Makes the active segment read-only: trims the indexes, syncs the
- * companions. Returns 0 or an SL_E… code with err. */
-int sl_segment_seal(sl_segment *s, sl_error *err);
+/* Makes the active segment read-only: trims the indexes (and, with sync,
+ * msyncs them and fdatasyncs the .log and sidecar). Rolling seals without
+ * sync: the log syncs closed segments in sl_log_sync(). Returns 0 or an
+ * SL_E… code with err. */
+int sl_segment_seal(sl_segment *s, bool sync, sl_error *err);
 
 /* fdatasyncs the .log (and the lane sidecar when it changed). */
 int sl_segment_sync(sl_segment *s, sl_error *err);

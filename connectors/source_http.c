@@ -1,0 +1,363 @@
+/*
+ * connectors/source_http.c — the HTTP server: libmicrohttpd set-up, request
+ * bodies, routing, responses, and the suspend/resume machinery that lets
+ * durable publishes and long-polls wait without holding a thread.
+ */
+#include "connectors/source_http_internal.h"
+#include "core/clock.h"
+#include "core/metrics.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- responses ------------------------------------------------------------ */
+
+enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
+                               const char *content_type, unsigned retry_after)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        body->len, body->data ? body->data : (void *)"", body->data ? MHD_RESPMEM_MUST_FREE
+                                                                     : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        sl_buf_free(body);
+        return MHD_NO;
+    }
+    body->data = NULL;
+    body->len = body->cap = 0;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (retry_after) {
+        char v[16];
+        snprintf(v, sizeof v, "%u", retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    enum MHD_Result ok = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    if (status < SL_HTTP_STATUS_MAX)
+        atomic_fetch_add_explicit(&r->h->status[status], 1, memory_order_relaxed);
+    return ok;
+}
+
+enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code,
+                               const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* Messages carry user input (set names, attribute names): escape them. */
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "{\"error\":\"%s\",\"message\":\"", code);
+    for (const char *p = msg; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\')
+            sl_buf_printf(&b, "\\%c", c);
+        else if (c < 0x20)
+            sl_buf_printf(&b, "\\u%04x", c);
+        else
+            sl_buf_append(&b, p, 1);
+    }
+    sl_buf_append(&b, "\"}\n", 3);
+    return sl__http_reply(r, status, &b, "application/json",
+                          status == 503 ? 1 : 0);
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+void sl__http_req_release(sl_http_req *r)
+{
+    if (atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    sl_buf_free(&r->body);
+    sl_buf_free(&r->resp);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    sl_http *h = cls;
+    sl_http_req *r = *con_cls;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    atomic_fetch_sub(&h->active, 1);
+    sl__http_req_release(r);
+}
+
+/* Splits "/v1/sets/NAME/events" style paths: returns the number of segments
+ * (up to max) with pointers into buf (a copy of url). */
+static int split_path(char *buf, char **seg, int max)
+{
+    int n = 0;
+    for (char *p = strtok(buf, "/"); p; p = strtok(NULL, "/")) {
+        if (n == max)
+            return max + 1;
+        seg[n++] = p;
+    }
+    return n;
+}
+
+static enum MHD_Result route(sl_http_req *r, const char *method, const char *url)
+{
+    char buf[1024];
+    if (strlen(url) >= sizeof buf)
+        return sl__http_error(r, 414, "UriTooLong", "the request path is too long");
+    snprintf(buf, sizeof buf, "%s", url);
+    char *seg[5];
+    int n = split_path(buf, seg, 4);
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    bool post = strcmp(method, "POST") == 0;
+    if (n == 1 && strcmp(seg[0], "healthz") == 0 && get) {
+        sl_buf b = SL_BUF_INIT;
+        sl_buf_printf(&b, "{\"status\":\"%s\"}\n", r->h->stopping ? "stopping" : "ok");
+        return sl__http_reply(r, r->h->stopping ? 503 : 200, &b, "application/json", 0);
+    }
+    if (n == 1 && strcmp(seg[0], "metrics") == 0 && get)
+        return sl__http_metrics(r);
+    if (n >= 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sets") == 0) {
+        if (n == 2 && get)
+            return sl__http_list_sets(r);
+        if (n == 3 && get)
+            return sl__http_show_set(r, seg[2]);
+        if (n == 4 && strcmp(seg[3], "events") == 0) {
+            if (post)
+                return sl__http_ingest(r, seg[2]);
+            if (get)
+                return sl__http_read(r, seg[2]);
+        }
+        if (n >= 3 && n <= 4)
+            return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s",
+                                  method, url);
+    }
+    return sl__http_error(r, 404, "NotFound", "no such resource: %s %s", method, url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size,
+                                  void **con_cls)
+{
+    (void)version;
+    sl_http *h = cls;
+    sl_http_req *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r)))
+            return MHD_NO;
+        r->h = h;
+        r->conn = conn;
+        r->post = strcmp(method, "POST") == 0;
+        atomic_init(&r->refs, 1);
+        pthread_mutex_init(&r->lock, NULL);
+        *con_cls = r;
+        atomic_fetch_add(&h->active, 1);
+        if (r->post) {
+            const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl && strtoull(cl, NULL, 10) > h->opts.max_request_bytes)
+                r->too_big = true;
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) { /* more body */
+        if (!r->too_big && r->body.len + *upload_size > h->opts.max_request_bytes)
+            r->too_big = true;
+        if (!r->too_big && sl_buf_append(&r->body, upload_data, *upload_size))
+            return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_big)
+        return sl__http_error(r, 413, "RequestTooLarge", "the request body is over the limit "
+                              "of %llu bytes; send fewer events per request",
+                              (unsigned long long)h->opts.max_request_bytes);
+    if (r->ready && r->post) { /* resumed after a durable wait */
+        if (r->wait_status)
+            return sl__http_error(r, 503, "NotDurable", "the events were queued but not "
+                                  "confirmed on disk: %s", sl_strerror(r->wait_status));
+        return sl__http_reply(r, (unsigned)r->resp_status, &r->resp, "application/json", 0);
+    }
+    return route(r, method, url);
+}
+
+/* ---- long-poll waiting ---------------------------------------------------- */
+
+static void poll_unlink(sl_http_req *r)
+{
+    *r->prev_poll = r->next_poll;
+    if (r->next_poll)
+        r->next_poll->prev_poll = r->prev_poll;
+    r->next_poll = NULL;
+    r->prev_poll = NULL;
+}
+
+static void poll_wake(sl_http_req *r)
+{
+    poll_unlink(r);
+    r->ready = true;
+    r->suspended = false;
+    MHD_resume_connection(r->conn);
+}
+
+bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos,
+                        int64_t deadline_ns)
+{
+    sl_http *h = r->h;
+    pthread_mutex_lock(&h->poll_lock);
+    /* Re-check under the lock: an append between the read and here must
+     * not be missed, since its wake-up has already passed. */
+    if (h->stopping || sl_log_end_offset(set->parts[part]) > pos) {
+        pthread_mutex_unlock(&h->poll_lock);
+        return false;
+    }
+    r->poll_set = set;
+    r->poll_part = part;
+    r->poll_pos = pos;
+    r->poll_deadline_ns = deadline_ns;
+    r->ready = false;
+    r->next_poll = h->polls;
+    r->prev_poll = &h->polls;
+    if (h->polls)
+        h->polls->prev_poll = &r->next_poll;
+    h->polls = r;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    pthread_cond_signal(&h->poll_cond);
+    pthread_mutex_unlock(&h->poll_lock);
+    return true;
+}
+
+void sl_http_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+{
+    sl_http *h = ctx;
+    pthread_mutex_lock(&h->poll_lock);
+    for (sl_http_req *r = h->polls, *next; r; r = next) {
+        next = r->next_poll;
+        if (r->poll_set == set && r->poll_part == partition && end > r->poll_pos)
+            poll_wake(r);
+    }
+    pthread_mutex_unlock(&h->poll_lock);
+}
+
+/* Resumes long-polls whose time is up. */
+static void *timer_main(void *arg)
+{
+    sl_http *h = arg;
+    pthread_mutex_lock(&h->poll_lock);
+    while (!h->stopping) {
+        int64_t now = sl_clock_mono_ns(), next = now + 1000000000;
+        for (sl_http_req *r = h->polls, *n; r; r = n) {
+            n = r->next_poll;
+            if (r->poll_deadline_ns <= now)
+                poll_wake(r);
+            else if (r->poll_deadline_ns < next)
+                next = r->poll_deadline_ns;
+        }
+        struct timespec ts = {.tv_sec = next / 1000000000, .tv_nsec = next % 1000000000};
+        pthread_cond_timedwait(&h->poll_cond, &h->poll_lock, &ts);
+    }
+    while (h->polls)
+        poll_wake(h->polls);
+    pthread_mutex_unlock(&h->poll_lock);
+    return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, sl_http **out,
+                  sl_error *err)
+{
+    sl_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return SL_ENOMEM;
+    h->opts = *opts;
+    if (!h->opts.max_request_bytes)
+        h->opts.max_request_bytes = 10u << 20;
+    if (!h->opts.threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        h->opts.threads = n > 0 ? (unsigned)n : 2;
+    }
+    if (!h->opts.max_connections)
+        h->opts.max_connections = 4096;
+    if (!h->opts.idle_timeout_s)
+        h->opts.idle_timeout_s = 30;
+    h->sets = sets;
+    h->bus = bus;
+    pthread_mutex_init(&h->poll_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->poll_cond, &ca);
+    pthread_condattr_destroy(&ca);
+
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(opts->port)};
+    if (inet_pton(AF_INET, opts->host, &sa.sin_addr) != 1) {
+        sl_http_stop(h);
+        return sl_error_set(err, SL_EINVAL, "listen address \"%s\" is not an IPv4 address",
+                            opts->host);
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    h->d = MHD_start_daemon(
+        flags, opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
+        h->opts.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, h->opts.idle_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(64 << 10), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_END);
+    if (!h->d) {
+        int e = errno;
+        sl_http_stop(h);
+        return sl_error_errno(err, e ? e : EADDRINUSE, "listen on %s:%u", opts->host,
+                              opts->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : opts->port;
+    if (pthread_create(&h->timer, NULL, timer_main, h) == 0)
+        h->timer_started = true;
+    *out = h;
+    return 0;
+}
+
+uint16_t sl_http_port(const sl_http *h)
+{
+    return h->port;
+}
+
+void sl_http_quiesce(sl_http *h)
+{
+    if (h && h->d) {
+        MHD_socket s = MHD_quiesce_daemon(h->d);
+        if (s != MHD_INVALID_SOCKET)
+            close(s);
+    }
+}
+
+void sl_http_stop(sl_http *h)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->poll_lock);
+    h->stopping = true;
+    pthread_cond_signal(&h->poll_cond);
+    pthread_mutex_unlock(&h->poll_lock);
+    if (h->timer_started)
+        pthread_join(h->timer, NULL);
+    /* Give resumed requests a moment to be answered before closing. */
+    for (int i = 0; i < 200 && atomic_load(&h->active) > 0; i++)
+        usleep(10000);
+    if (h->d)
+        MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->poll_lock);
+    pthread_cond_destroy(&h->poll_cond);
+    free(h);
+}

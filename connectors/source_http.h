@@ -1,0 +1,52 @@
+/*
+ * connectors/source_http.h — the HTTP API (libmicrohttpd): CloudEvents
+ * ingest into the Databus, reading events back with long-polling, set
+ * listings, health and metrics. Reference in docs/http-api.md.
+ *
+ * Threads: libmicrohttpd's epoll thread pool runs the handlers; a request
+ * that has to wait (a durable publish until its fsync, a long-poll until data
+ * arrives) is suspended, not parked on a thread, and resumed by the Databus
+ * writer or the poll timer thread. Thousands of waiting consumers therefore
+ * cost memory, not threads.
+ */
+#ifndef SL_SOURCE_HTTP_H
+#define SL_SOURCE_HTTP_H
+
+#include "core/databus.h"
+#include "core/err.h"
+#include "core/set.h"
+
+#include <stdint.h>
+
+typedef struct sl_http_options {
+    const char *host;           /* listen address, e.g. "127.0.0.1" */
+    uint16_t port;              /* 0 picks a free port (see sl_http_port) */
+    uint64_t max_request_bytes; /* larger bodies get 413; default 10 MiB */
+    unsigned threads;           /* handler threads; default: number of CPUs */
+    unsigned max_connections;   /* default 4096 */
+    unsigned idle_timeout_s;    /* idle or slow connections are closed; default 30 */
+    unsigned durable_timeout_s; /* a durable publish answers 503 after this; default 30 */
+} sl_http_options;
+
+typedef struct sl_http sl_http;
+
+/* Starts listening. Returns 0 or an SL_E… code with err (e.g. the port is
+ * taken). sets and bus must outlive the server. */
+int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, sl_http **out,
+                  sl_error *err);
+
+/* The port actually bound. */
+uint16_t sl_http_port(const sl_http *h);
+
+/* Wakes long-polls waiting on (set, partition); fits sl_databus_options's
+ * on_append (pass the server as ctx). */
+void sl_http_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end);
+
+/* Stops accepting connections (in-flight requests finish). */
+void sl_http_quiesce(sl_http *h);
+
+/* Answers every waiting request, stops the threads and frees the server.
+ * NULL is ignored. */
+void sl_http_stop(sl_http *h);
+
+#endif

@@ -1,0 +1,390 @@
+/*
+ * connectors/source_http_ingest.c — POST /v1/sets/{set}/events: the three
+ * CloudEvents HTTP modes (structured, batched, binary) and NDJSON, per-entry
+ * validation, one all-or-nothing Databus publish per request, and the
+ * durable wait (suspended, answered from the Databus writer's callback).
+ */
+#include "connectors/source_http_internal.h"
+#include "core/clock.h"
+#include "core/event.h"
+#include "core/metrics.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* One entry of the request: either an encoded event in the arena or an error. */
+typedef struct entry {
+    sl_event_status status;
+    size_t off, len;         /* encoded event in the arena */
+    size_t key_off, key_len; /* partition key in the arena; key_len SIZE_MAX = none */
+    size_t msg_off;          /* error message in msgs (NUL-terminated) */
+    char lane[SL_LANE_MAX + 1];
+    int64_t ts;
+} entry;
+
+typedef struct ingest {
+    sl_http_req *r;
+    sl_set *set;
+    const char *lane;  /* X-Sluice-Lane, or "" */
+    sl_event_limits lim;
+    int64_t now_ms;
+    entry *v;
+    size_t n, cap;
+    sl_buf arena;      /* encoded events and keys */
+    sl_buf msgs;       /* error messages */
+    sl_event ev;       /* reused for every entry */
+} ingest;
+
+static entry *next_entry(ingest *in)
+{
+    if (in->n == in->cap) {
+        size_t cap = in->cap ? in->cap * 2 : 64;
+        entry *v = realloc(in->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        in->v = v;
+        in->cap = cap;
+    }
+    entry *e = &in->v[in->n++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
+
+static void fail_entry(ingest *in, entry *e, sl_event_status st, const char *msg)
+{
+    e->status = st;
+    e->msg_off = in->msgs.len;
+    sl_buf_append(&in->msgs, msg, strlen(msg) + 1);
+    atomic_fetch_add_explicit(&in->r->h->rejected[st], 1, memory_order_relaxed);
+}
+
+/* Parses, checks and encodes one event; the outcome is a new entry. */
+static int add_event(ingest *in, const char *json, size_t len)
+{
+    entry *e = next_entry(in);
+    if (!e)
+        return SL_ENOMEM;
+    sl_error err = {0};
+    sl_event_status st = sl_event_parse(json, len, &in->lim, &in->ev, &err);
+    if (st == SL_EVENT_OK)
+        st = sl_event_apply_lane(&in->ev, in->lane, &err);
+    if (st != SL_EVENT_OK) {
+        fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
+        return 0;
+    }
+    e->off = in->arena.len;
+    sl_event_fill fill = {.now_ms = in->now_ms};
+    if (sl_event_encode(&in->ev, &fill, &in->arena))
+        return SL_ENOMEM;
+    e->len = in->arena.len - e->off;
+    if (e->len > in->set->cfg.max_event_bytes) {
+        in->arena.len = e->off;
+        char msg[160];
+        snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's limit of "
+                 "%u", e->len, in->set->cfg.max_event_bytes);
+        fail_entry(in, e, SL_EVENT_TOO_LARGE, msg);
+        return 0;
+    }
+    e->key_len = SIZE_MAX;
+    if (in->ev.key) {
+        e->key_off = in->arena.len;
+        e->key_len = in->ev.key_len;
+        if (sl_buf_append(&in->arena, in->ev.key, in->ev.key_len))
+            return SL_ENOMEM;
+    }
+    snprintf(e->lane, sizeof e->lane, "%s", in->ev.lane);
+    e->ts = in->ev.has_time ? in->ev.time_ms : in->now_ms;
+    e->status = SL_EVENT_OK;
+    return 0;
+}
+
+/* ---- body formats ----------------------------------------------------------- */
+
+static int parse_ndjson(ingest *in, const char *p, size_t len)
+{
+    const char *end = p + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        const char *s = p;
+        while (s < le && (*s == ' ' || *s == '\t' || *s == '\r'))
+            s++;
+        if (s < le) {
+            int rc = add_event(in, p, (size_t)(le - p));
+            if (rc)
+                return rc;
+        }
+        p = nl ? nl + 1 : end;
+    }
+    return 0;
+}
+
+static enum MHD_Result parse_batch(ingest *in, const char *p, size_t len, bool *ok)
+{
+    sl_json_tok arr, el;
+    sl_error err = {0};
+    *ok = false;
+    if (sl_json_validate(p, len, in->lim.max_depth + 1, &arr, &err))
+        return sl__http_error(in->r, 400, "InvalidJson", "the batch is not valid JSON: %s",
+                              err.msg);
+    if (arr.type != SL_JSON_ARRAY)
+        return sl__http_error(in->r, 400, "InvalidBatch", "a cloudevents-batch body must be a "
+                              "JSON array, not %s", sl_json_type_name(arr.type));
+    sl_json_iter it;
+    sl_json_iter_init(&it, &arr);
+    while (sl_json_iter_elem(&it, &el))
+        if (add_event(in, el.p, el.len))
+            return sl__http_error(in->r, 500, "Internal", "out of memory");
+    *ok = true;
+    return MHD_YES;
+}
+
+typedef struct hdr_list {
+    sl_event_header v[64];
+    size_t n;
+} hdr_list;
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    hdr_list *l = cls;
+    if (l->n < sizeof l->v / sizeof *l->v && strncasecmp(key, "ce-", 3) == 0) {
+        l->v[l->n].name = key;
+        l->v[l->n].name_len = strlen(key);
+        l->v[l->n].value = value ? value : "";
+        l->v[l->n].value_len = value ? strlen(value) : 0;
+        l->n++;
+    }
+    return MHD_YES;
+}
+
+static int parse_binary(ingest *in, const char *ctype)
+{
+    hdr_list hl = {.n = 0};
+    MHD_get_connection_values(in->r->conn, MHD_HEADER_KIND, collect_header, &hl);
+    sl_buf json = SL_BUF_INIT;
+    sl_error err = {0};
+    sl_event_status st = sl_event_from_binary(hl.v, hl.n, ctype, (const char *)in->r->body.data,
+                                              in->r->body.len, &in->lim, &json, &err);
+    int rc = 0;
+    if (st == SL_EVENT_OK) {
+        rc = add_event(in, (const char *)json.data, json.len);
+    } else {
+        entry *e = next_entry(in);
+        if (!e)
+            rc = SL_ENOMEM;
+        else
+            fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
+    }
+    sl_buf_free(&json);
+    return rc;
+}
+
+/* ---- publishing and answering ------------------------------------------------- */
+
+static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
+{
+    size_t ok = 0;
+    for (size_t i = 0; i < in->n; i++)
+        ok += in->v[i].status == SL_EVENT_OK;
+    sl_buf_printf(b, "{\"accepted\":%zu,\"failed\":%zu,\"results\":[", ok, in->n - ok);
+    for (size_t i = 0, k = 0; i < in->n; i++) {
+        const entry *e = &in->v[i];
+        if (i)
+            sl_buf_append(b, ",", 1);
+        if (e->status == SL_EVENT_OK) {
+            sl_buf_printf(b, "{\"partition\":%d,\"offset\":%" PRId64 "}", res[k].partition,
+                          res[k].offset);
+            k++;
+            continue;
+        }
+        const char *msg = (const char *)in->msgs.data + e->msg_off;
+        sl_buf_printf(b, "{\"error\":\"%s\",\"message\":", sl_event_status_name(e->status));
+        if (sl_json_put_string(b, msg, strlen(msg)))
+            sl_buf_append(b, "\"\"", 2);
+        sl_buf_printf(b, ",\"index\":%zu}", i);
+    }
+    sl_buf_append(b, "]}\n", 3);
+}
+
+/* The Databus made a durable publish safe (or gave up): answer it. */
+static void durable_done(void *ctx, int status)
+{
+    sl_http_req *r = ctx;
+    pthread_mutex_lock(&r->lock);
+    r->wait_status = status;
+    r->ready = true;
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+    pthread_mutex_unlock(&r->lock);
+    sl__http_req_release(r);
+}
+
+static enum MHD_Result publish(ingest *in)
+{
+    sl_http_req *r = in->r;
+    size_t ok = 0;
+    for (size_t i = 0; i < in->n; i++)
+        ok += in->v[i].status == SL_EVENT_OK;
+    sl_databus_event *evs = ok ? calloc(ok, sizeof *evs) : NULL;
+    sl_databus_result *res = ok ? calloc(ok, sizeof *res) : NULL;
+    if (ok && (!evs || !res)) {
+        free(evs);
+        free(res);
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    }
+    for (size_t i = 0, k = 0; i < in->n; i++) {
+        const entry *e = &in->v[i];
+        if (e->status != SL_EVENT_OK)
+            continue;
+        evs[k].value = in->arena.data + e->off;
+        evs[k].value_len = e->len;
+        evs[k].key = e->key_len == SIZE_MAX ? NULL : in->arena.data + e->key_off;
+        evs[k].key_len = e->key_len == SIZE_MAX ? 0 : e->key_len;
+        evs[k].lane = e->lane;
+        evs[k].ts_ms = e->ts;
+        k++;
+    }
+    int rc = 0;
+    sl_error err = {0};
+    enum MHD_Result ret = MHD_YES;
+    if (ok) {
+        atomic_fetch_add(&r->refs, 1); /* the Databus's, for a durable wait */
+        pthread_mutex_lock(&r->lock);
+        rc = sl_databus_publish(r->h->bus, in->set, evs, ok, res, durable_done, r, &err);
+        if (rc == 1) {
+            /* Answer prepared now; sent when the fsync covering it is done. */
+            build_response(in, res, &r->resp);
+            r->resp_status = 200;
+            r->suspended = true;
+            MHD_suspend_connection(r->conn);
+        }
+        pthread_mutex_unlock(&r->lock);
+        if (rc != 1)
+            sl__http_req_release(r);
+    }
+    if (rc == 0) {
+        sl_buf b = SL_BUF_INIT;
+        build_response(in, res, &b);
+        ret = sl__http_reply(r, 200, &b, "application/json", 0);
+    } else if (rc == SL_EFULL) {
+        ret = sl__http_error(r, 503, "Backpressure", "%s; nothing from this request was "
+                             "stored, retry after a second", err.msg);
+    } else if (rc == SL_ESHUTDOWN) {
+        ret = sl__http_error(r, 503, "ShuttingDown", "the server is shutting down; nothing "
+                             "from this request was stored");
+    } else if (rc == SL_ENOSPC) {
+        ret = sl__http_error(r, 507, "InsufficientStorage", "%s; nothing from this request "
+                             "was stored", err.msg);
+    } else if (rc < 0) {
+        ret = sl__http_error(r, 500, "WriteFailed", "%s; nothing from this request was "
+                             "stored", err.msg[0] ? err.msg : sl_strerror(rc));
+    }
+    free(evs);
+    free(res);
+    return ret;
+}
+
+/* The media type of Content-Type, without parameters, lower-cased. */
+static void media_type(const char *ct, char *out, size_t size)
+{
+    size_t i = 0;
+    for (; ct && ct[i] && ct[i] != ';' && i + 1 < size; i++)
+        out[i] = (char)(ct[i] >= 'A' && ct[i] <= 'Z' ? ct[i] + 32 : ct[i]);
+    while (i && (out[i - 1] == ' ' || out[i - 1] == '\t'))
+        i--;
+    out[i] = '\0';
+}
+
+enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
+{
+    sl_http *h = r->h;
+    const char *lane = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Sluice-Lane");
+    if (!lane)
+        lane = "";
+    if (!sl_lane_valid(lane, strlen(lane)))
+        return sl__http_error(r, 400, "InvalidLane", "X-Sluice-Lane \"%.40s\" is not a lane "
+                              "name ([a-z0-9-]{1,32})", lane);
+    char ct[128];
+    media_type(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type"), ct,
+               sizeof ct);
+    bool binary = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "ce-specversion");
+    enum { STRUCTURED, BATCH, NDJSON, BINARY } mode;
+    if (strcmp(ct, "application/cloudevents+json") == 0)
+        mode = STRUCTURED;
+    else if (strcmp(ct, "application/cloudevents-batch+json") == 0)
+        mode = BATCH;
+    else if (strcmp(ct, "application/x-ndjson") == 0 || strcmp(ct, "application/ndjson") == 0 ||
+             strcmp(ct, "application/jsonl") == 0)
+        mode = NDJSON;
+    else if (binary)
+        mode = BINARY;
+    else
+        return sl__http_error(r, 415, "UnsupportedMediaType", "Content-Type \"%s\" is not "
+                              "application/cloudevents+json, application/cloudevents-batch+json"
+                              " or application/x-ndjson, and there is no ce-specversion header "
+                              "for binary mode", ct[0] ? ct : "(none)");
+    sl_set *set;
+    sl_error err = {0};
+    int rc = sl_sets_get(h->sets, set_name, true, &set, &err);
+    if (rc == SL_EINVAL)
+        return sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
+    if (rc == SL_ENOENT)
+        return sl__http_error(r, 404, "NoSuchSet", "%s (sets are not created on first use "
+                              "here)", err.msg);
+    if (rc)
+        return sl__http_error(r, 500, "Internal", "%s", err.msg);
+
+    ingest *in = calloc(1, sizeof *in);
+    if (!in)
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    in->r = r;
+    in->set = set;
+    in->lane = lane;
+    in->lim.max_bytes = set->cfg.max_event_bytes;
+    in->lim.max_depth = SL_EVENT_MAX_DEPTH_DEFAULT;
+    in->lim.generate_ids = set->cfg.generate_ids;
+    in->now_ms = sl_clock_now_ms();
+    const char *body = (const char *)r->body.data;
+    size_t len = r->body.len;
+    enum MHD_Result ret = MHD_YES;
+    bool go = true;
+    rc = 0;
+    switch (mode) {
+    case STRUCTURED: {
+        sl_json_tok t;
+        if (sl_json_validate(body ? body : "", len, SL_JSON_DEPTH_LIMIT, &t, &err)) {
+            ret = sl__http_error(r, 400, "InvalidJson", "the body is not valid JSON: %s",
+                                 err.msg);
+            go = false;
+        } else {
+            rc = add_event(in, body, len);
+        }
+        break;
+    }
+    case BATCH:
+        ret = parse_batch(in, body ? body : "", len, &go);
+        break;
+    case NDJSON:
+        rc = parse_ndjson(in, body ? body : "", len);
+        break;
+    case BINARY:
+        rc = parse_binary(in, ct);
+        break;
+    }
+    if (go && rc)
+        ret = sl__http_error(r, 500, "Internal", "out of memory");
+    else if (go)
+        ret = publish(in);
+    sl_buf_free(&in->arena);
+    sl_buf_free(&in->msgs);
+    free(in->v);
+    free(in);
+    return ret;
+}

@@ -1,0 +1,88 @@
+/*
+ * connectors/source_http_internal.h — what the files of the HTTP source
+ * share: the server and request structs, and response helpers. Not a public
+ * interface (see source_http.h).
+ */
+#ifndef SL_SOURCE_HTTP_INTERNAL_H
+#define SL_SOURCE_HTTP_INTERNAL_H
+
+#include "connectors/source_http.h"
+#include "core/buf.h"
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define SL_HTTP_STATUS_MAX 600
+
+typedef struct sl_http_req sl_http_req;
+
+struct sl_http {
+    sl_http_options opts;
+    sl_sets *sets;
+    sl_databus *bus;
+    struct MHD_Daemon *d;
+    uint16_t port;
+    _Atomic bool stopping;
+    _Atomic int active;              /* requests not yet completed */
+    _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
+    _Atomic uint64_t rejected[16];   /* per sl_event_status (source_http_ingest.c) */
+    /* Suspended long-polls, woken by appends or their deadline. */
+    pthread_mutex_t poll_lock;
+    pthread_cond_t poll_cond;
+    sl_http_req *polls;
+    pthread_t timer;
+    bool timer_started;
+};
+
+struct sl_http_req {
+    sl_http *h;
+    struct MHD_Connection *conn;
+    bool post;
+    sl_buf body;
+    bool too_big;
+    _Atomic int refs;     /* MHD's, plus one while the Databus holds it */
+    pthread_mutex_t lock; /* orders suspend before resume */
+    bool suspended;
+    bool ready;           /* a waited-for event happened; answer on the next call */
+    int wait_status;      /* result of a durable wait */
+    sl_buf resp;          /* response prepared before a durable wait */
+    int resp_status;
+    /* long-poll state */
+    sl_http_req *next_poll, **prev_poll;
+    sl_set *poll_set;
+    int32_t poll_part;
+    int64_t poll_pos;
+    int64_t poll_deadline_ns;
+};
+
+/* Queues a response with body (taken over, even on failure) and status. */
+enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
+                               const char *content_type, unsigned retry_after);
+
+/* Queues {"error":code,"message":msg} with status. */
+enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code,
+                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* POST /v1/sets/{set}/events (source_http_ingest.c). */
+enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
+
+/* GET /v1/sets/{set}/events (source_http_read.c). */
+enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name);
+
+/* GET /v1/sets, /v1/sets/{set}, /metrics (source_http_read.c). */
+enum MHD_Result sl__http_list_sets(sl_http_req *r);
+enum MHD_Result sl__http_show_set(sl_http_req *r, const char *set_name);
+enum MHD_Result sl__http_metrics(sl_http_req *r);
+
+/* Drops a request reference; frees it at zero. */
+void sl__http_req_release(sl_http_req *r);
+
+/* Suspends r as a long-poll on (set, part) until pos < end or deadline; the
+ * caller holds nothing. Returns false when data arrived meanwhile (answer
+ * now instead). */
+bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos,
+                        int64_t deadline_ns);
+
+#endif

@@ -1,0 +1,292 @@
+/*
+ * connectors/source_http_read.c — the read side of the HTTP API: events
+ * from a partition (with long-polling), set listings, and /metrics.
+ */
+#include "connectors/source_http_internal.h"
+#include "core/clock.h"
+#include "core/event.h"
+#include "core/metrics.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define READ_DEFAULT_MAX 100
+#define READ_LIMIT_MAX 10000
+#define READ_MAX_BYTES (8u << 20)
+#define WAIT_MAX_MS 60000
+
+static const char *arg(sl_http_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* Parses a non-negative integer argument; def when absent. */
+static int int_arg(sl_http_req *r, const char *name, int64_t def, int64_t max, int64_t *out)
+{
+    const char *s = arg(r, name);
+    if (!s) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < 0 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Where to start: offset=N, or from=beginning|end|RFC 3339 time. */
+static enum MHD_Result start_offset(sl_http_req *r, sl_log *log, int64_t *offset, bool *ok)
+{
+    *ok = false;
+    const char *from = arg(r, "from"), *off = arg(r, "offset");
+    int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
+    if (off && from)
+        return sl__http_error(r, 400, "InvalidParameter", "give offset or from, not both");
+    if (off) {
+        if (int_arg(r, "offset", 0, INT64_MAX, offset))
+            return sl__http_error(r, 400, "InvalidParameter", "offset \"%s\" is not a "
+                                  "non-negative integer", off);
+        if (*offset < start || *offset > end)
+            return sl__http_error(r, 416, "OffsetOutOfRange", "offset %" PRId64 " is outside "
+                                  "the partition's offsets %" PRId64 "..%" PRId64, *offset,
+                                  start, end);
+    } else if (!from || strcmp(from, "beginning") == 0) {
+        *offset = start;
+    } else if (strcmp(from, "end") == 0) {
+        *offset = end;
+    } else {
+        int64_t ts;
+        sl_error err = {0};
+        if (sl_time_parse_rfc3339(from, strlen(from), &ts))
+            return sl__http_error(r, 400, "InvalidParameter", "from must be beginning, end "
+                                  "or an RFC 3339 time, not \"%s\"", from);
+        if (sl_log_offset_for_time(log, ts, offset, &err))
+            return sl__http_error(r, 500, "ReadFailed", "%s", err.msg);
+    }
+    *ok = true;
+    return MHD_YES;
+}
+
+enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
+{
+    sl_http *h = r->h;
+    sl_set *set;
+    sl_error err = {0};
+    int rc = sl_sets_get(h->sets, set_name, false, &set, &err);
+    if (rc)
+        return sl__http_error(r, rc == SL_EINVAL ? 400 : 404,
+                              rc == SL_EINVAL ? "InvalidSetName" : "NoSuchSet", "%s", err.msg);
+    int64_t part, max, wait_ms;
+    if (int_arg(r, "partition", 0, INT32_MAX, &part) || part >= set->nparts)
+        return sl__http_error(r, 404, "NoSuchPartition", "set %s has partitions 0..%d",
+                              set->name, set->nparts - 1);
+    if (int_arg(r, "max", READ_DEFAULT_MAX, READ_LIMIT_MAX, &max) || max == 0)
+        return sl__http_error(r, 400, "InvalidParameter", "max must be 1..%d", READ_LIMIT_MAX);
+    if (int_arg(r, "wait_ms", 0, WAIT_MAX_MS, &wait_ms))
+        return sl__http_error(r, 400, "InvalidParameter", "wait_ms must be 0..%d", WAIT_MAX_MS);
+    const char *lane = arg(r, "lane");
+    if (!lane)
+        lane = "";
+    else if (strcmp(lane, "*") == 0)
+        lane = NULL;
+    else if (!sl_lane_valid(lane, strlen(lane)))
+        return sl__http_error(r, 400, "InvalidLane", "lane \"%s\" is not [a-z0-9-]{1,32} or *",
+                              lane);
+    sl_log *log = set->parts[part];
+    int64_t offset;
+    bool ok;
+    enum MHD_Result res = start_offset(r, log, &offset, &ok);
+    if (!ok)
+        return res;
+
+    sl_log_reader *rd;
+    if ((rc = sl_log_reader_open(log, offset, lane, &rd, &err)))
+        return sl__http_error(r, 416, "OffsetOutOfRange", "%s", err.msg);
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_append(&b, "{\"events\":[", 11);
+    sl_record rec;
+    int64_t n = 0;
+    while (n < max && b.len < READ_MAX_BYTES && (rc = sl_log_reader_next(rd, &rec, &err)) == 0) {
+        if (n)
+            sl_buf_append(&b, ",", 1);
+        if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name, (int32_t)part,
+                              rec.offset, &b))
+            sl_buf_append(&b, rec.value, rec.value_len);
+        n++;
+    }
+    int64_t next = sl_log_reader_position(rd);
+    sl_log_reader_close(rd);
+    if (rc != 0 && rc != SL_EEOF) {
+        sl_buf_free(&b);
+        return sl__http_error(r, 500, "ReadFailed", "%s", err.msg);
+    }
+    if (n == 0 && wait_ms > 0 && !h->stopping) {
+        int64_t now = sl_clock_mono_ns();
+        if (!r->poll_deadline_ns)
+            r->poll_deadline_ns = now + wait_ms * 1000000;
+        if (now < r->poll_deadline_ns &&
+            sl__http_poll_wait(r, set, (int32_t)part, next, r->poll_deadline_ns)) {
+            sl_buf_free(&b);
+            return MHD_YES;
+        }
+        if (now < r->poll_deadline_ns) { /* data arrived meanwhile: read again */
+            sl_buf_free(&b);
+            return sl__http_read(r, set_name);
+        }
+    }
+    sl_buf_printf(&b, "],\"next_offset\":%" PRId64 "}\n", next);
+    return sl__http_reply(r, 200, &b, "application/json", 0);
+}
+
+/* ---- sets ------------------------------------------------------------------ */
+
+static json_t *set_json(sl_set *s, bool detail)
+{
+    const sl_set_config *c = &s->cfg;
+    json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:b}", "name", s->name,
+                          "partitions", (int)s->nparts, "ack",
+                          c->ack == SL_ACK_DURABLE ? "durable" : "buffer", "compression",
+                          sl_codec_name(c->compression), "retention_ms",
+                          (json_int_t)c->log.retention_ms, "retention_bytes",
+                          (json_int_t)c->log.retention_bytes, "max_event_bytes",
+                          (json_int_t)c->max_event_bytes, "generate_ids", c->generate_ids);
+    json_int_t events = 0, bytes = 0;
+    json_t *parts = detail ? json_array() : NULL;
+    for (int32_t p = 0; p < s->nparts; p++) {
+        sl_log *log = s->parts[p];
+        int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
+        uint64_t size = sl_log_size_bytes(log);
+        events += end - start;
+        bytes += (json_int_t)size;
+        if (parts)
+            json_array_append_new(parts, json_pack("{s:i, s:I, s:I, s:I, s:I}", "partition", p,
+                                                   "start_offset", (json_int_t)start,
+                                                   "end_offset", (json_int_t)end, "bytes",
+                                                   (json_int_t)size, "segments",
+                                                   (json_int_t)sl_log_segment_count(log)));
+    }
+    json_object_set_new(j, "events", json_integer(events));
+    json_object_set_new(j, "bytes", json_integer(bytes));
+    if (parts) {
+        json_object_set_new(j, "partition_info", parts);
+        json_object_set_new(j, "linger_ms", json_integer(c->linger_ms));
+        json_object_set_new(j, "batch_bytes", json_integer(c->batch_bytes));
+        json_object_set_new(j, "buffer_bytes", json_integer((json_int_t)c->buffer_bytes));
+        json_object_set_new(j, "segment_bytes", json_integer((json_int_t)c->log.segment_bytes));
+    }
+    return j;
+}
+
+static void add_set(sl_set *s, void *ctx)
+{
+    json_array_append_new(ctx, set_json(s, false));
+}
+
+static enum MHD_Result reply_json(sl_http_req *r, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s)
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    sl_buf b = {(uint8_t *)s, strlen(s), strlen(s) + 1};
+    sl_buf_append(&b, "\n", 1);
+    return sl__http_reply(r, 200, &b, "application/json", 0);
+}
+
+enum MHD_Result sl__http_list_sets(sl_http_req *r)
+{
+    json_t *arr = json_array();
+    sl_sets_each(r->h->sets, add_set, arr);
+    return reply_json(r, json_pack("{s:o}", "sets", arr));
+}
+
+enum MHD_Result sl__http_show_set(sl_http_req *r, const char *set_name)
+{
+    sl_set *set;
+    sl_error err = {0};
+    int rc = sl_sets_get(r->h->sets, set_name, false, &set, &err);
+    if (rc)
+        return sl__http_error(r, rc == SL_EINVAL ? 400 : 404,
+                              rc == SL_EINVAL ? "InvalidSetName" : "NoSuchSet", "%s", err.msg);
+    return reply_json(r, set_json(set, true));
+}
+
+/* ---- metrics ---------------------------------------------------------------- */
+
+typedef struct metrics_ctx {
+    sl_buf *b;
+    int pass;
+} metrics_ctx;
+
+static void set_metrics(sl_set *s, void *ctx)
+{
+    metrics_ctx *m = ctx;
+    switch (m->pass) {
+    case 0:
+        sl_buf_printf(m->b, "sluice_events_in_total{set=\"%s\"} %" PRIu64 "\n", s->name,
+                      atomic_load(&s->stats.events_in));
+        break;
+    case 1:
+        sl_buf_printf(m->b, "sluice_bytes_in_total{set=\"%s\"} %" PRIu64 "\n", s->name,
+                      atomic_load(&s->stats.bytes_in));
+        break;
+    case 2: {
+        uint64_t fill, limit;
+        sl_databus_fill(s, &fill, &limit);
+        sl_buf_printf(m->b, "sluice_buffer_bytes{set=\"%s\"} %" PRIu64 "\n"
+                      "sluice_buffer_limit_bytes{set=\"%s\"} %" PRIu64 "\n",
+                      s->name, fill, s->name, limit);
+        break;
+    }
+    default:
+        for (int32_t p = 0; p < s->nparts; p++)
+            sl_buf_printf(m->b, "sluice_partition_end_offset{set=\"%s\",partition=\"%d\"} %"
+                          PRId64 "\n", s->name, p, sl_log_end_offset(s->parts[p]));
+    }
+}
+
+enum MHD_Result sl__http_metrics(sl_http_req *r)
+{
+    sl_http *h = r->h;
+    sl_buf b = SL_BUF_INIT;
+    static const char *const heads[] = {
+        "# HELP sluice_events_in_total Events accepted into each set.\n"
+        "# TYPE sluice_events_in_total counter\n",
+        "# HELP sluice_bytes_in_total Bytes of record batches written for each set.\n"
+        "# TYPE sluice_bytes_in_total counter\n",
+        "# HELP sluice_buffer_bytes Bytes waiting in the Databus buffers of each set.\n"
+        "# TYPE sluice_buffer_bytes gauge\n",
+        "# HELP sluice_partition_end_offset Next offset of each partition.\n"
+        "# TYPE sluice_partition_end_offset gauge\n"};
+    for (int pass = 0; pass < 4; pass++) {
+        sl_buf_printf(&b, "%s", heads[pass]);
+        metrics_ctx m = {&b, pass};
+        sl_sets_each(h->sets, set_metrics, &m);
+    }
+    sl_buf_printf(&b, "# HELP sluice_events_rejected_total Events refused at ingest, by "
+                  "reason.\n# TYPE sluice_events_rejected_total counter\n");
+    for (int i = 1; i < SL_EVENT_STATUS_COUNT; i++)
+        sl_buf_printf(&b, "sluice_events_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
+                      sl_event_status_name((sl_event_status)i),
+                      atomic_load(&h->rejected[i]));
+    const sl_databus_stats *st = sl_databus_get_stats(h->bus);
+    sl_buf_printf(&b, "# HELP sluice_databus_full_total Publishes refused with 503 because a "
+                  "buffer was full.\n# TYPE sluice_databus_full_total counter\n"
+                  "sluice_databus_full_total %" PRIu64 "\n", atomic_load(&st->full));
+    sl_histogram_write(&st->append, "sluice_append_seconds",
+                       "Time to append one record batch.", "", 1, &b);
+    sl_histogram_write(&st->fsync, "sluice_fsync_seconds",
+                       "Time of one fdatasync of a partition (group commit).", "", 1, &b);
+    sl_buf_printf(&b, "# HELP sluice_http_requests_total HTTP responses by status.\n"
+                  "# TYPE sluice_http_requests_total counter\n");
+    for (int code = 100; code < SL_HTTP_STATUS_MAX; code++) {
+        uint64_t v = atomic_load(&h->status[code]);
+        if (v)
+            sl_buf_printf(&b, "sluice_http_requests_total{code=\"%d\"} %" PRIu64 "\n", code, v);
+    }
+    return sl__http_reply(r, 200, &b, "text/plain; version=0.0.4", 0);
+}

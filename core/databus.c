@@ -1,0 +1,621 @@
+/*
+ * core/databus.c — buffers, the writer thread and group commit (see
+ * core/databus.h).
+ *
+ * Locking: one mutex guards every buffer, offset counter and waiter. It is
+ * held only to copy events in (publishers) or to swap a buffer out and book
+ * results (writer); building batches, appending and syncing happen outside
+ * it. Buffered events are framed as
+ *   u32 value_len | u32 key_len (UINT32_MAX = null) | i64 ts_ms | u8 lane_len
+ *   | lane | key | value
+ * in offset order, so a swapped-out buffer is exactly the next offsets.
+ */
+#include "core/databus.h"
+#include "core/batch.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FRAME_HDR 17
+#define RETRY_NS 100000000ll /* wait before retrying a failed append */
+
+typedef struct bus_part {
+    sl_buf pending;     /* frames not yet taken by the writer */
+    size_t pending_n;
+    int64_t next;       /* next offset to assign */
+    int64_t first_ns;   /* when the oldest pending frame was queued */
+    uint64_t buffered;  /* pending + in-flight bytes, bounded by buffer_bytes */
+    int64_t written;    /* end offset appended */
+    int64_t durable;    /* end offset synced */
+    int failing;        /* error of the last append, 0 when healthy */
+    int64_t retry_ns;
+    int64_t synced_ns;
+    bool busy;          /* the writer holds this partition's frames right now */
+} bus_part;
+
+typedef struct bus_set {
+    struct bus_set *next;
+    sl_set *set;
+    sl_databus *bus;
+    bus_part *parts;
+    _Atomic uint32_t rr;
+} bus_set;
+
+typedef struct waiter {
+    struct waiter *next;
+    bus_set *bs;
+    sl_databus_done_fn *done;
+    void *ctx;
+    int32_t n;
+    struct {
+        int32_t part;
+        int64_t end;
+    } t[];
+} waiter;
+
+/* One partition's frames taken out by the writer for a round. */
+typedef struct work {
+    bus_set *bs;
+    int32_t part;
+    sl_buf frames;
+    size_t n;
+    int64_t first;      /* offset of the first frame */
+    size_t done_bytes;  /* frames appended */
+    size_t done_n;
+    int rc;
+    bool sync;
+} work;
+
+struct sl_databus {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bus_set *sets;
+    waiter *waiters;
+    bool stopping;
+    sl_databus_options opts;
+    sl_databus_stats stats;
+    sl_batch_builder builder; /* writer thread only */
+};
+
+static int64_t linger_ns(const bus_set *bs)
+{
+    return (int64_t)bs->set->cfg.linger_ms * 1000000;
+}
+
+/* ---- partitioning ------------------------------------------------------- */
+
+/* MurmurHash2 as Kafka's default partitioner uses it, so a key lands on the
+ * same partition number as a Kafka producer would put it. */
+static uint32_t murmur2(const uint8_t *data, size_t len)
+{
+    const uint32_t m = 0x5bd1e995, seed = 0x9747b28c;
+    const int r = 24;
+    uint32_t h = seed ^ (uint32_t)len;
+    size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 |
+                     (uint32_t)data[i + 2] << 16 | (uint32_t)data[i + 3] << 24;
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (len - i) {
+    case 3:
+        h ^= (uint32_t)data[i + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)data[i + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= data[i];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
+int32_t sl_databus_partition(sl_set *set, const void *key, size_t key_len)
+{
+    bus_set *bs = set->bus;
+    if (!key)
+        return (int32_t)(atomic_fetch_add_explicit(&bs->rr, 1, memory_order_relaxed) %
+                         (uint32_t)set->nparts);
+    return (int32_t)((murmur2(key, key_len) & 0x7fffffff) % (uint32_t)set->nparts);
+}
+
+/* ---- publishing ---------------------------------------------------------- */
+
+int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
+{
+    sl_databus *bus = busp;
+    bus_set *bs = calloc(1, sizeof *bs);
+    if (!bs || !(bs->parts = calloc((size_t)set->nparts, sizeof *bs->parts))) {
+        free(bs);
+        return sl_error_set(err, SL_ENOMEM, "no memory for the Databus buffers of %s",
+                            set->name);
+    }
+    bs->set = set;
+    bs->bus = bus;
+    for (int32_t p = 0; p < set->nparts; p++) {
+        int64_t end = sl_log_end_offset(set->parts[p]);
+        bs->parts[p].next = bs->parts[p].written = bs->parts[p].durable = end;
+    }
+    set->bus = bs;
+    pthread_mutex_lock(&bus->lock);
+    bs->next = bus->sets;
+    bus->sets = bs;
+    pthread_mutex_unlock(&bus->lock);
+    return 0;
+}
+
+static size_t frame_size(const sl_databus_event *e)
+{
+    return FRAME_HDR + strlen(e->lane) + (e->key ? e->key_len : 0) + e->value_len;
+}
+
+static void frame_put(sl_buf *b, const sl_databus_event *e)
+{
+    uint8_t *w = b->data + b->len;
+    size_t ll = strlen(e->lane), kl = e->key ? e->key_len : 0;
+    uint32_t v32 = (uint32_t)e->value_len, k32 = e->key ? (uint32_t)e->key_len : UINT32_MAX;
+    memcpy(w, &v32, 4);
+    memcpy(w + 4, &k32, 4);
+    memcpy(w + 8, &e->ts_ms, 8);
+    w[16] = (uint8_t)ll;
+    w += FRAME_HDR;
+    memcpy(w, e->lane, ll);
+    memcpy(w + ll, e->key, kl);
+    memcpy(w + ll + kl, e->value, e->value_len);
+    b->len += FRAME_HDR + ll + kl + e->value_len;
+}
+
+int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs, size_t n,
+                       sl_databus_result *results, sl_databus_done_fn *done, void *ctx,
+                       sl_error *err)
+{
+    bus_set *bs = set->bus;
+    int32_t np = set->nparts;
+    uint64_t stack_need[64], *need = np <= 64 ? stack_need : calloc((size_t)np, sizeof *need);
+    if (!need)
+        return SL_ENOMEM;
+    memset(need, 0, (size_t)np * sizeof *need);
+    for (size_t i = 0; i < n; i++) {
+        results[i].partition = sl_databus_partition(set, evs[i].key, evs[i].key_len);
+        need[results[i].partition] += frame_size(&evs[i]);
+    }
+    bool durable = set->cfg.ack == SL_ACK_DURABLE;
+    int32_t touched = 0;
+    for (int32_t p = 0; p < np; p++)
+        touched += need[p] > 0;
+    waiter *w = NULL;
+    if (durable && !(w = calloc(1, sizeof *w + (size_t)touched * sizeof w->t[0]))) {
+        if (need != stack_need)
+            free(need);
+        return SL_ENOMEM;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&bus->lock);
+    if (bus->stopping)
+        rc = sl_error_set(err, SL_ESHUTDOWN, "the server is shutting down");
+    for (int32_t p = 0; p < np && !rc; p++) {
+        bus_part *bp = &bs->parts[p];
+        if (!need[p])
+            continue;
+        if (bp->failing)
+            rc = sl_error_set(err, bp->failing, "set %s partition %d cannot write: %s",
+                              set->name, p, sl_strerror(bp->failing));
+        else if (bp->buffered + need[p] > set->cfg.buffer_bytes)
+            rc = sl_error_set(err, SL_EFULL, "set %s partition %d: buffer full (%" PRIu64
+                              " of %" PRIu64 " bytes)", set->name, p, bp->buffered,
+                              set->cfg.buffer_bytes);
+        else if (sl_buf_reserve(&bp->pending, need[p]))
+            rc = SL_ENOMEM;
+    }
+    if (rc == SL_EFULL)
+        atomic_fetch_add_explicit(&bus->stats.full, 1, memory_order_relaxed);
+    bool signal = false;
+    if (!rc) {
+        int64_t now = sl_clock_mono_ns();
+        for (size_t i = 0; i < n; i++) {
+            bus_part *bp = &bs->parts[results[i].partition];
+            if (bp->pending_n == 0) {
+                bp->first_ns = now;
+                signal = true;
+            }
+            frame_put(&bp->pending, &evs[i]);
+            bp->pending_n++;
+            results[i].offset = bp->next++;
+        }
+        for (int32_t p = 0, k = 0; p < np; p++) {
+            if (!need[p])
+                continue;
+            bus_part *bp = &bs->parts[p];
+            bp->buffered += need[p];
+            signal |= bp->pending.len >= set->cfg.batch_bytes;
+            if (w) {
+                w->t[k].part = p;
+                w->t[k++].end = bp->next;
+            }
+        }
+        if (w) {
+            w->bs = bs;
+            w->done = done;
+            w->ctx = ctx;
+            w->n = touched;
+            w->next = bus->waiters;
+            bus->waiters = w;
+        }
+        atomic_fetch_add_explicit(&set->stats.events_in, n, memory_order_relaxed);
+    }
+    if (signal || set->cfg.linger_ms == 0)
+        pthread_cond_signal(&bus->wake);
+    pthread_mutex_unlock(&bus->lock);
+    if (need != stack_need)
+        free(need);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    return w ? 1 : 0;
+}
+
+void sl_databus_fill(sl_set *set, uint64_t *bytes, uint64_t *limit)
+{
+    bus_set *bs = set->bus;
+    uint64_t total = 0;
+    pthread_mutex_lock(&bs->bus->lock);
+    for (int32_t p = 0; p < set->nparts; p++)
+        total += bs->parts[p].buffered;
+    pthread_mutex_unlock(&bs->bus->lock);
+    *bytes = total;
+    *limit = set->cfg.buffer_bytes * (uint64_t)set->nparts;
+}
+
+const sl_databus_stats *sl_databus_get_stats(const sl_databus *bus)
+{
+    return &bus->stats;
+}
+
+/* ---- the writer ----------------------------------------------------------- */
+
+/* Appends w's frames as lane-homogeneous batches of up to batch_bytes. */
+static void write_frames(sl_databus *bus, work *w)
+{
+    sl_set *set = w->bs->set;
+    sl_log *log = set->parts[w->part];
+    sl_batch_builder *b = &bus->builder;
+    b->codec = set->cfg.compression;
+    const uint8_t *p = w->frames.data, *end = p + w->frames.len;
+    int64_t expect = w->first;
+    while (p < end) {
+        const uint8_t *batch_start = p;
+        size_t batch_n = 0;
+        char lane[SL_LANE_MAX + 1];
+        memcpy(lane, p + FRAME_HDR, p[16]);
+        lane[p[16]] = '\0';
+        sl_batch_builder_reset(b, lane);
+        while (p < end) {
+            uint32_t vlen, klen;
+            int64_t ts;
+            memcpy(&vlen, p, 4);
+            memcpy(&klen, p + 4, 4);
+            memcpy(&ts, p + 8, 8);
+            size_t ll = p[16], kl = klen == UINT32_MAX ? 0 : klen;
+            if (batch_n && (ll != strlen(lane) || memcmp(p + FRAME_HDR, lane, ll) != 0 ||
+                            sl_batch_builder_bytes(b) + vlen + kl > set->cfg.batch_bytes))
+                break;
+            const uint8_t *k = p + FRAME_HDR + ll;
+            if (sl_batch_builder_add(b, ts, klen == UINT32_MAX ? NULL : k, kl, k + kl, vlen)) {
+                if (batch_n)
+                    break; /* full at SL_BATCH_MAX_BYTES: the next batch takes it */
+                w->rc = SL_ETOOBIG;
+                return;
+            }
+            batch_n++;
+            p += FRAME_HDR + ll + kl + vlen;
+        }
+        sl_batch batch;
+        sl_error err = {0};
+        int64_t base, t0 = sl_clock_mono_ns();
+        int rc = sl_batch_builder_finish(b, &batch, &err);
+        if (!rc)
+            rc = sl_log_append(log, &batch, &base, &err);
+        sl_histogram_observe(&bus->stats.append, sl_clock_mono_ns() - t0);
+        if (rc) {
+            fprintf(stderr, "sluice: databus: set %s partition %d: %s\n", set->name, w->part,
+                    err.msg[0] ? err.msg : sl_strerror(rc));
+            w->rc = rc;
+            return;
+        }
+        if (base != expect)
+            fprintf(stderr, "sluice: databus: set %s partition %d: offset %" PRId64
+                    " stored at %" PRId64 "\n", set->name, w->part, expect, base);
+        expect = base + (int64_t)batch_n;
+        w->done_n += batch_n;
+        w->done_bytes += (size_t)(p - batch_start);
+        atomic_fetch_add_explicit(&bus->stats.batches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&set->stats.bytes_in, batch.len, memory_order_relaxed);
+    }
+}
+
+/* Takes the frames of every partition that is due; returns how many, and in
+ * *deadline the next time something becomes due (INT64_MAX: nothing). */
+static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int64_t *deadline)
+{
+    size_t n = 0;
+    *deadline = INT64_MAX;
+    for (bus_set *bs = bus->sets; bs; bs = bs->next) {
+        sl_set *set = bs->set;
+        int64_t sync_every = (bus->opts.buffer_sync_ms ? bus->opts.buffer_sync_ms : 1000) *
+                             1000000;
+        for (int32_t p = 0; p < set->nparts; p++) {
+            bus_part *bp = &bs->parts[p];
+            if (bp->busy)
+                continue;
+            int64_t due = INT64_MAX;
+            /* Durable sets sync at once (also to retry a failed sync); buffer
+             * sets every buffer_sync_ms so a crash loses a bounded tail. */
+            bool need_sync = bp->durable < bp->written;
+            bool durable = set->cfg.ack == SL_ACK_DURABLE;
+            if (bp->pending_n)
+                due = bp->failing ? bp->retry_ns
+                      : bp->pending.len >= set->cfg.batch_bytes || bus->stopping
+                          ? now
+                          : bp->first_ns + linger_ns(bs);
+            if (need_sync) {
+                int64_t sdue = bus->stopping || durable ? now : bp->synced_ns + sync_every;
+                due = sdue < due ? sdue : due;
+            }
+            if (due > now) {
+                *deadline = due < *deadline ? due : *deadline;
+                continue;
+            }
+            if (n == *cap) {
+                size_t c = *cap ? *cap * 2 : 16;
+                work *nw = realloc(*ws, c * sizeof *nw);
+                if (!nw)
+                    return n; /* try the rest next round */
+                memset(nw + *cap, 0, (c - *cap) * sizeof *nw);
+                *ws = nw;
+                *cap = c;
+            }
+            work *w = &(*ws)[n++];
+            sl_buf keep = w->frames;
+            w->bs = bs;
+            w->part = p;
+            w->frames = bp->pending; /* swap buffers: the writer reuses its own */
+            bp->pending = keep;
+            bp->pending.len = 0;
+            w->n = bp->pending_n;
+            w->first = bp->next - (int64_t)bp->pending_n;
+            w->done_bytes = w->done_n = 0;
+            w->rc = 0;
+            w->sync = durable || need_sync;
+            bp->pending_n = 0;
+            bp->busy = true;
+        }
+    }
+    return n;
+}
+
+/* Puts frames the writer could not append back in front of newer ones. */
+static void requeue(bus_part *bp, work *w, int64_t now)
+{
+    size_t rest = w->frames.len - w->done_bytes;
+    sl_buf merged = SL_BUF_INIT;
+    if (sl_buf_reserve(&merged, rest + bp->pending.len) == 0) {
+        sl_buf_append(&merged, w->frames.data + w->done_bytes, rest);
+        sl_buf_append(&merged, bp->pending.data, bp->pending.len);
+        sl_buf_free(&bp->pending);
+        bp->pending = merged;
+        bp->pending_n += w->n - w->done_n;
+    } else {
+        fprintf(stderr, "sluice: databus: out of memory re-queueing %zu events\n",
+                w->n - w->done_n);
+    }
+    bp->failing = w->rc;
+    bp->retry_ns = now + RETRY_NS;
+    bp->first_ns = now;
+}
+
+static bool waiter_ready(const waiter *w)
+{
+    for (int32_t i = 0; i < w->n; i++)
+        if (w->bs->parts[w->t[i].part].durable < w->t[i].end)
+            return false;
+    return true;
+}
+
+static void *writer_main(void *arg)
+{
+    sl_databus *bus = arg;
+    work *ws = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&bus->lock);
+    for (;;) {
+        int64_t now = sl_clock_mono_ns(), deadline;
+        size_t n = collect(bus, &ws, &cap, now, &deadline);
+        if (n == 0) {
+            if (bus->stopping && deadline == INT64_MAX)
+                break;
+            if (deadline == INT64_MAX) {
+                pthread_cond_wait(&bus->wake, &bus->lock);
+            } else {
+                struct timespec ts = {.tv_sec = deadline / 1000000000,
+                                      .tv_nsec = deadline % 1000000000};
+                pthread_cond_timedwait(&bus->wake, &bus->lock, &ts);
+            }
+            continue;
+        }
+        pthread_mutex_unlock(&bus->lock);
+
+        for (size_t i = 0; i < n; i++)
+            if (ws[i].frames.len)
+                write_frames(bus, &ws[i]);
+        /* Group commit: one fdatasync per partition serves every waiter. */
+        for (size_t i = 0; i < n; i++) {
+            work *w = &ws[i];
+            if (!w->sync || (w->done_n == 0 && w->frames.len))
+                continue;
+            sl_error err = {0};
+            int64_t t0 = sl_clock_mono_ns();
+            int rc = sl_log_sync(w->bs->set->parts[w->part], &err);
+            sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
+            atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
+            if (rc) {
+                fprintf(stderr, "sluice: databus: sync %s/%d: %s\n", w->bs->set->name, w->part,
+                        err.msg);
+                w->sync = false;
+                if (!w->rc)
+                    w->rc = rc;
+            }
+        }
+
+        pthread_mutex_lock(&bus->lock);
+        now = sl_clock_mono_ns();
+        for (size_t i = 0; i < n; i++) {
+            work *w = &ws[i];
+            bus_part *bp = &w->bs->parts[w->part];
+            bp->busy = false;
+            bp->buffered -= w->done_bytes;
+            bp->written = w->first + (int64_t)w->done_n;
+            if (w->sync) {
+                bp->durable = bp->written;
+                bp->synced_ns = now;
+            }
+            if (w->done_n < w->n)
+                requeue(bp, w, now);
+            else if (w->rc == 0)
+                bp->failing = 0;
+        }
+        sl_databus_append_fn *on_append = bus->opts.on_append;
+        void *on_append_ctx = bus->opts.ctx;
+        waiter *done = NULL, **pp = &bus->waiters;
+        while (*pp) {
+            waiter *w = *pp;
+            if (waiter_ready(w)) {
+                *pp = w->next;
+                w->next = done;
+                done = w;
+            } else {
+                pp = &w->next;
+            }
+        }
+        pthread_mutex_unlock(&bus->lock);
+        while (done) {
+            waiter *w = done;
+            done = w->next;
+            w->done(w->ctx, 0);
+            free(w);
+        }
+        for (size_t i = 0; i < n && on_append; i++)
+            if (ws[i].done_n)
+                on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
+                          ws[i].first + (int64_t)ws[i].done_n);
+        pthread_mutex_lock(&bus->lock);
+        /* While stopping, a partition whose disk keeps failing would spin:
+         * give up on it after this attempt and report what is lost. */
+        if (bus->stopping)
+            for (size_t i = 0; i < n; i++) {
+                bus_part *bp = &ws[i].bs->parts[ws[i].part];
+                if (bp->failing && bp->pending_n) {
+                    fprintf(stderr, "sluice: databus: %zu events of %s/%d could not be "
+                            "written at shutdown: %s\n", bp->pending_n, ws[i].bs->set->name,
+                            ws[i].part, sl_strerror(bp->failing));
+                    bp->pending_n = 0;
+                    bp->pending.len = 0;
+                }
+            }
+    }
+    /* Whatever is still waiting was never made durable. */
+    waiter *w = bus->waiters;
+    bus->waiters = NULL;
+    pthread_mutex_unlock(&bus->lock);
+    while (w) {
+        waiter *next = w->next;
+        w->done(w->ctx, SL_ESHUTDOWN);
+        free(w);
+        w = next;
+    }
+    for (size_t i = 0; i < cap; i++)
+        sl_buf_free(&ws[i].frames);
+    free(ws);
+    return NULL;
+}
+
+int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error *err)
+{
+    sl_databus *bus = calloc(1, sizeof *bus);
+    if (!bus)
+        return SL_ENOMEM;
+    if (opts)
+        bus->opts = *opts;
+    pthread_mutex_init(&bus->lock, NULL);
+    /* The writer's deadlines are monotonic times (sl_clock_mono_ns). */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&bus->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    sl_batch_builder_init(&bus->builder, SL_CODEC_NONE, 0);
+    int e = pthread_create(&bus->thread, NULL, writer_main, bus);
+    if (e) {
+        pthread_mutex_destroy(&bus->lock);
+        pthread_cond_destroy(&bus->wake);
+        free(bus);
+        return sl_error_errno(err, e, "start the Databus writer");
+    }
+    *out = bus;
+    return 0;
+}
+
+void sl_databus_set_on_append(sl_databus *bus, sl_databus_append_fn *fn, void *ctx)
+{
+    pthread_mutex_lock(&bus->lock);
+    bus->opts.on_append = fn;
+    bus->opts.ctx = ctx;
+    pthread_mutex_unlock(&bus->lock);
+}
+
+void sl_databus_stop(sl_databus *bus)
+{
+    if (!bus)
+        return;
+    pthread_mutex_lock(&bus->lock);
+    bool join = !bus->stopping;
+    bus->stopping = true;
+    pthread_cond_signal(&bus->wake);
+    pthread_mutex_unlock(&bus->lock);
+    if (join)
+        pthread_join(bus->thread, NULL);
+}
+
+void sl_databus_free(sl_databus *bus)
+{
+    if (!bus)
+        return;
+    sl_databus_stop(bus);
+    while (bus->sets) {
+        bus_set *bs = bus->sets;
+        bus->sets = bs->next;
+        for (int32_t p = 0; p < bs->set->nparts; p++)
+            sl_buf_free(&bs->parts[p].pending);
+        bs->set->bus = NULL;
+        free(bs->parts);
+        free(bs);
+    }
+    sl_batch_builder_free(&bus->builder);
+    pthread_mutex_destroy(&bus->lock);
+    pthread_cond_destroy(&bus->wake);
+    free(bus);
+}

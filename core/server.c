@@ -1,0 +1,165 @@
+/*
+ * core/server.c — `sluice serve`: opens the event sets, starts the Databus
+ * and the HTTP API, applies retention once a minute, and shuts down cleanly
+ * on SIGTERM/SIGINT (stop accepting, drain every buffer to disk, sync, close
+ * every log with its clean marker, exit 0).
+ */
+#include "connectors/source_http.h"
+#include "core/cli.h"
+#include "core/clock.h"
+#include "core/databus.h"
+#include "core/set.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char serve_usage[] =
+    "usage: sluice serve [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
+    "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
+    "  --data DIR          where event sets live (default ./sluice-data)\n"
+    "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
+    "  --partitions N      partitions of sets created on first publish (default 4)\n"
+    "  --ack MODE          ack mode of new sets (default durable)\n"
+    "  --compression C     batch compression of new sets (default none)\n"
+    "  --no-auto-create    refuse events for sets that do not exist yet (404)\n";
+
+static int usage(const char *msg, const char *arg)
+{
+    fprintf(stderr, "sluice serve: ");
+    fprintf(stderr, msg, arg);
+    fprintf(stderr, "\n%s", serve_usage);
+    return 2;
+}
+
+static void log_notice(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "sluice: recovery: %s\n", msg);
+}
+
+/* Splits HOST:PORT; the host part may be empty (127.0.0.1). */
+static int parse_listen(const char *s, char *host, size_t hsize, uint16_t *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon)
+        return -1;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || p < 0 || p > 65535)
+        return -1;
+    size_t hl = (size_t)(colon - s);
+    if (hl >= hsize)
+        return -1;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    if (!hl)
+        snprintf(host, hsize, "127.0.0.1");
+    *port = (uint16_t)p;
+    return 0;
+}
+
+int sl_cli_serve_main(int argc, char **argv)
+{
+    const char *data = "./sluice-data";
+    char host[256] = "127.0.0.1";
+    uint16_t port = 8080;
+    sl_sets_options so = {.auto_create = true, .notify = log_notice};
+    sl_set_config_default(&so.defaults);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(serve_usage, stdout);
+            return 0;
+        } else if (strcmp(a, "--no-auto-create") == 0) {
+            so.auto_create = false;
+        } else if (!v) {
+            return usage("unknown option or missing value: %s", a);
+        } else if (strcmp(a, "--data") == 0) {
+            data = v;
+            i++;
+        } else if (strcmp(a, "--listen") == 0) {
+            if (parse_listen(v, host, sizeof host, &port))
+                return usage("--listen %s: want HOST:PORT", v);
+            i++;
+        } else if (strcmp(a, "--partitions") == 0) {
+            int n = atoi(v);
+            if (n < 1 || n > 1024)
+                return usage("--partitions %s: want 1..1024", v);
+            so.defaults.partitions = n;
+            i++;
+        } else if (strcmp(a, "--ack") == 0) {
+            if (strcmp(v, "buffer") && strcmp(v, "durable"))
+                return usage("--ack %s: want buffer or durable", v);
+            so.defaults.ack = strcmp(v, "buffer") == 0 ? SL_ACK_BUFFER : SL_ACK_DURABLE;
+            i++;
+        } else if (strcmp(a, "--compression") == 0) {
+            if (sl_codec_parse(v, &so.defaults.compression))
+                return usage("--compression %s: want none or zstd", v);
+            i++;
+        } else {
+            return usage("unknown option %s", a);
+        }
+    }
+    so.data_dir = data;
+
+    /* Signals are taken synchronously by this thread; every thread started
+     * below inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    sl_error err = {0};
+    sl_databus *bus = NULL;
+    sl_sets *sets = NULL;
+    sl_http *http = NULL;
+    sl_databus_options bo = {0};
+    int rc = sl_databus_start(&bo, &bus, &err);
+    if (!rc) {
+        so.on_open = sl_databus_attach;
+        so.ctx = bus;
+        rc = sl_sets_open(&so, &sets, &err);
+    }
+    sl_http_options ho = {.host = host, .port = port};
+    if (!rc)
+        rc = sl_http_start(&ho, sets, bus, &http, &err);
+    if (rc) {
+        fprintf(stderr, "sluice serve: %s\n", err.msg[0] ? err.msg : sl_strerror(rc));
+        sl_http_stop(http);
+        sl_databus_free(bus);
+        sl_sets_close(sets);
+        return 1;
+    }
+    /* Appends wake long-polls; the bus was started before the server existed. */
+    sl_databus_set_on_append(bus, sl_http_on_append, http);
+    bool loopback = strncmp(host, "127.", 4) == 0;
+    fprintf(stderr, "sluice: listening on http://%s:%u%s, data in %s (%zu sets)\n", host,
+            sl_http_port(http), loopback ? " (loopback only)" : "", data, sl_sets_count(sets));
+
+    for (;;) {
+        struct timespec minute = {60, 0};
+        int sig = sigtimedwait(&sigs, NULL, &minute);
+        if (sig == SIGTERM || sig == SIGINT)
+            break;
+        if (sig == SIGHUP)
+            fprintf(stderr, "sluice: SIGHUP: no config file to reload (the embedded "
+                            "default is running)\n");
+        if (sig < 0 && errno == EAGAIN)
+            sl_sets_retain(sets, sl_clock_now_ms());
+    }
+    fprintf(stderr, "sluice: stopping: draining buffers\n");
+    sl_http_quiesce(http);
+    sl_databus_stop(bus);
+    sl_http_stop(http);
+    sl_databus_free(bus);
+    sl_sets_close(sets);
+    fprintf(stderr, "sluice: stopped cleanly\n");
+    return 0;
+}

@@ -1,0 +1,117 @@
+/*
+ * core/set.h — the registry of event sets.
+ *
+ * An event set is a named, partitioned log: DATA/sets/<name>/set.json holds
+ * its configuration and DATA/sets/<name>/<partition>/ each partition's log
+ * (core/log.h). Names are [A-Za-z0-9._-]{1,128} and never "." or "..", so a
+ * name can never reach outside DATA/sets. Sets are created on first use when
+ * the registry allows it, persist across restarts, and are never freed while
+ * the registry is open, so an sl_set pointer stays valid until
+ * sl_sets_close().
+ */
+#ifndef SL_SET_H
+#define SL_SET_H
+
+#include "core/batch.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SL_SET_NAME_MAX 128
+
+typedef enum sl_ack {
+    SL_ACK_BUFFER,  /* answer once the event is in the Databus buffer */
+    SL_ACK_DURABLE, /* answer after the fdatasync that covers it */
+} sl_ack;
+
+typedef struct sl_set_config {
+    int32_t partitions;       /* 1..1024 */
+    sl_ack ack;
+    sl_codec compression;
+    sl_log_config log;        /* segment size and age, retention */
+    uint32_t max_event_bytes; /* largest stored event (EventBridge's 1 MiB by default) */
+    bool generate_ids;        /* give events without an id a UUIDv7 instead of refusing them */
+    uint32_t linger_ms;       /* how long the Databus waits to fill a batch */
+    uint32_t batch_bytes;     /* largest batch the Databus builds */
+    uint64_t buffer_bytes;    /* per-partition buffer; beyond it, publishers get 503 */
+} sl_set_config;
+
+/* 4 partitions, ack durable, no compression, log defaults, 1 MiB events,
+ * no generated ids, linger 2 ms, 1 MiB batches, 32 MiB buffer per partition. */
+void sl_set_config_default(sl_set_config *cfg);
+
+typedef struct sl_set sl_set;
+
+/* Per-set counters, updated with relaxed atomics; read by /metrics. */
+typedef struct sl_set_stats {
+    _Atomic uint64_t events_in;
+    _Atomic uint64_t bytes_in;
+} sl_set_stats;
+
+struct sl_set {
+    char name[SL_SET_NAME_MAX + 1];
+    sl_set_config cfg;
+    int32_t nparts;
+    sl_log **parts;    /* one open log per partition */
+    sl_set_stats stats;
+    void *bus;         /* the Databus's per-set state (core/databus.c) */
+};
+
+typedef struct sl_sets sl_sets;
+
+/* 1 when name is a valid set name. */
+int sl_set_name_valid(const char *name);
+
+typedef struct sl_sets_options {
+    const char *data_dir;
+    sl_set_config defaults; /* what new sets get */
+    bool auto_create;       /* sl_sets_get(…, create = true) may create sets */
+    /* Called once for every set opened or created, before anyone can use it
+     * (the Databus attaches its per-set state here); non-zero refuses the set. */
+    int (*on_open)(sl_set *set, void *ctx, sl_error *err);
+    void *ctx;
+    sl_log_notify_fn *notify; /* recovery notices of the partition logs */
+    void *notify_ctx;
+} sl_sets_options;
+
+/* Opens DATA/sets (creating it) and every set found there. Returns 0 or an
+ * SL_E… code with err; nothing is left open on error. */
+int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err);
+
+/* Finds set name; creates it (with cfg, or the defaults when cfg is NULL)
+ * when missing and creation is allowed (create && auto_create, or
+ * force_create). Returns 0 with *out, SL_EINVAL for a bad name, SL_ENOENT for
+ * a missing set that may not be created, or another SL_E… code with err. */
+int sl_sets_get(sl_sets *sets, const char *name, bool create, sl_set **out, sl_error *err);
+
+/* Creates a set with an explicit configuration (for config files); an
+ * existing set keeps its partitions, the rest of cfg replaces its settings.
+ * Returns 0 or an SL_E… code with err. */
+int sl_sets_define(sl_sets *sets, const char *name, const sl_set_config *cfg, sl_set **out,
+                   sl_error *err);
+
+/* Calls fn for every set, in creation order, under the registry's read lock. */
+void sl_sets_each(sl_sets *sets, void (*fn)(sl_set *set, void *ctx), void *ctx);
+
+/* Number of sets. */
+size_t sl_sets_count(sl_sets *sets);
+
+/* Applies retention to every partition of every set. */
+void sl_sets_retain(sl_sets *sets, int64_t now_ms);
+
+/* Closes every log (cleanly) and frees the registry. NULL is ignored. */
+void sl_sets_close(sl_sets *sets);
+
+/* Parses "7d", "12h", "30m", "10s", "250ms", or a plain number of ms.
+ * Returns 0 or SL_EINVAL. */
+int sl_parse_duration_ms(const char *s, int64_t *ms);
+
+/* Parses "128MiB", "1GiB", "512KiB", "10MB", or a plain number of bytes.
+ * Returns 0 or SL_EINVAL. */
+int sl_parse_bytes(const char *s, uint64_t *bytes);
+
+#endif

@@ -182,9 +182,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                               "of %llu bytes; send fewer events per request",
                               (unsigned long long)h->opts.max_request_bytes);
     if (r->ready && r->post) { /* resumed after a durable wait */
-        if (r->wait_status)
-            return sl__http_error(r, 503, "NotDurable", "the events were queued but not "
-                                  "confirmed on disk: %s", sl_strerror(r->wait_status));
+        if (r->wait_status) /* not 503: that would promise nothing was stored */
+            return sl__http_error(r, 500, "NotConfirmed", "the events were queued but not "
+                                  "confirmed on disk (%s); they may or may not be stored",
+                                  sl_strerror(r->wait_status));
         return sl__http_reply(r, (unsigned)r->resp_status, &r->resp, "application/json", 0);
     }
     return route(r, method, url);

@@ -98,10 +98,16 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                               lane);
     sl_log *log = set->parts[part];
     int64_t offset;
-    bool ok;
-    enum MHD_Result res = start_offset(r, log, &offset, &ok);
-    if (!ok)
-        return res;
+    if (r->poll_deadline_ns) {
+        /* Woken from a long-poll: go on from where the first pass stopped
+         * (re-resolving from=end now would skip what woke us). */
+        offset = r->poll_pos;
+    } else {
+        bool ok;
+        enum MHD_Result res = start_offset(r, log, &offset, &ok);
+        if (!ok)
+            return res;
+    }
 
     sl_log_reader *rd;
     if ((rc = sl_log_reader_open(log, offset, lane, &rd, &err)))
@@ -128,6 +134,7 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         int64_t now = sl_clock_mono_ns();
         if (!r->poll_deadline_ns)
             r->poll_deadline_ns = now + wait_ms * 1000000;
+        r->poll_pos = next;
         if (now < r->poll_deadline_ns &&
             sl__http_poll_wait(r, set, (int32_t)part, next, r->poll_deadline_ns)) {
             sl_buf_free(&b);

@@ -252,6 +252,21 @@ static bool read_results(put_ctx *c, size_t a, size_t b)
     return true;
 }
 
+/* True for a 503 that does not promise "nothing was stored": the server's
+ * NotDurable means the events were queued but their fsync failed, so
+ * sending them again could store them twice. */
+static bool stored_maybe(const sl_cli_http *h)
+{
+    sl_json_tok doc, code;
+    char text[32];
+    if (!h->body.len ||
+        sl_json_validate((const char *)h->body.data, h->body.len, 64, &doc, NULL) != 0 ||
+        !sl_cli_http_json_get(&doc, "error", &code))
+        return false;
+    sl_cli_http_json_str(&code, text, sizeof text);
+    return strcmp(text, "NotDurable") == 0;
+}
+
 /* POSTs entries [a, b) of the batch: retries 503, halves the range on 413.
  * On anything that stops the command, sets c->fatal and fills why. */
 static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
@@ -274,6 +289,14 @@ static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
                 c->unsent_from = last->line + 1;
                 c->maybe_stored = true;
             }
+            return;
+        } else if (f == SL_CLI_HTTP_OK && c->http.status == 503 && stored_maybe(&c->http)) {
+            char d[400];
+            sl_cli_http_describe(c->http.status, &c->http.body, d, sizeof d);
+            set_fatal(c, why, cap, "server answered %s; lines %" PRId64 "-%" PRId64
+                      " may or may not have been stored", d, first->line, last->line);
+            c->unsent_from = last->line + 1;
+            c->maybe_stored = true;
             return;
         } else if (f == SL_CLI_HTTP_OK && c->http.status == 503) {
             delay = sl_cli_http_backoff_ms(attempt, c->http.retry_after_ms);
@@ -563,9 +586,9 @@ int sl_cli_put_main(int argc, char **argv)
         snprintf(extra, sizeof extra, " (%" PRId64 " rejected locally, not sent)", c.invalid);
     if (c.retries)
         snprintf(retries, sizeof retries, " (%" PRId64 " retries)", c.retries);
-    fprintf(stderr, "put: %" PRId64 " events sent to %s: %" PRId64 " accepted, %" PRId64
-            " failed%s in %.1f s%s\n", c.sent, c.set, c.accepted, c.failed, extra, secs,
-            retries);
+    fprintf(stderr, "put: %" PRId64 " event%s sent to %s: %" PRId64 " accepted, %" PRId64
+            " failed%s in %.1f s%s\n", c.sent, c.sent == 1 ? "" : "s", c.set, c.accepted,
+            c.failed, extra, secs, retries);
 
     free(line);
     free(c.entries);

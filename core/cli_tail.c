@@ -120,8 +120,65 @@ static int write_all(const uint8_t *p, size_t n)
     return 0;
 }
 
-/* The GET /v1/sets/SET answer: partition count and end offsets. Returns 0 or
- * prints why and returns 1. */
+/* GET /v1/sets/SET into h->body, retrying 503 for a while. Returns 0 on a
+ * 200, or -1 with a sentence in msg (a 404 says the set does not exist). */
+static int get_set_info(const tail_ctx *c, sl_cli_http *h, char *msg, size_t cap)
+{
+    char url[1400];
+    snprintf(url, sizeof url, "%s/v1/sets/%s", c->server, c->set);
+    int64_t waited = 0;
+    sl_cli_http_fail f;
+    for (int attempt = 0;; attempt++) {
+        f = sl_cli_http_request(h, c->server, "GET", url, NULL, NULL, NULL, 0,
+                                TAIL_INFO_TIMEOUT_MS, msg, cap);
+        if (f != SL_CLI_HTTP_OK || h->status != 503)
+            break;
+        int64_t delay = sl_cli_http_backoff_ms(attempt, h->retry_after_ms);
+        if (waited + delay > TAIL_RETRY_BUDGET_MS)
+            break;
+        sl_cli_http_sleep_ms(delay);
+        waited += delay;
+    }
+    if (f != SL_CLI_HTTP_OK)
+        return -1;
+    if (h->status == 404) {
+        snprintf(msg, cap, "set \"%s\" does not exist on %s", c->set, c->server);
+        return -1;
+    }
+    if (h->status != 200) {
+        char d[500];
+        sl_cli_http_describe(h->status, &h->body, d, sizeof d);
+        snprintf(msg, cap, "GET %s: %s", url, d);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads partition id's start and end offsets from a set answer's
+ * partition_info (each left at -1 when absent). */
+static void partition_bounds(const sl_json_tok *doc, int64_t id, int64_t *start, int64_t *end)
+{
+    sl_json_tok info, v, t;
+    *start = *end = -1;
+    if (!sl_cli_http_json_get(doc, "partition_info", &info) || info.type != SL_JSON_ARRAY)
+        return;
+    sl_json_iter it;
+    sl_json_iter_init(&it, &info);
+    while (sl_json_iter_elem(&it, &v)) {
+        int64_t pid;
+        if (!sl_cli_http_json_get(&v, "partition", &t) || !sl_cli_http_json_i64(&t, &pid) ||
+            pid != id)
+            continue;
+        if (sl_cli_http_json_get(&v, "start_offset", &t))
+            sl_cli_http_json_i64(&t, start);
+        if (sl_cli_http_json_get(&v, "end_offset", &t))
+            sl_cli_http_json_i64(&t, end);
+        return;
+    }
+}
+
+/* Learns the partition count and end offsets. Returns 0, or prints why and
+ * returns 1. */
 static int read_set_info(tail_ctx *c, int32_t only)
 {
     sl_cli_http h;
@@ -130,88 +187,86 @@ static int read_set_info(tail_ctx *c, int32_t only)
         fprintf(stderr, "sluice tail: %s\n", err.msg);
         return 1;
     }
-    char url[1400], msg[600];
-    snprintf(url, sizeof url, "%s/v1/sets/%s", c->server, c->set);
-    int64_t waited = 0;
-    sl_cli_http_fail f;
-    for (int attempt = 0;; attempt++) {
-        f = sl_cli_http_request(&h, c->server, "GET", url, NULL, NULL, NULL, 0,
-                                TAIL_INFO_TIMEOUT_MS, msg, sizeof msg);
-        if (f != SL_CLI_HTTP_OK || h.status != 503)
-            break;
-        int64_t delay = sl_cli_http_backoff_ms(attempt, h.retry_after_ms);
-        if (waited + delay > TAIL_RETRY_BUDGET_MS)
-            break;
-        sl_cli_http_sleep_ms(delay);
-        waited += delay;
-    }
+    char msg[600];
     int rc = 1;
-    sl_json_tok doc, v, info;
+    sl_json_tok doc, v;
     int64_t n = -1;
-    if (f != SL_CLI_HTTP_OK) {
+    if (get_set_info(c, &h, msg, sizeof msg)) {
         fprintf(stderr, "sluice tail: %s\n", msg);
-    } else if (h.status == 404) {
-        fprintf(stderr, "sluice tail: set \"%s\" does not exist on %s\n", c->set, c->server);
-    } else if (h.status != 200) {
-        sl_cli_http_describe(h.status, &h.body, msg, sizeof msg);
-        fprintf(stderr, "sluice tail: GET %s: %s\n", url, msg);
-    } else if (!h.body.len ||
-               sl_json_validate((const char *)h.body.data, h.body.len, 64, &doc, NULL) ||
+    } else if (sl_json_validate((const char *)h.body.data, h.body.len, 64, &doc, NULL) ||
                !sl_cli_http_json_get(&doc, "partitions", &v) ||
                !sl_cli_http_json_i64(&v, &n) || n < 1 || n > 65536) {
-        fprintf(stderr, "sluice tail: GET %s: unexpected answer (no partition count)\n", url);
+        fprintf(stderr, "sluice tail: unexpected answer from %s for set \"%s\" (no partition "
+                "count)\n", c->server, c->set);
     } else if (only >= n) {
         fprintf(stderr, "sluice tail: set \"%s\" has %" PRId64 " partition%s (0..%" PRId64
                 "); there is no partition %d\n", c->set, n, n == 1 ? "" : "s", n - 1, only);
+    } else if (!(c->parts = calloc(only >= 0 ? 1 : (size_t)n, sizeof *c->parts))) {
+        fprintf(stderr, "sluice tail: out of memory\n");
     } else {
         c->nparts = only >= 0 ? 1 : (int)n;
-        c->parts = calloc((size_t)c->nparts, sizeof *c->parts);
-        if (!c->parts) {
-            fprintf(stderr, "sluice tail: out of memory\n");
-            goto done;
-        }
         for (int i = 0; i < c->nparts; i++) {
-            c->parts[i].id = only >= 0 ? only : i;
-            c->parts[i].offset = -1;
-            c->parts[i].end = -1;
-            c->parts[i].max = TAIL_MAX_EVENTS;
-        }
-        if (sl_cli_http_json_get(&doc, "partition_info", &info) && info.type == SL_JSON_ARRAY) {
-            sl_json_iter it;
-            sl_json_iter_init(&it, &info);
-            while (sl_json_iter_elem(&it, &v)) {
-                sl_json_tok t;
-                int64_t id, start = -1, end = -1;
-                if (!sl_cli_http_json_get(&v, "partition", &t) || !sl_cli_http_json_i64(&t, &id))
-                    continue;
-                if (sl_cli_http_json_get(&v, "start_offset", &t))
-                    sl_cli_http_json_i64(&t, &start);
-                if (sl_cli_http_json_get(&v, "end_offset", &t))
-                    sl_cli_http_json_i64(&t, &end);
-                for (int i = 0; i < c->nparts; i++) {
-                    if (c->parts[i].id != id)
-                        continue;
-                    c->parts[i].end = end;
-                    /* Without --follow an empty partition needs no request. */
-                    if (!c->follow && strcmp(c->from, "beginning") == 0 && start >= 0 &&
-                        end >= 0 && start >= end)
-                        c->parts[i].state = TAIL_DONE;
-                }
-            }
+            tail_part *p = &c->parts[i];
+            int64_t start;
+            p->id = only >= 0 ? only : i;
+            p->offset = -1;
+            p->max = TAIL_MAX_EVENTS;
+            partition_bounds(&doc, p->id, &start, &p->end);
+            /* Without --follow an empty partition needs no request. */
+            if (!c->follow && strcmp(c->from, "beginning") == 0 && start >= 0 && p->end >= 0 &&
+                start >= p->end)
+                p->state = TAIL_DONE;
         }
         rc = 0;
     }
-done:
     sl_cli_http_close(&h);
     return rc;
+}
+
+/* After a 416: the offset p wanted is gone (retention) or past the end (the
+ * partition was cut back). Moves p to the nearest offset that exists and
+ * says so. Returns 0, or -1 when the bounds cannot be learnt or p's offset is
+ * inside them (then the 416 was something else). */
+static int resync(tail_ctx *c, tail_part *p)
+{
+    sl_cli_http h;
+    char msg[600];
+    sl_json_tok doc;
+    int64_t start = -1, end = -1;
+    if (sl_cli_http_init(&h, NULL))
+        return -1;
+    if (get_set_info(c, &h, msg, sizeof msg) == 0 &&
+        sl_json_validate((const char *)h.body.data, h.body.len, 64, &doc, NULL) == 0)
+        partition_bounds(&doc, p->id, &start, &end);
+    sl_cli_http_close(&h);
+    if (start >= 0 && p->offset < start) {
+        fprintf(stderr, "sluice tail: partition %d: offsets %" PRId64 "..%" PRId64 " were "
+                "removed before they could be read; continuing at %" PRId64 "\n", p->id,
+                p->offset, start - 1, start);
+        p->offset = start;
+    } else if (end >= 0 && p->offset > end) {
+        fprintf(stderr, "sluice tail: partition %d: offset %" PRId64 " is past the end (%" PRId64
+                "); continuing there\n", p->id, p->offset, end);
+        p->offset = end;
+    } else {
+        return -1;
+    }
+    p->state = TAIL_READY;
+    if (!c->follow && p->end >= 0 && p->offset >= p->end)
+        p->state = TAIL_DONE;
+    return 0;
 }
 
 /* Builds the URL of p's next request into p->url. Returns 0 or SL_ENOMEM. */
 static int build_url(tail_ctx *c, tail_part *p)
 {
+    /* The first request (from=…) does not wait: it only pins the position.
+     * A long-poll that resolves from=end again when it wakes would skip the
+     * very events that woke it; offset=N long-polls are unambiguous. */
     sl_buf u = SL_BUF_INIT;
     int rc = sl_buf_printf(&u, "%s/v1/sets/%s/events?partition=%d&max=%d&wait_ms=%d",
-                           c->server, c->set, p->id, p->max, c->follow ? TAIL_WAIT_MS : 0);
+                           c->server, c->set, p->id, p->max,
+                           c->follow && p->offset >= 0 ? TAIL_WAIT_MS : 0);
     if (!rc && p->offset >= 0) {
         rc = sl_buf_printf(&u, "&offset=%" PRId64, p->offset);
     } else if (!rc) {
@@ -312,10 +367,8 @@ static int handle_done(tail_ctx *c, tail_part *p, CURLcode result)
         p->state = TAIL_READY;
         return 0;
     }
-    if (f == SL_CLI_HTTP_OK && p->http.status == 404) {
-        fprintf(stderr, "sluice tail: set \"%s\" no longer exists on %s\n", c->set, c->server);
-        return -1;
-    }
+    if (f == SL_CLI_HTTP_OK && p->http.status == 416 && p->offset >= 0 && resync(c, p) == 0)
+        return 0;
     if (f == SL_CLI_HTTP_LOCAL || (f == SL_CLI_HTTP_OK && p->http.status != 503 &&
                                    p->http.status < 500)) {
         if (f == SL_CLI_HTTP_OK)

@@ -60,7 +60,7 @@ typedef enum sl_event_status {
 #define XX(code, _) SL_EVENT_##code,
     SL_EVENT_STATUS_MAP(XX)
 #undef XX
-    SL_EVENT_STATUS_COUNT /* number of statuses, for per-status tables */
+        SL_EVENT_STATUS_COUNT /* number of statuses, for per-status tables */
 } sl_event_status;
 
 /* The API name of a status ("InvalidEvent"); "Unknown" for other values. */
@@ -110,9 +110,9 @@ typedef struct sl_event {
     size_t n_ext;
 
     /* private */
-    bool lane_applied;  /* lane came from sl_event_apply_lane(): encode adds it */
-    int lane_member;    /* index of the lane member, or -1 */
-    uint64_t drop;      /* members encode leaves out, bit = member index */
+    bool lane_applied; /* lane came from sl_event_apply_lane(): encode adds it */
+    int lane_member;   /* index of the lane member, or -1 */
+    uint64_t drop;     /* members encode leaves out, bit = member index */
     size_t scratch_used;
     sl_event_ext ext[SL_EVENT_MAX_MEMBERS];
     char scratch[SL_EVENT_SCRATCH];
@@ -185,9 +185,12 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
                                      const sl_event_limits *lim, sl_buf *json_out, sl_error *err);
 
 /* Writes a UUIDv7 (RFC 9562) for now_ms as 36 lowercase characters plus a
- * NUL: 48-bit big-endian milliseconds, version 7, 12 bits that count up
- * within one millisecond on one thread (so one thread's ids increase), the
- * RFC variant, 62 random bits from getrandom(). Never fails. */
+ * NUL: 48-bit big-endian milliseconds, version 7, a 12-bit counter that
+ * starts at random in each millisecond and counts up within it, the RFC
+ * variant, 62 random bits from getrandom() (buffered per thread). So one
+ * thread's ids increase while now_ms does not go backwards; past 2048 ids in
+ * one millisecond the timestamp runs ahead of now_ms (RFC 9562 §6.2).
+ * Never fails. */
 void sl_event_uuid7(int64_t now_ms, char out[37]);
 
 #endif

@@ -13,18 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Byte classes inside a string: 0 plain ASCII, 1 '"', 2 '\', 3 control
- * character, 4 start or continuation of a multi-byte UTF-8 sequence. */
-static const uint8_t str_class[256] = {
-    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
-    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
-    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
-    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
-    4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
-};
+/* The eight-bytes-at-a-time scans find the first special byte with a
+ * count of trailing zeros, which is the lowest address only on
+ * little-endian machines. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "SWAR scans assume little-endian");
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -48,22 +40,20 @@ static inline const char *skip_ws(const char *p, const char *end)
 
 static int hexval(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
 }
 
-/* True when any of the 8 bytes in v is '"', '\', below 0x20 or above 0x7f. */
-static inline bool word_special(uint64_t v)
+/* A mask with bit 7 set in each byte of v that is '"', '\', below 0x20 or
+ * above 0x7f. Borrows only run from a flagged byte towards higher ones, so
+ * the lowest set bit is exact: ctz(mask) / 8 is the first special byte. */
+static inline uint64_t special_mask(uint64_t v)
 {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
-    uint64_t t = ((q - ones) & ~q) | ((b - ones) & ~b) | ((v - ones * 0x20) & ~v) | v;
-    return (t & highs) != 0;
+    return (((q - ones) & ~q) | ((b - ones) & ~b) | ((v - ones * 0x20) & ~v) | v) & highs;
 }
 
 /* ---- scanner ---------------------------------------------------------- */
@@ -73,12 +63,14 @@ typedef struct scanner {
     const char *end;
     sl_error *err;
     const char *errp; /* where the failure was found */
+    int rc;           /* and its code */
 } scanner;
 
 __attribute__((format(printf, 4, 5))) static int fail(scanner *s, const char *at, int code,
                                                       const char *fmt, ...)
 {
     s->errp = at;
+    s->rc = code;
     if (s->err) {
         char why[256];
         va_list ap;
@@ -139,8 +131,7 @@ static int scan_utf8(scanner *s, const char *p)
         return fail(s, p, SL_EPARSE, "invalid UTF-8 (byte 0x%02x cannot start a character)", c);
     }
     for (int i = 1; i < n; i++) {
-        if (p + i >= s->end)
-            return partial(s, "inside a UTF-8 character");
+        if (p + i >= s->end) return partial(s, "inside a UTF-8 character");
         unsigned char d = (unsigned char)p[i];
         if (d < lo || d > hi)
             return fail(s, p + i, SL_EPARSE, "invalid UTF-8 (bad continuation byte 0x%02x)", d);
@@ -154,84 +145,97 @@ static int scan_hex4(scanner *s, const char *p, unsigned *cp)
 {
     unsigned v = 0;
     for (int i = 1; i <= 4; i++) {
-        if (p + i >= s->end)
-            return partial(s, "inside a \\u escape");
+        if (p + i >= s->end) return partial(s, "inside a \\u escape");
         int h = hexval(p[i]);
-        if (h < 0)
-            return unexpected(s, p + i, "a hex digit in \\u escape");
+        if (h < 0) return unexpected(s, p + i, "a hex digit in \\u escape");
         v = v << 4 | (unsigned)h;
     }
     *cp = v;
     return 0;
 }
 
+/* Handles the byte at p inside a string that is neither plain ASCII nor the
+ * closing quote: an escape, a multi-byte UTF-8 character or a control
+ * character. Returns the position after it, or NULL after recording the
+ * failure. Kept out of line so the common path stays small. */
+__attribute__((noinline)) static const char *string_special(scanner *s, const char *p,
+                                                            uint32_t *flags)
+{
+    const char *end = s->end;
+    unsigned char c = (unsigned char)*p;
+    if (c >= 0x80) {
+        int n = scan_utf8(s, p);
+        return n < 0 ? NULL : p + n;
+    }
+    if (c != '\\') {
+        fail(s, p, SL_EPARSE, "control character 0x%02x in string (must be escaped)", c);
+        return NULL;
+    }
+    *flags |= SL_JSON_ESCAPED;
+    if (p + 1 >= end) {
+        partial(s, "inside an escape");
+        return NULL;
+    }
+    char e = p[1];
+    if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
+        e == 't')
+        return p + 2;
+    if (e != 'u') {
+        fail(s, p, SL_EPARSE, "invalid escape '\\%c'", e > 0x20 && e < 0x7f ? e : '?');
+        return NULL;
+    }
+    unsigned cp, lo;
+    if (scan_hex4(s, p + 1, &cp)) return NULL;
+    if (cp < 0xd800 || cp > 0xdfff) return p + 6;
+    const char *q = p + 6;
+    if (cp <= 0xdbff) {
+        if (q + 1 >= end && (q >= end || *q == '\\')) {
+            partial(s, "inside a surrogate pair");
+            return NULL;
+        }
+        if (q[0] == '\\' && q[1] == 'u') {
+            if (scan_hex4(s, q + 1, &lo)) return NULL;
+            if (lo >= 0xdc00 && lo <= 0xdfff) return q + 6;
+        }
+    }
+    fail(s, p, SL_EPARSE, "unpaired surrogate \\u%04X", cp);
+    return NULL;
+}
+
 /* Scans the string whose opening quote is at p; *next is set past the
- * closing quote. */
-static int scan_string(scanner *s, const char *p, const char **next, uint32_t *flags)
+ * closing quote. Eight bytes at a time while they are plain. */
+static inline int scan_string(scanner *s, const char *p, const char **next, uint32_t *flags)
 {
     const char *end = s->end;
     p++;
     for (;;) {
-        while (end - p >= 8) {
+        if (LIKELY(end - p >= 8)) {
             uint64_t v;
             memcpy(&v, p, 8);
-            if (word_special(v))
-                break;
-            p += 8;
+            uint64_t m = special_mask(v);
+            if (!m) {
+                p += 8;
+                continue;
+            }
+            /* The byte is already in v: test it there instead of loading it
+             * again behind the address computation. */
+            size_t shift = (size_t)__builtin_ctzll(m) - 7;
+            p += shift >> 3;
+            if (LIKELY((unsigned char)(v >> shift) == '"')) {
+                *next = p + 1;
+                return 0;
+            }
+        } else {
+            while (p < end && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80 && *p != '"' &&
+                   *p != '\\')
+                p++;
+            if (UNLIKELY(p >= end)) return partial(s, "inside a string");
         }
-        while (p < end && str_class[(unsigned char)*p] == 0)
-            p++;
-        if (UNLIKELY(p >= end))
-            return partial(s, "inside a string");
-        switch (str_class[(unsigned char)*p]) {
-        case 1:
+        if (LIKELY(*p == '"')) {
             *next = p + 1;
             return 0;
-        case 2: {
-            *flags |= SL_JSON_ESCAPED;
-            if (p + 1 >= end)
-                return partial(s, "inside an escape");
-            char e = p[1];
-            if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
-                e == 'r' || e == 't') {
-                p += 2;
-                break;
-            }
-            if (e != 'u')
-                return fail(s, p, SL_EPARSE, "invalid escape '\\%c'", e > 0x20 && e < 0x7f ? e : '?');
-            unsigned cp;
-            int rc = scan_hex4(s, p + 1, &cp);
-            if (rc)
-                return rc;
-            if (cp >= 0xdc00 && cp <= 0xdfff)
-                return fail(s, p, SL_EPARSE, "unpaired surrogate \\u%04X", cp);
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                const char *q = p + 6;
-                if (q + 1 >= end && (q >= end || *q == '\\'))
-                    return partial(s, "inside a surrogate pair");
-                if (q[0] != '\\' || q[1] != 'u')
-                    return fail(s, p, SL_EPARSE, "unpaired surrogate \\u%04X", cp);
-                unsigned lo;
-                if ((rc = scan_hex4(s, q + 1, &lo)))
-                    return rc;
-                if (lo < 0xdc00 || lo > 0xdfff)
-                    return fail(s, p, SL_EPARSE, "unpaired surrogate \\u%04X", cp);
-                p = q + 6;
-            } else {
-                p += 6;
-            }
-            break;
         }
-        case 3:
-            return fail(s, p, SL_EPARSE, "control character 0x%02x in string (must be escaped)",
-                        (unsigned char)*p);
-        default: {
-            int n = scan_utf8(s, p);
-            if (n < 0)
-                return n;
-            p += n;
-        }
-        }
+        if (!(p = string_special(s, p, flags))) return s->rc;
     }
 }
 
@@ -239,12 +243,10 @@ static int scan_number(scanner *s, const char *p, const char **next, uint32_t *f
 {
     const char *end = s->end;
     bool integer = true;
-    if (*p == '-' && ++p >= end)
-        return partial(s, "inside a number");
+    if (*p == '-' && ++p >= end) return partial(s, "inside a number");
     if (*p == '0') {
         p++;
-        if (p < end && is_digit(*p))
-            return fail(s, p - 1, SL_EPARSE, "leading zero in number");
+        if (p < end && is_digit(*p)) return fail(s, p - 1, SL_EPARSE, "leading zero in number");
     } else if (is_digit(*p)) {
         while (++p < end && is_digit(*p)) {
         }
@@ -253,26 +255,20 @@ static int scan_number(scanner *s, const char *p, const char **next, uint32_t *f
     }
     if (p < end && *p == '.') {
         integer = false;
-        if (++p >= end)
-            return partial(s, "inside a number");
-        if (!is_digit(*p))
-            return unexpected(s, p, "a digit after '.'");
+        if (++p >= end) return partial(s, "inside a number");
+        if (!is_digit(*p)) return unexpected(s, p, "a digit after '.'");
         while (++p < end && is_digit(*p)) {
         }
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         integer = false;
-        if (++p < end && (*p == '+' || *p == '-'))
-            p++;
-        if (p >= end)
-            return partial(s, "inside a number");
-        if (!is_digit(*p))
-            return unexpected(s, p, "a digit in the exponent");
+        if (++p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end) return partial(s, "inside a number");
+        if (!is_digit(*p)) return unexpected(s, p, "a digit in the exponent");
         while (++p < end && is_digit(*p)) {
         }
     }
-    if (integer)
-        *flags |= SL_JSON_INTEGER;
+    if (integer) *flags |= SL_JSON_INTEGER;
     *next = p;
     return 0;
 }
@@ -280,8 +276,7 @@ static int scan_number(scanner *s, const char *p, const char **next, uint32_t *f
 static int scan_literal(scanner *s, const char *p, const char *word, const char **next)
 {
     for (size_t i = 0; word[i]; i++) {
-        if (p + i >= s->end)
-            return partial(s, "inside a literal");
+        if (p + i >= s->end) return partial(s, "inside a literal");
         if (p[i] != word[i]) {
             char d[16];
             return fail(s, p, SL_EPARSE, "invalid literal (expected %s), found %s", word,
@@ -294,8 +289,11 @@ static int scan_literal(scanner *s, const char *p, const char *word, const char 
 
 #define PUSH(isobj)                                                                                \
     do {                                                                                           \
-        if (depth >= max_depth)                                                                    \
-            return fail(&s, p, SL_EPARSE, "nesting deeper than %d levels", max_depth);             \
+        if (depth >= max_depth) {                                                                  \
+            rc = fail(&s, p, SL_EPARSE, "nesting deeper than %d level%s", max_depth,               \
+                      max_depth == 1 ? "" : "s");                                                  \
+            goto out;                                                                              \
+        }                                                                                          \
         if (isobj)                                                                                 \
             stack[depth >> 6] |= 1ull << (depth & 63);                                             \
         else                                                                                       \
@@ -311,17 +309,16 @@ static int scan_literal(scanner *s, const char *p, const char *word, const char 
         }                                                                                          \
     } while (0)
 
-static int scan_value(const char *base, const char *p, const char *end, int max_depth,
-                      sl_json_tok *tok, const char **next, sl_error *err)
+__attribute__((noinline)) static int scan_value(const char *base, const char *p, const char *end,
+                                                int max_depth, sl_json_tok *tok, const char **next,
+                                                sl_error *err)
 {
-    scanner s = {base, end, err, NULL};
+    scanner s = {base, end, err, NULL, 0};
     uint64_t stack[SL_JSON_DEPTH_LIMIT / 64];
     int depth = 0, rc;
     uint32_t flags = 0, spaced = 0;
-    if (max_depth > SL_JSON_DEPTH_LIMIT)
-        max_depth = SL_JSON_DEPTH_LIMIT;
-    if (max_depth < 0)
-        max_depth = 0;
+    if (max_depth > SL_JSON_DEPTH_LIMIT) max_depth = SL_JSON_DEPTH_LIMIT;
+    if (max_depth < 0) max_depth = 0;
 
     p = skip_ws(p, end);
     const char *start = p;
@@ -336,8 +333,7 @@ value:
         PUSH(1);
         p++;
         SKIP_WS();
-        if (p >= end)
-            goto eof;
+        if (p >= end) goto eof;
         if (*p == '}') {
             p++;
             depth--;
@@ -348,8 +344,7 @@ value:
         PUSH(0);
         p++;
         SKIP_WS();
-        if (p >= end)
-            goto eof;
+        if (p >= end) goto eof;
         if (*p == ']') {
             p++;
             depth--;
@@ -357,25 +352,20 @@ value:
         }
         goto value;
     case '"':
-        if ((rc = scan_string(&s, p, &p, &flags)))
-            goto out;
+        if ((rc = scan_string(&s, p, &p, &flags))) goto out;
         goto after;
     case 't':
-        if ((rc = scan_literal(&s, p, "true", &p)))
-            goto out;
+        if ((rc = scan_literal(&s, p, "true", &p))) goto out;
         goto after;
     case 'f':
-        if ((rc = scan_literal(&s, p, "false", &p)))
-            goto out;
+        if ((rc = scan_literal(&s, p, "false", &p))) goto out;
         goto after;
     case 'n':
-        if ((rc = scan_literal(&s, p, "null", &p)))
-            goto out;
+        if ((rc = scan_literal(&s, p, "null", &p))) goto out;
         goto after;
     default:
         if (*p == '-' || is_digit(*p)) {
-            if ((rc = scan_number(&s, p, &p, &flags)))
-                goto out;
+            if ((rc = scan_number(&s, p, &p, &flags))) goto out;
             goto after;
         }
         rc = unexpected(&s, p, "a JSON value");
@@ -389,35 +379,28 @@ key:
     }
     {
         uint32_t kf = 0;
-        if ((rc = scan_string(&s, p, &p, &kf)))
-            goto out;
+        if ((rc = scan_string(&s, p, &p, &kf))) goto out;
     }
     SKIP_WS();
-    if (p >= end)
-        goto eof;
+    if (p >= end) goto eof;
     if (*p != ':') {
         rc = unexpected(&s, p, "':' after a member name");
         goto out;
     }
     p++;
     SKIP_WS();
-    if (p >= end)
-        goto eof;
+    if (p >= end) goto eof;
     goto value;
 
 after:
-    if (depth == 0)
-        goto done;
+    if (depth == 0) goto done;
     SKIP_WS();
-    if (p >= end)
-        goto eof;
+    if (p >= end) goto eof;
     if (*p == ',') {
         p++;
         SKIP_WS();
-        if (p >= end)
-            goto eof;
-        if (TOP_IS_OBJ())
-            goto key;
+        if (p >= end) goto eof;
+        if (TOP_IS_OBJ()) goto key;
         goto value;
     }
     if (TOP_IS_OBJ() ? *p == '}' : *p == ']') {
@@ -468,24 +451,39 @@ out:
     return rc;
 }
 
-int sl_json_value(const char *p, const char *end, int max_depth, sl_json_tok *tok,
-                  const char **next, sl_error *err)
-{
-    return scan_value(p, p, end, max_depth, tok, next, err);
-}
-
 int sl_json_value_from(const char *base, const char *p, const char *end, int max_depth,
                        sl_json_tok *tok, const char **next, sl_error *err)
 {
+    /* Strings (every member name, most values) skip the container setup. */
+    if (LIKELY(p < end && *p == '"')) {
+        scanner s = {base, end, err, NULL, 0};
+        uint32_t flags = 0;
+        const char *q = p;
+        if (scan_string(&s, p, &q, &flags)) {
+            *next = s.errp;
+            return s.rc;
+        }
+        tok->type = SL_JSON_STRING;
+        tok->flags = flags;
+        tok->p = p;
+        tok->len = (size_t)(q - p);
+        *next = q;
+        return 0;
+    }
     return scan_value(base, p, end, max_depth, tok, next, err);
+}
+
+int sl_json_value(const char *p, const char *end, int max_depth, sl_json_tok *tok,
+                  const char **next, sl_error *err)
+{
+    return sl_json_value_from(p, p, end, max_depth, tok, next, err);
 }
 
 int sl_json_validate(const char *p, size_t len, int max_depth, sl_json_tok *tok, sl_error *err)
 {
     const char *end = p + len, *next;
     int rc = scan_value(p, p, end, max_depth, tok, &next, err);
-    if (rc)
-        return rc;
+    if (rc) return rc;
     next = skip_ws(next, end);
     if (next != end)
         return sl_error_set(err, SL_EPARSE, "byte %zu: unexpected data after the JSON value",
@@ -501,8 +499,7 @@ static const char *skip_string(const char *p, const char *end, uint32_t *flags)
     p++;
     while (p < end) {
         char c = *p;
-        if (c == '"')
-            return p + 1;
+        if (c == '"') return p + 1;
         if (c == '\\') {
             *flags |= SL_JSON_ESCAPED;
             p += 2;
@@ -538,8 +535,7 @@ static const char *skip_value(const char *p, const char *end, sl_json_tok *tok)
             if (c == '{' || c == '[') {
                 depth++;
             } else if (c == '}' || c == ']') {
-                if (--depth == 0)
-                    break;
+                if (--depth == 0) break;
             } else if (is_ws(c)) {
                 flags = SL_JSON_SPACED;
             }
@@ -553,8 +549,7 @@ static const char *skip_value(const char *p, const char *end, sl_json_tok *tok)
                                 : SL_JSON_NUMBER;
         flags = tok->type == SL_JSON_NUMBER ? SL_JSON_INTEGER : 0;
         while (p < end && *p != ',' && *p != '}' && *p != ']' && !is_ws(*p)) {
-            if (*p == '.' || *p == 'e' || *p == 'E')
-                flags = 0;
+            if (*p == '.' || *p == 'e' || *p == 'E') flags = 0;
             p++;
         }
     }
@@ -574,16 +569,14 @@ void sl_json_iter_init(sl_json_iter *it, const sl_json_tok *obj)
 static bool iter_advance(sl_json_iter *it)
 {
     const char *p = skip_ws(it->p, it->end);
-    if (p < it->end && *p == ',')
-        p = skip_ws(p + 1, it->end);
+    if (p < it->end && *p == ',') p = skip_ws(p + 1, it->end);
     it->p = p;
     return p < it->end;
 }
 
 bool sl_json_iter_member(sl_json_iter *it, sl_json_tok *key, sl_json_tok *val)
 {
-    if (!iter_advance(it))
-        return false;
+    if (!iter_advance(it)) return false;
     const char *p = skip_value(it->p, it->end, key);
     p = skip_ws(p, it->end);
     p = skip_ws(p + 1, it->end); /* the ':' */
@@ -593,8 +586,7 @@ bool sl_json_iter_member(sl_json_iter *it, sl_json_tok *key, sl_json_tok *val)
 
 bool sl_json_iter_elem(sl_json_iter *it, sl_json_tok *val)
 {
-    if (!iter_advance(it))
-        return false;
+    if (!iter_advance(it)) return false;
     it->p = skip_value(it->p, it->end, val);
     return true;
 }
@@ -632,6 +624,7 @@ static unsigned hex4(const char *p)
 
 size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, size_t cap)
 {
+    static const char from[] = "bfnrt\"\\/", to[] = "\b\f\n\r\t\"\\/";
     const char *s = str->p, *e = str->p + str->len - 1; /* e: the closing quote */
     const char *p = s + (*pos ? *pos : 1);
     size_t n = 0;
@@ -639,8 +632,12 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
         if (*p != '\\') {
             const char *bs = memchr(p, '\\', (size_t)(e - p));
             size_t run = (size_t)((bs ? bs : e) - p);
-            if (run > cap - n)
+            if (run > cap - n) { /* cut, but never inside a UTF-8 character */
                 run = cap - n;
+                while (run && ((unsigned char)p[run] & 0xc0) == 0x80)
+                    run--;
+                if (!run) break;
+            }
             memcpy(out + n, p, run);
             n += run;
             p += run;
@@ -648,23 +645,7 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
         }
         char tmp[4];
         size_t k = 1, used = 2;
-        switch (p[1]) {
-        case 'b':
-            tmp[0] = '\b';
-            break;
-        case 'f':
-            tmp[0] = '\f';
-            break;
-        case 'n':
-            tmp[0] = '\n';
-            break;
-        case 'r':
-            tmp[0] = '\r';
-            break;
-        case 't':
-            tmp[0] = '\t';
-            break;
-        case 'u': {
+        if (p[1] == 'u') {
             unsigned cp = hex4(p + 2);
             used = 6;
             if (cp >= 0xd800 && cp <= 0xdbff) {
@@ -672,13 +653,10 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
                 used = 12;
             }
             k = put_utf8(tmp, cp);
-            break;
+        } else {
+            tmp[0] = to[(const char *)memchr(from, p[1], sizeof from - 1) - from];
         }
-        default: /* '"', '\', '/' */
-            tmp[0] = p[1];
-        }
-        if (k > cap - n)
-            break;
+        if (k > cap - n) break;
         memcpy(out + n, tmp, k);
         n += k;
         p += used;
@@ -689,8 +667,7 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
 
 int sl_json_unescape(const sl_json_tok *str, char *out, size_t cap, size_t *len)
 {
-    if (str->type != SL_JSON_STRING || str->len < 2)
-        return SL_EINVAL;
+    if (str->type != SL_JSON_STRING || str->len < 2) return SL_EINVAL;
     size_t pos = 0;
     *len = sl_json_unescape_part(str, &pos, out, cap);
     return pos == str->len ? 0 : SL_ETOOBIG;
@@ -698,25 +675,55 @@ int sl_json_unescape(const sl_json_tok *str, char *out, size_t cap, size_t *len)
 
 /* ---- output ------------------------------------------------------------ */
 
+/* Bit 7 set in each byte of v equal to c (lowest set bit exact). */
+static inline uint64_t eq_mask(uint64_t v, unsigned char c)
+{
+    const uint64_t ones = 0x0101010101010101ull;
+    uint64_t x = v ^ (ones * c);
+    return (x - ones) & ~x & 0x8080808080808080ull;
+}
+
 int sl_json_compact(const char *p, size_t len, sl_buf *out)
 {
-    if (sl_buf_reserve(out, len))
-        return SL_ENOMEM;
+    const uint64_t ones = 0x0101010101010101ull;
+    if (sl_buf_reserve(out, len)) return SL_ENOMEM;
+    /* Eight bytes are copied at a time and w advances only past the ones
+     * kept; w never gets ahead of p, so the reservation of len suffices. */
     char *w = (char *)out->data + out->len;
     const char *end = p + len;
+    bool in_str = false;
     while (p < end) {
-        char c = *p;
-        if (c == '"') {
-            uint32_t ignore = 0;
-            const char *q = skip_string(p, end, &ignore);
-            memcpy(w, p, (size_t)(q - p));
-            w += q - p;
-            p = q;
-        } else {
-            if (!is_ws(c))
-                *w++ = c;
-            p++;
+        size_t k = 1;
+        if (end - p >= 8) {
+            uint64_t v, m;
+            memcpy(&v, p, 8);
+            if (in_str) /* look for '"' or '\' */
+                m = eq_mask(v, '"') | eq_mask(v, '\\');
+            else /* whitespace is the only valid byte <= 0x20 outside strings */
+                m = ((v - ones * 0x21) & ~v & 0x8080808080808080ull) | eq_mask(v, '"');
+            memcpy(w, p, 8);
+            if (!m) {
+                w += 8, p += 8;
+                continue;
+            }
+            k = (size_t)__builtin_ctzll(m) >> 3;
+            w += k, p += k;
+            k = 1;
+        } else if (!(in_str ? *p == '"' || *p == '\\' : *p == '"' || is_ws(*p))) {
+            *w++ = *p++;
+            continue;
         }
+        /* p is at a special byte. */
+        if (*p == '"') {
+            in_str = !in_str;
+        } else if (*p == '\\') {
+            k = 2; /* in a string: the escaped byte is never special */
+        } else {
+            p++; /* whitespace */
+            continue;
+        }
+        memcpy(w, p, k);
+        w += k, p += k;
     }
     out->len = (size_t)(w - (char *)out->data);
     return 0;
@@ -724,25 +731,22 @@ int sl_json_compact(const char *p, size_t len, sl_buf *out)
 
 bool sl_json_utf8_valid(const char *s, size_t len)
 {
-    scanner sc = {s, s + len, NULL, NULL};
+    scanner sc = {s, s + len, NULL, NULL, 0};
     const char *p = s, *end = s + len;
     while (p < end) {
         while (end - p >= 8) {
             uint64_t v;
             memcpy(&v, p, 8);
-            if (v & 0x8080808080808080ull)
-                break;
+            if (v & 0x8080808080808080ull) break;
             p += 8;
         }
-        if (p >= end)
-            break;
+        if (p >= end) break;
         if ((unsigned char)*p < 0x80) {
             p++;
             continue;
         }
         int n = scan_utf8(&sc, p);
-        if (n < 0)
-            return false;
+        if (n < 0) return false;
         p += n;
     }
     return true;
@@ -750,53 +754,30 @@ bool sl_json_utf8_valid(const char *s, size_t len)
 
 int sl_json_put_string(sl_buf *out, const char *s, size_t len)
 {
-    if (!sl_json_utf8_valid(s, len))
-        return SL_EINVAL;
+    /* Controls with a short escape; the others are written as \u00XX. */
+    static const char letter[0x20] = {
+        ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r'};
+    if (!sl_json_utf8_valid(s, len)) return SL_EINVAL;
     size_t need = len + 2;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t')
-            need += 1;
-        else if (c < 0x20)
-            need += 5;
+        need += c == '"' || c == '\\' ? 1 : c >= 0x20 ? 0 : letter[c] ? 1 : 5;
     }
-    if (sl_buf_reserve(out, need))
-        return SL_ENOMEM;
+    if (sl_buf_reserve(out, need)) return SL_ENOMEM;
     char *w = (char *)out->data + out->len;
     *w++ = '"';
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') {
             *w++ = (char)c;
-            continue;
-        }
-        *w++ = '\\';
-        switch (c) {
-        case '"':
-        case '\\':
-            *w++ = (char)c;
-            break;
-        case '\b':
-            *w++ = 'b';
-            break;
-        case '\f':
-            *w++ = 'f';
-            break;
-        case '\n':
-            *w++ = 'n';
-            break;
-        case '\r':
-            *w++ = 'r';
-            break;
-        case '\t':
-            *w++ = 't';
-            break;
-        default:
-            *w++ = 'u';
-            *w++ = '0';
-            *w++ = '0';
-            *w++ = "0123456789abcdef"[c >> 4];
-            *w++ = "0123456789abcdef"[c & 15];
+        } else if (c >= 0x20 || letter[c]) {
+            *w++ = '\\';
+            *w++ = c >= 0x20 ? (char)c : letter[c];
+        } else {
+            memcpy(w, "\\u00", 4);
+            w[4] = "0123456789abcdef"[c >> 4];
+            w[5] = "0123456789abcdef"[c & 15];
+            w += 6;
         }
     }
     *w++ = '"';
@@ -806,22 +787,7 @@ int sl_json_put_string(sl_buf *out, const char *s, size_t len)
 
 const char *sl_json_type_name(sl_json_type type)
 {
-    switch (type) {
-    case SL_JSON_NONE:
-        return "nothing";
-    case SL_JSON_NULL:
-        return "null";
-    case SL_JSON_FALSE:
-    case SL_JSON_TRUE:
-        return "boolean";
-    case SL_JSON_NUMBER:
-        return "number";
-    case SL_JSON_STRING:
-        return "string";
-    case SL_JSON_ARRAY:
-        return "array";
-    case SL_JSON_OBJECT:
-        return "object";
-    }
-    return "unknown";
+    static const char *const names[] = {"nothing", "null",   "boolean", "boolean",
+                                        "number",  "string", "array",   "object"};
+    return (unsigned)type < sizeof names / sizeof names[0] ? names[type] : "unknown";
 }

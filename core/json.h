@@ -81,7 +81,9 @@ int sl_json_value_from(const char *base, const char *p, const char *end, int max
 int sl_json_validate(const char *p, size_t len, int max_depth, sl_json_tok *tok, sl_error *err);
 
 /* Iteration over a container token that sl_json_value() returned. The
- * iterator only skips (it does not validate again) and never allocates. */
+ * iterator only skips (it does not validate again, so it must not be given
+ * anything unvalidated) and never allocates; its tokens carry the same flags
+ * sl_json_value() would give them. */
 typedef struct sl_json_iter {
     const char *p;   /* next unread byte */
     const char *end; /* the closing bracket */

@@ -439,11 +439,10 @@ int sl_log_append(sl_log *log, sl_batch *b, int64_t *base_offset, sl_error *err)
     }
     int64_t base = sl_log_end_offset(log);
     sl_be64_put(b->data + SL_BATCH_OFF_BASE_OFFSET, (uint64_t)base);
-    sl_batch stored = *b;
-    stored.count = in.last_offset_delta + 1;
-    rc = sl_segment_append(sl__log_active(log), &stored, log->cfg.index_interval_bytes, err);
+    rc = sl_segment_append(sl__log_active(log), b, log->cfg.index_interval_bytes, err);
     if (!rc) {
-        atomic_store_explicit(&log->end, base + stored.count, memory_order_release);
+        atomic_store_explicit(&log->end, base + (int64_t)in.last_offset_delta + 1,
+                              memory_order_release);
         *base_offset = base;
     }
     pthread_mutex_unlock(&log->wlock);
@@ -453,35 +452,43 @@ int sl_log_append(sl_log *log, sl_batch *b, int64_t *base_offset, sl_error *err)
 int sl_log_sync(sl_log *log, sl_error *err)
 {
     pthread_mutex_lock(&log->sync_lock);
-    /* The active segment, plus closed ones that rolled since the last sync. */
-    sl_segment *todo[8];
-    size_t n = 0;
+    /* The active segment, plus every closed one that rolled since the last
+     * sync (they sit right before it: older ones were synced earlier). */
     pthread_rwlock_rdlock(&log->lock);
-    for (size_t i = log->n; i-- > 0 && n < sizeof todo / sizeof *todo;) {
-        sl_segment *s = log->segs[i];
-        if (i + 1 < log->n && s->synced == sl_segment_size(s))
-            break;
-        sl_segment_ref(s);
-        todo[n++] = s;
+    size_t first = log->n - 1;
+    while (first > 0 && log->segs[first - 1]->synced != sl_segment_size(log->segs[first - 1]))
+        first--;
+    size_t n = log->n - first;
+    sl_segment *stack[8], **todo = n <= 8 ? stack : malloc(n * sizeof *todo);
+    if (!todo) {
+        pthread_rwlock_unlock(&log->lock);
+        pthread_mutex_unlock(&log->sync_lock);
+        return SL_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = log->segs[first + i];
+        sl_segment_ref(todo[i]);
     }
     bool dir = atomic_exchange(&log->dir_dirty, false);
     pthread_rwlock_unlock(&log->lock);
     int rc = 0;
-    for (size_t i = n; i-- > 0;) { /* oldest first */
+    for (size_t i = 0; i < n; i++) { /* oldest first */
         if (!rc)
             rc = sl_segment_sync(todo[i], err);
-        sl_segment_unref(todo[i]);
     }
     if (!rc && dir && fsync(log->dir_fd) < 0)
         rc = sl_error_errno(err, errno, "fsync directory %s", log->dir);
     if (rc && dir)
         log->dir_dirty = true;
-    if (!rc && n > 1) /* closed segments became durable: move the recovery point */
-        write_recovery_point(log, todo[0]->base);
+    /* Closed segments became durable: move the recovery point to the base of
+     * the active segment as it was when this sync started. */
+    if (!rc && n > 1)
+        write_recovery_point(log, todo[n - 1]->base);
+    for (size_t i = 0; i < n; i++)
+        sl_segment_unref(todo[i]);
+    if (todo != stack)
+        free(todo);
     pthread_mutex_unlock(&log->sync_lock);
-    /* More than 8 segments rolled since the last sync (tiny segments): go on. */
-    if (!rc && n == sizeof todo / sizeof *todo)
-        return sl_log_sync(log, err);
     return rc;
 }
 

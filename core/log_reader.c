@@ -94,21 +94,35 @@ static bool next_segment(sl_log_reader *r)
     }
     sl_segment_unref(r->seg);
     r->seg = n;
+    if (n->base > r->next)
+        r->next = n->base;
     sl_segment_cursor_free(&r->cur);
     sl_segment_cursor_init_seg(&r->cur, n, sl_segment_seek(n, r->next), sl_segment_size(n),
                            READ_CHUNK);
     return true;
 }
 
-/* With a lane filter, jumps over runs of batches of other lanes. */
-static void skip_other_lanes(sl_log_reader *r)
+/* With a lane filter, jumps over runs of batches of other lanes, moving the
+ * reader's position past the offsets it skipped. next_at is the segment's
+ * next offset read before its size: at or below the offset at the limit. */
+static void skip_other_lanes(sl_log_reader *r, int64_t next_at)
 {
     char lane[SL_LANE_MAX + 1];
     uint64_t run_end;
+    int64_t run_end_off;
     while (r->cur.pos < r->cur.limit &&
-           sl_segment_lane_at(r->seg, r->cur.pos, lane, &run_end) == 0 &&
-           strcmp(lane, r->lane) != 0)
-        r->cur.pos = run_end < r->cur.limit ? run_end : r->cur.limit;
+           sl_segment_lane_at(r->seg, r->cur.pos, lane, &run_end, &run_end_off) == 0 &&
+           strcmp(lane, r->lane) != 0) {
+        if (run_end < r->cur.limit) {
+            r->cur.pos = run_end;
+            if (run_end_off > r->next)
+                r->next = run_end_off;
+        } else {
+            r->cur.pos = r->cur.limit;
+            if (next_at > r->next)
+                r->next = next_at;
+        }
+    }
 }
 
 int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
@@ -129,9 +143,10 @@ int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
             if (rc != SL_EEOF)
                 return rc;
         }
+        int64_t next_at = sl_segment_next_offset(r->seg);
         r->cur.limit = sl_segment_size(r->seg);
         if (r->filter)
-            skip_other_lanes(r);
+            skip_other_lanes(r, next_at);
         const uint8_t *p;
         sl_batch_info in;
         sl_error why;
@@ -183,9 +198,10 @@ int sl_log_slice_get(sl_log *log, int64_t offset, const char *lane, size_t max_b
         bool started = false;
         char run_lane[SL_LANE_MAX + 1];
         uint64_t run_end = 0;
+        int64_t run_end_off;
         while (pos < size) {
             if (lane && pos >= run_end) {
-                if (sl_segment_lane_at(s, pos, run_lane, &run_end))
+                if (sl_segment_lane_at(s, pos, run_lane, &run_end, &run_end_off))
                     break;
                 if (strcmp(run_lane, lane) != 0) {
                     if (started)

@@ -272,7 +272,8 @@ static int runs_load(sl_segment *s, uint64_t file_size)
     return ok;
 }
 
-int sl_segment_lane_at(sl_segment *s, uint64_t pos, char *lane, uint64_t *run_end)
+int sl_segment_lane_at(sl_segment *s, uint64_t pos, char *lane, uint64_t *run_end,
+                       int64_t *run_end_offset)
 {
     pthread_mutex_lock(&s->runs_lock);
     size_t lo = 0, hi = s->nruns; /* find the last run with run.pos <= pos */
@@ -287,6 +288,7 @@ int sl_segment_lane_at(sl_segment *s, uint64_t pos, char *lane, uint64_t *run_en
     if (lo > 0) {
         memcpy(lane, s->runs[lo - 1].lane, SL_LANE_MAX + 1);
         *run_end = lo < s->nruns ? s->runs[lo].pos : UINT64_MAX;
+        *run_end_offset = lo < s->nruns ? s->base + s->runs[lo].rel : INT64_MAX;
         rc = 0;
     }
     pthread_mutex_unlock(&s->runs_lock);
@@ -385,6 +387,7 @@ int sl_segment_append(sl_segment *s, const sl_batch *b, uint32_t index_interval,
 {
     uint64_t pos = sl_segment_size(s);
     int64_t base = (int64_t)sl_be64_get(b->data);
+    int64_t next = base + (int64_t)(int32_t)sl_be32_get(b->data + SL_BATCH_OFF_LAST_DELTA) + 1;
     uint32_t rel = (uint32_t)(base - s->base);
     size_t done = 0;
     while (done < b->len) {
@@ -411,7 +414,7 @@ int sl_segment_append(sl_segment *s, const sl_batch *b, uint32_t index_interval,
     index_batch(s, pos, rel, b->max_ts, index_interval);
     if (pos == 0)
         s->created_ms = sl_clock_now_ms();
-    atomic_store_explicit(&s->next, base + b->count, memory_order_release);
+    atomic_store_explicit(&s->next, next, memory_order_release);
     atomic_store_explicit(&s->size, pos + b->len, memory_order_release);
     return 0;
 }
@@ -422,10 +425,11 @@ int sl_segment_sync(sl_segment *s, sl_error *err)
     if (size != s->synced && fdatasync(s->fd) < 0)
         return sl_error_errno(err, errno, "%s.log: fdatasync", s->stem);
     s->synced = size;
-    if (s->lanes_dirty) {
-        if (fdatasync(s->lanes_fd) < 0)
-            return sl_error_errno(err, errno, "%s.lanes: fdatasync", s->stem);
-        s->lanes_dirty = false;
+    /* Clear before syncing: a run written meanwhile sets it again and is
+     * synced next time, never lost. */
+    if (atomic_exchange(&s->lanes_dirty, false) && fdatasync(s->lanes_fd) < 0) {
+        s->lanes_dirty = true;
+        return sl_error_errno(err, errno, "%s.lanes: fdatasync", s->stem);
     }
     return 0;
 }
@@ -754,44 +758,42 @@ int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
     if ((rc = seg_open_files(s, 0, cap, err)))
         goto fail;
 
-    /* Keep the trustworthy part of each index. */
-    size_t n = sl_index_count(&s->oidx), good = oidx_valid_prefix(s, file_size);
-    sl_index_truncate(&s->oidx, good);
-    if (mode != SL_SEG_FULL)
-        oidx_trust_last(s);
-    rep->rebuilt_index = good < n || sl_index_count(&s->oidx) < good || mode == SL_SEG_FULL;
-    n = sl_index_count(&s->tidx);
-    good = tidx_valid_prefix(s);
-    sl_index_truncate(&s->tidx, good);
-    rep->rebuilt_timeindex = good < n;
-    int runs_ok = mode != SL_SEG_FULL && mode != SL_SEG_ACTIVE_DIRTY && runs_load(s, file_size);
-    rep->rebuilt_lanes = !runs_ok;
-
-    uint64_t start = 0;
-    if (mode == SL_SEG_FULL) {
+    /* The indexes are kept only when both are wholly consistent (a strictly
+     * increasing prefix filling the file, inside the log); anything else —
+     * a lost, zeroed, truncated or garbage file — rebuilds both from byte 0,
+     * since the time index is only right when built along the offset index. */
+    size_t on = sl_index_count(&s->oidx), og = oidx_valid_prefix(s, file_size);
+    size_t tn = sl_index_count(&s->tidx), tg = tidx_valid_prefix(s);
+    bool rebuild = mode == SL_SEG_FULL || og < on || tg < tn ||
+                   (file_size > 0 && (og == 0 || tg == 0));
+    if (rebuild) {
         sl_index_truncate(&s->oidx, 0);
         sl_index_truncate(&s->tidx, 0);
+    } else {
+        oidx_trust_last(s);
     }
-    if (runs_ok && mode != SL_SEG_ACTIVE_DIRTY && sl_index_count(&s->oidx)) {
-        uint32_t rel;
-        uint32_t pos;
+    rep->rebuilt_index = rep->rebuilt_timeindex = rebuild && file_size > 0;
+    int runs_ok = mode != SL_SEG_FULL && mode != SL_SEG_ACTIVE_DIRTY && runs_load(s, file_size);
+    rep->rebuilt_lanes = !runs_ok && file_size > 0;
+
+    /* Scan from the last good index entry, or from byte 0 when anything is
+     * rebuilt or the segment may have lost pages in a crash. */
+    uint64_t start = 0;
+    if (runs_ok && !rebuild && sl_index_count(&s->oidx)) {
+        uint32_t rel, pos;
         oidx_get(s, sl_index_count(&s->oidx) - 1, &rel, &pos);
         start = pos;
         s->last_index_pos = pos;
         s->max_ts = tidx_last_ts(s);
         atomic_store(&s->next, base + rel);
-    } else if (!runs_ok) {
+    } else {
+        sl_index_truncate(&s->oidx, 0);
+        sl_index_truncate(&s->tidx, 0);
         s->nruns = 0;
         if (ftruncate(s->lanes_fd, 0) < 0) {
             rc = sl_error_errno(err, errno, "%s.lanes: truncate", s->stem);
             goto fail;
         }
-    }
-    if (start == 0 && sl_index_count(&s->oidx)) {
-        /* Scanning from byte 0: the kept entries are re-confirmed in order. */
-        uint32_t rel, pos;
-        oidx_get(s, sl_index_count(&s->oidx) - 1, &rel, &pos);
-        s->last_index_pos = pos;
     }
     atomic_store(&s->size, start);
     rc = scan_tail(s, start, file_size, mode == SL_SEG_FULL, index_interval, rep, err);

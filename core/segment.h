@@ -97,7 +97,7 @@ typedef struct sl_segment {
     pthread_mutex_t runs_lock; /* guards runs/nruns against the appending writer */
     sl_lane_run *runs;
     size_t nruns, cap_runs;
-    bool lanes_dirty;       /* runs not yet fdatasync'ed */
+    _Atomic bool lanes_dirty; /* runs not yet fdatasync'ed (set by the writer, cleared by sync) */
     bool active;
     bool deleted;           /* unlink the files when the last reference goes */
     _Atomic int refs;
@@ -169,10 +169,12 @@ uint64_t sl_segment_seek(const sl_segment *s, int64_t offset);
  * least ts. */
 uint64_t sl_segment_seek_time(const sl_segment *s, int64_t ts);
 
-/* The lane of the batch at pos (copied to lane, SL_LANE_MAX + 1 bytes) and
- * the position where the next run starts (UINT64_MAX if none yet). Returns 0
- * or SL_ENOENT when no run covers pos. */
-int sl_segment_lane_at(sl_segment *s, uint64_t pos, char *lane, uint64_t *run_end);
+/* The lane of the batch at pos (copied to lane, SL_LANE_MAX + 1 bytes), the
+ * position where the next run starts and that run's first offset
+ * (UINT64_MAX and INT64_MAX when there is no next run yet). Returns 0 or
+ * SL_ENOENT when no run covers pos. */
+int sl_segment_lane_at(sl_segment *s, uint64_t pos, char *lane, uint64_t *run_end,
+                       int64_t *run_end_offset);
 
 /* Reference counting: readers hold a reference while they use the segment. */
 void sl_segment_ref(sl_segment *s);

@@ -19,16 +19,12 @@
 
 const char *sl_event_status_name(sl_event_status status)
 {
-    switch (status) {
-#define XX(code, name)                                                                             \
-    case SL_EVENT_##code:                                                                          \
-        return name;
+    static const char *const names[SL_EVENT_STATUS_COUNT] = {
+#define XX(code, name) name,
         SL_EVENT_STATUS_MAP(XX)
 #undef XX
-    case SL_EVENT_STATUS_COUNT:
-        break;
-    }
-    return "Unknown";
+    };
+    return (unsigned)status < SL_EVENT_STATUS_COUNT ? names[status] : "Unknown";
 }
 
 /* Members the parser knows by name, and where their tokens go in sl_event
@@ -514,8 +510,8 @@ sl_event_status sl_event_parse(const char *json, size_t len, const sl_event_limi
             WS();
             if (sl_json_value_from(json, p, end, max_depth - 1, &v, &p, err)) {
                 if (err && strstr(err->msg, "nesting deeper")) /* count the event object too */
-                    sl_error_set(err, SL_EPARSE, "byte %zu: nesting deeper than %d levels",
-                                 (size_t)(p - json), max_depth);
+                    sl_error_set(err, SL_EPARSE, "byte %zu: nesting deeper than %d level%s",
+                                 (size_t)(p - json), max_depth, max_depth == 1 ? "" : "s");
                 return SL_EVENT_INVALID_JSON;
             }
             spaced |= v.flags & SL_JSON_SPACED;

@@ -4,7 +4,7 @@
  *
  * Ingest flow, per event:
  *
- *     sl_event ev;                               // ~3 KiB; reusable, no free
+ *     sl_event ev;                             // ~3.5 KiB; reusable, no free
  *     st = sl_event_parse(json, len, &lim, &ev, &err);
  *     if (st == SL_EVENT_OK)
  *         st = sl_event_apply_lane(&ev, request_lane, &err);   // X-Sluice-Lane
@@ -28,11 +28,18 @@
  *    disallows: controls U+0000–U+001F and U+007F–U+009F, noncharacters.
  *  - Extension values may be strings, integers in the 32-bit range, or
  *    booleans. `lane` and `partitionkey` must be strings.
+ *  - Syntax checks stay cheap: `source` must be a non-empty string (its
+ *    URI-reference grammar is not enforced), `dataschema` must start with a
+ *    URI scheme, `datacontenttype` with "type/subtype", `time` must be RFC
+ *    3339, `data_base64` padded RFC 4648 base64.
  *  - `sluiceset`, `sluicepartition` and `sluiceoffset` are assigned by sluice
  *    on read; an incoming event that carries them (an event read back and
  *    published again) has them dropped by encode rather than refused.
  *  - An explicit `"lane": ""` is the base lane, the same as no lane: a lane
  *    set for the whole request replaces it without a conflict.
+ *  - Bounds that keep parsing allocation-free: at most SL_EVENT_MAX_MEMBERS
+ *    members per event (InvalidEvent beyond), names of at most
+ *    SL_EVENT_NAME_MAX bytes.
  */
 #ifndef SL_EVENT_H
 #define SL_EVENT_H
@@ -107,15 +114,17 @@ typedef struct sl_event {
      * form, which is still deterministic for identical inputs. */
     const char *key;
     size_t key_len;
-    size_t n_ext;
+    size_t n_ext; /* extensions in ext[0 .. n_ext), in input order */
 
     /* private */
     bool lane_applied; /* lane came from sl_event_apply_lane(): encode adds it */
     int lane_member;   /* index of the lane member, or -1 */
     uint64_t drop;     /* members encode leaves out, bit = member index */
     size_t scratch_used;
+
+    /* Last, so that parse does not have to clear them. */
     sl_event_ext ext[SL_EVENT_MAX_MEMBERS];
-    char scratch[SL_EVENT_SCRATCH];
+    char scratch[SL_EVENT_SCRATCH]; /* private */
 } sl_event;
 
 /* Parses and validates one structured-mode event of len bytes (a JSON object,
@@ -152,7 +161,7 @@ int sl_event_encode(const sl_event *ev, const sl_event_fill *fill, sl_buf *out);
 /* Appends a stored event (as encode wrote it) with
  * `,"sluiceset":SET,"sluicepartition":P,"sluiceoffset":O` spliced in before
  * its closing brace, for serving reads. set is a NUL-terminated UTF-8 name.
- * Returns 0, SL_EINVAL when stored is not a compact object or set is not
+ * Returns 0, SL_EINVAL when stored is not an object ("{…}") or set is not
  * UTF-8, or SL_ENOMEM; out is unchanged on error. */
 int sl_event_decorate(const char *stored, size_t len, const char *set, int32_t partition,
                       int64_t offset, sl_buf *out);

@@ -685,45 +685,42 @@ static inline uint64_t eq_mask(uint64_t v, unsigned char c)
 
 int sl_json_compact(const char *p, size_t len, sl_buf *out)
 {
-    const uint64_t ones = 0x0101010101010101ull;
     if (sl_buf_reserve(out, len)) return SL_ENOMEM;
-    /* Eight bytes are copied at a time and w advances only past the ones
-     * kept; w never gets ahead of p, so the reservation of len suffices. */
+    /* w never gets ahead of p, so the reservation of len is enough, even for
+     * the eight-byte copies inside strings. */
     char *w = (char *)out->data + out->len;
     const char *end = p + len;
-    bool in_str = false;
     while (p < end) {
-        size_t k = 1;
-        if (end - p >= 8) {
-            uint64_t v, m;
-            memcpy(&v, p, 8);
-            if (in_str) /* look for '"' or '\' */
-                m = eq_mask(v, '"') | eq_mask(v, '\\');
-            else /* whitespace is the only valid byte <= 0x20 outside strings */
-                m = ((v - ones * 0x21) & ~v & 0x8080808080808080ull) | eq_mask(v, '"');
-            memcpy(w, p, 8);
-            if (!m) {
-                w += 8, p += 8;
+        char c = *p++;
+        *w = c;
+        if (c != '"') { /* outside strings: keep everything but whitespace */
+            w += !is_ws(c);
+            continue;
+        }
+        w++;
+        while (p < end) { /* the string, up to and including its closing quote */
+            if (end - p >= 8) {
+                uint64_t v;
+                memcpy(&v, p, 8);
+                memcpy(w, p, 8);
+                uint64_t m = eq_mask(v, '"') | eq_mask(v, '\\');
+                if (!m) {
+                    w += 8, p += 8;
+                    continue;
+                }
+                size_t k = (size_t)__builtin_ctzll(m) >> 3;
+                w += k, p += k;
+            } else if (*p != '"' && *p != '\\') {
+                *w++ = *p++;
                 continue;
             }
-            k = (size_t)__builtin_ctzll(m) >> 3;
-            w += k, p += k;
-            k = 1;
-        } else if (!(in_str ? *p == '"' || *p == '\\' : *p == '"' || is_ws(*p))) {
-            *w++ = *p++;
-            continue;
+            if (*p == '"') {
+                *w++ = *p++;
+                break;
+            }
+            *w++ = *p++; /* a backslash and the byte it escapes */
+            if (p < end) *w++ = *p++;
         }
-        /* p is at a special byte. */
-        if (*p == '"') {
-            in_str = !in_str;
-        } else if (*p == '\\') {
-            k = 2; /* in a string: the escaped byte is never special */
-        } else {
-            p++; /* whitespace */
-            continue;
-        }
-        memcpy(w, p, k);
-        w += k, p += k;
     }
     out->len = (size_t)(w - (char *)out->data);
     return 0;

@@ -184,6 +184,15 @@ static int open_segments(sl_log *log, bool clean, const sl_log_open_options *o, 
         if (rc)
             break;
         report_segment(o, s, &rep);
+        if (log->n && sl_segment_next_offset(log->segs[log->n - 1]) > s->base &&
+            sl_segment_size(s) == 0) {
+            /* An empty file named inside an earlier segment's range holds no
+             * offsets: remove it alone. */
+            notify(o, "%s.log: removed, an empty segment inside the previous one", s->stem);
+            s->deleted = true;
+            sl_segment_unref(s);
+            continue;
+        }
         if (log->n && sl_segment_next_offset(log->segs[log->n - 1]) > s->base) {
             notify(o, "%s.log: overlaps the previous segment; it and later segments are "
                       "dropped", s->stem);

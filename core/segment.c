@@ -784,8 +784,26 @@ int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
         oidx_get(s, sl_index_count(&s->oidx) - 1, &rel, &pos);
         start = pos;
         s->last_index_pos = pos;
-        s->max_ts = tidx_last_ts(s);
         atomic_store(&s->next, base + rel);
+        /* Time entries and lane runs past the scan start are derived again by
+         * the scan; dropping them first means none can outlive batches that a
+         * shorter file no longer has. */
+        size_t tn2 = sl_index_count(&s->tidx);
+        while (tn2) {
+            int64_t ts;
+            uint32_t trel;
+            tidx_get(s, tn2 - 1, &ts, &trel);
+            if (trel <= rel)
+                break;
+            tn2--;
+        }
+        sl_index_truncate(&s->tidx, tn2);
+        runs_truncate_from(s, (uint64_t)pos + 1);
+        if (ftruncate(s->lanes_fd, (off_t)(s->nruns * SL_LANES_ENTRY)) < 0) {
+            rc = sl_error_errno(err, errno, "%s.lanes: truncate", s->stem);
+            goto fail;
+        }
+        s->max_ts = tidx_last_ts(s);
     } else {
         sl_index_truncate(&s->oidx, 0);
         sl_index_truncate(&s->tidx, 0);

@@ -34,9 +34,12 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)  # testutil.c is linked into each
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_SRC := $(wildcard bench/*_bench.c)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=build/rel/bench/%)
+# Integration tests: C programs in tests/integration/ that drive bin/sluice.
+ITEST_SRC := $(wildcard tests/integration/test_*.c)
+ITEST_BIN := $(ITEST_SRC:tests/integration/%.c=build/rel/itests/%)
 
 .PRECIOUS: $(B)/tests/%.o
-.PHONY: all run test unit unit-san integration bench soak format clean
+.PHONY: all run test unit itests bench soak format clean
 all: bin/sluice
 
 bin/sluice: $(B)/core/main.o $(B)/libsluice.a
@@ -58,6 +61,10 @@ $(B)/tests/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -c -o $@ $<
 
+build/rel/itests/%: tests/integration/%.c build/rel/tests/testutil.o build/rel/libsluice.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $^ $(LDLIBS)
+
 build/rel/bench/%: bench/%.c build/rel/libsluice.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -73,15 +80,17 @@ run: bin/sluice
 unit: $(TEST_BIN)
 
 test:
-	@$(MAKE) -s bin/sluice unit
+	@$(MAKE) -s bin/sluice unit itests
 	@$(MAKE) -s SANITIZE=address,undefined unit
-	@scripts/run-tests.sh build/rel/tests build/san/tests
+	@scripts/run-tests.sh build/rel/tests build/san/tests build/rel/itests
+
+itests: $(ITEST_BIN)
 
 bench: $(BENCH_BIN) bin/sluice
-	@for b in $(BENCH_BIN); do $$b || exit 1; done
+	@for b in $(BENCH_BIN) $(wildcard bench/*_bench.sh); do $$b || exit 1; done
 
-soak: bin/sluice $(TEST_BIN)
-	@SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests
+soak: bin/sluice $(TEST_BIN) $(ITEST_BIN)
+	@SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests build/rel/itests
 
 format:
 	clang-format -i $(wildcard core/*.[ch] connectors/*.[ch] rules/*.[ch] tests/unit/*.[ch] bench/*.[ch])

@@ -276,6 +276,9 @@ static enum MHD_Result publish(ingest *in)
     } else if (rc == SL_EFULL) {
         ret = sl__http_error(r, 503, "Backpressure", "%s; nothing from this request was "
                              "stored, retry after a second", err.msg);
+    } else if (rc == SL_ETOOBIG) {
+        ret = sl__http_error(r, 413, "RequestTooLarge", "%s; nothing from this request was "
+                             "stored", err.msg);
     } else if (rc == SL_ESHUTDOWN) {
         ret = sl__http_error(r, 503, "ShuttingDown", "the server is shutting down; nothing "
                              "from this request was stored");

@@ -211,7 +211,11 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
         bus_part *bp = &bs->parts[p];
         if (!need[p])
             continue;
-        if (bp->failing)
+        if (need[p] > set->cfg.buffer_bytes)
+            rc = sl_error_set(err, SL_ETOOBIG, "the request needs %" PRIu64 " bytes in set %s "
+                              "partition %d, more than its whole buffer (%" PRIu64 " bytes)",
+                              need[p], set->name, p, set->cfg.buffer_bytes);
+        else if (bp->failing)
             rc = sl_error_set(err, bp->failing, "set %s partition %d cannot write: %s",
                               set->name, p, sl_strerror(bp->failing));
         else if (bp->buffered + need[p] > set->cfg.buffer_bytes)

@@ -79,6 +79,8 @@ int32_t sl_databus_partition(sl_set *set, const void *key, size_t key_len);
  * and offset. All or nothing: returns SL_EFULL (nothing queued) when any
  * partition's buffer cannot take its share, SL_ESHUTDOWN while stopping,
  * SL_ENOSPC/SL_EIO while the partition's disk is failing, with err.
+ * SL_ETOOBIG when one partition's share is larger than its whole buffer (it
+ * could never be accepted: send fewer events per request).
  * On success returns 0 when the publish is complete (ack = "buffer"), or 1
  * when done(ctx, status) will be called exactly once later (ack = "durable"). */
 int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs, size_t n,

@@ -20,12 +20,18 @@
 static const char serve_usage[] =
     "usage: sluice serve [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
     "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
+    "                    [--buffer-bytes SIZE] [--linger-ms N] [--max-request SIZE]\n"
+    "                    [--idle-timeout S]\n"
     "  --data DIR          where event sets live (default ./sluice-data)\n"
     "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
     "  --partitions N      partitions of sets created on first publish (default 4)\n"
     "  --ack MODE          ack mode of new sets (default durable)\n"
     "  --compression C     batch compression of new sets (default none)\n"
-    "  --no-auto-create    refuse events for sets that do not exist yet (404)\n";
+    "  --no-auto-create    refuse events for sets that do not exist yet (404)\n"
+    "  --buffer-bytes SIZE Databus buffer per partition of new sets (default 32MiB)\n"
+    "  --linger-ms N       how long the Databus waits to fill a batch (default 2)\n"
+    "  --max-request SIZE  largest request body (default 10MiB; larger gets 413)\n"
+    "  --idle-timeout S    close idle or stalled connections after S seconds (default 30)\n";
 
 static int usage(const char *msg, const char *arg)
 {
@@ -69,6 +75,7 @@ int sl_cli_serve_main(int argc, char **argv)
     uint16_t port = 8080;
     sl_sets_options so = {.auto_create = true, .notify = log_notice};
     sl_set_config_default(&so.defaults);
+    sl_http_options ho = {.host = host, .port = port};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -95,6 +102,26 @@ int sl_cli_serve_main(int argc, char **argv)
             if (strcmp(v, "buffer") && strcmp(v, "durable"))
                 return usage("--ack %s: want buffer or durable", v);
             so.defaults.ack = strcmp(v, "buffer") == 0 ? SL_ACK_BUFFER : SL_ACK_DURABLE;
+            i++;
+        } else if (strcmp(a, "--buffer-bytes") == 0) {
+            if (sl_parse_bytes(v, &so.defaults.buffer_bytes) || so.defaults.buffer_bytes < 1024)
+                return usage("--buffer-bytes %s: want a size of at least 1KiB", v);
+            i++;
+        } else if (strcmp(a, "--linger-ms") == 0) {
+            int64_t ms;
+            if (sl_parse_duration_ms(v, &ms) || ms > 60000)
+                return usage("--linger-ms %s: want 0..60000", v);
+            so.defaults.linger_ms = (uint32_t)ms;
+            i++;
+        } else if (strcmp(a, "--max-request") == 0) {
+            if (sl_parse_bytes(v, &ho.max_request_bytes) || ho.max_request_bytes < 1024)
+                return usage("--max-request %s: want a size of at least 1KiB", v);
+            i++;
+        } else if (strcmp(a, "--idle-timeout") == 0) {
+            int s = atoi(v);
+            if (s < 1 || s > 3600)
+                return usage("--idle-timeout %s: want 1..3600 seconds", v);
+            ho.idle_timeout_s = (unsigned)s;
             i++;
         } else if (strcmp(a, "--compression") == 0) {
             if (sl_codec_parse(v, &so.defaults.compression))
@@ -127,7 +154,8 @@ int sl_cli_serve_main(int argc, char **argv)
         so.ctx = bus;
         rc = sl_sets_open(&so, &sets, &err);
     }
-    sl_http_options ho = {.host = host, .port = port};
+    ho.host = host;
+    ho.port = port;
     if (!rc)
         rc = sl_http_start(&ho, sets, bus, &http, &err);
     if (rc) {

@@ -75,6 +75,7 @@ void sl__http_req_release(sl_http_req *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) != 1)
         return;
+    atomic_fetch_sub(&r->h->body_bytes, r->body.len);
     sl_buf_free(&r->body);
     sl_buf_free(&r->resp);
     pthread_mutex_destroy(&r->lock);
@@ -172,8 +173,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size) { /* more body */
         if (!r->too_big && r->body.len + *upload_size > h->opts.max_request_bytes)
             r->too_big = true;
-        if (!r->too_big && sl_buf_append(&r->body, upload_data, *upload_size))
+        /* Bodies are bounded server-wide too: many large uploads at once get
+         * 503 instead of growing memory without limit. */
+        if (!r->too_big && !r->overloaded &&
+            atomic_fetch_add(&h->body_bytes, *upload_size) + *upload_size >
+                h->opts.max_body_memory) {
+            atomic_fetch_sub(&h->body_bytes, *upload_size);
+            r->overloaded = true;
+        }
+        if (!r->too_big && !r->overloaded && sl_buf_append(&r->body, upload_data, *upload_size)) {
+            atomic_fetch_sub(&h->body_bytes, *upload_size);
             return MHD_NO;
+        }
         *upload_size = 0;
         return MHD_YES;
     }
@@ -181,6 +192,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return sl__http_error(r, 413, "RequestTooLarge", "the request body is over the limit "
                               "of %llu bytes; send fewer events per request",
                               (unsigned long long)h->opts.max_request_bytes);
+    if (r->overloaded)
+        return sl__http_error(r, 503, "Backpressure", "the server holds too many request "
+                              "bodies right now; nothing was stored, retry after a second");
     if (r->ready && r->post) { /* resumed after a durable wait */
         if (r->wait_status) /* not 503: that would promise nothing was stored */
             return sl__http_error(r, 500, "NotConfirmed", "the events were queued but not "
@@ -292,6 +306,8 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         h->opts.max_connections = 4096;
     if (!h->opts.idle_timeout_s)
         h->opts.idle_timeout_s = 30;
+    if (!h->opts.max_body_memory)
+        h->opts.max_body_memory = 256u << 20;
     h->sets = sets;
     h->bus = bus;
     pthread_mutex_init(&h->poll_lock, NULL);

@@ -25,7 +25,7 @@ typedef struct sl_http_options {
     unsigned threads;           /* handler threads; default: number of CPUs */
     unsigned max_connections;   /* default 4096 */
     unsigned idle_timeout_s;    /* idle or slow connections are closed; default 30 */
-    unsigned durable_timeout_s; /* a durable publish answers 503 after this; default 30 */
+    uint64_t max_body_memory;   /* all request bodies in memory at once; default 256 MiB */
 } sl_http_options;
 
 typedef struct sl_http sl_http;

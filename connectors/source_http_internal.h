@@ -26,6 +26,7 @@ struct sl_http {
     uint16_t port;
     _Atomic bool stopping;
     _Atomic int active;              /* requests not yet completed */
+    _Atomic uint64_t body_bytes;     /* request bodies held in memory right now */
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
     _Atomic uint64_t rejected[16];   /* per sl_event_status (source_http_ingest.c) */
     /* Suspended long-polls, woken by appends or their deadline. */
@@ -42,6 +43,7 @@ struct sl_http_req {
     bool post;
     sl_buf body;
     bool too_big;
+    bool overloaded;      /* the server-wide body memory cap was reached */
     _Atomic int refs;     /* MHD's, plus one while the Databus holds it */
     pthread_mutex_t lock; /* orders suspend before resume */
     bool suspended;

@@ -28,7 +28,7 @@ static const char serve_usage[] =
     "  --ack MODE          ack mode of new sets (default durable)\n"
     "  --compression C     batch compression of new sets (default none)\n"
     "  --no-auto-create    refuse events for sets that do not exist yet (404)\n"
-    "  --buffer-bytes SIZE Databus buffer per partition of new sets (default 32MiB)\n"
+    "  --buffer-bytes SIZE Databus buffer per partition of new sets (default 8MiB)\n"
     "  --linger-ms N       how long the Databus waits to fill a batch (default 2)\n"
     "  --max-request SIZE  largest request body (default 10MiB; larger gets 413)\n"
     "  --idle-timeout S    close idle or stalled connections after S seconds (default 30)\n";

@@ -33,7 +33,7 @@ void sl_set_config_default(sl_set_config *cfg)
     cfg->generate_ids = false;
     cfg->linger_ms = 2;
     cfg->batch_bytes = 1u << 20;
-    cfg->buffer_bytes = 32ull << 20;
+    cfg->buffer_bytes = 8ull << 20;
 }
 
 int sl_set_name_valid(const char *name)

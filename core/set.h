@@ -41,7 +41,7 @@ typedef struct sl_set_config {
 } sl_set_config;
 
 /* 4 partitions, ack durable, no compression, log defaults, 1 MiB events,
- * no generated ids, linger 2 ms, 1 MiB batches, 32 MiB buffer per partition. */
+ * no generated ids, linger 2 ms, 1 MiB batches, 8 MiB buffer per partition. */
 void sl_set_config_default(sl_set_config *cfg);
 
 typedef struct sl_set sl_set;

@@ -21,7 +21,7 @@ static const char serve_usage[] =
     "usage: sluice serve [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
     "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
     "                    [--buffer-bytes SIZE] [--linger-ms N] [--max-request SIZE]\n"
-    "                    [--idle-timeout S]\n"
+    "                    [--idle-timeout S] [--max-event SIZE] [--generate-ids]\n"
     "  --data DIR          where event sets live (default ./sluice-data)\n"
     "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
     "  --partitions N      partitions of sets created on first publish (default 4)\n"
@@ -31,7 +31,10 @@ static const char serve_usage[] =
     "  --buffer-bytes SIZE Databus buffer per partition of new sets (default 8MiB)\n"
     "  --linger-ms N       how long the Databus waits to fill a batch (default 2)\n"
     "  --max-request SIZE  largest request body (default 10MiB; larger gets 413)\n"
-    "  --idle-timeout S    close idle or stalled connections after S seconds (default 30)\n";
+    "  --idle-timeout S    close idle or stalled connections after S seconds (default 30)\n"
+    "  --max-event SIZE    largest stored event of new sets (default 1MiB)\n"
+    "  --generate-ids      new sets give events without an id a UUIDv7 instead of refusing\n"
+    "Set options apply to sets created from now on; existing sets keep their set.json.\n";
 
 static int usage(const char *msg, const char *arg)
 {
@@ -83,6 +86,8 @@ int sl_cli_serve_main(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--no-auto-create") == 0) {
             so.auto_create = false;
+        } else if (strcmp(a, "--generate-ids") == 0) {
+            so.defaults.generate_ids = true;
         } else if (!v) {
             return usage("unknown option or missing value: %s", a);
         } else if (strcmp(a, "--data") == 0) {
@@ -106,6 +111,12 @@ int sl_cli_serve_main(int argc, char **argv)
         } else if (strcmp(a, "--buffer-bytes") == 0) {
             if (sl_parse_bytes(v, &so.defaults.buffer_bytes) || so.defaults.buffer_bytes < 1024)
                 return usage("--buffer-bytes %s: want a size of at least 1KiB", v);
+            i++;
+        } else if (strcmp(a, "--max-event") == 0) {
+            uint64_t b;
+            if (sl_parse_bytes(v, &b) || b < 256 || b > (16u << 20))
+                return usage("--max-event %s: want 256B..16MiB", v);
+            so.defaults.max_event_bytes = (uint32_t)b;
             i++;
         } else if (strcmp(a, "--linger-ms") == 0) {
             int64_t ms;

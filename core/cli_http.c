@@ -366,3 +366,24 @@ void sl_cli_http_json_str(const sl_json_tok *tok, char *out, size_t cap)
     }
     out[n] = '\0';
 }
+
+bool sl_cli_http_opt(int argc, char **argv, int *i, const char *name, const char **out,
+                     bool *missing)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return false;
+    if (a[n] == '=') {
+        *out = a + n + 1;
+        return true;
+    }
+    if (a[n] != '\0')
+        return false;
+    if (*i + 1 >= argc) {
+        *missing = true;
+        return true;
+    }
+    *out = argv[++*i];
+    return true;
+}

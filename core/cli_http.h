@@ -102,4 +102,10 @@ bool sl_cli_http_json_i64(const sl_json_tok *tok, int64_t *out);
  * cap - 1 bytes. Writes "" when tok is not a string. */
 void sl_cli_http_json_str(const sl_json_tok *tok, char *out, size_t cap);
 
+/* Parses "--name value" or "--name=value" at argv[*i] (moving *i past the
+ * value); returns true when argv[*i] is that option, with *missing set when
+ * its value is absent. Shared by the client commands' option parsers. */
+bool sl_cli_http_opt(int argc, char **argv, int *i, const char *name, const char **out,
+                     bool *missing);
+
 #endif

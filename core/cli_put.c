@@ -445,27 +445,6 @@ static bool is_blank(const char *s, size_t n)
     return true;
 }
 
-/* Parses "--name value" or "--name=value" at argv[*i]; true on a match. */
-static bool opt_value(int argc, char **argv, int *i, const char *name, const char **out,
-                      bool *missing)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return false;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return true;
-    }
-    if (a[n] != '\0')
-        return false;
-    if (*i + 1 >= argc) {
-        *missing = true;
-        return true;
-    }
-    *out = argv[++*i];
-    return true;
-}
 
 int sl_cli_put_main(int argc, char **argv)
 {
@@ -477,10 +456,10 @@ int sl_cli_put_main(int argc, char **argv)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(put_usage, stdout);
             return 0;
-        } else if (opt_value(argc, argv, &i, "--lane", &c.lane, &missing) ||
-                   opt_value(argc, argv, &i, "--type", &c.type, &missing) ||
-                   opt_value(argc, argv, &i, "--source", &c.source, &missing) ||
-                   opt_value(argc, argv, &i, "--server", &server, &missing)) {
+        } else if (sl_cli_http_opt(argc, argv, &i, "--lane", &c.lane, &missing) ||
+                   sl_cli_http_opt(argc, argv, &i, "--type", &c.type, &missing) ||
+                   sl_cli_http_opt(argc, argv, &i, "--source", &c.source, &missing) ||
+                   sl_cli_http_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
                 return put_usage_error("%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -499,26 +499,6 @@ static int run(tail_ctx *c, int wake_rd)
     return rc < 0 ? 1 : 0; /* rc 1: stdout closed, a quiet success */
 }
 
-static bool opt_value(int argc, char **argv, int *i, const char *name, const char **out,
-                      bool *missing)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return false;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return true;
-    }
-    if (a[n] != '\0')
-        return false;
-    if (*i + 1 >= argc) {
-        *missing = true;
-        return true;
-    }
-    *out = argv[++*i];
-    return true;
-}
 
 int sl_cli_tail_main(int argc, char **argv)
 {
@@ -532,10 +512,10 @@ int sl_cli_tail_main(int argc, char **argv)
             return 0;
         } else if (strcmp(a, "--follow") == 0 || strcmp(a, "-f") == 0) {
             c.follow = true;
-        } else if (opt_value(argc, argv, &i, "--from", &c.from, &missing) ||
-                   opt_value(argc, argv, &i, "--lane", &c.lane, &missing) ||
-                   opt_value(argc, argv, &i, "--partition", &part, &missing) ||
-                   opt_value(argc, argv, &i, "--server", &server, &missing)) {
+        } else if (sl_cli_http_opt(argc, argv, &i, "--from", &c.from, &missing) ||
+                   sl_cli_http_opt(argc, argv, &i, "--lane", &c.lane, &missing) ||
+                   sl_cli_http_opt(argc, argv, &i, "--partition", &part, &missing) ||
+                   sl_cli_http_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
                 return tail_usage_error("%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {

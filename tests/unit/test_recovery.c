@@ -9,7 +9,7 @@
  * crash states, copied while open), so each case starts from known bytes.
  * Record values are tu_value(offset), so any record read back can be checked
  * without keeping the originals. After every repair the closed log must pass
- * both sl_log_verify() and check_companions(), this file's own reading of the
+ * both sl_log_verify() and tu_check_companions(), this file's own reading of the
  * index, time index and lane sidecar against the .log.
  *
  * SLUICE_SOAK=1 takes more snapshots of a longer-running live log.
@@ -64,24 +64,6 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) fail_msg("open %s: %s", path, strerror(errno));
-    struct stat st;
-    assert_int_equal(fstat(fd, &st), 0);
-    uint8_t *buf = malloc((size_t)st.st_size + 1);
-    assert_non_null(buf);
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-        assert_true(r > 0);
-        got += (size_t)r;
-    }
-    close(fd);
-    *len = got;
-    return buf;
-}
 
 static void write_file(const char *path, const void *data, size_t len)
 {
@@ -127,7 +109,7 @@ static void copy_dir(const char *src, const char *dst)
         snprintf(from, sizeof from, "%s/%s", src, e->d_name);
         snprintf(to, sizeof to, "%s/%s", dst, e->d_name);
         size_t len;
-        uint8_t *data = read_file(from, &len);
+        uint8_t *data = tu_read_file(from, &len);
         write_file(to, data, len);
         free(data);
     }
@@ -156,7 +138,7 @@ typedef struct batch_loc {
 static batch_loc *scan_batches(const char *path, size_t *n)
 {
     size_t len;
-    uint8_t *data = read_file(path, &len);
+    uint8_t *data = tu_read_file(path, &len);
     batch_loc *v = NULL;
     size_t cnt = 0, cap = 0, pos = 0;
     while (pos < len) {
@@ -178,129 +160,7 @@ static batch_loc *scan_batches(const char *path, size_t *n)
 
 /* ---- an independent look at the companions -------------------------------- */
 
-typedef struct batch_meta {
-    uint64_t pos;
-    int64_t base, last; /* first and last offset */
-    int64_t run_max_ts; /* largest timestamp up to and including this batch */
-    char lane[SL_LANE_MAX + 1];
-} batch_meta;
 
-/* Checks, for every segment of the closed log in dir, that the .log holds only
- * whole valid batches and that .index, .timeindex and .lanes say exactly what
- * core/segment.h says they say about it. Independent of sl_log_verify(). */
-static void check_companions(const char *dir, const char *when)
-{
-    int64_t *bases = NULL;
-    size_t nseg = 0;
-    sl_error err = {0};
-    assert_int_equal(sl__log_list_bases(dir, &bases, &nseg, &err), 0);
-    sl_batch_reader br;
-    sl_batch_reader_init(&br);
-    for (size_t s = 0; s < nseg; s++) {
-        char stem[4096], p[4200];
-        snprintf(stem, sizeof stem, "%s/%020" PRId64, dir, bases[s]);
-        size_t len, ilen, tlen, llen;
-        snprintf(p, sizeof p, "%s.log", stem);
-        uint8_t *log = read_file(p, &len);
-        snprintf(p, sizeof p, "%s.index", stem);
-        uint8_t *ix = read_file(p, &ilen);
-        snprintf(p, sizeof p, "%s.timeindex", stem);
-        uint8_t *tx = read_file(p, &tlen);
-        snprintf(p, sizeof p, "%s.lanes", stem);
-        uint8_t *lx = read_file(p, &llen);
-        if (ilen % SL_OFFSET_ENTRY || tlen % SL_TIME_ENTRY || llen % SL_LANES_ENTRY)
-            fail_msg("%s: %s: companion sizes %zu/%zu/%zu are not whole entries", when, stem, ilen,
-                     tlen, llen);
-
-        batch_meta *bm = NULL;
-        size_t nb = 0, cap = 0;
-        int64_t run_max = INT64_MIN, next = bases[s];
-        for (uint64_t pos = 0; pos < len;) {
-            sl_batch_info in;
-            err.msg[0] = '\0';
-            if (sl_batch_check(log + pos, len - pos, &in, &err))
-                fail_msg("%s: %s.log: byte %" PRIu64 ": not a whole valid batch: %s", when, stem,
-                         pos, err.msg);
-            if (in.base_offset < next)
-                fail_msg("%s: %s.log: byte %" PRIu64 ": offset %" PRId64 " goes backwards", when,
-                         stem, pos, in.base_offset);
-            if (nb == cap) {
-                cap = cap ? cap * 2 : 256;
-                bm = realloc(bm, cap * sizeof *bm);
-                assert_non_null(bm);
-            }
-            batch_meta *m = &bm[nb++];
-            if (in.max_ts > run_max) run_max = in.max_ts;
-            m->pos = pos;
-            m->base = in.base_offset;
-            m->last = in.base_offset + in.last_offset_delta;
-            m->run_max_ts = run_max;
-            if (sl_batch_lane(&br, log + pos, sl_batch_size(&in), m->lane, &err))
-                fail_msg("%s: %s.log: byte %" PRIu64 ": %s", when, stem, pos, err.msg);
-            next = m->last + 1;
-            pos += sl_batch_size(&in);
-        }
-
-        /* Offset index: increasing entries, each at a batch with its offset. */
-        size_t b = 0;
-        for (size_t i = 0; i < ilen / SL_OFFSET_ENTRY; i++) {
-            uint32_t rel = sl_be32_get(ix + i * 8), pos = sl_be32_get(ix + i * 8 + 4);
-            while (b < nb && bm[b].pos < pos)
-                b++;
-            if (b == nb || bm[b].pos != pos || bm[b].base - bases[s] != (int64_t)rel)
-                fail_msg("%s: %s.index: entry %zu {%u, %u} is not a batch of the log", when, stem,
-                         i, rel, pos);
-        }
-        /* Time index: inside the segment, increasing, and each timestamp
-         * reached by a record at or before the offset it names. */
-        int64_t prev_ts = INT64_MIN;
-        uint32_t prev_rel = 0;
-        for (size_t i = 0; i < tlen / SL_TIME_ENTRY; i++) {
-            int64_t ts = (int64_t)sl_be64_get(tx + i * 12);
-            uint32_t rel = sl_be32_get(tx + i * 12 + 8);
-            int64_t off = bases[s] + rel;
-            size_t k = 0;
-            while (k < nb && bm[k].last < off)
-                k++;
-            if (k == nb || ts <= prev_ts || rel < prev_rel || ts > bm[k].run_max_ts)
-                fail_msg("%s: %s.timeindex: entry %zu {ts %" PRId64 ", rel %u} does not fit "
-                         "the log (%zu batches, offsets up to %" PRId64 ")",
-                         when, stem, i, ts, rel, nb, next - 1);
-            prev_ts = ts;
-            prev_rel = rel;
-        }
-        if (nb && (tlen == 0 || prev_ts != run_max))
-            fail_msg("%s: %s.timeindex: ends at ts %" PRId64 ", the segment's newest record has "
-                     "%" PRId64,
-                     when, stem, tlen ? prev_ts : INT64_MIN, run_max);
-        /* Lane sidecar: exactly one entry per run of batches with one lane. */
-        size_t r = 0;
-        for (size_t k = 0; k < nb; k++) {
-            if (k && strcmp(bm[k].lane, bm[k - 1].lane) == 0) continue;
-            uint8_t want[SL_LANES_ENTRY] = {0};
-            size_t ll = strlen(bm[k].lane);
-            sl_be32_put(want, (uint32_t)(bm[k].base - bases[s]));
-            sl_be32_put(want + 4, (uint32_t)bm[k].pos);
-            want[8] = (uint8_t)ll;
-            memcpy(want + 9, bm[k].lane, ll);
-            if (r >= llen / SL_LANES_ENTRY || memcmp(lx + r * SL_LANES_ENTRY, want, sizeof want))
-                fail_msg("%s: %s.lanes: entry %zu does not describe the run of lane \"%s\" at "
-                         "byte %" PRIu64,
-                         when, stem, r, bm[k].lane, bm[k].pos);
-            r++;
-        }
-        if (r != llen / SL_LANES_ENTRY)
-            fail_msg("%s: %s.lanes: %zu entries, the log has %zu lane runs", when, stem,
-                     llen / SL_LANES_ENTRY, r);
-        free(bm);
-        free(log);
-        free(ix);
-        free(tx);
-        free(lx);
-    }
-    sl_batch_reader_free(&br);
-    free(bases);
-}
 
 /* ---- log helpers --------------------------------------------------------- */
 
@@ -342,12 +202,12 @@ static sl_log_verify_report verify_dir(const char *dir)
     return rep;
 }
 
-/* sl_log_verify() and check_companions() both find the closed log healthy. */
+/* sl_log_verify() and tu_check_companions() both find the closed log healthy. */
 static sl_log_verify_report verify_clean(const char *dir)
 {
     sl_log_verify_report rep = verify_dir(dir);
     if (rep.damaged) fail_msg("%s: verify reports damage: %s", g_case, rep.where);
-    check_companions(dir, g_case);
+    tu_check_companions(dir, g_case);
     return rep;
 }
 
@@ -465,7 +325,7 @@ static void torn_tail(sl_codec codec, uint32_t index_interval)
 
         sl_log_verify_report rep = verify_dir(work);
         if (rep.damaged) fail_msg("%s: verify after recovery: %s", g_case, rep.where);
-        check_companions(work, g_case);
+        tu_check_companions(work, g_case);
         assert_int_equal(rep.next_offset, TORN_LAST_BASE + 7);
         assert_int_equal(rep.records, TORN_LAST_BASE + 7);
         tu_rmdir(work);
@@ -529,7 +389,7 @@ static void append_garbage(const char *log_path, int kind, const batch_loc *firs
         /* The first batch again: as is (offsets going backwards), or with the
          * next offset and one record byte changed (the CRC no longer fits). */
         size_t flen;
-        uint8_t *data = read_file(log_path, &flen);
+        uint8_t *data = tu_read_file(log_path, &flen);
         assert_true(first->size <= sizeof buf);
         memcpy(buf, data + first->pos, first->size);
         free(data);
@@ -855,7 +715,7 @@ static void test_deleted_companions_rebuilt(void **state)
         for (size_t i = 0; i < nseg; i++) {
             for (int e = 0; e < 3; e++) {
                 seg_file(p, sizeof p, dir, bases[i], companions[e]);
-                saved[i * 3 + e].data = read_file(p, &saved[i * 3 + e].len);
+                saved[i * 3 + e].data = tu_read_file(p, &saved[i * 3 + e].len);
                 assert_int_equal(unlink(p), 0);
             }
         }
@@ -877,7 +737,7 @@ static void test_deleted_companions_rebuilt(void **state)
             for (int e = 0; e < 3; e++) {
                 seg_file(p, sizeof p, dir, bases[i], companions[e]);
                 size_t len;
-                uint8_t *now = read_file(p, &len);
+                uint8_t *now = tu_read_file(p, &len);
                 if (len != saved[i * 3 + e].len || memcmp(now, saved[i * 3 + e].data, len) != 0)
                     fail_msg("%s: rebuilt file differs from the original (%zu vs %zu bytes)", p,
                              len, saved[i * 3 + e].len);
@@ -949,7 +809,7 @@ static void damaged_companion(const char *ext)
             sl_log_close(log);
             sl_log_verify_report rep = verify_dir(dir);
             if (rep.damaged) fail_msg("%s: verify after reopen: %s", g_case, rep.where);
-            check_companions(dir, g_case);
+            tu_check_companions(dir, g_case);
             assert_int_equal(rep.next_offset, end);
 
             /* Still right when reopened once more, and retention, which goes
@@ -1149,7 +1009,7 @@ static void test_active_log_emptied(void **state)
         sl_log_close(log);
         sl_log_verify_report rep = verify_dir(dir);
         if (rep.damaged) fail_msg("%s: verify: %s", g_case, rep.where);
-        check_companions(dir, g_case);
+        tu_check_companions(dir, g_case);
         tu_rmdir(dir);
     }
 }

@@ -38,6 +38,15 @@ int64_t tu_read_all(sl_log *log, int64_t offset, const char *lane, size_t value_
 /* A small config: segment_bytes seg, index interval 4096, no retention. */
 sl_log_config tu_config(uint64_t seg);
 
+/* The whole file (fails the test when it cannot be read); caller frees. */
+uint8_t *tu_read_file(const char *path, size_t *len);
+
+/* Checks, for every segment of the closed log in dir, that the .log holds
+ * only whole valid batches and that .index, .timeindex and .lanes say exactly
+ * what core/segment.h says about it (independent of sl_log_verify()); when
+ * names the situation in failure messages. */
+void tu_check_companions(const char *dir, const char *when);
+
 /* Size of a file, or -1. */
 int64_t tu_file_size(const char *path);
 

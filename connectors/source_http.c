@@ -17,6 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Connections libmicrohttpd accepts beyond max_connections, so that those get
+ * a 503 answer instead of a closed socket. */
+#define CONN_HEADROOM 256
+
 /* ---- responses ------------------------------------------------------------ */
 
 enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
@@ -32,6 +36,8 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
     body->data = NULL;
     body->len = body->cap = 0;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (retry_after) {
         char v[16];
         snprintf(v, sizeof v, "%u", retry_after);
@@ -71,6 +77,14 @@ enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code
 
 /* ---- requests ------------------------------------------------------------- */
 
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
 void sl__http_req_release(sl_http_req *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) != 1)
@@ -80,6 +94,21 @@ void sl__http_req_release(sl_http_req *r)
     sl_buf_free(&r->resp);
     pthread_mutex_destroy(&r->lock);
     free(r);
+}
+
+/* Counts open connections. libmicrohttpd's own limit is set above ours and
+ * would close sockets silently; below it, requests past our limit get an
+ * answer (503) instead. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)c;
+    (void)socket_context;
+    sl_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&h->conns, 1);
+    else
+        atomic_fetch_sub(&h->conns, 1);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -94,6 +123,29 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
     atomic_fetch_sub(&h->active, 1);
     sl__http_req_release(r);
+}
+
+/* Percent-decodes URLs and query arguments in place like libmicrohttpd's
+ * default, except that "%2F" stays encoded: a set name may not contain '/',
+ * and decoding it first would turn "/v1/sets/a%2Fb/events" into another
+ * path instead of an invalid name. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *p = s; *p; p++) {
+        int hi, lo;
+        if (p[0] == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0 &&
+            (hi << 4 | lo) != '/' && (hi << 4 | lo) != 0) {
+            *w++ = (char)(hi << 4 | lo);
+            p += 2;
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }
 
 /* Splits "/v1/sets/NAME/events" style paths: returns the number of segments
@@ -119,28 +171,38 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
     int n = split_path(buf, seg, 4);
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     bool post = strcmp(method, "POST") == 0;
-    if (n == 1 && strcmp(seg[0], "healthz") == 0 && get) {
-        sl_buf b = SL_BUF_INIT;
-        sl_buf_printf(&b, "{\"status\":\"%s\"}\n", r->h->stopping ? "stopping" : "ok");
-        return sl__http_reply(r, r->h->stopping ? 503 : 200, &b, "application/json", 0);
-    }
-    if (n == 1 && strcmp(seg[0], "metrics") == 0 && get)
-        return sl__http_metrics(r);
-    if (n >= 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sets") == 0) {
-        if (n == 2 && get)
-            return sl__http_list_sets(r);
-        if (n == 3 && get)
-            return sl__http_show_set(r, seg[2]);
-        if (n == 4 && strcmp(seg[3], "events") == 0) {
+    bool known = false; /* the path names a resource, whatever the method */
+    if (n == 1 && strcmp(seg[0], "healthz") == 0) {
+        known = true;
+        if (get) {
+            sl_buf b = SL_BUF_INIT;
+            sl_buf_printf(&b, "{\"status\":\"%s\"}\n", r->h->stopping ? "stopping" : "ok");
+            return sl__http_reply(r, r->h->stopping ? 503 : 200, &b, "application/json", 0);
+        }
+    } else if (n == 1 && strcmp(seg[0], "metrics") == 0) {
+        known = true;
+        if (get)
+            return sl__http_metrics(r);
+    } else if (n >= 2 && n <= 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sets") == 0) {
+        if (n == 2) {
+            known = true;
+            if (get)
+                return sl__http_list_sets(r);
+        } else if (n == 3) {
+            known = true;
+            if (get)
+                return sl__http_show_set(r, seg[2]);
+        } else if (strcmp(seg[3], "events") == 0) {
+            known = true;
             if (post)
                 return sl__http_ingest(r, seg[2]);
             if (get)
                 return sl__http_read(r, seg[2]);
         }
-        if (n >= 3 && n <= 4)
-            return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s",
-                                  method, url);
     }
+    if (known)
+        return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s", method,
+                              url);
     return sl__http_error(r, 404, "NotFound", "no such resource: %s %s", method, url);
 }
 
@@ -187,6 +249,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         *upload_size = 0;
         return MHD_YES;
+    }
+    if (atomic_load(&h->conns) > (int)h->opts.max_connections) {
+        r->close = true; /* answer, then free the connection slot */
+        return sl__http_error(r, 503, "TooManyConnections", "the server has %u connections "
+                              "open, its limit; retry after a second", h->opts.max_connections);
     }
     if (r->too_big)
         return sl__http_error(r, 413, "RequestTooLarge", "the request body is over the limit "
@@ -328,8 +395,10 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     h->d = MHD_start_daemon(
         flags, opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
         MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
-        h->opts.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, h->opts.idle_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        h->opts.max_connections + CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
+        h->opts.idle_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK, unescape,
+        h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)(64 << 10), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_END);
     if (!h->d) {
         int e = errno;

@@ -378,7 +378,9 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
         rc = parse_ndjson(in, body ? body : "", len);
         break;
     case BINARY:
-        rc = parse_binary(in, ct);
+        /* datacontenttype is the Content-Type as sent, parameters included. */
+        rc = parse_binary(in, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                          "Content-Type"));
         break;
     }
     if (go && rc)

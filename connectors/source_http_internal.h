@@ -26,6 +26,7 @@ struct sl_http {
     uint16_t port;
     _Atomic bool stopping;
     _Atomic int active;              /* requests not yet completed */
+    _Atomic int conns;               /* open connections */
     _Atomic uint64_t body_bytes;     /* request bodies held in memory right now */
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
     _Atomic uint64_t rejected[16];   /* per sl_event_status (source_http_ingest.c) */
@@ -44,6 +45,7 @@ struct sl_http_req {
     sl_buf body;
     bool too_big;
     bool overloaded;      /* the server-wide body memory cap was reached */
+    bool close;           /* close the connection after the answer */
     _Atomic int refs;     /* MHD's, plus one while the Databus holds it */
     pthread_mutex_t lock; /* orders suspend before resume */
     bool suspended;

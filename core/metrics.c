@@ -54,9 +54,11 @@ int sl_histogram_write(const sl_histogram *h, const char *name, const char *help
             rc = sl_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels,
                                sep, cum);
     }
+    const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
     if (!rc)
-        rc = sl_buf_printf(out, "%s_sum{%s} %.9f\n%s_count{%s} %" PRIu64 "\n", name, labels,
+        rc = sl_buf_printf(out, "%s_sum%s%s%s %.9f\n%s_count%s%s%s %" PRIu64 "\n", name, open,
+                           labels, close,
                            (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) / 1e9,
-                           name, labels, cum);
+                           name, open, labels, close, cum);
     return rc;
 }

@@ -251,8 +251,15 @@ static int push(sl_sets *sets, sl_set *s)
             rc = SL_ENOMEM;
         }
     }
-    if (!rc)
-        sets->v[sets->n++] = s;
+    if (!rc) { /* kept in name order, so listings are stable across restarts */
+        size_t i = sets->n;
+        while (i > 0 && strcmp(sets->v[i - 1]->name, s->name) > 0) {
+            sets->v[i] = sets->v[i - 1];
+            i--;
+        }
+        sets->v[i] = s;
+        sets->n++;
+    }
     pthread_rwlock_unlock(&sets->lock);
     return rc;
 }

@@ -94,7 +94,7 @@ int sl_sets_get(sl_sets *sets, const char *name, bool create, sl_set **out, sl_e
 int sl_sets_define(sl_sets *sets, const char *name, const sl_set_config *cfg, sl_set **out,
                    sl_error *err);
 
-/* Calls fn for every set, in creation order, under the registry's read lock. */
+/* Calls fn for every set, in name order, under the registry's read lock. */
 void sl_sets_each(sl_sets *sets, void (*fn)(sl_set *set, void *ctx), void *ctx);
 
 /* Number of sets. */

@@ -36,6 +36,7 @@ typedef struct bus_part {
     int64_t retry_ns;
     int64_t synced_ns;
     bool busy;          /* the writer holds this partition's frames right now */
+    bool gave_up;       /* stopping with a failing disk: no more attempts */
 } bus_part;
 
 typedef struct bus_set {
@@ -174,8 +175,10 @@ static void frame_put(sl_buf *b, const sl_databus_event *e)
     w[16] = (uint8_t)ll;
     w += FRAME_HDR;
     memcpy(w, e->lane, ll);
-    memcpy(w + ll, e->key, kl);
-    memcpy(w + ll + kl, e->value, e->value_len);
+    if (kl) /* a NULL key has length 0: memcpy(…, NULL, 0) is undefined */
+        memcpy(w + ll, e->key, kl);
+    if (e->value_len)
+        memcpy(w + ll + kl, e->value, e->value_len);
     b->len += FRAME_HDR + ll + kl + e->value_len;
 }
 
@@ -185,6 +188,11 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
 {
     bus_set *bs = set->bus;
     int32_t np = set->nparts;
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!evs[i].lane || !sl_lane_valid(evs[i].lane, strlen(evs[i].lane)))
+            return sl_error_set(err, SL_EINVAL, "event %zu: invalid lane", i);
     uint64_t stack_need[64], *need = np <= 64 ? stack_need : calloc((size_t)np, sizeof *need);
     if (!need)
         return SL_ENOMEM;
@@ -207,15 +215,17 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
     pthread_mutex_lock(&bus->lock);
     if (bus->stopping)
         rc = sl_error_set(err, SL_ESHUTDOWN, "the server is shutting down");
-    for (int32_t p = 0; p < np && !rc; p++) {
-        bus_part *bp = &bs->parts[p];
-        if (!need[p])
-            continue;
+    /* A share that can never fit is reported before any that is only full now. */
+    for (int32_t p = 0; p < np && !rc; p++)
         if (need[p] > set->cfg.buffer_bytes)
             rc = sl_error_set(err, SL_ETOOBIG, "the request needs %" PRIu64 " bytes in set %s "
                               "partition %d, more than its whole buffer (%" PRIu64 " bytes)",
                               need[p], set->name, p, set->cfg.buffer_bytes);
-        else if (bp->failing)
+    for (int32_t p = 0; p < np && !rc; p++) {
+        bus_part *bp = &bs->parts[p];
+        if (!need[p])
+            continue;
+        if (bp->failing)
             rc = sl_error_set(err, bp->failing, "set %s partition %d cannot write: %s",
                               set->name, p, sl_strerror(bp->failing));
         else if (bp->buffered + need[p] > set->cfg.buffer_bytes)
@@ -273,6 +283,59 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
     return w ? 1 : 0;
 }
 
+void sl_databus_detach(sl_set *set, void *busp)
+{
+    (void)busp;
+    bus_set *bs = set->bus;
+    if (!bs)
+        return;
+    sl_databus *bus = bs->bus;
+    pthread_mutex_lock(&bus->lock);
+    for (;;) { /* the writer may be holding this set's frames right now */
+        bool busy = false;
+        for (int32_t p = 0; p < set->nparts; p++)
+            busy |= bs->parts[p].busy;
+        if (!busy)
+            break;
+        pthread_mutex_unlock(&bus->lock);
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        pthread_mutex_lock(&bus->lock);
+    }
+    for (bus_set **pp = &bus->sets; *pp; pp = &(*pp)->next)
+        if (*pp == bs) {
+            *pp = bs->next;
+            break;
+        }
+    waiter *gone = NULL;
+    for (waiter **pp = &bus->waiters; *pp;) {
+        waiter *w = *pp;
+        if (w->bs == bs) {
+            *pp = w->next;
+            w->next = gone;
+            gone = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    pthread_mutex_unlock(&bus->lock);
+    while (gone) {
+        waiter *w = gone;
+        gone = w->next;
+        w->done(w->ctx, SL_ESHUTDOWN);
+        free(w);
+    }
+    for (int32_t p = 0; p < set->nparts; p++) {
+        if (bs->parts[p].pending_n)
+            fprintf(stderr, "sluice: databus: set %s partition %d detached with %zu events "
+                    "unwritten\n", set->name, p, bs->parts[p].pending_n);
+        sl_buf_free(&bs->parts[p].pending);
+    }
+    free(bs->parts);
+    free(bs);
+    set->bus = NULL;
+}
+
 void sl_databus_fill(sl_set *set, uint64_t *bytes, uint64_t *limit)
 {
     bus_set *bs = set->bus;
@@ -307,7 +370,10 @@ static void write_frames(sl_databus *bus, work *w)
         char lane[SL_LANE_MAX + 1];
         memcpy(lane, p + FRAME_HDR, p[16]);
         lane[p[16]] = '\0';
-        sl_batch_builder_reset(b, lane);
+        if (sl_batch_builder_reset(b, lane)) { /* publish checked lanes: cannot happen */
+            w->rc = SL_EINVAL;
+            return;
+        }
         while (p < end) {
             uint32_t vlen, klen;
             int64_t ts;
@@ -364,7 +430,7 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
                              1000000;
         for (int32_t p = 0; p < set->nparts; p++) {
             bus_part *bp = &bs->parts[p];
-            if (bp->busy)
+            if (bp->busy || bp->gave_up)
                 continue;
             int64_t due = INT64_MAX;
             /* Durable sets sync at once (also to retry a failed sync); buffer
@@ -377,7 +443,9 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
                           ? now
                           : bp->first_ns + linger_ns(bs);
             if (need_sync) {
-                int64_t sdue = bus->stopping || durable ? now : bp->synced_ns + sync_every;
+                int64_t sdue = bp->failing                ? bp->retry_ns
+                               : bus->stopping || durable ? now
+                                                          : bp->synced_ns + sync_every;
                 due = sdue < due ? sdue : due;
             }
             if (due > now) {
@@ -497,10 +565,14 @@ static void *writer_main(void *arg)
                 bp->durable = bp->written;
                 bp->synced_ns = now;
             }
-            if (w->done_n < w->n)
+            if (w->done_n < w->n) {
                 requeue(bp, w, now);
-            else if (w->rc == 0)
+            } else if (w->rc) { /* the sync failed: retry it after a pause */
+                bp->failing = w->rc;
+                bp->retry_ns = now + RETRY_NS;
+            } else {
                 bp->failing = 0;
+            }
         }
         sl_databus_append_fn *on_append = bus->opts.on_append;
         void *on_append_ctx = bus->opts.ctx;
@@ -532,12 +604,14 @@ static void *writer_main(void *arg)
         if (bus->stopping)
             for (size_t i = 0; i < n; i++) {
                 bus_part *bp = &ws[i].bs->parts[ws[i].part];
-                if (bp->failing && bp->pending_n) {
-                    fprintf(stderr, "sluice: databus: %zu events of %s/%d could not be "
-                            "written at shutdown: %s\n", bp->pending_n, ws[i].bs->set->name,
-                            ws[i].part, sl_strerror(bp->failing));
+                if (bp->failing) {
+                    fprintf(stderr, "sluice: databus: %s/%d: giving up at shutdown (%s): %zu "
+                            "events not written, %" PRId64 " written but not synced\n",
+                            ws[i].bs->set->name, ws[i].part, sl_strerror(bp->failing),
+                            bp->pending_n, bp->written - bp->durable);
                     bp->pending_n = 0;
                     bp->pending.len = 0;
+                    bp->gave_up = true; /* its waiters get SL_ESHUTDOWN below */
                 }
             }
     }

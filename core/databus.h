@@ -71,6 +71,13 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
  * sl_sets_options.on_open: pass the bus as ctx). */
 int sl_databus_attach(sl_set *set, void *bus, sl_error *err);
 
+/* Takes the set's buffers away from the bus (fits sl_sets_options.on_close):
+ * waits until the writer is not holding its frames, answers its durable
+ * waiters with SL_ESHUTDOWN and reports events still queued (they are
+ * dropped: call sl_databus_stop() first to write everything). No-op for a
+ * set that is not attached. */
+void sl_databus_detach(sl_set *set, void *bus);
+
 /* Partition for a key: a stable hash of key (murmur2, like Kafka's default
  * partitioner) modulo the set's partitions, or round robin for NULL. */
 int32_t sl_databus_partition(sl_set *set, const void *key, size_t key_len);

@@ -162,6 +162,7 @@ int sl_cli_serve_main(int argc, char **argv)
     int rc = sl_databus_start(&bo, &bus, &err);
     if (!rc) {
         so.on_open = sl_databus_attach;
+        so.on_close = sl_databus_detach;
         so.ctx = bus;
         rc = sl_sets_open(&so, &sets, &err);
     }

@@ -6,8 +6,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +57,7 @@ int sl_parse_duration_ms(const char *s, int64_t *ms)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
+    if (errno || end == s || !(v >= 0) || !isfinite(v)) /* NaN fails v >= 0 */
         return SL_EINVAL;
     static const struct {
         const char *unit;
@@ -79,7 +81,7 @@ int sl_parse_bytes(const char *s, uint64_t *bytes)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
+    if (errno || end == s || !(v >= 0) || !isfinite(v)) /* NaN fails v >= 0 */
         return SL_EINVAL;
     static const struct {
         const char *unit;
@@ -101,61 +103,111 @@ int sl_parse_bytes(const char *s, uint64_t *bytes)
 
 /* ---- set.json ----------------------------------------------------------- */
 
-static json_t *config_to_json(const sl_set_config *c)
+/* Every key of set.json, once: the same table writes and reads the file, so
+ * the two cannot drift. Integers are range-checked; types are strict. */
+typedef enum key_kind { KEY_INT, KEY_BOOL, KEY_ACK, KEY_CODEC } key_kind;
+
+typedef struct set_key {
+    const char *name;
+    key_kind kind;
+    size_t off, size;
+    int64_t min, max;
+} set_key;
+
+#define KEY(n, k, field, lo, hi)                                                                 \
+    {n, k, offsetof(sl_set_config, field), sizeof(((sl_set_config *)0)->field), lo, hi}
+
+static const set_key keys[] = {
+    KEY("partitions", KEY_INT, partitions, 1, 1024),
+    KEY("ack", KEY_ACK, ack, 0, 0),
+    KEY("compression", KEY_CODEC, compression, 0, 0),
+    KEY("segment_bytes", KEY_INT, log.segment_bytes, 1024, UINT32_MAX),
+    KEY("segment_ms", KEY_INT, log.segment_ms, 0, INT64_MAX),
+    KEY("index_interval_bytes", KEY_INT, log.index_interval_bytes, 1, 1 << 30),
+    KEY("retention_ms", KEY_INT, log.retention_ms, -1, INT64_MAX),
+    KEY("retention_bytes", KEY_INT, log.retention_bytes, -1, INT64_MAX),
+    KEY("max_event_bytes", KEY_INT, max_event_bytes, 256, 16 << 20),
+    KEY("generate_ids", KEY_BOOL, generate_ids, 0, 1),
+    KEY("linger_ms", KEY_INT, linger_ms, 0, 60000),
+    KEY("batch_bytes", KEY_INT, batch_bytes, 1024, 64 << 20),
+    KEY("buffer_bytes", KEY_INT, buffer_bytes, 1024, INT64_MAX),
+};
+
+static int64_t key_get(const sl_set_config *c, const set_key *k)
 {
-    return json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:I, s:I}",
-                     "partitions", (int)c->partitions,
-                     "ack", c->ack == SL_ACK_DURABLE ? "durable" : "buffer",
-                     "compression", sl_codec_name(c->compression),
-                     "segment_bytes", (json_int_t)c->log.segment_bytes,
-                     "segment_ms", (json_int_t)c->log.segment_ms,
-                     "index_interval_bytes", (json_int_t)c->log.index_interval_bytes,
-                     "retention_ms", (json_int_t)c->log.retention_ms,
-                     "retention_bytes", (json_int_t)c->log.retention_bytes,
-                     "max_event_bytes", (json_int_t)c->max_event_bytes,
-                     "generate_ids", c->generate_ids,
-                     "linger_ms", (json_int_t)c->linger_ms,
-                     "batch_bytes", (json_int_t)c->batch_bytes,
-                     "buffer_bytes", (json_int_t)c->buffer_bytes);
+    const char *p = (const char *)c + k->off;
+    if (k->kind == KEY_BOOL)
+        return *(const bool *)p;
+    if (k->size == 8) {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    uint32_t v; /* every 4-byte field (ints and enums) is non-negative */
+    memcpy(&v, p, 4);
+    return v;
 }
 
-/* Reads what set.json says over the defaults in *c; unknown keys are kept
- * out (a newer version may add some). */
+static void key_set(sl_set_config *c, const set_key *k, int64_t v)
+{
+    char *p = (char *)c + k->off;
+    if (k->kind == KEY_BOOL) {
+        *(bool *)p = v != 0;
+    } else if (k->size == 8) {
+        memcpy(p, &v, 8);
+    } else {
+        uint32_t u = (uint32_t)v;
+        memcpy(p, &u, 4);
+    }
+}
+
+static json_t *config_to_json(const sl_set_config *c)
+{
+    json_t *j = json_object();
+    for (size_t i = 0; j && i < sizeof keys / sizeof *keys; i++) {
+        const set_key *k = &keys[i];
+        int64_t v = key_get(c, k);
+        json_t *jv = k->kind == KEY_BOOL    ? json_boolean(v)
+                     : k->kind == KEY_ACK   ? json_string(v == SL_ACK_DURABLE ? "durable" : "buffer")
+                     : k->kind == KEY_CODEC ? json_string(sl_codec_name((sl_codec)v))
+                                            : json_integer((json_int_t)v);
+        json_object_set_new(j, k->name, jv);
+    }
+    return j;
+}
+
+/* Reads set.json over the defaults in *c. Every key must be known and of its
+ * type: a typo must not silently become a default. */
 static int config_from_json(json_t *j, sl_set_config *c, const char *path, sl_error *err)
 {
+    if (!json_is_object(j))
+        return sl_error_set(err, SL_EPARSE, "%s: not a JSON object", path);
     json_t *v;
-    const char *key;
-    json_object_foreach(j, key, v) {
-        json_int_t i = json_integer_value(v);
-        if (strcmp(key, "partitions") == 0 && json_is_integer(v) && i >= 1 && i <= 1024)
-            c->partitions = (int32_t)i;
-        else if (strcmp(key, "ack") == 0 && json_is_string(v))
-            c->ack = strcmp(json_string_value(v), "buffer") == 0 ? SL_ACK_BUFFER : SL_ACK_DURABLE;
-        else if (strcmp(key, "compression") == 0 && json_is_string(v) &&
-                 sl_codec_parse(json_string_value(v), &c->compression) == 0)
-            ;
-        else if (strcmp(key, "segment_bytes") == 0 && i > 0)
-            c->log.segment_bytes = (uint64_t)i;
-        else if (strcmp(key, "segment_ms") == 0 && json_is_integer(v))
-            c->log.segment_ms = i;
-        else if (strcmp(key, "index_interval_bytes") == 0 && i > 0)
-            c->log.index_interval_bytes = (uint32_t)i;
-        else if (strcmp(key, "retention_ms") == 0 && json_is_integer(v))
-            c->log.retention_ms = i;
-        else if (strcmp(key, "retention_bytes") == 0 && json_is_integer(v))
-            c->log.retention_bytes = i;
-        else if (strcmp(key, "max_event_bytes") == 0 && i > 0)
-            c->max_event_bytes = (uint32_t)i;
-        else if (strcmp(key, "generate_ids") == 0 && json_is_boolean(v))
-            c->generate_ids = json_is_true(v);
-        else if (strcmp(key, "linger_ms") == 0 && i >= 0)
-            c->linger_ms = (uint32_t)i;
-        else if (strcmp(key, "batch_bytes") == 0 && i > 0)
-            c->batch_bytes = (uint32_t)i;
-        else if (strcmp(key, "buffer_bytes") == 0 && i > 0)
-            c->buffer_bytes = (uint64_t)i;
+    const char *name;
+    json_object_foreach(j, name, v) {
+        const set_key *k = NULL;
+        for (size_t i = 0; !k && i < sizeof keys / sizeof *keys; i++)
+            if (strcmp(keys[i].name, name) == 0)
+                k = &keys[i];
+        if (!k)
+            return sl_error_set(err, SL_EPARSE, "%s: unknown key \"%s\"", path, name);
+        const char *sv = json_string_value(v);
+        sl_codec codec;
+        if (k->kind == KEY_BOOL && json_is_boolean(v))
+            key_set(c, k, json_is_true(v));
+        else if (k->kind == KEY_ACK && sv && (!strcmp(sv, "buffer") || !strcmp(sv, "durable")))
+            key_set(c, k, strcmp(sv, "durable") == 0 ? SL_ACK_DURABLE : SL_ACK_BUFFER);
+        else if (k->kind == KEY_CODEC && sv && sl_codec_parse(sv, &codec) == 0)
+            key_set(c, k, codec);
+        else if (k->kind == KEY_INT && json_is_integer(v) && json_integer_value(v) >= k->min &&
+                 json_integer_value(v) <= k->max)
+            key_set(c, k, json_integer_value(v));
         else
-            return sl_error_set(err, SL_EPARSE, "%s: bad value for \"%s\"", path, key);
+            return sl_error_set(err, SL_EPARSE, "%s: bad value for \"%s\"%s", path, name,
+                                k->kind == KEY_ACK     ? " (want \"buffer\" or \"durable\")"
+                                : k->kind == KEY_CODEC ? " (want \"none\" or \"zstd\")"
+                                : k->kind == KEY_BOOL  ? " (want true or false)"
+                                                       : " (want an integer in range)");
     }
     return 0;
 }
@@ -190,10 +242,12 @@ static int config_save(const char *dir, const sl_set_config *c, sl_error *err)
 
 /* ---- sets ---------------------------------------------------------------- */
 
-static void set_free(sl_set *s)
+static void set_free(sl_sets *sets, sl_set *s)
 {
     if (!s)
         return;
+    if (s->opened && sets->opts.on_close)
+        sets->opts.on_close(s, sets->opts.ctx);
     for (int32_t p = 0; p < s->nparts; p++)
         sl_log_close(s->parts[p]);
     free(s->parts);
@@ -214,8 +268,6 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
     int rc = 0;
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         rc = sl_error_errno(err, errno, "create %s", dir);
-    if (!rc && save)
-        rc = config_save(dir, c, err);
     if (!rc && !(s->parts = calloc((size_t)c->partitions, sizeof *s->parts)))
         rc = SL_ENOMEM;
     sl_log_open_options lo = {.create = true, .notify = sets->opts.notify,
@@ -227,10 +279,15 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
         if (!rc)
             s->nparts++;
     }
-    if (!rc && sets->opts.on_open)
-        rc = sets->opts.on_open(s, sets->opts.ctx, err);
+    if (!rc && sets->opts.on_open && !(rc = sets->opts.on_open(s, sets->opts.ctx, err)))
+        s->opened = true;
+    else if (!rc)
+        s->opened = true;
+    /* set.json last: a set refused above must not come back at the next start. */
+    if (!rc && save)
+        rc = config_save(dir, c, err);
     if (rc) {
-        set_free(s);
+        set_free(sets, s);
         return rc;
     }
     *out = s;
@@ -294,7 +351,7 @@ static int load_existing(sl_sets *sets, const char *name, sl_error *err)
     if (!rc)
         rc = set_open(sets, name, &c, false, &s, err);
     if (!rc && (rc = push(sets, s)))
-        set_free(s);
+        set_free(sets, s);
     return rc;
 }
 
@@ -344,6 +401,20 @@ static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *c
         return sl_error_set(err, SL_EINVAL, "invalid set name \"%.140s\": use 1 to 128 of "
                             "A-Z a-z 0-9 . _ - (not \".\" or \"..\")", name);
     sl_set *s = find(sets, name);
+    if (s && cfg) { /* define over an existing set: new settings, same partitions */
+        pthread_mutex_lock(&sets->create_lock);
+        sl_set_config c = *cfg;
+        c.partitions = s->nparts;
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/%s", sets->root, name);
+        int rc = config_save(dir, &c, err);
+        if (!rc)
+            s->cfg = c;
+        pthread_mutex_unlock(&sets->create_lock);
+        if (!rc)
+            *out = s;
+        return rc;
+    }
     if (s) {
         *out = s;
         return 0;
@@ -355,7 +426,7 @@ static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *c
     if (!(s = find(sets, name))) {
         rc = set_open(sets, name, cfg ? cfg : &sets->opts.defaults, true, &s, err);
         if (!rc && (rc = push(sets, s)))
-            set_free(s);
+            set_free(sets, s);
     }
     pthread_mutex_unlock(&sets->create_lock);
     if (!rc)
@@ -407,7 +478,7 @@ void sl_sets_close(sl_sets *sets)
     if (!sets)
         return;
     for (size_t i = 0; i < sets->n; i++)
-        set_free(sets->v[i]);
+        set_free(sets, sets->v[i]);
     free(sets->v);
     free(sets->root);
     pthread_rwlock_destroy(&sets->lock);

@@ -59,6 +59,7 @@ struct sl_set {
     sl_log **parts;    /* one open log per partition */
     sl_set_stats stats;
     void *bus;         /* the Databus's per-set state (core/databus.c) */
+    bool opened;       /* on_open accepted it: on_close is due */
 };
 
 typedef struct sl_sets sl_sets;
@@ -73,6 +74,9 @@ typedef struct sl_sets_options {
     /* Called once for every set opened or created, before anyone can use it
      * (the Databus attaches its per-set state here); non-zero refuses the set. */
     int (*on_open)(sl_set *set, void *ctx, sl_error *err);
+    /* Called before a set that on_open accepted is freed (the Databus
+     * detaches here). May be NULL. */
+    void (*on_close)(sl_set *set, void *ctx);
     void *ctx;
     sl_log_notify_fn *notify; /* recovery notices of the partition logs */
     void *notify_ctx;
@@ -89,8 +93,9 @@ int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err);
 int sl_sets_get(sl_sets *sets, const char *name, bool create, sl_set **out, sl_error *err);
 
 /* Creates a set with an explicit configuration (for config files); an
- * existing set keeps its partitions, the rest of cfg replaces its settings.
- * Returns 0 or an SL_E… code with err. */
+ * existing set keeps its partitions, the rest of cfg replaces its settings
+ * (and its set.json). Call it before events flow to the set: the Databus
+ * reads the settings without a lock. Returns 0 or an SL_E… code with err. */
 int sl_sets_define(sl_sets *sets, const char *name, const sl_set_config *cfg, sl_set **out,
                    sl_error *err);
 

@@ -39,7 +39,8 @@ static void fx_open(fx *f)
     if (sl_databus_start(&bo, &f->bus, &err))
         fail_msg("sl_databus_start: %s", err.msg);
     sl_sets_options so = {.data_dir = f->dir, .auto_create = true,
-                          .on_open = sl_databus_attach, .ctx = f->bus};
+                          .on_open = sl_databus_attach, .on_close = sl_databus_detach,
+                          .ctx = f->bus};
     sl_set_config_default(&so.defaults);
     if (sl_sets_open(&so, &f->sets, &err))
         fail_msg("sl_sets_open: %s", err.msg);
@@ -1332,8 +1333,8 @@ static void test_empty_durable_publish(void **state)
 }
 
 /* on_open = attach, then refuse the second set: sl_sets_open() fails and
- * closes the first set, which stays linked into the bus (there is no
- * detach), so stopping or freeing the bus reads the freed set. Only ASan
+ * closes the first set; without the on_close hook (sl_databus_detach) it
+ * would stay linked into the bus, which would then read the freed set. Only ASan
  * sees it, so the scenario runs in a child process: its report then fails
  * this test instead of ending the whole binary. */
 typedef struct attach_refuse {
@@ -1347,6 +1348,11 @@ static int attach_then_refuse(sl_set *set, void *ctx, sl_error *err)
     if (++ar->n == 2)
         return sl_error_set(err, SL_EIO, "refusing %s", set->name);
     return sl_databus_attach(set, ar->bus, err);
+}
+
+static void detach_bus(sl_set *set, void *ctx)
+{
+    sl_databus_detach(set, ((attach_refuse *)ctx)->bus);
 }
 
 static void test_sets_open_failure_detaches(void **state)
@@ -1365,7 +1371,8 @@ static void test_sets_open_failure_detaches(void **state)
         if (sl_databus_start(&bo, &bus, NULL))
             _exit(2);
         attach_refuse ar = {.bus = bus};
-        sl_sets_options so = {.data_dir = f->dir, .on_open = attach_then_refuse, .ctx = &ar};
+        sl_sets_options so = {.data_dir = f->dir, .on_open = attach_then_refuse,
+                              .on_close = detach_bus, .ctx = &ar};
         sl_set_config_default(&so.defaults);
         sl_sets *sets = NULL;
         sl_error err = {0};

@@ -1,0 +1,607 @@
+/*
+ * tests/integration/itest.c — harness shared by the integration tests:
+ * starting and stopping `bin/sluice serve`, HTTP with libcurl, and the
+ * checks of its answers and of the events it serves (see itest.h).
+ */
+#include "itest.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char g_bin[PATH_MAX]; /* bin/sluice */
+static bool g_soak;          /* SLUICE_SOAK: longer loops */
+
+double it_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void it_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+/* ---- HTTP with libcurl ------------------------------------------------------ */
+
+const char *it_body(const it_resp *r)
+{
+    return r->body.data ? (const char *)r->body.data : "";
+}
+
+void it_resp_free(it_resp *r)
+{
+    sl_buf_free(&r->body);
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *ctx)
+{
+    it_resp *r = ctx;
+    return sl_buf_append(&r->body, p, size * n) ? 0 : size * n;
+}
+
+/* Copies the value of header line p into out when it is the header name. */
+static void take_header(const char *p, size_t len, const char *name, char *out, size_t size)
+{
+    size_t nl = strlen(name);
+    if (len < nl || strncasecmp(p, name, nl) != 0)
+        return;
+    p += nl;
+    len -= nl;
+    while (len && (*p == ' ' || *p == '\t'))
+        p++, len--;
+    while (len && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' '))
+        len--;
+    snprintf(out, size, "%.*s", (int)len, p);
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ctx)
+{
+    it_resp *r = ctx;
+    take_header(p, size * n, "content-type:", r->ctype, sizeof r->ctype);
+    take_header(p, size * n, "retry-after:", r->retry_after, sizeof r->retry_after);
+    return size * n;
+}
+
+/* Sets c up for one exchange into the fresh *r; free *hl after it. */
+void it_http_prepare(CURL *c, int port, const it_call *k, it_resp *r, struct curl_slist **hl)
+{
+    char url[4096];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, k->path);
+    memset(r, 0, sizeof *r);
+    curl_easy_reset(c); /* keeps the connection cache: keep-alive goes on */
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms ? k->timeout_ms : 30000L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->err);
+    struct curl_slist *l = curl_slist_append(NULL, "Expect:");
+    char h[256];
+    snprintf(h, sizeof h, "Content-Type:%s%s", k->ctype ? " " : "", k->ctype ? k->ctype : "");
+    l = curl_slist_append(l, h);
+    for (size_t i = 0; k->hdrs && k->hdrs[i]; i++)
+        l = curl_slist_append(l, k->hdrs[i]);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, l);
+    *hl = l;
+    const char *m = k->method ? k->method : k->body ? "POST" : "GET";
+    if (k->body || strcmp(m, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, k->body ? k->body : "");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)k->len);
+    }
+    if (strcmp(m, "GET") != 0 && strcmp(m, "POST") != 0)
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, m);
+}
+
+void it_http_finish(CURL *c, CURLcode rc, it_resp *r)
+{
+    if (rc != CURLE_OK) {
+        r->status = 0;
+        if (!r->err[0])
+            snprintf(r->err, sizeof r->err, "%s", curl_easy_strerror(rc));
+    } else {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    }
+    sl_buf_append(&r->body, "", 1);
+    r->body.len--;
+}
+
+/* One exchange on c (NULL: a fresh connection). Never asserts, so threads
+ * may use it. Returns 0 when an answer came, -1 otherwise (r->err). */
+int it_http(CURL *c, int port, const it_call *k, it_resp *r)
+{
+    CURL *own = c ? NULL : curl_easy_init();
+    if (!c)
+        c = own;
+    struct curl_slist *hl;
+    it_http_prepare(c, port, k, r, &hl);
+    double t0 = it_mono();
+    CURLcode rc = curl_easy_perform(c);
+    r->secs = it_mono() - t0;
+    it_http_finish(c, rc, r);
+    curl_slist_free_all(hl);
+    if (own)
+        curl_easy_cleanup(own);
+    return r->status ? 0 : -1;
+}
+
+/* ---- the server process ----------------------------------------------------- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &l) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET path with a short timeout; the status, or 0 when nothing answered. */
+long it_status_of(int port, const char *path)
+{
+    it_resp r;
+    it_http(NULL, port, &(it_call){.path = path, .timeout_ms = 2000}, &r);
+    it_resp_free(&r);
+    return r.status;
+}
+
+/* Sends sig, then reaps the server, waiting up to secs before SIGKILL.
+ * Returns the wait status, or -1 when it had to be killed. */
+int it_srv_stop(it_server *s, int sig, double secs)
+{
+    int st = -1;
+    if (!s->pid)
+        return -1;
+    kill(s->pid, sig);
+    double end = it_mono() + secs;
+    for (;;) {
+        pid_t r = waitpid(s->pid, &st, WNOHANG);
+        if (r == s->pid || (r < 0 && errno != EINTR))
+            break;
+        if (it_mono() > end) {
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, &st, 0);
+            st = -1;
+            break;
+        }
+        it_sleep_ms(5);
+    }
+    s->pid = 0;
+    return st;
+}
+
+/* One attempt to start the server on a free port; true once /healthz is 200. */
+static bool spawn(it_server *s)
+{
+    if ((s->port = free_port()) < 0)
+        return false;
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
+    const char *argv[IT_MAX_ARGS + 8] = {g_bin, "serve", "--data", s->data, "--listen", listen};
+    int n = 6;
+    for (int i = 0; s->args[i]; i++)
+        argv[n++] = s->args[i];
+    argv[n] = NULL;
+    int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return false;
+    dprintf(fd, "---- itest: starting on port %d\n", s->port);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Only async-signal-safe calls here: the parent has threads. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphan servers if the test dies */
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execv(g_bin, (char **)argv);
+        _exit(127);
+    }
+    close(fd);
+    if (pid < 0)
+        return false;
+    s->pid = pid;
+    for (double end = it_mono() + 20; it_mono() < end;) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            s->pid = 0; /* exited: the port may have been taken meanwhile */
+            return false;
+        }
+        if (it_status_of(s->port, "/healthz") == 200)
+            return true;
+        it_sleep_ms(10);
+    }
+    it_srv_stop(s, SIGKILL, 5);
+    return false;
+}
+
+static void print_log(const it_server *s)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size > 16384 ? size - 16384 : 0, SEEK_SET);
+    fprintf(stderr, "---- server log (%s, last 16 KiB):\n", s->log);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, stderr);
+    fprintf(stderr, "---- end of server log\n");
+    fclose(f);
+}
+
+/* Starts the server on s's data dir (again, on a new port). */
+void it_srv_restart(it_server *s)
+{
+    for (int attempt = 0; attempt < 5; attempt++)
+        if (spawn(s))
+            return;
+    print_log(s);
+    fail_msg("sluice serve did not become healthy (see the log above)");
+}
+
+/* Starts the server with extra serve arguments (NULL-terminated). */
+void it_srv_start(it_server *s, ...)
+{
+    va_list ap;
+    va_start(ap, s);
+    int n = 0;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && n < IT_MAX_ARGS - 1)
+        s->args[n++] = a;
+    va_end(ap);
+    s->args[n] = NULL;
+    it_srv_restart(s);
+}
+
+bool it_log_contains(const it_server *s, const char *text)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
+int it_setup(void **state)
+{
+    it_server *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    s->dir = tu_tmpdir();
+    snprintf(s->data, sizeof s->data, "%s/data", s->dir);
+    snprintf(s->log, sizeof s->log, "%s/server.log", s->dir);
+    *state = s;
+    return 0;
+}
+
+int it_teardown(void **state)
+{
+    it_server *s = *state;
+    it_srv_stop(s, SIGKILL, 5);
+    if (!s->passed)
+        print_log(s);
+    tu_rmdir(s->dir);
+    free(s);
+    return 0;
+}
+
+/* ---- requests with assertions (main thread only) ---------------------------- */
+
+it_resp it_get(it_server *s, const char *fmt, ...)
+{
+    char path[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(path, sizeof path, fmt, ap);
+    va_end(ap);
+    it_resp r;
+    if (it_http(NULL, s->port, &(it_call){.path = path}, &r))
+        fail_msg("GET %s: %s", path, r.err);
+    return r;
+}
+
+/* POSTs len bytes (strlen when len is SIZE_MAX) to /v1/sets/SET/events. */
+it_resp it_post(it_server *s, const char *set, const char *ctype, const char *const *hdrs,
+                 const char *data, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "/v1/sets/%s/events", set);
+    it_resp r;
+    it_call k = {.path = path, .ctype = ctype, .hdrs = hdrs, .body = data,
+              .len = len == SIZE_MAX ? strlen(data) : len};
+    if (it_http(NULL, s->port, &k, &r))
+        fail_msg("POST %s: %s", path, r.err);
+    return r;
+}
+
+json_t *it_parse_json(const it_resp *r)
+{
+    json_error_t je;
+    json_t *j = json_loads(it_body(r), 0, &je);
+    if (!j)
+        fail_msg("answer (%ld) is not JSON (%s): %s", r->status, je.text, it_body(r));
+    return j;
+}
+
+/* Asserts an error answer: status, a JSON body {"error":code,"message":…}. */
+void it_expect_error(const it_resp *r, long status, const char *code)
+{
+    if (r->status != status)
+        fail_msg("want %ld %s, got %ld: %s", status, code, r->status, it_body(r));
+    if (strncmp(r->ctype, "application/json", 16) != 0)
+        fail_msg("error %ld has Content-Type \"%s\"", status, r->ctype);
+    json_t *j = it_parse_json(r);
+    const char *e = json_string_value(json_object_get(j, "error"));
+    const char *m = json_string_value(json_object_get(j, "message"));
+    if (!e || !m || strlen(m) < 10)
+        fail_msg("error body lacks \"error\" or a useful \"message\": %s", it_body(r));
+    if (code && strcmp(e, code) != 0)
+        fail_msg("want error %s, got %s: %s", code, e, m);
+    json_decref(j);
+}
+
+/* Asserts a publish answer {"accepted":A,"failed":F,"results":[…]}: one
+ * result per entry in input order, each {partition, offset} or {error,
+ * message, index = its position}. Returns the parsed answer. */
+json_t *it_expect_results(const it_resp *r, size_t accepted, size_t failed)
+{
+    if (r->status != 200)
+        fail_msg("publish answered %ld: %s", r->status, it_body(r));
+    json_t *j = it_parse_json(r);
+    json_t *res = json_object_get(j, "results");
+    if (json_integer_value(json_object_get(j, "accepted")) != (json_int_t)accepted ||
+        json_integer_value(json_object_get(j, "failed")) != (json_int_t)failed ||
+        json_array_size(res) != accepted + failed)
+        fail_msg("want %zu accepted and %zu failed: %s", accepted, failed, it_body(r));
+    for (size_t i = 0; i < json_array_size(res); i++) {
+        json_t *e = json_array_get(res, i);
+        if (json_object_get(e, "error")) {
+            const char *m = json_string_value(json_object_get(e, "message"));
+            if (!m || !*m || json_integer_value(json_object_get(e, "index")) != (json_int_t)i)
+                fail_msg("result %zu: bad error entry: %s", i, it_body(r));
+        } else if (!json_is_integer(json_object_get(e, "partition")) ||
+                   !json_is_integer(json_object_get(e, "offset"))) {
+            fail_msg("result %zu: neither an error nor partition+offset: %s", i, it_body(r));
+        }
+    }
+    return j;
+}
+
+json_t *it_result(json_t *answer, size_t i)
+{
+    return json_array_get(json_object_get(answer, "results"), i);
+}
+
+int it_res_part(json_t *answer, size_t i)
+{
+    return (int)json_integer_value(json_object_get(it_result(answer, i), "partition"));
+}
+
+int64_t it_res_off(json_t *answer, size_t i)
+{
+    return (int64_t)json_integer_value(json_object_get(it_result(answer, i), "offset"));
+}
+
+/* A structured event; caller frees. extra is appended inside the object. */
+char *it_event(const char *id, const char *extra)
+{
+    char *s;
+    if (asprintf(&s, "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/itest\","
+                 "\"type\":\"itest\"%s}", id, extra ? extra : "") < 0)
+        fail_msg("out of memory");
+    return s;
+}
+
+/* Posts one structured event and returns where it went. */
+void it_post_one(it_server *s, const char *set, const char *ev, int *part, int64_t *off)
+{
+    it_resp r = it_post(s, set, IT_CT_CE, NULL, ev, SIZE_MAX);
+    json_t *a = it_expect_results(&r, 1, 0);
+    *part = it_res_part(a, 0);
+    *off = it_res_off(a, 0);
+    json_decref(a);
+    it_resp_free(&r);
+}
+
+/* ---- reading events back ---------------------------------------------------- */
+
+void it_evs_free(it_evs *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i].text);
+    free(e->v);
+    memset(e, 0, sizeof *e);
+}
+
+/* Length of the JSON object or array starting at p, 0 if it does not end. */
+static size_t value_len(const char *p, const char *end)
+{
+    int depth = 0;
+    bool str = false;
+    for (const char *q = p; q < end; q++) {
+        if (str) {
+            if (*q == '\\')
+                q++;
+            else if (*q == '"')
+                str = false;
+        } else if (*q == '"') {
+            str = true;
+        } else if (*q == '{' || *q == '[') {
+            depth++;
+        } else if ((*q == '}' || *q == ']') && --depth == 0) {
+            return (size_t)(q - p + 1);
+        }
+    }
+    return 0;
+}
+
+/* Adds the events of a GET answer {"events":[…],"next_offset":K} to out,
+ * keeping each event's exact bytes. Never asserts; false on a bad shape. */
+bool it_parse_events(const char *b, size_t len, it_evs *out)
+{
+    static const char head[] = "{\"events\":[";
+    if (len < sizeof head - 1 || memcmp(b, head, sizeof head - 1) != 0)
+        return false;
+    const char *p = b + sizeof head - 1, *end = b + len;
+    while (p < end && *p != ']') {
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        size_t n = value_len(p, end);
+        json_t *j = n && *p == '{' ? json_loadb(p, n, 0, NULL) : NULL;
+        if (!j)
+            return false;
+        if (out->n == out->cap) {
+            out->cap = out->cap ? out->cap * 2 : 64;
+            out->v = realloc(out->v, out->cap * sizeof *out->v);
+        }
+        it_rawev *e = &out->v[out->n++];
+        memset(e, 0, sizeof *e);
+        e->text = strndup(p, n);
+        e->offset = (int64_t)json_integer_value(json_object_get(j, "sluiceoffset"));
+        e->part = (int)json_integer_value(json_object_get(j, "sluicepartition"));
+        const char *id = json_string_value(json_object_get(j, "id"));
+        const char *lane = json_string_value(json_object_get(j, "lane"));
+        snprintf(e->id, sizeof e->id, "%s", id ? id : "");
+        snprintf(e->lane, sizeof e->lane, "%s", lane ? lane : "");
+        json_decref(j);
+        p += n;
+    }
+    json_t *j = json_loadb(b, len, 0, NULL);
+    json_t *next = json_object_get(j, "next_offset");
+    bool ok = json_is_integer(next);
+    out->next = (int64_t)json_integer_value(next);
+    json_decref(j);
+    return ok;
+}
+
+/* GET /v1/sets/SET/events?partition=P&QUERY; asserts a 200 of the right shape. */
+it_evs it_read_events(it_server *s, const char *set, int part, const char *query)
+{
+    it_resp r =
+        it_get(s, "/v1/sets/%s/events?partition=%d%s%s", set, part, *query ? "&" : "", query);
+    it_evs e = {0};
+    if (r.status != 200 || !it_parse_events(it_body(&r), r.body.len, &e))
+        fail_msg("read %s/%d?%s answered %ld: %.300s", set, part, query, r.status, it_body(&r));
+    it_resp_free(&r);
+    return e;
+}
+
+/* Every event of a partition (lane: "*" for all), following next_offset. */
+it_evs it_read_all(it_server *s, const char *set, int part, const char *lane)
+{
+    it_evs all = {0};
+    int64_t off = 0;
+    for (int page = 0; page < 10000; page++) {
+        char q[128];
+        snprintf(q, sizeof q, "offset=%lld&max=10000&lane=%s", (long long)off, lane);
+        size_t before = all.n;
+        it_resp r = it_get(s, "/v1/sets/%s/events?partition=%d&%s", set, part, q);
+        if (r.status != 200 || !it_parse_events(it_body(&r), r.body.len, &all))
+            fail_msg("read %s/%d?%s answered %ld: %.300s", set, part, q, r.status, it_body(&r));
+        it_resp_free(&r);
+        if (all.n == before)
+            return all;
+        off = all.next;
+    }
+    fail_msg("read_all %s/%d did not end", set, part);
+    return all;
+}
+
+/* The value of the Prometheus sample whose line starts with name (labels
+ * included, e.g. "sluice_events_in_total{set=\"x\"}"), or -1. */
+double it_metric(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+/* ---- the program ------------------------------------------------------------ */
+
+/* bin/sluice: $SLUICE_BIN, else three levels above this binary
+ * (build/rel/itests/), else ./bin/sluice. */
+static int find_binary(void)
+{
+    const char *env = getenv("SLUICE_BIN");
+    if (env && *env) {
+        snprintf(g_bin, sizeof g_bin, "%s", env);
+        return access(g_bin, X_OK);
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        for (int up = 0; up < 4; up++) {
+            char *slash = strrchr(exe, '/');
+            if (slash)
+                *slash = '\0';
+        }
+        snprintf(g_bin, sizeof g_bin, "%s/bin/sluice", exe);
+        if (access(g_bin, X_OK) == 0)
+            return 0;
+    }
+    if (!realpath("bin/sluice", g_bin))
+        return -1;
+    return access(g_bin, X_OK);
+}
+
+int it_init(const char *prog)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (find_binary()) {
+        fprintf(stderr, "%s: bin/sluice not found (build it, or set SLUICE_BIN)\n", prog);
+        return -1;
+    }
+    g_soak = getenv("SLUICE_SOAK") && *getenv("SLUICE_SOAK");
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    if (getenv("ITEST_SEED"))
+        seed = (unsigned)strtoul(getenv("ITEST_SEED"), NULL, 10);
+    printf("%s: %s, seed %u (ITEST_SEED to repeat)\n", prog, g_bin, seed);
+    srand(seed);
+    curl_global_init(CURL_GLOBAL_ALL);
+    return 0;
+}
+
+void it_cleanup(void)
+{
+    curl_global_cleanup();
+}
+
+bool it_soak(void)
+{
+    return g_soak;
+}

@@ -61,9 +61,15 @@ $(B)/tests/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -c -o $@ $<
 
-build/rel/itests/%: tests/integration/%.c build/rel/tests/testutil.o build/rel/libsluice.a
+# itest.c is the integration harness (start bin/sluice, HTTP helpers), linked into each.
+build/rel/itests/%: tests/integration/%.c build/rel/itests/itest.o build/rel/tests/testutil.o \
+		build/rel/libsluice.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $^ $(LDLIBS)
+
+build/rel/itests/itest.o: tests/integration/itest.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -c -o $@ $<
 
 build/rel/bench/%: bench/%.c build/rel/libsluice.a
 	@mkdir -p $(dir $@)

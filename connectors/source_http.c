@@ -153,7 +153,8 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
 static int split_path(char *buf, char **seg, int max)
 {
     int n = 0;
-    for (char *p = strtok(buf, "/"); p; p = strtok(NULL, "/")) {
+    char *save = NULL; /* strtok_r: handlers run on several threads at once */
+    for (char *p = strtok_r(buf, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
         if (n == max)
             return max + 1;
         seg[n++] = p;

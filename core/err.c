@@ -46,8 +46,10 @@ int sl_error_errno(sl_error *err, int errno_value, const char *fmt, ...)
         va_start(ap, fmt);
         int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        char tmp[128]; /* GNU strerror_r: thread-safe, returns the string to use */
         if (n >= 0 && (size_t)n < sizeof err->msg)
-            snprintf(err->msg + n, sizeof err->msg - (size_t)n, ": %s", strerror(errno_value));
+            snprintf(err->msg + n, sizeof err->msg - (size_t)n, ": %s",
+                     strerror_r(errno_value, tmp, sizeof tmp));
         err->code = code;
     }
     return code;

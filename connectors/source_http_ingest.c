@@ -95,8 +95,11 @@ static int add_event(ingest *in, const char *json, size_t len)
         if (sl_buf_append(&in->arena, in->ev.key, in->ev.key_len))
             return SL_ENOMEM;
     }
-    snprintf(e->lane, sizeof e->lane, "%s", in->ev.lane);
-    e->ts = in->ev.has_time ? in->ev.time_ms : in->now_ms;
+    memcpy(e->lane, in->ev.lane, sizeof e->lane);
+    /* The record timestamp is when sluice received the event, not its own
+     * time attribute: retention, the time index and from=TIME must not
+     * depend on producers' clocks (Kafka's LogAppendTime). */
+    e->ts = in->now_ms;
     e->status = SL_EVENT_OK;
     return 0;
 }
@@ -186,19 +189,42 @@ static int parse_binary(ingest *in, const char *ctype)
 
 /* ---- publishing and answering ------------------------------------------------- */
 
+/* Writes v in decimal at w; returns the end. */
+static char *put_i64(char *w, int64_t v)
+{
+    char d[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        d[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *w++ = '-';
+    while (n)
+        *w++ = d[--n];
+    return w;
+}
+
 static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
 {
     size_t ok = 0;
     for (size_t i = 0; i < in->n; i++)
         ok += in->v[i].status == SL_EVENT_OK;
     sl_buf_printf(b, "{\"accepted\":%zu,\"failed\":%zu,\"results\":[", ok, in->n - ok);
+    sl_buf_reserve(b, in->n * 40 + 64);
     for (size_t i = 0, k = 0; i < in->n; i++) {
         const entry *e = &in->v[i];
         if (i)
             sl_buf_append(b, ",", 1);
-        if (e->status == SL_EVENT_OK) {
-            sl_buf_printf(b, "{\"partition\":%d,\"offset\":%" PRId64 "}", res[k].partition,
-                          res[k].offset);
+        if (e->status == SL_EVENT_OK) { /* the hot path: no printf */
+            char tmp[64], *w = tmp;
+            memcpy(w, "{\"partition\":", 13);
+            w = put_i64(w + 13, res[k].partition);
+            memcpy(w, ",\"offset\":", 10);
+            w = put_i64(w + 10, res[k].offset);
+            *w++ = '}';
+            sl_buf_append(b, tmp, (size_t)(w - tmp));
             k++;
             continue;
         }

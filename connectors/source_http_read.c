@@ -38,9 +38,13 @@ static int int_arg(sl_http_req *r, const char *name, int64_t def, int64_t max, i
     return 0;
 }
 
-/* Where to start: offset=N, or from=beginning|end|RFC 3339 time. */
-static enum MHD_Result start_offset(sl_http_req *r, sl_log *log, int64_t *offset, bool *ok)
+/* Where to start: offset=N, or from=beginning|end|RFC 3339 time. An offset
+ * already given to a publisher but not yet written (ack = "buffer" answers
+ * before the append) is valid: reading it waits or returns nothing yet. */
+static enum MHD_Result start_offset(sl_http_req *r, sl_set *set, int32_t part, int64_t *offset,
+                                    bool *ok)
 {
+    sl_log *log = set->parts[part];
     *ok = false;
     const char *from = arg(r, "from"), *off = arg(r, "offset");
     int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
@@ -50,7 +54,7 @@ static enum MHD_Result start_offset(sl_http_req *r, sl_log *log, int64_t *offset
         if (int_arg(r, "offset", 0, INT64_MAX, offset))
             return sl__http_error(r, 400, "InvalidParameter", "offset \"%s\" is not a "
                                   "non-negative integer", off);
-        if (*offset < start || *offset > end)
+        if (*offset < start || (*offset > end && *offset > sl_databus_next_offset(set, part)))
             return sl__http_error(r, 416, "OffsetOutOfRange", "offset %" PRId64 " is outside "
                                   "the partition's offsets %" PRId64 "..%" PRId64, *offset,
                                   start, end);
@@ -104,28 +108,34 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         offset = r->poll_pos;
     } else {
         bool ok;
-        enum MHD_Result res = start_offset(r, log, &offset, &ok);
+        enum MHD_Result res = start_offset(r, set, (int32_t)part, &offset, &ok);
         if (!ok)
             return res;
     }
 
-    sl_log_reader *rd;
-    if ((rc = sl_log_reader_open(log, offset, lane, &rd, &err)))
-        return sl__http_error(r, 416, "OffsetOutOfRange", "%s", err.msg);
     sl_buf b = SL_BUF_INIT;
     sl_buf_append(&b, "{\"events\":[", 11);
-    sl_record rec;
-    int64_t n = 0;
-    while (n < max && b.len < READ_MAX_BYTES && (rc = sl_log_reader_next(rd, &rec, &err)) == 0) {
-        if (n)
-            sl_buf_append(&b, ",", 1);
-        if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name, (int32_t)part,
-                              rec.offset, &b))
-            sl_buf_append(&b, rec.value, rec.value_len);
-        n++;
+    int64_t n = 0, next = offset;
+    rc = 0;
+    if (offset <= sl_log_end_offset(log)) { /* else: accepted, not written yet */
+        sl_log_reader *rd;
+        if ((rc = sl_log_reader_open(log, offset, lane, &rd, &err))) {
+            sl_buf_free(&b);
+            return sl__http_error(r, 416, "OffsetOutOfRange", "%s", err.msg);
+        }
+        sl_record rec;
+        while (n < max && b.len < READ_MAX_BYTES &&
+               (rc = sl_log_reader_next(rd, &rec, &err)) == 0) {
+            if (n)
+                sl_buf_append(&b, ",", 1);
+            if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name,
+                                  (int32_t)part, rec.offset, &b))
+                sl_buf_append(&b, rec.value, rec.value_len);
+            n++;
+        }
+        next = sl_log_reader_position(rd);
+        sl_log_reader_close(rd);
     }
-    int64_t next = sl_log_reader_position(rd);
-    sl_log_reader_close(rd);
     if (rc != 0 && rc != SL_EEOF) {
         sl_buf_free(&b);
         return sl__http_error(r, 500, "ReadFailed", "%s", err.msg);

@@ -2,10 +2,10 @@
  * core/databus.c — buffers, the writer thread and group commit (see
  * core/databus.h).
  *
- * Locking: one mutex guards every buffer, offset counter and waiter. It is
- * held only to copy events in (publishers) or to swap a buffer out and book
- * results (writer); building batches, appending and syncing happen outside
- * it. Buffered events are framed as
+ * Threads: publishers copy events in; the writer swaps buffers out, builds
+ * batches and appends; the syncer fdatasyncs and completes durable waiters.
+ * One mutex guards every buffer, offset counter and waiter; it is held only
+ * to copy in, swap out and book results, never across I/O. Buffered events are framed as
  *   u32 value_len | u32 key_len (UINT32_MAX = null) | i64 ts_ms | u8 lane_len
  *   | lane | key | value
  * in offset order, so a swapped-out buffer is exactly the next offsets.
@@ -36,6 +36,9 @@ typedef struct bus_part {
     int64_t retry_ns;
     int64_t synced_ns;
     bool busy;          /* the writer holds this partition's frames right now */
+    bool syncing;       /* the syncer is in fdatasync for this partition */
+    int sync_failing;   /* error of the last sync, 0 when healthy */
+    int64_t sync_retry_ns;
     bool gave_up;       /* stopping with a failing disk: no more attempts */
 } bus_part;
 
@@ -69,13 +72,15 @@ typedef struct work {
     size_t done_bytes;  /* frames appended */
     size_t done_n;
     int rc;
-    bool sync;
 } work;
 
 struct sl_databus {
     pthread_mutex_t lock;
-    pthread_cond_t wake;
+    pthread_cond_t wake;      /* wakes the writer */
+    pthread_cond_t sync_wake; /* wakes the syncer */
     pthread_t thread;
+    pthread_t syncer;
+    bool writer_done;         /* the writer drained and stopped: sync what is left */
     bus_set *sets;
     waiter *waiters;
     bool stopping;
@@ -225,9 +230,10 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
         bus_part *bp = &bs->parts[p];
         if (!need[p])
             continue;
-        if (bp->failing)
-            rc = sl_error_set(err, bp->failing, "set %s partition %d cannot write: %s",
-                              set->name, p, sl_strerror(bp->failing));
+        int failing = bp->failing ? bp->failing : bp->sync_failing;
+        if (failing)
+            rc = sl_error_set(err, failing, "set %s partition %d cannot write: %s", set->name,
+                              p, sl_strerror(failing));
         else if (bp->buffered + need[p] > set->cfg.buffer_bytes)
             rc = sl_error_set(err, SL_EFULL, "set %s partition %d: buffer full (%" PRIu64
                               " of %" PRIu64 " bytes)", set->name, p, bp->buffered,
@@ -294,7 +300,7 @@ void sl_databus_detach(sl_set *set, void *busp)
     for (;;) { /* the writer may be holding this set's frames right now */
         bool busy = false;
         for (int32_t p = 0; p < set->nparts; p++)
-            busy |= bs->parts[p].busy;
+            busy |= bs->parts[p].busy || bs->parts[p].syncing;
         if (!busy)
             break;
         pthread_mutex_unlock(&bus->lock);
@@ -334,6 +340,17 @@ void sl_databus_detach(sl_set *set, void *busp)
     free(bs->parts);
     free(bs);
     set->bus = NULL;
+}
+
+int64_t sl_databus_next_offset(sl_set *set, int32_t partition)
+{
+    bus_set *bs = set->bus;
+    if (!bs)
+        return sl_log_end_offset(set->parts[partition]);
+    pthread_mutex_lock(&bs->bus->lock);
+    int64_t next = bs->parts[partition].next;
+    pthread_mutex_unlock(&bs->bus->lock);
+    return next;
 }
 
 void sl_databus_fill(sl_set *set, uint64_t *bytes, uint64_t *limit)
@@ -426,28 +443,14 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
     *deadline = INT64_MAX;
     for (bus_set *bs = bus->sets; bs; bs = bs->next) {
         sl_set *set = bs->set;
-        int64_t sync_every = (bus->opts.buffer_sync_ms ? bus->opts.buffer_sync_ms : 1000) *
-                             1000000;
         for (int32_t p = 0; p < set->nparts; p++) {
             bus_part *bp = &bs->parts[p];
-            if (bp->busy || bp->gave_up)
+            if (bp->busy || bp->gave_up || !bp->pending_n)
                 continue;
-            int64_t due = INT64_MAX;
-            /* Durable sets sync at once (also to retry a failed sync); buffer
-             * sets every buffer_sync_ms so a crash loses a bounded tail. */
-            bool need_sync = bp->durable < bp->written;
-            bool durable = set->cfg.ack == SL_ACK_DURABLE;
-            if (bp->pending_n)
-                due = bp->failing ? bp->retry_ns
-                      : bp->pending.len >= set->cfg.batch_bytes || bus->stopping
-                          ? now
-                          : bp->first_ns + linger_ns(bs);
-            if (need_sync) {
-                int64_t sdue = bp->failing                ? bp->retry_ns
-                               : bus->stopping || durable ? now
-                                                          : bp->synced_ns + sync_every;
-                due = sdue < due ? sdue : due;
-            }
+            int64_t due = bp->failing ? bp->retry_ns
+                          : bp->pending.len >= set->cfg.batch_bytes || bus->stopping
+                              ? now
+                              : bp->first_ns + linger_ns(bs);
             if (due > now) {
                 *deadline = due < *deadline ? due : *deadline;
                 continue;
@@ -472,7 +475,6 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
             w->first = bp->next - (int64_t)bp->pending_n;
             w->done_bytes = w->done_n = 0;
             w->rc = 0;
-            w->sync = durable || need_sync;
             bp->pending_n = 0;
             bp->busy = true;
         }
@@ -500,14 +502,19 @@ static void requeue(bus_part *bp, work *w, int64_t now)
     bp->first_ns = now;
 }
 
-static bool waiter_ready(const waiter *w)
+static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline)
 {
-    for (int32_t i = 0; i < w->n; i++)
-        if (w->bs->parts[w->t[i].part].durable < w->t[i].end)
-            return false;
-    return true;
+    if (deadline == INT64_MAX) {
+        pthread_cond_wait(c, m);
+        return;
+    }
+    struct timespec ts = {.tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000};
+    pthread_cond_timedwait(c, m, &ts);
 }
 
+/* The writer: drains due buffers into lane-homogeneous batches and appends
+ * them. It never waits for the disk: syncing is the syncer's job, so appends
+ * go on while an fdatasync runs. */
 static void *writer_main(void *arg)
 {
     sl_databus *bus = arg;
@@ -520,114 +527,190 @@ static void *writer_main(void *arg)
         if (n == 0) {
             if (bus->stopping && deadline == INT64_MAX)
                 break;
-            if (deadline == INT64_MAX) {
-                pthread_cond_wait(&bus->wake, &bus->lock);
-            } else {
-                struct timespec ts = {.tv_sec = deadline / 1000000000,
-                                      .tv_nsec = deadline % 1000000000};
-                pthread_cond_timedwait(&bus->wake, &bus->lock, &ts);
-            }
+            timed_wait(&bus->wake, &bus->lock, deadline);
             continue;
         }
         pthread_mutex_unlock(&bus->lock);
-
         for (size_t i = 0; i < n; i++)
-            if (ws[i].frames.len)
-                write_frames(bus, &ws[i]);
-        /* Group commit: one fdatasync per partition serves every waiter. */
-        for (size_t i = 0; i < n; i++) {
-            work *w = &ws[i];
-            if (!w->sync || (w->done_n == 0 && w->frames.len))
-                continue;
-            sl_error err = {0};
-            int64_t t0 = sl_clock_mono_ns();
-            int rc = sl_log_sync(w->bs->set->parts[w->part], &err);
-            sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
-            atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
-            if (rc) {
-                fprintf(stderr, "sluice: databus: sync %s/%d: %s\n", w->bs->set->name, w->part,
-                        err.msg);
-                w->sync = false;
-                if (!w->rc)
-                    w->rc = rc;
-            }
-        }
+            write_frames(bus, &ws[i]);
 
         pthread_mutex_lock(&bus->lock);
         now = sl_clock_mono_ns();
+        bool want_sync = false;
         for (size_t i = 0; i < n; i++) {
             work *w = &ws[i];
             bus_part *bp = &w->bs->parts[w->part];
             bp->busy = false;
             bp->buffered -= w->done_bytes;
             bp->written = w->first + (int64_t)w->done_n;
-            if (w->sync) {
-                bp->durable = bp->written;
-                bp->synced_ns = now;
-            }
+            want_sync |= w->done_n && w->bs->set->cfg.ack == SL_ACK_DURABLE;
             if (w->done_n < w->n) {
                 requeue(bp, w, now);
-            } else if (w->rc) { /* the sync failed: retry it after a pause */
-                bp->failing = w->rc;
-                bp->retry_ns = now + RETRY_NS;
+                /* While stopping, a disk that keeps failing would spin: give
+                 * up on the partition and say what is lost. */
+                if (bus->stopping) {
+                    fprintf(stderr, "sluice: databus: %s/%d: giving up at shutdown (%s): %zu "
+                            "events not written\n", w->bs->set->name, w->part,
+                            sl_strerror(bp->failing), bp->pending_n);
+                    bp->pending_n = 0;
+                    bp->pending.len = 0;
+                    bp->gave_up = true;
+                }
             } else {
                 bp->failing = 0;
             }
         }
+        if (want_sync)
+            pthread_cond_signal(&bus->sync_wake);
         sl_databus_append_fn *on_append = bus->opts.on_append;
         void *on_append_ctx = bus->opts.ctx;
-        waiter *done = NULL, **pp = &bus->waiters;
-        while (*pp) {
-            waiter *w = *pp;
-            if (waiter_ready(w)) {
-                *pp = w->next;
-                w->next = done;
-                done = w;
-            } else {
-                pp = &w->next;
-            }
-        }
         pthread_mutex_unlock(&bus->lock);
-        while (done) {
-            waiter *w = done;
-            done = w->next;
-            w->done(w->ctx, 0);
-            free(w);
-        }
         for (size_t i = 0; i < n && on_append; i++)
             if (ws[i].done_n)
                 on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
                           ws[i].first + (int64_t)ws[i].done_n);
         pthread_mutex_lock(&bus->lock);
-        /* While stopping, a partition whose disk keeps failing would spin:
-         * give up on it after this attempt and report what is lost. */
-        if (bus->stopping)
-            for (size_t i = 0; i < n; i++) {
-                bus_part *bp = &ws[i].bs->parts[ws[i].part];
-                if (bp->failing) {
-                    fprintf(stderr, "sluice: databus: %s/%d: giving up at shutdown (%s): %zu "
-                            "events not written, %" PRId64 " written but not synced\n",
-                            ws[i].bs->set->name, ws[i].part, sl_strerror(bp->failing),
-                            bp->pending_n, bp->written - bp->durable);
-                    bp->pending_n = 0;
-                    bp->pending.len = 0;
-                    bp->gave_up = true; /* its waiters get SL_ESHUTDOWN below */
-                }
-            }
     }
-    /* Whatever is still waiting was never made durable. */
-    waiter *w = bus->waiters;
-    bus->waiters = NULL;
     pthread_mutex_unlock(&bus->lock);
-    while (w) {
-        waiter *next = w->next;
-        w->done(w->ctx, SL_ESHUTDOWN);
-        free(w);
-        w = next;
-    }
     for (size_t i = 0; i < cap; i++)
         sl_buf_free(&ws[i].frames);
     free(ws);
+    return NULL;
+}
+
+static bool waiter_ready(const waiter *w)
+{
+    for (int32_t i = 0; i < w->n; i++)
+        if (w->bs->parts[w->t[i].part].durable < w->t[i].end)
+            return false;
+    return true;
+}
+
+/* Unlinks the waiters whose every partition is durable far enough (or all
+ * of them with all = true) and returns them as a list. Called locked. */
+static waiter *take_waiters(sl_databus *bus, bool all)
+{
+    waiter *done = NULL, **pp = &bus->waiters;
+    while (*pp) {
+        waiter *w = *pp;
+        if (all || waiter_ready(w)) {
+            *pp = w->next;
+            w->next = done;
+            done = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    return done;
+}
+
+static void finish_waiters(waiter *w, int status)
+{
+    while (w) {
+        waiter *next = w->next;
+        w->done(w->ctx, status);
+        free(w);
+        w = next;
+    }
+}
+
+/* A partition the syncer is to fdatasync in this round. */
+typedef struct sync_job {
+    bus_set *bs;
+    int32_t part;
+    int64_t target; /* the written end offset when the job was taken */
+    int rc;
+} sync_job;
+
+/* The syncer: group commit. One fdatasync per partition covers everything
+ * appended before it began, and completes every durable waiter it covers.
+ * Durable sets are synced as soon as there is something new; buffer sets
+ * every buffer_sync_ms, so a crash loses a bounded tail of them. */
+static void *syncer_main(void *arg)
+{
+    sl_databus *bus = arg;
+    sync_job *jobs = NULL;
+    size_t cap = 0;
+    int64_t every = (bus->opts.buffer_sync_ms ? bus->opts.buffer_sync_ms : 1000) * 1000000;
+    pthread_mutex_lock(&bus->lock);
+    for (;;) {
+        int64_t now = sl_clock_mono_ns(), deadline = INT64_MAX;
+        size_t n = 0;
+        bool left = false;
+        for (bus_set *bs = bus->sets; bs; bs = bs->next) {
+            for (int32_t p = 0; p < bs->set->nparts; p++) {
+                bus_part *bp = &bs->parts[p];
+                if (bp->syncing || bp->gave_up || bp->durable >= bp->written)
+                    continue;
+                left = true;
+                int64_t due = bp->sync_failing ? bp->sync_retry_ns
+                              : bus->writer_done || bs->set->cfg.ack == SL_ACK_DURABLE
+                                  ? now
+                                  : bp->synced_ns + every;
+                if (due > now) {
+                    deadline = due < deadline ? due : deadline;
+                    continue;
+                }
+                if (n == cap) {
+                    size_t c = cap ? cap * 2 : 16;
+                    sync_job *nj = realloc(jobs, c * sizeof *nj);
+                    if (!nj)
+                        break;
+                    jobs = nj;
+                    cap = c;
+                }
+                jobs[n++] = (sync_job){bs, p, bp->written, 0};
+                bp->syncing = true;
+            }
+        }
+        if (n == 0) {
+            if (bus->writer_done && !left)
+                break;
+            timed_wait(&bus->sync_wake, &bus->lock, deadline);
+            continue;
+        }
+        pthread_mutex_unlock(&bus->lock);
+        for (size_t i = 0; i < n; i++) {
+            sl_error err = {0};
+            int64_t t0 = sl_clock_mono_ns();
+            jobs[i].rc = sl_log_sync(jobs[i].bs->set->parts[jobs[i].part], &err);
+            sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
+            atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
+            if (jobs[i].rc)
+                fprintf(stderr, "sluice: databus: sync %s/%d: %s\n", jobs[i].bs->set->name,
+                        jobs[i].part, err.msg);
+        }
+        pthread_mutex_lock(&bus->lock);
+        now = sl_clock_mono_ns();
+        for (size_t i = 0; i < n; i++) {
+            bus_part *bp = &jobs[i].bs->parts[jobs[i].part];
+            bp->syncing = false;
+            if (jobs[i].rc) {
+                bp->sync_failing = jobs[i].rc;
+                bp->sync_retry_ns = now + RETRY_NS;
+                if (bus->writer_done) {
+                    fprintf(stderr, "sluice: databus: %s/%d: giving up at shutdown: %" PRId64
+                            " events written but not synced\n", jobs[i].bs->set->name,
+                            jobs[i].part, bp->written - bp->durable);
+                    bp->gave_up = true;
+                }
+            } else {
+                bp->sync_failing = 0;
+                bp->synced_ns = now;
+                if (jobs[i].target > bp->durable)
+                    bp->durable = jobs[i].target;
+            }
+        }
+        waiter *done = take_waiters(bus, false);
+        pthread_mutex_unlock(&bus->lock);
+        finish_waiters(done, 0);
+        pthread_mutex_lock(&bus->lock);
+    }
+    /* Whatever is still waiting was never made durable. */
+    waiter *rest = take_waiters(bus, true);
+    pthread_mutex_unlock(&bus->lock);
+    finish_waiters(rest, SL_ESHUTDOWN);
+    free(jobs);
     return NULL;
 }
 
@@ -644,14 +727,24 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&bus->wake, &ca);
+    pthread_cond_init(&bus->sync_wake, &ca);
     pthread_condattr_destroy(&ca);
     sl_batch_builder_init(&bus->builder, SL_CODEC_NONE, 0);
     int e = pthread_create(&bus->thread, NULL, writer_main, bus);
+    if (!e && (e = pthread_create(&bus->syncer, NULL, syncer_main, bus))) {
+        pthread_mutex_lock(&bus->lock);
+        bus->stopping = true;
+        pthread_cond_signal(&bus->wake);
+        pthread_mutex_unlock(&bus->lock);
+        pthread_join(bus->thread, NULL);
+    }
     if (e) {
+        sl_batch_builder_free(&bus->builder);
         pthread_mutex_destroy(&bus->lock);
         pthread_cond_destroy(&bus->wake);
+        pthread_cond_destroy(&bus->sync_wake);
         free(bus);
-        return sl_error_errno(err, e, "start the Databus writer");
+        return sl_error_errno(err, e, "start the Databus threads");
     }
     *out = bus;
     return 0;
@@ -674,8 +767,16 @@ void sl_databus_stop(sl_databus *bus)
     bus->stopping = true;
     pthread_cond_signal(&bus->wake);
     pthread_mutex_unlock(&bus->lock);
-    if (join)
-        pthread_join(bus->thread, NULL);
+    if (!join)
+        return;
+    pthread_join(bus->thread, NULL);
+    /* Everything is appended: the syncer syncs what is left, answers the
+     * waiters and stops. */
+    pthread_mutex_lock(&bus->lock);
+    bus->writer_done = true;
+    pthread_cond_signal(&bus->sync_wake);
+    pthread_mutex_unlock(&bus->lock);
+    pthread_join(bus->syncer, NULL);
 }
 
 void sl_databus_free(sl_databus *bus)
@@ -695,5 +796,6 @@ void sl_databus_free(sl_databus *bus)
     sl_batch_builder_free(&bus->builder);
     pthread_mutex_destroy(&bus->lock);
     pthread_cond_destroy(&bus->wake);
+    pthread_cond_destroy(&bus->sync_wake);
     free(bus);
 }

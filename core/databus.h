@@ -5,9 +5,12 @@
  * partition, assigns its offset at once (it is the only writer of every
  * partition, so offsets are known before the bytes reach the disk), and
  * queues it in a bounded per-partition buffer. One writer thread drains the
- * buffers in lane-homogeneous batches (linger_ms / batch_bytes of the set),
- * appends them, and for ack = "durable" sets fdatasyncs once per round for
- * every waiter of that round (group commit) before completing them.
+ * buffers in lane-homogeneous batches (linger_ms / batch_bytes of the set)
+ * and appends them; it never waits for the disk. A syncer thread fdatasyncs
+ * each partition with new data (durable sets at once, buffer sets every
+ * buffer_sync_ms): one sync covers everything appended before it began and
+ * completes every durable waiter it covers (group commit), while the writer
+ * goes on appending the next batches.
  *
  * Nothing accepted is dropped: a full buffer refuses new events (SL_EFULL,
  * which HTTP turns into 503 + Retry-After); a failing disk keeps the events
@@ -43,7 +46,7 @@ typedef struct sl_databus_result {
 
 /* Completion of a durable publish: status 0 once every event of it is on
  * disk, or SL_ESHUTDOWN if the process stops first (events already queued are
- * still written by the drain). Called from the writer thread: return fast. */
+ * still written by the drain). Called from the syncer thread: return fast. */
 typedef void sl_databus_done_fn(void *ctx, int status);
 
 /* Called by the writer thread after each append of a partition, with the
@@ -93,6 +96,10 @@ int32_t sl_databus_partition(sl_set *set, const void *key, size_t key_len);
 int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs, size_t n,
                        sl_databus_result *results, sl_databus_done_fn *done, void *ctx,
                        sl_error *err);
+
+/* The next offset the bus will assign in a partition: offsets below it and
+ * at or above the log's end offset are accepted but not yet written. */
+int64_t sl_databus_next_offset(sl_set *set, int32_t partition);
 
 /* Bytes buffered (queued or being written) for set, and the limit. */
 void sl_databus_fill(sl_set *set, uint64_t *bytes, uint64_t *limit);

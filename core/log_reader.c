@@ -10,15 +10,23 @@
 #include "core/log_internal.h"
 
 #include <inttypes.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define READ_CHUNK (1u << 20) /* largest pread when a segment is not mapped */
 
+/* Mapped pages a reader has passed are released every so many bytes, so a
+ * process that reads a lot does not keep the whole log resident (they stay
+ * in the page cache; only this mapping lets go of them). */
+#define RELEASE_EVERY (8u << 20)
+
 struct sl_log_reader {
     sl_log *log;
     sl_segment *seg;
+    uint64_t released;        /* mapped bytes of seg below this were released */
     sl_segment_cursor cur;
     sl_batch_reader br;
     bool in_batch;
@@ -53,6 +61,7 @@ int sl_log_reader_open(sl_log *log, int64_t offset, const char *lane, sl_log_rea
     if (lane)
         snprintf(r->lane, sizeof r->lane, "%s", lane);
     r->seg = sl__log_find(log, offset, false);
+    r->released = sl_segment_seek(r->seg, offset);
     sl_segment_cursor_init_seg(&r->cur, r->seg, sl_segment_seek(r->seg, offset),
                            sl_segment_size(r->seg), READ_CHUNK);
     sl_batch_reader_init(&r->br);
@@ -70,10 +79,26 @@ int64_t sl_log_reader_position(const sl_log_reader *r)
     return r->next;
 }
 
+/* Releases the reader's view of mapped pages in [r->released, upto). */
+static void release_pages(sl_log_reader *r, uint64_t upto)
+{
+    if (!r->seg->map)
+        return;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t from = r->released / page * page, to = upto / page * page;
+    if (to > r->seg->map_len)
+        to = r->seg->map_len / page * page;
+    if (to > from) {
+        madvise((void *)(r->seg->map + from), (size_t)(to - from), MADV_DONTNEED);
+        r->released = to;
+    }
+}
+
 void sl_log_reader_close(sl_log_reader *r)
 {
     if (!r)
         return;
+    release_pages(r, r->cur.pos);
     sl_segment_cursor_free(&r->cur);
     sl_batch_reader_free(&r->br);
     sl_segment_unref(r->seg);
@@ -92,8 +117,10 @@ static bool next_segment(sl_log_reader *r)
         sl_segment_unref(n);
         return true;
     }
+    release_pages(r, r->cur.pos);
     sl_segment_unref(r->seg);
     r->seg = n;
+    r->released = 0;
     if (n->base > r->next)
         r->next = n->base;
     sl_segment_cursor_free(&r->cur);
@@ -168,6 +195,9 @@ int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
         if (in.base_offset > r->next)
             r->next = in.base_offset; /* a gap in the offsets */
         r->in_batch = true;
+        /* Records point into this batch: release only what lies before it. */
+        if (at - r->released >= RELEASE_EVERY)
+            release_pages(r, at);
     }
 }
 

@@ -332,13 +332,13 @@ it_resp it_get(it_server *s, const char *fmt, ...)
 
 /* POSTs len bytes (strlen when len is SIZE_MAX) to /v1/sets/SET/events. */
 it_resp it_post(it_server *s, const char *set, const char *ctype, const char *const *hdrs,
-                 const char *data, size_t len)
+                const char *data, size_t len)
 {
     char path[1024];
     snprintf(path, sizeof path, "/v1/sets/%s/events", set);
     it_resp r;
     it_call k = {.path = path, .ctype = ctype, .hdrs = hdrs, .body = data,
-              .len = len == SIZE_MAX ? strlen(data) : len};
+                 .len = len == SIZE_MAX ? strlen(data) : len};
     if (it_http(NULL, s->port, &k, &r))
         fail_msg("POST %s: %s", path, r.err);
     return r;

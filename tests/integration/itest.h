@@ -73,10 +73,10 @@ typedef struct it_call {
     long timeout_ms; /* default 30 s */
 } it_call;
 
-/* The body as a string ("" when there is none); points into r. */
+/* The body as a string ("" when there is none); points into r. Never asserts. */
 const char *it_body(const it_resp *r);
 
-/* Frees r's body (r itself belongs to the caller). */
+/* Frees r's body (r itself belongs to the caller). Never asserts. */
 void it_resp_free(it_resp *r);
 
 /* Sets c up for one exchange of k with 127.0.0.1:port into *r, which it
@@ -197,7 +197,8 @@ typedef struct it_evs {
     int64_t next; /* next_offset of the last page */
 } it_evs;
 
-/* Frees every event and the list, and zeroes *e (reusable after). */
+/* Frees every event and the list, and zeroes *e (reusable after). Never
+ * asserts. */
 void it_evs_free(it_evs *e);
 
 /* Adds the events of a GET answer {"events":[…],"next_offset":K} (len bytes
@@ -214,7 +215,8 @@ it_evs it_read_events(it_server *s, const char *set, int part, const char *query
 it_evs it_read_all(it_server *s, const char *set, int part, const char *lane);
 
 /* The value of the Prometheus sample in text whose line starts with name
- * (labels included, e.g. "sluice_events_in_total{set=\"x\"}"), or -1. */
+ * (labels included, e.g. "sluice_events_in_total{set=\"x\"}"), or -1. Never
+ * asserts. */
 double it_metric(const char *text, const char *name);
 
 #endif

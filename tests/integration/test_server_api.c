@@ -6,6 +6,7 @@
  * clients) are in test_server_faults.c; the harness is itest.h.
  */
 #include "itest.h"
+#include "core/clock.h"
 
 #include "core/metrics.h" /* sl_buf_printf() */
 
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Asserts that entry i failed with code and, if want is given, that its
  * message contains want. */
@@ -337,7 +339,7 @@ static void test_wrong_method_on_fixed_paths(void **state)
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
         it_resp r;
         if (it_http(NULL, s->port, &(it_call){.method = "POST", .path = paths[i], .ctype = IT_CT_CE,
-                                         .body = "{}", .len = 2}, &r))
+                                              .body = "{}", .len = 2}, &r))
             fail_msg("POST %s: %s", paths[i], r.err);
         it_expect_error(&r, 405, "MethodNotAllowed");
         it_resp_free(&r);
@@ -779,7 +781,7 @@ static void test_long_poll_timeout(void **state)
     free(ev);
     double t0 = it_mono();
     it_resp r = it_get(s, "/v1/sets/lpt/events?partition=%d&offset=%lld&wait_ms=1000", p,
-                 (long long)o + 1);
+                       (long long)o + 1);
     double took = it_mono() - t0;
     it_evs e = {0};
     assert_int_equal(r.status, 200);
@@ -804,42 +806,57 @@ static void test_long_poll_timeout(void **state)
 }
 
 /* from=beginning|end|RFC 3339 time. */
+/* from=TIME finds the first event sluice received at or after TIME: the
+ * record timestamp is the receipt time, so an event's own (old) time
+ * attribute does not move it. */
 static void test_from(void **state)
 {
     it_server *s = *state;
     it_srv_start(s, NULL);
-    const char *nd =
-        "{\"specversion\":\"1.0\",\"id\":\"t2020\",\"source\":\"/s\",\"type\":\"t\","
-        "\"partitionkey\":\"tk\",\"time\":\"2020-01-01T00:00:00Z\"}\n"
-        "{\"specversion\":\"1.0\",\"id\":\"t2021\",\"source\":\"/s\",\"type\":\"t\","
-        "\"partitionkey\":\"tk\",\"time\":\"2021-01-01T00:00:00Z\"}\n"
-        "{\"specversion\":\"1.0\",\"id\":\"t2022\",\"source\":\"/s\",\"type\":\"t\","
-        "\"partitionkey\":\"tk\",\"time\":\"2022-01-01T00:00:00.500+02:00\"}\n";
-    it_resp r = it_post(s, "from", IT_CT_NDJSON, NULL, nd, SIZE_MAX);
-    json_t *a = it_expect_results(&r, 3, 0);
-    int p = it_res_part(a, 0);
-    assert_int_equal(it_res_part(a, 2), p);
-    json_decref(a);
-    it_resp_free(&r);
-    static const struct {
+    static const char *const ids[] = {"ta", "tb", "tc"};
+    static const char *const own_time[] = {"", "", ",\"time\":\"2020-01-01T00:00:00Z\""};
+    int64_t before[3], p = -1;
+    for (int i = 0; i < 3; i++) {
+        struct timespec pause = {0, 40 * 1000000};
+        nanosleep(&pause, NULL);
+        before[i] = sl_clock_now_ms();
+        nanosleep(&pause, NULL);
+        char ev[256];
+        snprintf(ev, sizeof ev, "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\","
+                 "\"type\":\"t\",\"partitionkey\":\"tk\"%s}\n", ids[i], own_time[i]);
+        it_resp r = it_post(s, "from", IT_CT_NDJSON, NULL, ev, SIZE_MAX);
+        json_t *a = it_expect_results(&r, 1, 0);
+        if (p < 0)
+            p = it_res_part(a, 0);
+        assert_int_equal(it_res_part(a, 0), p);
+        json_decref(a);
+        it_resp_free(&r);
+    }
+    char t0[40], t1[40], t2[40], later[40], q[4][64];
+    sl_time_format_rfc3339(before[0], t0);
+    sl_time_format_rfc3339(before[1], t1);
+    sl_time_format_rfc3339(before[2], t2);
+    sl_time_format_rfc3339(sl_clock_now_ms() + 60000, later);
+    snprintf(q[0], sizeof q[0], "from=%s", t0);
+    snprintf(q[1], sizeof q[1], "from=%s", t1);
+    snprintf(q[2], sizeof q[2], "from=%s", t2);
+    snprintf(q[3], sizeof q[3], "from=%s", later);
+    const struct {
         const char *query;
         const char *first; /* id of the first event, NULL for none */
         size_t n;
     } cases[] = {
-        {"", "t2020", 3},
-        {"from=beginning", "t2020", 3},
+        {"", "ta", 3},
+        {"from=beginning", "ta", 3},
         {"from=end", NULL, 0},
-        {"from=2019-12-31T23:59:59.999Z", "t2020", 3},
-        {"from=2020-01-01T00:00:00Z", "t2020", 3},
-        {"from=2020-01-01T00:00:00.001Z", "t2021", 2},
-        {"from=2021-01-01T01:00:00%2B01:00", "t2021", 2}, /* = 2021-01-01T00:00Z */
-        {"from=2021-06-01T00:00:00Z", "t2022", 1},
-        {"from=2021-12-31T22:00:00.500Z", "t2022", 1},
-        {"from=2021-12-31T22:00:00.501Z", NULL, 0},
-        {"from=2030-01-01T00:00:00Z", NULL, 0},
+        {"from=2019-12-31T23:59:59.999Z", "ta", 3}, /* tc's own 2020 time does not count */
+        {q[0], "ta", 3},
+        {q[1], "tb", 2},
+        {q[2], "tc", 1},
+        {q[3], NULL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        it_evs e = it_read_events(s, "from", p, cases[i].query);
+        it_evs e = it_read_events(s, "from", (int)p, cases[i].query);
         if (e.n != cases[i].n || (e.n && strcmp(e.v[0].id, cases[i].first) != 0))
             fail_msg("%s: %zu events starting with %s, want %zu starting with %s",
                      cases[i].query, e.n, e.n ? e.v[0].id : "-", cases[i].n,

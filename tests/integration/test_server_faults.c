@@ -136,7 +136,7 @@ static void *writer_main(void *arg)
                           seq + i, seq + i, pad);
         it_resp r;
         it_call k = {.path = path, .ctype = IT_CT_NDJSON, .body = b.data, .len = b.len,
-                  .timeout_ms = 20000};
+                     .timeout_ms = 20000};
         if (it_http(c, w->port, &k, &r) == 0 && writer_answer(w, &r, seq)) {
             last_ok = it_mono();
         } else {
@@ -253,7 +253,7 @@ static void polls_start(polls *pl, int port, int n, const char *set, int nparts,
                  i % nparts, wait_ms);
         pl->h[i] = curl_easy_init();
         it_http_prepare(pl->h[i], port, &(it_call){.path = path, .timeout_ms = wait_ms + 15000L},
-                     &pl->r[i], &pl->hl[i]);
+                        &pl->r[i], &pl->hl[i]);
         curl_easy_setopt(pl->h[i], CURLOPT_PRIVATE, (void *)(intptr_t)i);
         curl_multi_add_handle(pl->m, pl->h[i]);
     }
@@ -651,7 +651,7 @@ static void test_backpressure(void **state)
     it_server *s = *state;
     /* A 64 KiB buffer that the writer empties only after 1.5 s. */
     it_srv_start(s, "--ack", "buffer", "--partitions", "1", "--buffer-bytes", "64KiB",
-              "--linger-ms", "1500", NULL);
+                 "--linger-ms", "1500", NULL);
     sl_buf b[3] = {SL_BUF_INIT, SL_BUF_INIT, SL_BUF_INIT};
     char pad[2049];
     memset(pad, 'q', 2048);
@@ -717,7 +717,7 @@ static void test_backpressure(void **state)
     /* Concurrent writers against a tiny buffer: some 503s (each with
      * Retry-After and a JSON body), and every 200 is readable after. */
     it_srv_start(s, "--ack", "buffer", "--partitions", "1", "--buffer-bytes", "16KiB",
-              "--linger-ms", "20", NULL);
+                 "--linger-ms", "20", NULL);
     acks a = {.lock = PTHREAD_MUTEX_INITIALIZER};
     _Atomic bool stop = false;
     writer w[4];

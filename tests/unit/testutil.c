@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,4 +270,248 @@ void tu_check_companions(const char *dir, const char *when)
     }
     sl_batch_reader_free(&br);
     free(bases);
+}
+
+/* ---- the partition log tests ---------------------------------------------- */
+
+/* SLUICE_SOAK=N multiplies the sizes of the bigger tests. */
+int64_t tu_soak(void)
+{
+    const char *s = getenv("SLUICE_SOAK");
+    long v = s ? strtol(s, NULL, 10) : 0;
+    return v > 1 ? v : 1;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+
+uint64_t tu_rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Each test gets a fresh directory in *state, removed even when it fails. */
+int tu_tmp_setup(void **state)
+{
+    *state = tu_tmpdir();
+    return 0;
+}
+
+int tu_tmp_teardown(void **state)
+{
+    tu_rmdir(*state);
+    return 0;
+}
+
+sl_log *tu_open_log(const char *dir, const sl_log_config *cfg)
+{
+    sl_log_open_options o = {.create = true};
+    sl_log *log = NULL;
+    sl_error err = {0};
+    int rc = sl_log_open(dir, cfg, &o, &log, &err);
+    if (rc) fail_msg("open %s: %s", dir, err.msg);
+    return log;
+}
+
+void tu_seg_path(char *out, size_t size, const char *dir, int64_t base, const char *ext)
+{
+    snprintf(out, size, "%s/%020lld%s", dir, (long long)base, ext);
+}
+
+int tu_seg_exists(const char *dir, int64_t base, const char *ext)
+{
+    char p[4200];
+    tu_seg_path(p, sizeof p, dir, base, ext);
+    return access(p, F_OK) == 0;
+}
+
+/* Reads a whole file (caller frees); NULL when it does not exist. */
+uint8_t *tu_slurp(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    uint8_t *buf = malloc((size_t)st.st_size + 1);
+    assert_non_null(buf);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+    close(fd);
+    *len = got;
+    return buf;
+}
+
+static int cmp_seg(const void *a, const void *b)
+{
+    int64_t x = ((const tu_dseg *)a)->base, y = ((const tu_dseg *)b)->base;
+    return (x > y) - (x < y);
+}
+
+/* Lists the *.log files (asserting their names are 20 digits), checks every
+ * batch's CRC, that each segment starts with the batch its name says and
+ * that offsets continue from one batch to the next. */
+void tu_disk_scan(const char *dir, tu_disk *d)
+{
+    memset(d, 0, sizeof *d);
+    DIR *dh = opendir(dir);
+    assert_non_null(dh);
+    struct dirent *e;
+    size_t cap = 0;
+    while ((e = readdir(dh))) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 4, ".log") != 0) continue;
+        assert_int_equal(n, 24);
+        int64_t base = 0;
+        for (int i = 0; i < 20; i++) {
+            assert_true(e->d_name[i] >= '0' && e->d_name[i] <= '9');
+            base = base * 10 + (e->d_name[i] - '0');
+        }
+        if (d->nsegs == cap) {
+            cap = cap ? cap * 2 : 16;
+            d->segs = realloc(d->segs, cap * sizeof *d->segs);
+            assert_non_null(d->segs);
+        }
+        d->segs[d->nsegs].base = base;
+        d->segs[d->nsegs].size = 0;
+        d->nsegs++;
+    }
+    closedir(dh);
+    qsort(d->segs, d->nsegs, sizeof *d->segs, cmp_seg);
+    size_t bcap = 0;
+    sl_batch_reader br;
+    sl_batch_reader_init(&br);
+    int64_t next = -1;
+    for (size_t s = 0; s < d->nsegs; s++) {
+        char p[4200];
+        tu_seg_path(p, sizeof p, dir, d->segs[s].base, ".log");
+        size_t len;
+        uint8_t *buf = tu_slurp(p, &len);
+        assert_non_null(buf);
+        d->segs[s].size = len;
+        if (next >= 0 && len) assert_int_equal(d->segs[s].base, next);
+        size_t pos = 0;
+        while (pos < len) {
+            sl_batch_info in;
+            sl_error err = {0};
+            int rc = sl_batch_check(buf + pos, len - pos, &in, &err);
+            if (rc) fail_msg("%s: byte %zu: %d %s", p, pos, rc, err.msg);
+            if (pos == 0) assert_int_equal(in.base_offset, d->segs[s].base);
+            if (next >= 0) assert_int_equal(in.base_offset, next);
+            next = in.base_offset + in.last_offset_delta + 1;
+            if (d->nb == bcap) {
+                bcap = bcap ? bcap * 2 : 256;
+                d->b = realloc(d->b, bcap * sizeof *d->b);
+                assert_non_null(d->b);
+            }
+            tu_dbatch *b = &d->b[d->nb++];
+            b->base = in.base_offset;
+            b->lod = in.last_offset_delta;
+            b->count = in.count;
+            b->max_ts = in.max_ts;
+            b->codec = in.attributes & 7;
+            b->pos = pos;
+            b->size = sl_batch_size(&in);
+            b->seg = s;
+            assert_int_equal(sl_batch_lane(&br, buf + pos, b->size, b->lane, &err), 0);
+            pos += b->size;
+        }
+        free(buf);
+    }
+    sl_batch_reader_free(&br);
+}
+
+void tu_disk_free(tu_disk *d)
+{
+    free(d->segs);
+    free(d->b);
+    memset(d, 0, sizeof *d);
+}
+
+uint64_t tu_disk_bytes(const tu_disk *d)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < d->nsegs; i++)
+        t += d->segs[i].size;
+    return t;
+}
+
+/* Appends records [first, first + n) with values tu_value(i, vsize), key
+ * "k<i%7>", timestamps ts[i - first] (or ts0 + i) and lane, as one batch;
+ * asserts it lands at first. */
+void tu_append_batch(sl_log *log, sl_batch_builder *b, int64_t first, int n, size_t vsize,
+                     const int64_t *ts, int64_t ts0, const char *lane)
+{
+    char *v = malloc(vsize + 64);
+    assert_non_null(v);
+    assert_int_equal(sl_batch_builder_reset(b, lane), 0);
+    for (int k = 0; k < n; k++) {
+        int64_t i = first + k;
+        size_t len = tu_value(v, vsize, i);
+        char key[16];
+        int kl = snprintf(key, sizeof key, "k%d", (int)(i % 7));
+        assert_int_equal(sl_batch_builder_add(b, ts ? ts[k] : ts0 + i, key, (size_t)kl, v, len), 0);
+    }
+    sl_batch batch;
+    sl_error err = {0};
+    assert_int_equal(sl_batch_builder_finish(b, &batch, &err), 0);
+    int64_t base = -1;
+    if (sl_log_append(log, &batch, &base, &err))
+        fail_msg("append at %lld: %s", (long long)first, err.msg);
+    assert_int_equal(base, first);
+    assert_int_equal(sl_log_end_offset(log), first + n);
+    free(v);
+}
+
+uint64_t tu_file_sum(const char *dir)
+{
+    tu_disk d;
+    tu_disk_scan(dir, &d);
+    uint64_t t = tu_disk_bytes(&d);
+    tu_disk_free(&d);
+    return t;
+}
+
+/* One .lanes sidecar entry, as core/segment.h lays it out. */
+#define LANES_ENTRY 48
+
+/* The .lanes sidecar of each segment holds one entry per run of batches of
+ * one lane: {rel, pos, len, lane, zeros}. */
+void tu_check_sidecars(const char *dir, const tu_disk *d)
+{
+    for (size_t s = 0; s < d->nsegs; s++) {
+        char p[4200];
+        tu_seg_path(p, sizeof p, dir, d->segs[s].base, ".lanes");
+        size_t len;
+        uint8_t *e = tu_slurp(p, &len);
+        assert_non_null(e);
+        assert_int_equal(len % LANES_ENTRY, 0);
+        size_t k = 0;
+        const char *prev = NULL;
+        for (size_t i = 0; i < d->nb; i++) {
+            const tu_dbatch *b = &d->b[i];
+            if (b->seg != s || (prev && strcmp(prev, b->lane) == 0)) {
+                if (b->seg == s) prev = b->lane;
+                continue;
+            }
+            prev = b->lane;
+            assert_true((k + 1) * LANES_ENTRY <= len);
+            const uint8_t *x = e + k * LANES_ENTRY;
+            size_t ll = strlen(b->lane);
+            assert_int_equal(sl_be32_get(x), b->base - d->segs[s].base);
+            assert_int_equal(sl_be32_get(x + 4), b->pos);
+            assert_int_equal(x[8], ll);
+            assert_memory_equal(x + 9, b->lane, ll);
+            for (size_t z = 9 + ll; z < LANES_ENTRY; z++)
+                assert_int_equal(x[z], 0);
+            k++;
+        }
+        assert_int_equal(k * LANES_ENTRY, len);
+        free(e);
+    }
 }

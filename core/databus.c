@@ -447,10 +447,13 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
             bus_part *bp = &bs->parts[p];
             if (bp->busy || bp->gave_up || !bp->pending_n)
                 continue;
+            /* Durable sets do not linger: their publishers wait anyway, and
+             * the syncer groups whatever arrives while an fdatasync runs. */
+            bool now_due = bp->pending.len >= set->cfg.batch_bytes || bus->stopping ||
+                           set->cfg.ack == SL_ACK_DURABLE;
             int64_t due = bp->failing ? bp->retry_ns
-                          : bp->pending.len >= set->cfg.batch_bytes || bus->stopping
-                              ? now
-                              : bp->first_ns + linger_ns(bs);
+                          : now_due   ? now
+                                      : bp->first_ns + linger_ns(bs);
             if (due > now) {
                 *deadline = due < *deadline ? due : *deadline;
                 continue;

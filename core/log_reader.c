@@ -79,13 +79,21 @@ int64_t sl_log_reader_position(const sl_log_reader *r)
     return r->next;
 }
 
-/* Releases the reader's view of mapped pages in [r->released, upto). */
-static void release_pages(sl_log_reader *r, uint64_t upto)
+/* The kernel maps cached pages around a faulting one ("fault-around", 64 KiB
+ * by default), so a reader's pages extend past the bytes it read: releases
+ * cover whole windows of this size. */
+#define FAULT_AROUND (64u << 10)
+
+/* Releases the reader's view of mapped pages from r->released to upto (with
+ * done, to the end of upto's fault-around window: the reader is finished). */
+static void release_pages(sl_log_reader *r, uint64_t upto, bool done)
 {
     if (!r->seg->map)
         return;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t from = r->released / page * page, to = upto / page * page;
+    uint64_t from = r->released / FAULT_AROUND * FAULT_AROUND;
+    uint64_t to = done ? (upto + FAULT_AROUND - 1) / FAULT_AROUND * FAULT_AROUND
+                       : upto / page * page;
     if (to > r->seg->map_len)
         to = r->seg->map_len / page * page;
     if (to > from) {
@@ -98,7 +106,7 @@ void sl_log_reader_close(sl_log_reader *r)
 {
     if (!r)
         return;
-    release_pages(r, r->cur.pos);
+    release_pages(r, r->cur.pos, true);
     sl_segment_cursor_free(&r->cur);
     sl_batch_reader_free(&r->br);
     sl_segment_unref(r->seg);
@@ -117,7 +125,7 @@ static bool next_segment(sl_log_reader *r)
         sl_segment_unref(n);
         return true;
     }
-    release_pages(r, r->cur.pos);
+    release_pages(r, r->cur.pos, true);
     sl_segment_unref(r->seg);
     r->seg = n;
     r->released = 0;
@@ -197,7 +205,7 @@ int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
         r->in_batch = true;
         /* Records point into this batch: release only what lies before it. */
         if (at - r->released >= RELEASE_EVERY)
-            release_pages(r, at);
+            release_pages(r, at, false);
     }
 }
 

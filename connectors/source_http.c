@@ -299,7 +299,7 @@ bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos,
     pthread_mutex_lock(&h->poll_lock);
     /* Re-check under the lock: an append between the read and here must
      * not be missed, since its wake-up has already passed. */
-    if (h->stopping || sl_log_end_offset(set->parts[part]) > pos) {
+    if (h->stopping || sl_store_end_offset(&set->parts[part]) > pos) {
         pthread_mutex_unlock(&h->poll_lock);
         return false;
     }

@@ -44,10 +44,10 @@ static int int_arg(sl_http_req *r, const char *name, int64_t def, int64_t max, i
 static enum MHD_Result start_offset(sl_http_req *r, sl_set *set, int32_t part, int64_t *offset,
                                     bool *ok)
 {
-    sl_log *log = set->parts[part];
+    const sl_store *log = &set->parts[part];
     *ok = false;
     const char *from = arg(r, "from"), *off = arg(r, "offset");
-    int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
+    int64_t start = sl_store_start_offset(log), end = sl_store_end_offset(log);
     if (off && from)
         return sl__http_error(r, 400, "InvalidParameter", "give offset or from, not both");
     if (off) {
@@ -68,7 +68,7 @@ static enum MHD_Result start_offset(sl_http_req *r, sl_set *set, int32_t part, i
         if (sl_time_parse_rfc3339(from, strlen(from), &ts))
             return sl__http_error(r, 400, "InvalidParameter", "from must be beginning, end "
                                   "or an RFC 3339 time, not \"%s\"", from);
-        if (sl_log_offset_for_time(log, ts, offset, &err))
+        if (sl_store_offset_for_time(log, ts, offset, &err))
             return sl__http_error(r, 500, "ReadFailed", "%s", err.msg);
     }
     *ok = true;
@@ -100,7 +100,7 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
     else if (!sl_lane_valid(lane, strlen(lane)))
         return sl__http_error(r, 400, "InvalidLane", "lane \"%s\" is not [a-z0-9-]{1,32} or *",
                               lane);
-    sl_log *log = set->parts[part];
+    const sl_store *log = &set->parts[part];
     int64_t offset;
     if (r->poll_deadline_ns) {
         /* Woken from a long-poll: go on from where the first pass stopped
@@ -117,15 +117,15 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
     sl_buf_append(&b, "{\"events\":[", 11);
     int64_t n = 0, next = offset;
     rc = 0;
-    if (offset <= sl_log_end_offset(log)) { /* else: accepted, not written yet */
-        sl_log_reader *rd;
-        if ((rc = sl_log_reader_open(log, offset, lane, &rd, &err))) {
+    if (offset <= sl_store_end_offset(log)) { /* else: accepted, not written yet */
+        void *rd;
+        if ((rc = sl_store_reader_open(log, offset, lane, &rd, &err))) {
             sl_buf_free(&b);
             return sl__http_error(r, 416, "OffsetOutOfRange", "%s", err.msg);
         }
         sl_record rec;
         while (n < max && b.len < READ_MAX_BYTES &&
-               (rc = sl_log_reader_next(rd, &rec, &err)) == 0) {
+               (rc = sl_store_reader_next(log, rd, &rec, &err)) == 0) {
             if (n)
                 sl_buf_append(&b, ",", 1);
             if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name,
@@ -133,8 +133,8 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                 sl_buf_append(&b, rec.value, rec.value_len);
             n++;
         }
-        next = sl_log_reader_position(rd);
-        sl_log_reader_close(rd);
+        next = sl_store_reader_position(log, rd);
+        sl_store_reader_close(log, rd);
     }
     if (rc != 0 && rc != SL_EEOF) {
         sl_buf_free(&b);
@@ -174,9 +174,10 @@ static json_t *set_json(sl_set *s, bool detail)
     json_int_t events = 0, bytes = 0;
     json_t *parts = detail ? json_array() : NULL;
     for (int32_t p = 0; p < s->nparts; p++) {
-        sl_log *log = s->parts[p];
-        int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
-        uint64_t size = sl_log_size_bytes(log);
+        const sl_store *log = &s->parts[p];
+        int64_t start = sl_store_start_offset(log), end = sl_store_end_offset(log);
+        uint64_t size, segments;
+        sl_store_stat(log, &size, &segments);
         events += end - start;
         bytes += (json_int_t)size;
         if (parts)
@@ -184,7 +185,7 @@ static json_t *set_json(sl_set *s, bool detail)
                                                    "start_offset", (json_int_t)start,
                                                    "end_offset", (json_int_t)end, "bytes",
                                                    (json_int_t)size, "segments",
-                                                   (json_int_t)sl_log_segment_count(log)));
+                                                   (json_int_t)segments));
     }
     json_object_set_new(j, "events", json_integer(events));
     json_object_set_new(j, "bytes", json_integer(bytes));
@@ -262,7 +263,7 @@ static void set_metrics(sl_set *s, void *ctx)
     default:
         for (int32_t p = 0; p < s->nparts; p++)
             sl_buf_printf(m->b, "sluice_partition_end_offset{set=\"%s\",partition=\"%d\"} %"
-                          PRId64 "\n", s->name, p, sl_log_end_offset(s->parts[p]));
+                          PRId64 "\n", s->name, p, sl_store_end_offset(&s->parts[p]));
     }
 }
 

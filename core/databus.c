@@ -153,7 +153,7 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
     bs->set = set;
     bs->bus = bus;
     for (int32_t p = 0; p < set->nparts; p++) {
-        int64_t end = sl_log_end_offset(set->parts[p]);
+        int64_t end = sl_store_end_offset(&set->parts[p]);
         bs->parts[p].next = bs->parts[p].written = bs->parts[p].durable = end;
     }
     set->bus = bs;
@@ -346,7 +346,7 @@ int64_t sl_databus_next_offset(sl_set *set, int32_t partition)
 {
     bus_set *bs = set->bus;
     if (!bs)
-        return sl_log_end_offset(set->parts[partition]);
+        return sl_store_end_offset(&set->parts[partition]);
     pthread_mutex_lock(&bs->bus->lock);
     int64_t next = bs->parts[partition].next;
     pthread_mutex_unlock(&bs->bus->lock);
@@ -376,7 +376,7 @@ const sl_databus_stats *sl_databus_get_stats(const sl_databus *bus)
 static void write_frames(sl_databus *bus, work *w)
 {
     sl_set *set = w->bs->set;
-    sl_log *log = set->parts[w->part];
+    const sl_store *store = &set->parts[w->part];
     sl_batch_builder *b = &bus->builder;
     b->codec = set->cfg.compression;
     const uint8_t *p = w->frames.data, *end = p + w->frames.len;
@@ -416,7 +416,7 @@ static void write_frames(sl_databus *bus, work *w)
         int64_t base, t0 = sl_clock_mono_ns();
         int rc = sl_batch_builder_finish(b, &batch, &err);
         if (!rc)
-            rc = sl_log_append(log, &batch, &base, &err);
+            rc = sl_store_append(store, &batch, &base, &err);
         sl_histogram_observe(&bus->stats.append, sl_clock_mono_ns() - t0);
         if (rc) {
             fprintf(stderr, "sluice: databus: set %s partition %d: %s\n", set->name, w->part,
@@ -676,7 +676,7 @@ static void *syncer_main(void *arg)
         for (size_t i = 0; i < n; i++) {
             sl_error err = {0};
             int64_t t0 = sl_clock_mono_ns();
-            jobs[i].rc = sl_log_sync(jobs[i].bs->set->parts[jobs[i].part], &err);
+            jobs[i].rc = sl_store_sync(&jobs[i].bs->set->parts[jobs[i].part], &err);
             sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
             atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
             if (jobs[i].rc)

@@ -249,7 +249,7 @@ static void set_free(sl_sets *sets, sl_set *s)
     if (s->opened && sets->opts.on_close)
         sets->opts.on_close(s, sets->opts.ctx);
     for (int32_t p = 0; p < s->nparts; p++)
-        sl_log_close(s->parts[p]);
+        sl_store_close(&s->parts[p]);
     free(s->parts);
     free(s);
 }
@@ -275,7 +275,7 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
     for (int32_t p = 0; !rc && p < c->partitions; p++) {
         char pdir[4300];
         snprintf(pdir, sizeof pdir, "%s/%d", dir, p);
-        rc = sl_log_open(pdir, &c->log, &lo, &s->parts[p], err);
+        rc = sl_store_open_log(&s->parts[p], pdir, &c->log, &lo, err);
         if (!rc)
             s->nparts++;
     }
@@ -465,7 +465,7 @@ static void retain_one(sl_set *s, void *ctx)
 {
     int64_t now = *(const int64_t *)ctx;
     for (int32_t p = 0; p < s->nparts; p++)
-        sl_log_retain(s->parts[p], now, NULL, NULL);
+        sl_store_retain(&s->parts[p], now, NULL);
 }
 
 void sl_sets_retain(sl_sets *sets, int64_t now_ms)

@@ -3,7 +3,8 @@
  *
  * An event set is a named, partitioned log: DATA/sets/<name>/set.json holds
  * its configuration and DATA/sets/<name>/<partition>/ each partition's log
- * (core/log.h). Names are [A-Za-z0-9._-]{1,128} and never "." or "..", so a
+ * (core/log.h), reached only through the store interface (core/store.h) so
+ * that another backend can take its place. Names are [A-Za-z0-9._-]{1,128} and never "." or "..", so a
  * name can never reach outside DATA/sets. Sets are created on first use when
  * the registry allows it, persist across restarts, and are never freed while
  * the registry is open, so an sl_set pointer stays valid until
@@ -15,6 +16,7 @@
 #include "core/batch.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -56,7 +58,7 @@ struct sl_set {
     char name[SL_SET_NAME_MAX + 1];
     sl_set_config cfg;
     int32_t nparts;
-    sl_log **parts;    /* one open log per partition */
+    sl_store *parts;   /* one store per partition (the embedded log today) */
     sl_set_stats stats;
     void *bus;         /* the Databus's per-set state (core/databus.c) */
     bool opened;       /* on_open accepted it: on_close is due */

@@ -278,7 +278,7 @@ static void verify_stored(sl_set *set, const pubrec *pr, size_t n)
         const pubrec *p = &pr[i];
         assert_true(p->part >= 0 && p->part < set->nparts);
         if (!loaded[p->part]) {
-            pd[p->part] = read_part(set->parts[p->part], NULL);
+            pd[p->part] = read_part(TU_LOG(set, p->part), NULL);
             loaded[p->part] = true;
         }
         const stored *s = find_offset(&pd[p->part], p->off);
@@ -388,7 +388,7 @@ static void on_done(void *ctx, int status)
     bool end_ok = true, synced_ok = true, read_ok = true;
     if (d->check) {
         for (size_t i = 0; i < d->n; i++) {
-            sl_log *log = d->set->parts[d->pr[i].part];
+            sl_log *log = TU_LOG(d->set, d->pr[i].part);
             end_ok &= sl_log_end_offset(log) >= d->pr[i].off + 1;
             synced_ok &= offset_synced(log, d->pr[i].off);
             read_ok &= readable(log, &d->pr[i]);
@@ -449,8 +449,8 @@ static void test_publish_buffer_ack(void **state)
         sl_set_config c = set_config(3, SL_ACK_BUFFER, 2);
         sl_set *s;
         assert_int_equal(sl_sets_define(sets, "orders", &c, &s, &err), 0);
-        tu_append(s->parts[0], 0, 5, 2, 40, 1, "", SL_CODEC_NONE);
-        tu_append(s->parts[2], 0, 12, 5, 40, 1, "", SL_CODEC_NONE);
+        tu_append(TU_LOG(s, 0), 0, 5, 2, 40, 1, "", SL_CODEC_NONE);
+        tu_append(TU_LOG(s, 2), 0, 12, 5, 40, 1, "", SL_CODEC_NONE);
         sl_sets_close(sets);
     }
     fx_open(f);
@@ -460,7 +460,7 @@ static void test_publish_buffer_ack(void **state)
     assert_int_equal(set->cfg.ack, SL_ACK_BUFFER);
     int64_t start[3], next[3], count[3] = {0};
     for (int p = 0; p < 3; p++)
-        start[p] = next[p] = sl_log_end_offset(set->parts[p]);
+        start[p] = next[p] = sl_log_end_offset(TU_LOG(set, p));
     assert_int_equal(start[0], 5);
     assert_int_equal(start[1], 0);
     assert_int_equal(start[2], 12);
@@ -496,12 +496,12 @@ static void test_publish_buffer_ack(void **state)
     sl_databus_stop(f->bus);
     for (int p = 0; p < 3; p++) {
         assert_true(count[p] > 0);
-        assert_int_equal(sl_log_end_offset(set->parts[p]), start[p] + count[p]);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, p)), start[p] + count[p]);
     }
     verify_stored(set, pr, ROUNDS * PER);
     /* What was there before is untouched. */
     for (int p = 0; p < 3; p += 2) {
-        part_data d = read_part(set->parts[p], NULL);
+        part_data d = read_part(TU_LOG(set, p), NULL);
         assert_int_equal(d.n, start[p] + count[p]);
         char v[128];
         for (int64_t o = 0; o < start[p]; o++) {
@@ -637,7 +637,7 @@ static void test_durable_concurrent(void **state)
     sl_databus_stop(f->bus);
     int64_t total = 0;
     for (int32_t p = 0; p < set->nparts; p++)
-        total += sl_log_end_offset(set->parts[p]);
+        total += sl_log_end_offset(TU_LOG(set, p));
     assert_int_equal(total, CONC_THREADS * CONC_EVENTS);
     for (int t = 0; t < CONC_THREADS; t++) {
         verify_stored(set, a[t].pr, CONC_EVENTS);
@@ -731,7 +731,7 @@ static void test_murmur2_kafka_compat(void **state)
     verify_stored(set, pr, N);
     int64_t total = 0;
     for (int32_t p = 0; p < 1024; p++)
-        total += sl_log_end_offset(set->parts[p]);
+        total += sl_log_end_offset(TU_LOG(set, p));
     assert_int_equal(total, N);
 }
 
@@ -774,7 +774,7 @@ static void test_null_key_round_robin(void **state)
     }
     sl_databus_stop(f->bus);
     for (int p = 0; p < 4; p++)
-        assert_int_equal(sl_log_end_offset(set->parts[p]),
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, p)),
                          per[p] + per1[p] + (p == pr[N + 100].part ? 20 : 0));
     verify_stored(set, pr, N + 120);
     free(pr);
@@ -812,7 +812,7 @@ static void test_lanes_homogeneous_batches(void **state)
     verify_stored(set, pr, N);
 
     /* Every batch holds one lane. */
-    part_data all = read_part(set->parts[0], NULL);
+    part_data all = read_part(TU_LOG(set, 0), NULL);
     assert_int_equal(all.n, N);
     int batches = 0;
     for (size_t i = 0; i < all.n; i++) {
@@ -831,7 +831,7 @@ static void test_lanes_homogeneous_batches(void **state)
 
     /* A reader per lane sees exactly that lane's events, in order. */
     for (int li = 0; li < 3; li++) {
-        part_data d = read_part(set->parts[0], lanes[li]);
+        part_data d = read_part(TU_LOG(set, 0), lanes[li]);
         assert_int_equal(d.n, per_lane[li]);
         size_t k = 0;
         for (int i = 0; i < N; i++) {
@@ -862,7 +862,7 @@ static void test_linger_batches(void **state)
         assert_int_equal(publish(f->bus, set, &pr[i], 1, NULL, NULL, &err), 0);
     }
     assert_true(wait_drained(set, 5000));
-    part_data d = read_part(set->parts[0], NULL);
+    part_data d = read_part(TU_LOG(set, 0), NULL);
     assert_int_equal(d.n, N);
     int batches = 0;
     for (size_t i = 0; i < d.n; i++)
@@ -879,9 +879,9 @@ static void test_linger_batches(void **state)
     assert_int_equal(publish(f->bus, set, &late, 1, NULL, NULL, &err), 0);
     sleep_ms(15);
     if (mono_ms() - t0 < 40)
-        assert_int_equal(sl_log_end_offset(set->parts[0]), N);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), N);
     assert_true(wait_drained(set, 5000));
-    assert_int_equal(sl_log_end_offset(set->parts[0]), N + 1);
+    assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), N + 1);
     sl_databus_stop(f->bus);
     verify_stored(set, pr, N);
 }
@@ -953,19 +953,19 @@ static void test_backpressure(void **state)
         assert_int_equal(b0.part, 1);
         assert_int_equal(b0.off, 0);
         /* Still nothing written: the linger is 1 s. */
-        assert_int_equal(sl_log_end_offset(set->parts[0]), 0);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), 0);
 
         /* Once the writer drains (after the linger), publishing works again. */
         assert_true(wait_drained(set, 5000));
         assert_true(mono_ms() - t0 >= 900);
-        assert_int_equal(sl_log_end_offset(set->parts[0]), accepted);
-        assert_int_equal(sl_log_end_offset(set->parts[1]), 1);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), accepted);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, 1)), 1);
         pubrec again = mkpub(3000, 200, ka, "", 4);
         assert_int_equal(publish(f->bus, set, &again, 1, NULL, NULL, &err), 0);
         assert_int_equal(again.off, accepted);
         sl_databus_stop(f->bus);
-        assert_int_equal(sl_log_end_offset(set->parts[0]), accepted + 1);
-        assert_int_equal(sl_log_end_offset(set->parts[1]), 1);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), accepted + 1);
+        assert_int_equal(sl_log_end_offset(TU_LOG(set, 1)), 1);
         verify_stored(set, a, (size_t)accepted);
         verify_stored(set, &b0, 1);
         verify_stored(set, &again, 1);
@@ -1019,8 +1019,8 @@ static void test_toobig(void **state)
     pubrec over = mkpub(78, want + 1, ka, "", 6);
     assert_int_equal(publish(f->bus, set, &over, 1, NULL, NULL, &err), SL_ETOOBIG);
     sl_databus_stop(f->bus);
-    assert_int_equal(sl_log_end_offset(set->parts[0]), 11);
-    assert_int_equal(sl_log_end_offset(set->parts[1]), 10);
+    assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), 11);
+    assert_int_equal(sl_log_end_offset(TU_LOG(set, 1)), 10);
     verify_stored(set, big, 20);
     verify_stored(set, &exact, 1);
 }
@@ -1061,17 +1061,17 @@ static void test_stop_drains_and_refuses(void **state)
     assert_true(d.end_ok && d.synced_ok && d.read_ok);
     int64_t total = 0;
     for (int p = 0; p < 4; p++) {
-        assert_int_equal(sl_log_end_offset(buf->parts[p]), per[p]);
-        total += sl_log_end_offset(buf->parts[p]);
+        assert_int_equal(sl_log_end_offset(TU_LOG(buf, p)), per[p]);
+        total += sl_log_end_offset(TU_LOG(buf, p));
     }
     assert_int_equal(total, N);
-    assert_int_equal(sl_log_end_offset(dur->parts[0]) + sl_log_end_offset(dur->parts[1]), ND);
+    assert_int_equal(sl_log_end_offset(TU_LOG(dur, 0)) + sl_log_end_offset(TU_LOG(dur, 1)), ND);
     uint64_t bytes, limit;
     sl_databus_fill(buf, &bytes, &limit);
     assert_int_equal(bytes, 0);
     /* The buffer set's data is synced too. */
     for (int p = 0; p < 4; p++)
-        assert_true(log_fully_synced(buf->parts[p]));
+        assert_true(log_fully_synced(TU_LOG(buf, p)));
 
     /* After stop: refused, with a message, and no callback. */
     pubrec late = mkpub(9999, 50, "late", "", 1);
@@ -1107,7 +1107,7 @@ typedef struct append_log {
 static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
 {
     append_log *a = ctx;
-    int64_t log_end = sl_log_end_offset(set->parts[partition]);
+    int64_t log_end = sl_log_end_offset(TU_LOG(set, partition));
     pthread_mutex_lock(&a->mu);
     if (a->n < 4096) {
         a->v[a->n].set = set;
@@ -1154,7 +1154,7 @@ static void test_on_append(void **state)
         last[p] = a->v[i].end;
     }
     for (int p = 0; p < 3; p++)
-        assert_int_equal(last[p], sl_log_end_offset(set->parts[p]));
+        assert_int_equal(last[p], sl_log_end_offset(TU_LOG(set, p)));
     verify_stored(set, pr, ROUNDS * PER);
     pthread_mutex_destroy(&a->mu);
     free(a);
@@ -1185,7 +1185,7 @@ static void test_on_append_replaced(void **state)
     assert_int_equal(a->v[0].end, 1);
     assert_int_equal(b->n, 1);
     assert_int_equal(b->v[0].end, 2);
-    assert_int_equal(sl_log_end_offset(set->parts[0]), 3);
+    assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), 3);
     pthread_mutex_destroy(&a->mu);
     pthread_mutex_destroy(&b->mu);
     free(a);
@@ -1204,7 +1204,7 @@ static void test_failing_disk(void **state)
     sl_set_config c = set_config(1, SL_ACK_DURABLE, 0);
     c.log = tu_config(8192);
     sl_set *set = define(f, "disk", &c);
-    sl_log *log = set->parts[0];
+    sl_log *log = TU_LOG(set, 0);
     sl_error err = {0};
     enum { MAXP = 16 };
     pubrec pr[MAXP];
@@ -1304,8 +1304,8 @@ static void test_invalid_lane_refused(void **state)
     pubrec p2 = mkpub(2, 50, "x", "", 3);
     int rc2 = publish(f->bus, set, &p2, 1, NULL, NULL, &err);
     sl_databus_stop(f->bus);
-    int64_t end = sl_log_end_offset(set->parts[0]);
-    part_data d = read_part(set->parts[0], NULL);
+    int64_t end = sl_log_end_offset(TU_LOG(set, 0));
+    part_data d = read_part(TU_LOG(set, 0), NULL);
     char desc[1024] = "";
     for (size_t i = 0; i < d.n && strlen(desc) < 900; i++) {
         size_t l = strlen(desc);

@@ -437,12 +437,12 @@ static void test_reopen_keeps_config_and_data(void **state)
     assert_config_equal(&a->cfg, &c);
     int64_t ends[2][4];
     for (int32_t p = 0; p < a->nparts; p++) {
-        tu_append(a->parts[p], 0, 10 * (p + 1), 3, 100, 1000, "", SL_CODEC_ZSTD);
-        ends[0][p] = sl_log_end_offset(a->parts[p]);
+        tu_append(TU_LOG(a, p), 0, 10 * (p + 1), 3, 100, 1000, "", SL_CODEC_ZSTD);
+        ends[0][p] = sl_log_end_offset(TU_LOG(a, p));
     }
     for (int32_t p = 0; p < b->nparts; p++) {
-        tu_append(b->parts[p], 0, 5 + p, 2, 50, 1000, p % 2 ? "x" : "", SL_CODEC_NONE);
-        ends[1][p] = sl_log_end_offset(b->parts[p]);
+        tu_append(TU_LOG(b, p), 0, 5 + p, 2, 50, 1000, p % 2 ? "x" : "", SL_CODEC_NONE);
+        ends[1][p] = sl_log_end_offset(TU_LOG(b, p));
     }
     sl_sets_close(sets);
 
@@ -457,20 +457,20 @@ static void test_reopen_keeps_config_and_data(void **state)
     assert_int_equal(a->nparts, 3);
     assert_int_equal(b->nparts, 4);
     for (int32_t p = 0; p < a->nparts; p++) {
-        assert_int_equal(sl_log_end_offset(a->parts[p]), ends[0][p]);
-        assert_int_equal(tu_read_all(a->parts[p], 0, NULL, 100), ends[0][p]);
+        assert_int_equal(sl_log_end_offset(TU_LOG(a, p)), ends[0][p]);
+        assert_int_equal(tu_read_all(TU_LOG(a, p), 0, NULL, 100), ends[0][p]);
     }
     for (int32_t p = 0; p < b->nparts; p++) {
-        assert_int_equal(sl_log_end_offset(b->parts[p]), ends[1][p]);
-        assert_int_equal(tu_read_all(b->parts[p], 0, NULL, 50), ends[1][p]);
+        assert_int_equal(sl_log_end_offset(TU_LOG(b, p)), ends[1][p]);
+        assert_int_equal(tu_read_all(TU_LOG(b, p), 0, NULL, 50), ends[1][p]);
     }
     /* Appends continue where the data ended. */
-    tu_append(a->parts[0], ends[0][0], 4, 4, 100, 2000, "", SL_CODEC_NONE);
+    tu_append(TU_LOG(a, 0), ends[0][0], 4, 4, 100, 2000, "", SL_CODEC_NONE);
     sl_sets_close(sets);
 
     assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
     assert_int_equal(sl_sets_get(sets, "custom", false, &a, &err), 0);
-    assert_int_equal(sl_log_end_offset(a->parts[0]), ends[0][0] + 4);
+    assert_int_equal(sl_log_end_offset(TU_LOG(a, 0)), ends[0][0] + 4);
     assert_config_equal(&a->cfg, &c);
     sl_sets_close(sets);
 }
@@ -856,9 +856,9 @@ static void test_retain(void **state)
 
     int64_t now = now_ms();
     for (int32_t p = 0; p < 2; p++) {
-        tu_append(old->parts[p], 0, 200, 4, 200, now - 2 * 86400000ll, "", SL_CODEC_NONE);
-        tu_append(young->parts[p], 0, 200, 4, 200, now - 1000, "", SL_CODEC_NONE);
-        tu_append(sized->parts[p], 0, 200, 4, 200, now - 2 * 86400000ll, "", SL_CODEC_NONE);
+        tu_append(TU_LOG(old, p), 0, 200, 4, 200, now - 2 * 86400000ll, "", SL_CODEC_NONE);
+        tu_append(TU_LOG(young, p), 0, 200, 4, 200, now - 1000, "", SL_CODEC_NONE);
+        tu_append(TU_LOG(sized, p), 0, 200, 4, 200, now - 2 * 86400000ll, "", SL_CODEC_NONE);
     }
     char pdir[4300];
     int before[3][2];
@@ -869,7 +869,7 @@ static void test_retain(void **state)
             before[k][p] = count_suffix(pdir, ".log");
             if (before[k][p] < 5)
                 fail_msg("%s: only %d segments to start with", pdir, before[k][p]);
-            assert_int_equal((size_t)before[k][p], sl_log_segment_count(all[k]->parts[p]));
+            assert_int_equal((size_t)before[k][p], sl_log_segment_count(TU_LOG(all[k], p)));
         }
 
     sl_sets_retain(sets, now);
@@ -879,35 +879,35 @@ static void test_retain(void **state)
         snprintf(pdir, sizeof pdir, "%s/sets/old/%d", dir, p);
         assert_int_equal(count_suffix(pdir, ".log"), 1);
         assert_int_equal(count_suffix(pdir, ".index"), 1);
-        assert_int_equal(sl_log_start_offset(old->parts[p]), 200);
-        assert_int_equal(sl_log_end_offset(old->parts[p]), 200);
+        assert_int_equal(sl_log_start_offset(TU_LOG(old, p)), 200);
+        assert_int_equal(sl_log_end_offset(TU_LOG(old, p)), 200);
         /* "young" keeps every file. */
         snprintf(pdir, sizeof pdir, "%s/sets/young/%d", dir, p);
         assert_int_equal(count_suffix(pdir, ".log"), before[1][p]);
-        assert_int_equal(sl_log_start_offset(young->parts[p]), 0);
-        assert_int_equal(tu_read_all(young->parts[p], 0, NULL, 200), 200);
+        assert_int_equal(sl_log_start_offset(TU_LOG(young, p)), 0);
+        assert_int_equal(tu_read_all(TU_LOG(young, p), 0, NULL, 200), 200);
         /* "sized" is trimmed to its byte limit, oldest first. */
         snprintf(pdir, sizeof pdir, "%s/sets/sized/%d", dir, p);
         int left = count_suffix(pdir, ".log");
         assert_true(left < before[2][p]);
-        assert_int_equal((size_t)left, sl_log_segment_count(sized->parts[p]));
+        assert_int_equal((size_t)left, sl_log_segment_count(TU_LOG(sized, p)));
         /* Kafka's rule: a segment goes only while the rest still holds
          * retention_bytes, so up to one segment more than the limit stays. */
-        uint64_t size = sl_log_size_bytes(sized->parts[p]);
+        uint64_t size = sl_log_size_bytes(TU_LOG(sized, p));
         if (size > 16384 + 4096 || size < 16384 - 4096)
             fail_msg("%s: %llu bytes left for retention_bytes 16384", pdir,
                      (unsigned long long)size);
-        int64_t start = sl_log_start_offset(sized->parts[p]);
+        int64_t start = sl_log_start_offset(TU_LOG(sized, p));
         assert_true(start > 0);
-        assert_int_equal(tu_read_all(sized->parts[p], start, NULL, 200), 200 - start);
+        assert_int_equal(tu_read_all(TU_LOG(sized, p), start, NULL, 200), 200 - start);
     }
     sl_sets_close(sets);
 
     /* Deleted segments stay deleted after a reopen. */
     assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
     assert_int_equal(sl_sets_get(sets, "old", false, &old, &err), 0);
-    assert_int_equal(sl_log_start_offset(old->parts[0]), 200);
-    assert_int_equal(sl_log_end_offset(old->parts[0]), 200);
+    assert_int_equal(sl_log_start_offset(TU_LOG(old, 0)), 200);
+    assert_int_equal(sl_log_end_offset(TU_LOG(old, 0)), 200);
     sl_sets_close(sets);
 }
 

@@ -16,7 +16,7 @@ static void test_store_roundtrip(void **state)
     sl_log_config cfg = tu_config(64 << 10);
     sl_store st;
     sl_error err = {0};
-    assert_int_equal(sl_store_open_log(&st, dir, &cfg, &err), 0);
+    assert_int_equal(sl_store_open_log(&st, dir, &cfg, NULL, &err), 0);
     assert_int_equal(st.ops->abi_version, SL_STORE_ABI_VERSION);
     assert_string_equal(st.ops->name, "log");
 
@@ -47,15 +47,32 @@ static void test_store_roundtrip(void **state)
         assert_int_equal(rec.lane_len, 6);
         n++;
     }
+    /* The position moved past the base-lane records the reader skipped. */
+    assert_int_equal(st.ops->reader_position(r), 50);
     st.ops->reader_close(r);
     assert_int_equal(n, 25);
+
+    /* The call-site wrappers reach the same table. */
+    assert_int_equal(sl_store_reader_open(&st, 10, "", &r, &err), 0);
+    assert_int_equal(sl_store_reader_next(&st, r, &rec, &err), 0);
+    assert_int_equal(rec.offset, 10);
+    assert_int_equal(sl_store_reader_position(&st, r), 11);
+    sl_store_reader_close(&st, r);
+    uint64_t bytes = 0, segs = 0;
+    sl_store_stat(&st, &bytes, &segs);
+    assert_true(bytes > 50 * 61);
+    assert_true(segs >= 1);
+    assert_int_equal(sl_store_end_offset(&st), 50);
+    assert_int_equal(sl_store_start_offset(&st), 0);
 
     int64_t off;
     assert_int_equal(st.ops->offset_for_time(st.impl, 1030, &off, &err), 0);
     assert_int_equal(off, 30);
     assert_int_equal(st.ops->retain(st.impl, 0, &err), 0);
     assert_int_equal(st.ops->end_offset(st.impl), 50);
-    st.ops->close(st.impl);
+    sl_store_close(&st);
+    assert_null(st.ops);
+    sl_store_close(&st); /* closing twice is harmless */
     tu_rmdir(dir);
 }
 

@@ -23,6 +23,8 @@
 
 #define FRAME_HDR 17
 #define RETRY_NS 100000000ll /* wait before retrying a failed append */
+#define SYNC_HELPERS 3       /* threads that fdatasync beside the syncer */
+#define ROUND_IDLE (SIZE_MAX / 2)
 
 typedef struct bus_part {
     sl_buf pending;     /* frames not yet taken by the writer */
@@ -81,6 +83,18 @@ struct sl_databus {
     pthread_t thread;
     pthread_t syncer;
     bool writer_done;         /* the writer drained and stopped: sync what is left */
+    /* Sync helpers: a round's fdatasyncs run in parallel (on ext4 and xfs,
+     * concurrent syncs share one journal commit). */
+    pthread_t helpers[SYNC_HELPERS];
+    int nhelpers;
+    pthread_mutex_t round_lock;
+    pthread_cond_t round_start, round_end;
+    uint64_t round_gen;
+    bool helpers_stop;
+    /* Between rounds round_next is ROUND_IDLE, so a helper that is late for
+     * one round never takes a job of the next before it is set up. */
+    struct sync_job *_Atomic round_jobs;
+    _Atomic size_t round_n, round_next, round_done;
     bus_set *sets;
     waiter *waiters;
     bool stopping;
@@ -618,12 +632,81 @@ static void finish_waiters(waiter *w, int status)
 }
 
 /* A partition the syncer is to fdatasync in this round. */
-typedef struct sync_job {
+typedef struct sync_job sync_job;
+struct sync_job {
     bus_set *bs;
     int32_t part;
     int64_t target; /* the written end offset when the job was taken */
     int rc;
-} sync_job;
+};
+
+static void run_sync_job(sl_databus *bus, sync_job *j)
+{
+    sl_error err = {0};
+    int64_t t0 = sl_clock_mono_ns();
+    j->rc = sl_store_sync(&j->bs->set->parts[j->part], &err);
+    sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
+    atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
+    if (j->rc)
+        fprintf(stderr, "sluice: databus: sync %s/%d: %s\n", j->bs->set->name, j->part, err.msg);
+}
+
+/* Takes jobs of the current round until none is left. */
+static void run_round(sl_databus *bus)
+{
+    size_t i;
+    while ((i = atomic_fetch_add(&bus->round_next, 1)) < atomic_load(&bus->round_n)) {
+        run_sync_job(bus, &atomic_load(&bus->round_jobs)[i]);
+        if (atomic_fetch_add(&bus->round_done, 1) + 1 == atomic_load(&bus->round_n)) {
+            pthread_mutex_lock(&bus->round_lock);
+            pthread_cond_signal(&bus->round_end);
+            pthread_mutex_unlock(&bus->round_lock);
+        }
+    }
+}
+
+static void *sync_helper_main(void *arg)
+{
+    sl_databus *bus = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&bus->round_lock);
+    for (;;) {
+        while (!bus->helpers_stop && bus->round_gen == seen)
+            pthread_cond_wait(&bus->round_start, &bus->round_lock);
+        if (bus->helpers_stop)
+            break;
+        seen = bus->round_gen;
+        pthread_mutex_unlock(&bus->round_lock);
+        run_round(bus);
+        pthread_mutex_lock(&bus->round_lock);
+    }
+    pthread_mutex_unlock(&bus->round_lock);
+    return NULL;
+}
+
+/* Runs the n jobs, in parallel with the helpers when there are several. */
+static void sync_all(sl_databus *bus, sync_job *jobs, size_t n)
+{
+    if (n == 1 || bus->nhelpers == 0) {
+        for (size_t i = 0; i < n; i++)
+            run_sync_job(bus, &jobs[i]);
+        return;
+    }
+    pthread_mutex_lock(&bus->round_lock);
+    atomic_store(&bus->round_jobs, jobs);
+    atomic_store(&bus->round_n, n);
+    atomic_store(&bus->round_done, 0);
+    atomic_store(&bus->round_next, 0); /* last: opens the round */
+    bus->round_gen++;
+    pthread_cond_broadcast(&bus->round_start);
+    pthread_mutex_unlock(&bus->round_lock);
+    run_round(bus);
+    pthread_mutex_lock(&bus->round_lock);
+    while (atomic_load(&bus->round_done) < n)
+        pthread_cond_wait(&bus->round_end, &bus->round_lock);
+    atomic_store(&bus->round_next, ROUND_IDLE);
+    pthread_mutex_unlock(&bus->round_lock);
+}
 
 /* The syncer: group commit. One fdatasync per partition covers everything
  * appended before it began, and completes every durable waiter it covers.
@@ -673,16 +756,7 @@ static void *syncer_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&bus->lock);
-        for (size_t i = 0; i < n; i++) {
-            sl_error err = {0};
-            int64_t t0 = sl_clock_mono_ns();
-            jobs[i].rc = sl_store_sync(&jobs[i].bs->set->parts[jobs[i].part], &err);
-            sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
-            atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
-            if (jobs[i].rc)
-                fprintf(stderr, "sluice: databus: sync %s/%d: %s\n", jobs[i].bs->set->name,
-                        jobs[i].part, err.msg);
-        }
+        sync_all(bus, jobs, n);
         pthread_mutex_lock(&bus->lock);
         now = sl_clock_mono_ns();
         for (size_t i = 0; i < n; i++) {
@@ -732,6 +806,11 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
     pthread_cond_init(&bus->wake, &ca);
     pthread_cond_init(&bus->sync_wake, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&bus->round_lock, NULL);
+    atomic_init(&bus->round_next, ROUND_IDLE);
+    pthread_cond_init(&bus->round_start, NULL);
+    pthread_cond_init(&bus->round_end, NULL);
+
     sl_batch_builder_init(&bus->builder, SL_CODEC_NONE, 0);
     int e = pthread_create(&bus->thread, NULL, writer_main, bus);
     if (!e && (e = pthread_create(&bus->syncer, NULL, syncer_main, bus))) {
@@ -749,6 +828,13 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
         free(bus);
         return sl_error_errno(err, e, "start the Databus threads");
     }
+    /* Helpers are an optimisation: the syncer works alone if none starts.
+     * They start before any sync round, so nhelpers is stable by then. */
+    pthread_mutex_lock(&bus->round_lock);
+    while (bus->nhelpers < SYNC_HELPERS &&
+           pthread_create(&bus->helpers[bus->nhelpers], NULL, sync_helper_main, bus) == 0)
+        bus->nhelpers++;
+    pthread_mutex_unlock(&bus->round_lock);
     *out = bus;
     return 0;
 }
@@ -780,6 +866,13 @@ void sl_databus_stop(sl_databus *bus)
     pthread_cond_signal(&bus->sync_wake);
     pthread_mutex_unlock(&bus->lock);
     pthread_join(bus->syncer, NULL);
+    pthread_mutex_lock(&bus->round_lock);
+    bus->helpers_stop = true;
+    pthread_cond_broadcast(&bus->round_start);
+    pthread_mutex_unlock(&bus->round_lock);
+    for (int i = 0; i < bus->nhelpers; i++)
+        pthread_join(bus->helpers[i], NULL);
+    bus->nhelpers = 0;
 }
 
 void sl_databus_free(sl_databus *bus)
@@ -800,5 +893,8 @@ void sl_databus_free(sl_databus *bus)
     pthread_mutex_destroy(&bus->lock);
     pthread_cond_destroy(&bus->wake);
     pthread_cond_destroy(&bus->sync_wake);
+    pthread_mutex_destroy(&bus->round_lock);
+    pthread_cond_destroy(&bus->round_start);
+    pthread_cond_destroy(&bus->round_end);
     free(bus);
 }

@@ -99,7 +99,8 @@ soak: bin/sluice $(TEST_BIN) $(ITEST_BIN)
 	@SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests build/rel/itests
 
 format:
-	clang-format -i $(wildcard core/*.[ch] connectors/*.[ch] rules/*.[ch] tests/unit/*.[ch] bench/*.[ch])
+	clang-format -i $(wildcard core/*.[ch] connectors/*.[ch] rules/*.[ch] tests/unit/*.[ch] \
+		tests/integration/*.[ch] bench/*.[ch] bench/http/*.[ch])
 
 clean:
 	rm -rf build bin

@@ -338,7 +338,7 @@ typedef struct row {
     const char *id;   /* key in the machine-readable line; NULL = not there */
     const char *name; /* one or two lines, split at '\n' */
     unit unit;
-    double goal;      /* minimum ratio; 0 = none */
+    double goal; /* minimum ratio; 0 = none */
     sample sl, raw;
     /* Append rows only: sluice MB/s without the time spent inside the
      * appends that rolled a segment, and that time in the run with most. */
@@ -409,8 +409,8 @@ static void print_row(const row *r, double bytes_per_record)
         snprintf(goal, sizeof goal, ">=%.2f", r->goal);
         snprintf(met, sizeof met, "%s", ratio(r) >= r->goal ? "yes" : "MISS");
     }
-    printf("%-40s %-5s %10s %10s %6.2f %6s %4s   %-19s %s\n", name1, unit_name(r->unit), sl,
-           raw, ratio(r), goal, met, nsl, nraw);
+    printf("%-40s %-5s %10s %10s %6.2f %6s %4s   %-19s %s\n", name1, unit_name(r->unit), sl, raw,
+           ratio(r), goal, met, nsl, nraw);
     if (r->unit == U_MBPS) {
         /* Both sides moved the same bytes, so records/s follows from MB/s. */
         double k = 1e6 / bytes_per_record;
@@ -433,8 +433,8 @@ typedef struct bench {
     uint64_t want_bytes;
     uint64_t recovery_bytes;
     int reps;
-    uint8_t *pool;     /* POOL_BYTES of PRNG bytes the record values come from */
-    uint8_t *arena;    /* every batch, encoded once */
+    uint8_t *pool;  /* POOL_BYTES of PRNG bytes the record values come from */
+    uint8_t *arena; /* every batch, encoded once */
     sl_batch *batches;
     size_t nbatches;
     size_t batch_len;
@@ -487,8 +487,8 @@ static int prepare_data(bench *B, sl_error *err)
         if ((rc = build_batch(B, i, &b, err)))
             return rc;
         if (b.len != B->batch_len)
-            return sl_error_set(err, SL_EINVAL, "batch %zu has %zu bytes, expected %zu", i,
-                                b.len, B->batch_len);
+            return sl_error_set(err, SL_EINVAL, "batch %zu has %zu bytes, expected %zu", i, b.len,
+                                B->batch_len);
         B->batches[i] = b;
         B->batches[i].data = B->arena + i * B->batch_len;
         B->batches[i].lane = "";
@@ -698,9 +698,10 @@ static int sluice_read(bench *B, sl_log *log, double *secs, sl_error *err)
     if (rc != SL_EEOF)
         return rc;
     if (n != B->total_records || sum != B->value_sum)
-        return sl_error_set(err, SL_ECORRUPT, "read %" PRIu64 " records (checksum %" PRIu64
-                            "), expected %" PRIu64 " (%" PRIu64 ")", n, sum, B->total_records,
-                            B->value_sum);
+        return sl_error_set(err, SL_ECORRUPT,
+                            "read %" PRIu64 " records (checksum %" PRIu64 "), expected %" PRIu64
+                            " (%" PRIu64 ")",
+                            n, sum, B->total_records, B->value_sum);
     return 0;
 }
 
@@ -738,9 +739,10 @@ static int sluice_lookups(bench *B, sl_log *log, double *ops, sl_error *err)
             /* rec points into the reader: check it before closing. */
             if (!rc && (rec.offset != off || rec.value_len != VALUE_BYTES ||
                         rec.value[0] != B->pool[value_off((uint64_t)off)]))
-                rc = sl_error_set(err, SL_ECORRUPT, "lookup of offset %" PRId64
-                                  " returned offset %" PRId64 " or a wrong value", off,
-                                  rec.offset);
+                rc = sl_error_set(err, SL_ECORRUPT,
+                                  "lookup of offset %" PRId64 " returned offset %" PRId64
+                                  " or a wrong value",
+                                  off, rec.offset);
             sl_log_reader_close(r);
             if (rc)
                 return rc;
@@ -879,8 +881,8 @@ static int sluice_recover(bench *B, recovery mode, bool cold, uint64_t records, 
         return sl_error_set(err, SL_EIO, "%s is missing: the last close was not clean", path);
     if (mode == REC_CRASH && unlink(path) < 0)
         return sl_error_errno(err, errno, "remove %s", path);
-    sl_log_open_options o = {.full_recovery = mode == REC_FULL, .notify = count_notes,
-                             .notify_ctx = notes};
+    sl_log_open_options o = {
+        .full_recovery = mode == REC_FULL, .notify = count_notes, .notify_ctx = notes};
     sl_log *log;
     *notes = 0;
     double t0 = now_s();
@@ -889,8 +891,8 @@ static int sluice_recover(bench *B, recovery mode, bool cold, uint64_t records, 
     if (rc)
         return rc;
     if ((uint64_t)sl_log_end_offset(log) != records)
-        rc = sl_error_set(err, SL_ECORRUPT, "recovered log ends at %" PRId64 ", expected %"
-                          PRIu64, sl_log_end_offset(log), records);
+        rc = sl_error_set(err, SL_ECORRUPT, "recovered log ends at %" PRId64 ", expected %" PRIu64,
+                          sl_log_end_offset(log), records);
     sl_log_close(log);
     return rc;
 }
@@ -968,8 +970,8 @@ static int env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi, uin
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || *end || v < lo || v > hi)
-        return sl_error_set(err, SL_EINVAL, "%s=%s: expected an integer in %" PRIu64
-                            "..%" PRIu64, name, s, lo, hi);
+        return sl_error_set(err, SL_EINVAL, "%s=%s: expected an integer in %" PRIu64 "..%" PRIu64,
+                            name, s, lo, hi);
     *out = v;
     return 0;
 }
@@ -1035,17 +1037,17 @@ static int setup(bench *B, sl_error *err)
 
     /* Rows 1-4 hold at most the log and the raw copy at once; row 5 the
      * partition alone. Indexes and slack: 64 MiB. */
-    uint64_t need = 2 * B->want_bytes > B->recovery_bytes ? 2 * B->want_bytes
-                                                          : B->recovery_bytes;
+    uint64_t need = 2 * B->want_bytes > B->recovery_bytes ? 2 * B->want_bytes : B->recovery_bytes;
     need += 64u << 20;
     struct statvfs vs;
     if (statvfs(B->tmp, &vs) < 0)
         return sl_error_errno(err, errno, "statvfs %s", B->tmp);
     uint64_t avail = (uint64_t)vs.f_bavail * vs.f_frsize;
     if (avail < need)
-        return sl_error_set(err, SL_ENOSPC, "%s has %.0f MiB free, the benchmark needs %.0f MiB "
-                            "(set SLUICE_BENCH_MB / SLUICE_BENCH_RECOVERY_MB lower)", B->tmp,
-                            (double)avail / MIB, (double)need / MIB);
+        return sl_error_set(err, SL_ENOSPC,
+                            "%s has %.0f MiB free, the benchmark needs %.0f MiB "
+                            "(set SLUICE_BENCH_MB / SLUICE_BENCH_RECOVERY_MB lower)",
+                            B->tmp, (double)avail / MIB, (double)need / MIB);
     return 0;
 }
 
@@ -1054,20 +1056,21 @@ static void print_header(const bench *B)
     struct statfs fs;
     struct statvfs vs;
     const char *fsn = statfs(B->tmp, &fs) == 0 ? fs_name(fs.f_type) : "unknown";
-    double free_gib = statvfs(B->tmp, &vs) == 0
-                          ? (double)vs.f_bavail * (double)vs.f_frsize / (MIB * 1024) : 0;
+    double free_gib =
+        statvfs(B->tmp, &vs) == 0 ? (double)vs.f_bavail * (double)vs.f_frsize / (MIB * 1024) : 0;
     printf("log_bench: sluice log store vs the raw file system, measured in the same run\n");
     printf("  dir       %s (%s, %.1f GiB free)\n", B->tmp, fsn, free_gib);
     printf("  data      %.1f MiB = %zu batches x %d records; %d-byte values, null keys; "
-           "%zu-byte batches (codec none)\n", (double)B->total_bytes / MIB, B->nbatches,
-           RECS_PER_BATCH, VALUE_BYTES, B->batch_len);
+           "%zu-byte batches (codec none)\n",
+           (double)B->total_bytes / MIB, B->nbatches, RECS_PER_BATCH, VALUE_BYTES, B->batch_len);
     printf("  log       %.0f MiB segments, 4 KiB index interval; crc32c %s\n",
            (double)B->cfg.segment_bytes / MIB,
            sl_crc32c_hw_available() ? "hardware (SSE4.2)" : "software");
     printf("  repeats   best of %d per side, sluice/raw order alternating; noise = min..max "
-           "of the %d runs\n\n", B->reps, B->reps);
-    printf("%-40s %-5s %10s %10s %6s %6s %4s   %-19s %s\n", "row", "unit", "sluice", "raw",
-           "ratio", "goal", "met", "noise sluice", "noise raw");
+           "of the %d runs\n\n",
+           B->reps, B->reps);
+    printf("%-40s %-5s %10s %10s %6s %6s %4s   %-19s %s\n", "row", "unit", "sluice", "raw", "ratio",
+           "goal", "met", "noise sluice", "noise raw");
 }
 
 /* Which row groups SLUICE_BENCH_ROWS asks for (default: all), so that one
@@ -1079,8 +1082,11 @@ static int parse_groups(unsigned *out, sl_error *err)
     static const struct {
         const char *name;
         unsigned bit;
-    } groups[] = {{"append", G_APPEND}, {"durable", G_DURABLE}, {"read", G_READ},
-                  {"lookup", G_LOOKUP}, {"recovery", G_RECOVERY}};
+    } groups[] = {{"append", G_APPEND},
+                  {"durable", G_DURABLE},
+                  {"read", G_READ},
+                  {"lookup", G_LOOKUP},
+                  {"recovery", G_RECOVERY}};
     const char *s = getenv("SLUICE_BENCH_ROWS");
     if (!s || !*s) {
         *out = G_APPEND | G_DURABLE | G_READ | G_LOOKUP | G_RECOVERY;
@@ -1094,8 +1100,10 @@ static int parse_groups(unsigned *out, sl_error *err)
             if (strlen(groups[i].name) == len && strncmp(s, groups[i].name, len) == 0)
                 break;
         if (i == sizeof groups / sizeof *groups)
-            return sl_error_set(err, SL_EINVAL, "SLUICE_BENCH_ROWS: unknown group \"%.*s\" "
-                                "(append, durable, read, lookup, recovery)", (int)len, s);
+            return sl_error_set(err, SL_EINVAL,
+                                "SLUICE_BENCH_ROWS: unknown group \"%.*s\" "
+                                "(append, durable, read, lookup, recovery)",
+                                (int)len, s);
         *out |= groups[i].bit;
         s += len + (s[len] == ',');
     }
@@ -1122,8 +1130,8 @@ static void print_report(const bench *B, const row *rows, const partition_info *
             continue;
         if (i == R_RECOVERY)
             printf("   (rows 5: a partition of %.1f MiB in %zu segments; unit s, lower is "
-                   "better; ratio = time sluice / time raw)\n", (double)pi->bytes / MIB,
-                   pi->segments);
+                   "better; ratio = time sluice / time raw)\n",
+                   (double)pi->bytes / MIB, pi->segments);
         print_row(&rows[i], bpr);
     }
     printf("\nnotes\n");
@@ -1147,7 +1155,8 @@ static void print_report(const bench *B, const row *rows, const partition_info *
                 continue;
             double mbps = sample_max(&r->sl_noroll), raw = best(r, &r->raw);
             printf("        %-3.3s %d rolls took %.3f s of %.3f s; without them %.1f MB/s, "
-                   "ratio %.2f\n", r->name, r->rolls, r->roll_secs, r->roll_run_secs, mbps,
+                   "ratio %.2f\n",
+                   r->name, r->rolls, r->roll_secs, r->roll_run_secs, mbps,
                    raw > 0 ? mbps / raw : 0);
         }
     }
@@ -1159,7 +1168,8 @@ static void print_report(const bench *B, const row *rows, const partition_info *
                "        warm: the files were read once before and are in the page cache.\n");
     if (rows[R_LOOKUP].sl.n)
         printf("  4     %.1f s per run, same random sequence on each side; every sluice record "
-               "is checked against what was written.\n", LOOKUP_SECONDS);
+               "is checked against what was written.\n",
+               LOOKUP_SECONDS);
     if (rows[R_RECOVERY].sl.n)
         printf("  5     raw = one sequential read of every .log byte of the partition (cat). "
                "Timed: sl_log_open() alone.\n"
@@ -1184,34 +1194,47 @@ int main(void)
 {
     static bench B;
     static row rows[R_COUNT] = {
-        [R_APPEND] = {.id = "append", .unit = U_MBPS, .goal = 0.85,
+        [R_APPEND] = {.id = "append",
+                      .unit = U_MBPS,
+                      .goal = 0.85,
                       .name = "1a append, build+store, no sync\n"
                               "   (sl_batch_builder + sl_log_append)"},
-        [R_APPEND_STORE] = {.id = "append_store", .unit = U_MBPS, .goal = 0.85,
+        [R_APPEND_STORE] = {.id = "append_store",
+                            .unit = U_MBPS,
+                            .goal = 0.85,
                             .name = "1b append, store only, no sync\n"
                                     "   (pre-built batches, no encoding)"},
-        [R_DURABLE] = {.id = "durable", .unit = U_MBPS, .goal = 0.75,
+        [R_DURABLE] = {.id = "durable",
+                       .unit = U_MBPS,
+                       .goal = 0.75,
                        .name = "2a durable append, build+store,\n"
                                "   sl_log_sync every 1 MiB"},
-        [R_DURABLE_STORE] = {.id = "durable_store", .unit = U_MBPS, .goal = 0.75,
+        [R_DURABLE_STORE] = {.id = "durable_store",
+                             .unit = U_MBPS,
+                             .goal = 0.75,
                              .name = "2b durable append, store only,\n"
                                      "   sl_log_sync every 1 MiB"},
-        [R_READ] = {.id = "read", .unit = U_MBPS, .goal = 0.8,
+        [R_READ] = {.id = "read",
+                    .unit = U_MBPS,
+                    .goal = 0.8,
                     .name = "3  sequential read, warm page cache\n"
                             "   (CRC-checked, records decoded)"},
-        [R_LOOKUP] = {.id = "lookup", .unit = U_OPS,
+        [R_LOOKUP] = {.id = "lookup",
+                      .unit = U_OPS,
                       .name = "4  random offset lookup, warm\n"
                               "   (reader open+next+close vs 1 KiB pread)"},
-        [R_RECOVERY + 0] = {.id = "recovery_clean", .unit = U_SECONDS,
+        [R_RECOVERY + 0] = {.id = "recovery_clean",
+                            .unit = U_SECONDS,
                             .name = "5a recovery, clean close, cold cache"},
-        [R_RECOVERY + 1] = {.id = "recovery_crash", .unit = U_SECONDS,
+        [R_RECOVERY + 1] = {.id = "recovery_crash",
+                            .unit = U_SECONDS,
                             .name = "5b recovery, crash, cold cache"},
-        [R_RECOVERY + 2] = {.id = "recovery_full", .unit = U_SECONDS,
+        [R_RECOVERY + 2] = {.id = "recovery_full",
+                            .unit = U_SECONDS,
                             .name = "5c recovery, full_recovery, cold cache"},
         [R_RECOVERY + 3] = {.unit = U_SECONDS, .name = "5d recovery, clean close, warm cache"},
         [R_RECOVERY + 4] = {.unit = U_SECONDS, .name = "5e recovery, crash, warm cache"},
-        [R_RECOVERY + 5] = {.unit = U_SECONDS,
-                            .name = "5f recovery, full_recovery, warm cache"},
+        [R_RECOVERY + 5] = {.unit = U_SECONDS, .name = "5f recovery, full_recovery, warm cache"},
     };
     sl_error err = {0};
     partition_info pi = {0};
@@ -1259,8 +1282,7 @@ fail:
     if (stop_requested)
         fprintf(stderr, "log_bench: interrupted\n");
     else
-        fprintf(stderr, "log_bench: %s%s%s\n", sl_strerror(rc), err.msg[0] ? ": " : "",
-                err.msg);
+        fprintf(stderr, "log_bench: %s%s%s\n", sl_strerror(rc), err.msg[0] ? ": " : "", err.msg);
     if (B.tmp[0])
         rm_tree(B.tmp, NULL);
     free_data(&B);

@@ -27,8 +27,8 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
                                const char *content_type, unsigned retry_after)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(
-        body->len, body->data ? body->data : (void *)"", body->data ? MHD_RESPMEM_MUST_FREE
-                                                                     : MHD_RESPMEM_PERSISTENT);
+        body->len, body->data ? body->data : (void *)"",
+        body->data ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         sl_buf_free(body);
         return MHD_NO;
@@ -50,8 +50,8 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
     return ok;
 }
 
-enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code,
-                               const char *fmt, ...)
+enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code, const char *fmt,
+                               ...)
 {
     char msg[1024];
     va_list ap;
@@ -71,15 +71,14 @@ enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code
             sl_buf_append(&b, p, 1);
     }
     sl_buf_append(&b, "\"}\n", 3);
-    return sl__http_reply(r, status, &b, "application/json",
-                          status == 503 ? 1 : 0);
+    return sl__http_reply(r, status, &b, "application/json", status == 503 ? 1 : 0);
 }
 
 /* ---- requests ------------------------------------------------------------- */
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0'
+    return c >= '0' && c <= '9'   ? c - '0'
            : c >= 'a' && c <= 'f' ? c - 'a' + 10
            : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                   : -1;
@@ -202,15 +201,13 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
         }
     }
     if (known)
-        return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s", method,
-                              url);
+        return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s", method, url);
     return sl__http_error(r, 404, "NotFound", "no such resource: %s %s", method, url);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     (void)version;
     sl_http *h = cls;
@@ -226,8 +223,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         atomic_fetch_add(&h->active, 1);
         if (r->post) {
-            const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
+            const char *cl =
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
             if (cl && strtoull(cl, NULL, 10) > h->opts.max_request_bytes)
                 r->too_big = true;
         }
@@ -253,19 +250,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (atomic_load(&h->conns) > (int)h->opts.max_connections) {
         r->close = true; /* answer, then free the connection slot */
-        return sl__http_error(r, 503, "TooManyConnections", "the server has %u connections "
-                              "open, its limit; retry after a second", h->opts.max_connections);
+        return sl__http_error(r, 503, "TooManyConnections",
+                              "the server has %u connections "
+                              "open, its limit; retry after a second",
+                              h->opts.max_connections);
     }
     if (r->too_big)
-        return sl__http_error(r, 413, "RequestTooLarge", "the request body is over the limit "
+        return sl__http_error(r, 413, "RequestTooLarge",
+                              "the request body is over the limit "
                               "of %llu bytes; send fewer events per request",
                               (unsigned long long)h->opts.max_request_bytes);
     if (r->overloaded)
-        return sl__http_error(r, 503, "Backpressure", "the server holds too many request "
+        return sl__http_error(r, 503, "Backpressure",
+                              "the server holds too many request "
                               "bodies right now; nothing was stored, retry after a second");
     if (r->ready && r->post) { /* resumed after a durable wait */
-        if (r->wait_status) /* not 503: that would promise nothing was stored */
-            return sl__http_error(r, 500, "NotConfirmed", "the events were queued but not "
+        if (r->wait_status)    /* not 503: that would promise nothing was stored */
+            return sl__http_error(r, 500, "NotConfirmed",
+                                  "the events were queued but not "
                                   "confirmed on disk (%s); they may or may not be stored",
                                   sl_strerror(r->wait_status));
         return sl__http_reply(r, (unsigned)r->resp_status, &r->resp, "application/json", 0);
@@ -292,8 +294,7 @@ static void poll_wake(sl_http_req *r)
     MHD_resume_connection(r->conn);
 }
 
-bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos,
-                        int64_t deadline_ns)
+bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos, int64_t deadline_ns)
 {
     sl_http *h = r->h;
     pthread_mutex_lock(&h->poll_lock);
@@ -391,21 +392,20 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         return sl_error_set(err, SL_EINVAL, "listen address \"%s\" is not an IPv4 address",
                             opts->host);
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    h->d = MHD_start_daemon(
-        flags, opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
-        MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
-        h->opts.max_connections + CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
-        h->opts.idle_timeout_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_UNESCAPE_CALLBACK, unescape,
-        h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(64 << 10), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_END);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    h->d =
+        MHD_start_daemon(flags, opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
+                         MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
+                         h->opts.max_connections + CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
+                         h->opts.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                         MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_NOTIFY_CONNECTION,
+                         on_connection, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),
+                         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_END);
     if (!h->d) {
         int e = errno;
         sl_http_stop(h);
-        return sl_error_errno(err, e ? e : EADDRINUSE, "listen on %s:%u", opts->host,
-                              opts->port);
+        return sl_error_errno(err, e ? e : EADDRINUSE, "listen on %s:%u", opts->host, opts->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : opts->port;

@@ -28,14 +28,14 @@ typedef struct entry {
 typedef struct ingest {
     sl_http_req *r;
     sl_set *set;
-    const char *lane;  /* X-Sluice-Lane, or "" */
+    const char *lane; /* X-Sluice-Lane, or "" */
     sl_event_limits lim;
     int64_t now_ms;
     entry *v;
     size_t n, cap;
-    sl_buf arena;      /* encoded events and keys */
-    sl_buf msgs;       /* error messages */
-    sl_event ev;       /* reused for every entry */
+    sl_buf arena; /* encoded events and keys */
+    sl_buf msgs;  /* error messages */
+    sl_event ev;  /* reused for every entry */
 } ingest;
 
 static entry *next_entry(ingest *in)
@@ -83,8 +83,10 @@ static int add_event(ingest *in, const char *json, size_t len)
     if (e->len > in->set->cfg.max_event_bytes) {
         in->arena.len = e->off;
         char msg[160];
-        snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's limit of "
-                 "%u", e->len, in->set->cfg.max_event_bytes);
+        snprintf(msg, sizeof msg,
+                 "the event takes %zu bytes stored, over the set's limit of "
+                 "%u",
+                 e->len, in->set->cfg.max_event_bytes);
         fail_entry(in, e, SL_EVENT_TOO_LARGE, msg);
         return 0;
     }
@@ -134,8 +136,10 @@ static enum MHD_Result parse_batch(ingest *in, const char *p, size_t len, bool *
         return sl__http_error(in->r, 400, "InvalidJson", "the batch is not valid JSON: %s",
                               err.msg);
     if (arr.type != SL_JSON_ARRAY)
-        return sl__http_error(in->r, 400, "InvalidBatch", "a cloudevents-batch body must be a "
-                              "JSON array, not %s", sl_json_type_name(arr.type));
+        return sl__http_error(in->r, 400, "InvalidBatch",
+                              "a cloudevents-batch body must be a "
+                              "JSON array, not %s",
+                              sl_json_type_name(arr.type));
     sl_json_iter it;
     sl_json_iter_init(&it, &arr);
     while (sl_json_iter_elem(&it, &el))
@@ -300,20 +304,29 @@ static enum MHD_Result publish(ingest *in)
         build_response(in, res, &b);
         ret = sl__http_reply(r, 200, &b, "application/json", 0);
     } else if (rc == SL_EFULL) {
-        ret = sl__http_error(r, 503, "Backpressure", "%s; nothing from this request was "
-                             "stored, retry after a second", err.msg);
+        ret = sl__http_error(r, 503, "Backpressure",
+                             "%s; nothing from this request was "
+                             "stored, retry after a second",
+                             err.msg);
     } else if (rc == SL_ETOOBIG) {
-        ret = sl__http_error(r, 413, "RequestTooLarge", "%s; nothing from this request was "
-                             "stored", err.msg);
+        ret = sl__http_error(r, 413, "RequestTooLarge",
+                             "%s; nothing from this request was "
+                             "stored",
+                             err.msg);
     } else if (rc == SL_ESHUTDOWN) {
-        ret = sl__http_error(r, 503, "ShuttingDown", "the server is shutting down; nothing "
+        ret = sl__http_error(r, 503, "ShuttingDown",
+                             "the server is shutting down; nothing "
                              "from this request was stored");
     } else if (rc == SL_ENOSPC) {
-        ret = sl__http_error(r, 507, "InsufficientStorage", "%s; nothing from this request "
-                             "was stored", err.msg);
+        ret = sl__http_error(r, 507, "InsufficientStorage",
+                             "%s; nothing from this request "
+                             "was stored",
+                             err.msg);
     } else if (rc < 0) {
-        ret = sl__http_error(r, 500, "WriteFailed", "%s; nothing from this request was "
-                             "stored", err.msg[0] ? err.msg : sl_strerror(rc));
+        ret = sl__http_error(r, 500, "WriteFailed",
+                             "%s; nothing from this request was "
+                             "stored",
+                             err.msg[0] ? err.msg : sl_strerror(rc));
     }
     free(evs);
     free(res);
@@ -338,8 +351,10 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
     if (!lane)
         lane = "";
     if (!sl_lane_valid(lane, strlen(lane)))
-        return sl__http_error(r, 400, "InvalidLane", "X-Sluice-Lane \"%.40s\" is not a lane "
-                              "name ([a-z0-9-]{1,32})", lane);
+        return sl__http_error(r, 400, "InvalidLane",
+                              "X-Sluice-Lane \"%.40s\" is not a lane "
+                              "name ([a-z0-9-]{1,32})",
+                              lane);
     char ct[128];
     media_type(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type"), ct,
                sizeof ct);
@@ -355,18 +370,22 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
     else if (binary)
         mode = BINARY;
     else
-        return sl__http_error(r, 415, "UnsupportedMediaType", "Content-Type \"%s\" is not "
+        return sl__http_error(r, 415, "UnsupportedMediaType",
+                              "Content-Type \"%s\" is not "
                               "application/cloudevents+json, application/cloudevents-batch+json"
                               " or application/x-ndjson, and there is no ce-specversion header "
-                              "for binary mode", ct[0] ? ct : "(none)");
+                              "for binary mode",
+                              ct[0] ? ct : "(none)");
     sl_set *set;
     sl_error err = {0};
     int rc = sl_sets_get(h->sets, set_name, true, &set, &err);
     if (rc == SL_EINVAL)
         return sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
     if (rc == SL_ENOENT)
-        return sl__http_error(r, 404, "NoSuchSet", "%s (sets are not created on first use "
-                              "here)", err.msg);
+        return sl__http_error(r, 404, "NoSuchSet",
+                              "%s (sets are not created on first use "
+                              "here)",
+                              err.msg);
     if (rc)
         return sl__http_error(r, 500, "Internal", "%s", err.msg);
 
@@ -389,8 +408,7 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
     case STRUCTURED: {
         sl_json_tok t;
         if (sl_json_validate(body ? body : "", len, SL_JSON_DEPTH_LIMIT, &t, &err)) {
-            ret = sl__http_error(r, 400, "InvalidJson", "the body is not valid JSON: %s",
-                                 err.msg);
+            ret = sl__http_error(r, 400, "InvalidJson", "the body is not valid JSON: %s", err.msg);
             go = false;
         } else {
             rc = add_event(in, body, len);
@@ -405,8 +423,8 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
         break;
     case BINARY:
         /* datacontenttype is the Content-Type as sent, parameters included. */
-        rc = parse_binary(in, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-                                                          "Content-Type"));
+        rc =
+            parse_binary(in, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type"));
         break;
     }
     if (go && rc)

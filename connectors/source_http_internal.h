@@ -25,11 +25,11 @@ struct sl_http {
     struct MHD_Daemon *d;
     uint16_t port;
     _Atomic bool stopping;
-    _Atomic int active;              /* requests not yet completed */
-    _Atomic int conns;               /* open connections */
-    _Atomic uint64_t body_bytes;     /* request bodies held in memory right now */
+    _Atomic int active;          /* requests not yet completed */
+    _Atomic int conns;           /* open connections */
+    _Atomic uint64_t body_bytes; /* request bodies held in memory right now */
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
-    _Atomic uint64_t rejected[16];   /* per sl_event_status (source_http_ingest.c) */
+    _Atomic uint64_t rejected[16]; /* per sl_event_status (source_http_ingest.c) */
     /* Suspended long-polls, woken by appends or their deadline. */
     pthread_mutex_t poll_lock;
     pthread_cond_t poll_cond;
@@ -49,9 +49,9 @@ struct sl_http_req {
     _Atomic int refs;     /* MHD's, plus one while the Databus holds it */
     pthread_mutex_t lock; /* orders suspend before resume */
     bool suspended;
-    bool ready;           /* a waited-for event happened; answer on the next call */
-    int wait_status;      /* result of a durable wait */
-    sl_buf resp;          /* response prepared before a durable wait */
+    bool ready;      /* a waited-for event happened; answer on the next call */
+    int wait_status; /* result of a durable wait */
+    sl_buf resp;     /* response prepared before a durable wait */
     int resp_status;
     /* long-poll state */
     sl_http_req *next_poll, **prev_poll;
@@ -66,8 +66,8 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
                                const char *content_type, unsigned retry_after);
 
 /* Queues {"error":code,"message":msg} with status. */
-enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code,
-                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code, const char *fmt,
+                               ...) __attribute__((format(printf, 4, 5)));
 
 /* POST /v1/sets/{set}/events (source_http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);

@@ -52,12 +52,15 @@ static enum MHD_Result start_offset(sl_http_req *r, sl_set *set, int32_t part, i
         return sl__http_error(r, 400, "InvalidParameter", "give offset or from, not both");
     if (off) {
         if (int_arg(r, "offset", 0, INT64_MAX, offset))
-            return sl__http_error(r, 400, "InvalidParameter", "offset \"%s\" is not a "
-                                  "non-negative integer", off);
+            return sl__http_error(r, 400, "InvalidParameter",
+                                  "offset \"%s\" is not a "
+                                  "non-negative integer",
+                                  off);
         if (*offset < start || (*offset > end && *offset > sl_databus_next_offset(set, part)))
-            return sl__http_error(r, 416, "OffsetOutOfRange", "offset %" PRId64 " is outside "
-                                  "the partition's offsets %" PRId64 "..%" PRId64, *offset,
-                                  start, end);
+            return sl__http_error(r, 416, "OffsetOutOfRange",
+                                  "offset %" PRId64 " is outside "
+                                  "the partition's offsets %" PRId64 "..%" PRId64,
+                                  *offset, start, end);
     } else if (!from || strcmp(from, "beginning") == 0) {
         *offset = start;
     } else if (strcmp(from, "end") == 0) {
@@ -66,8 +69,10 @@ static enum MHD_Result start_offset(sl_http_req *r, sl_set *set, int32_t part, i
         int64_t ts;
         sl_error err = {0};
         if (sl_time_parse_rfc3339(from, strlen(from), &ts))
-            return sl__http_error(r, 400, "InvalidParameter", "from must be beginning, end "
-                                  "or an RFC 3339 time, not \"%s\"", from);
+            return sl__http_error(r, 400, "InvalidParameter",
+                                  "from must be beginning, end "
+                                  "or an RFC 3339 time, not \"%s\"",
+                                  from);
         if (sl_store_offset_for_time(log, ts, offset, &err))
             return sl__http_error(r, 500, "ReadFailed", "%s", err.msg);
     }
@@ -86,8 +91,8 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                               rc == SL_EINVAL ? "InvalidSetName" : "NoSuchSet", "%s", err.msg);
     int64_t part, max, wait_ms;
     if (int_arg(r, "partition", 0, INT32_MAX, &part) || part >= set->nparts)
-        return sl__http_error(r, 404, "NoSuchPartition", "set %s has partitions 0..%d",
-                              set->name, set->nparts - 1);
+        return sl__http_error(r, 404, "NoSuchPartition", "set %s has partitions 0..%d", set->name,
+                              set->nparts - 1);
     if (int_arg(r, "max", READ_DEFAULT_MAX, READ_LIMIT_MAX, &max) || max == 0)
         return sl__http_error(r, 400, "InvalidParameter", "max must be 1..%d", READ_LIMIT_MAX);
     if (int_arg(r, "wait_ms", 0, WAIT_MAX_MS, &wait_ms))
@@ -128,8 +133,8 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                (rc = sl_store_reader_next(log, rd, &rec, &err)) == 0) {
             if (n)
                 sl_buf_append(&b, ",", 1);
-            if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name,
-                                  (int32_t)part, rec.offset, &b))
+            if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name, (int32_t)part,
+                                  rec.offset, &b))
                 sl_buf_append(&b, rec.value, rec.value_len);
             n++;
         }
@@ -164,10 +169,9 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
 static json_t *set_json(sl_set *s, bool detail)
 {
     const sl_set_config *c = &s->cfg;
-    json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:b}", "name", s->name,
-                          "partitions", (int)s->nparts, "ack",
-                          c->ack == SL_ACK_DURABLE ? "durable" : "buffer", "compression",
-                          sl_codec_name(c->compression), "retention_ms",
+    json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:b}", "name", s->name, "partitions",
+                          (int)s->nparts, "ack", c->ack == SL_ACK_DURABLE ? "durable" : "buffer",
+                          "compression", sl_codec_name(c->compression), "retention_ms",
                           (json_int_t)c->log.retention_ms, "retention_bytes",
                           (json_int_t)c->log.retention_bytes, "max_event_bytes",
                           (json_int_t)c->max_event_bytes, "generate_ids", c->generate_ids);
@@ -182,10 +186,9 @@ static json_t *set_json(sl_set *s, bool detail)
         bytes += (json_int_t)size;
         if (parts)
             json_array_append_new(parts, json_pack("{s:i, s:I, s:I, s:I, s:I}", "partition", p,
-                                                   "start_offset", (json_int_t)start,
-                                                   "end_offset", (json_int_t)end, "bytes",
-                                                   (json_int_t)size, "segments",
-                                                   (json_int_t)segments));
+                                                   "start_offset", (json_int_t)start, "end_offset",
+                                                   (json_int_t)end, "bytes", (json_int_t)size,
+                                                   "segments", (json_int_t)segments));
     }
     json_object_set_new(j, "events", json_integer(events));
     json_object_set_new(j, "bytes", json_integer(bytes));
@@ -255,15 +258,17 @@ static void set_metrics(sl_set *s, void *ctx)
     case 2: {
         uint64_t fill, limit;
         sl_databus_fill(s, &fill, &limit);
-        sl_buf_printf(m->b, "sluice_buffer_bytes{set=\"%s\"} %" PRIu64 "\n"
+        sl_buf_printf(m->b,
+                      "sluice_buffer_bytes{set=\"%s\"} %" PRIu64 "\n"
                       "sluice_buffer_limit_bytes{set=\"%s\"} %" PRIu64 "\n",
                       s->name, fill, s->name, limit);
         break;
     }
     default:
         for (int32_t p = 0; p < s->nparts; p++)
-            sl_buf_printf(m->b, "sluice_partition_end_offset{set=\"%s\",partition=\"%d\"} %"
-                          PRId64 "\n", s->name, p, sl_store_end_offset(&s->parts[p]));
+            sl_buf_printf(m->b,
+                          "sluice_partition_end_offset{set=\"%s\",partition=\"%d\"} %" PRId64 "\n",
+                          s->name, p, sl_store_end_offset(&s->parts[p]));
     }
 }
 
@@ -286,21 +291,22 @@ enum MHD_Result sl__http_metrics(sl_http_req *r)
         sl_sets_each(h->sets, set_metrics, &m);
     }
     sl_buf_printf(&b, "# HELP sluice_events_rejected_total Events refused at ingest, by "
-                  "reason.\n# TYPE sluice_events_rejected_total counter\n");
+                      "reason.\n# TYPE sluice_events_rejected_total counter\n");
     for (int i = 1; i < SL_EVENT_STATUS_COUNT; i++)
         sl_buf_printf(&b, "sluice_events_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
-                      sl_event_status_name((sl_event_status)i),
-                      atomic_load(&h->rejected[i]));
+                      sl_event_status_name((sl_event_status)i), atomic_load(&h->rejected[i]));
     const sl_databus_stats *st = sl_databus_get_stats(h->bus);
-    sl_buf_printf(&b, "# HELP sluice_databus_full_total Publishes refused with 503 because a "
+    sl_buf_printf(&b,
+                  "# HELP sluice_databus_full_total Publishes refused with 503 because a "
                   "buffer was full.\n# TYPE sluice_databus_full_total counter\n"
-                  "sluice_databus_full_total %" PRIu64 "\n", atomic_load(&st->full));
-    sl_histogram_write(&st->append, "sluice_append_seconds",
-                       "Time to append one record batch.", "", 1, &b);
+                  "sluice_databus_full_total %" PRIu64 "\n",
+                  atomic_load(&st->full));
+    sl_histogram_write(&st->append, "sluice_append_seconds", "Time to append one record batch.", "",
+                       1, &b);
     sl_histogram_write(&st->fsync, "sluice_fsync_seconds",
                        "Time of one fdatasync of a partition (group commit).", "", 1, &b);
     sl_buf_printf(&b, "# HELP sluice_http_requests_total HTTP responses by status.\n"
-                  "# TYPE sluice_http_requests_total counter\n");
+                      "# TYPE sluice_http_requests_total counter\n");
     for (int code = 100; code < SL_HTTP_STATUS_MAX; code++) {
         uint64_t v = atomic_load(&h->status[code]);
         if (v)

@@ -63,7 +63,8 @@ int sl_batch_header(const uint8_t *p, size_t avail, sl_batch_info *out, sl_error
     if (in.base_offset < 0)
         return sl_error_set(err, SL_ECORRUPT, "negative base offset %lld",
                             (long long)in.base_offset);
-    if (in.count < 0 || in.last_offset_delta < 0 || (int64_t)in.count > (int64_t)in.last_offset_delta + 1)
+    if (in.count < 0 || in.last_offset_delta < 0 ||
+        (int64_t)in.count > (int64_t)in.last_offset_delta + 1)
         return sl_error_set(err, SL_ECORRUPT, "record count %d does not fit lastOffsetDelta %d",
                             in.count, in.last_offset_delta);
     int codec = in.attributes & ATTR_CODEC_MASK;
@@ -134,12 +135,11 @@ int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, si
     static const char lane_key[] = "lane";
 
     /* The body is everything after the length varint. */
-    size_t body = 1 + sl_varint_size(ts_delta) + sl_varint_size(b->count) +
-                  sl_varint_size(klen) + (key ? key_len : 0) +
-                  sl_varint_size((int64_t)value_len) + value_len;
+    size_t body = 1 + sl_varint_size(ts_delta) + sl_varint_size(b->count) + sl_varint_size(klen) +
+                  (key ? key_len : 0) + sl_varint_size((int64_t)value_len) + value_len;
     if (b->lane_len) {
-        body += sl_varint_size(1) + sl_varint_size(4) + 4 +
-                sl_varint_size((int64_t)b->lane_len) + b->lane_len;
+        body += sl_varint_size(1) + sl_varint_size(4) + 4 + sl_varint_size((int64_t)b->lane_len) +
+                b->lane_len;
     } else {
         body += sl_varint_size(0);
     }
@@ -237,8 +237,8 @@ int sl_batch_builder_finish(sl_batch_builder *b, sl_batch *out, sl_error *err)
     sl_be16_put(h + SL_BATCH_OFF_PRODUCER_EPOCH, UINT16_MAX);
     sl_be32_put(h + SL_BATCH_OFF_BASE_SEQ, UINT32_MAX);
     sl_be32_put(h + SL_BATCH_OFF_COUNT, (uint32_t)b->count);
-    sl_be32_put(h + SL_BATCH_OFF_CRC, sl_crc32c(0, h + SL_BATCH_OFF_ATTRIBUTES,
-                                               b->out.len - SL_BATCH_OFF_ATTRIBUTES));
+    sl_be32_put(h + SL_BATCH_OFF_CRC,
+                sl_crc32c(0, h + SL_BATCH_OFF_ATTRIBUTES, b->out.len - SL_BATCH_OFF_ATTRIBUTES));
     out->data = b->out.data;
     out->len = b->out.len;
     out->count = b->count;
@@ -353,8 +353,7 @@ int sl_batch_reader_next(sl_batch_reader *r, sl_record *rec, sl_error *err)
 {
     if (r->index >= r->info.count) {
         if (r->p != r->end)
-            return sl_error_set(err, SL_ECORRUPT, "%td bytes after the last record",
-                                r->end - r->p);
+            return sl_error_set(err, SL_ECORRUPT, "%td bytes after the last record", r->end - r->p);
         return SL_EEOF;
     }
     const uint8_t *p = r->p;
@@ -373,8 +372,7 @@ int sl_batch_reader_next(sl_batch_reader *r, sl_record *rec, sl_error *err)
         ok = 0;
     p += used;
     if (!ok || off_delta < 0 || off_delta > r->info.last_offset_delta)
-        return sl_error_set(err, SL_ECORRUPT, "record %d: bad timestamp or offset delta",
-                            r->index);
+        return sl_error_set(err, SL_ECORRUPT, "record %d: bad timestamp or offset delta", r->index);
     rec->offset = r->info.base_offset + off_delta;
     rec->timestamp = r->info.base_ts + ts_delta;
     rec->key = get_bytes(&p, end, &rec->key_len, &ok);
@@ -444,8 +442,8 @@ int sl_batch_validate(sl_batch_reader *br, const uint8_t *p, size_t len, const c
     size_t ll = strlen(lane);
     while (!rc && !(rc = sl_batch_reader_next(br, &rec, err)))
         if (rec.lane_len != ll || memcmp(rec.lane, lane, ll) != 0)
-            return sl_error_set(err, SL_ECORRUPT, "record at offset %" PRId64
-                                " has another lane than its batch", rec.offset);
+            return sl_error_set(err, SL_ECORRUPT,
+                                "record at offset %" PRId64 " has another lane than its batch",
+                                rec.offset);
     return rc == SL_EEOF ? 0 : rc;
 }
-

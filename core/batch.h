@@ -42,7 +42,7 @@
 #include <stdint.h>
 
 #define SL_BATCH_HEADER_SIZE 61
-#define SL_BATCH_LOG_OVERHEAD 12 /* baseOffset + batchLength */
+#define SL_BATCH_LOG_OVERHEAD 12       /* baseOffset + batchLength */
 #define SL_BATCH_MAX_BYTES (64u << 20) /* largest batch, stored or decompressed */
 #define SL_LANE_MAX 32
 
@@ -109,8 +109,8 @@ typedef struct sl_batch {
 /* Builds one batch at a time from records; reusable across batches so the
  * buffers and the zstd context are allocated once. */
 typedef struct sl_batch_builder {
-    sl_buf out;  /* header room + encoded records; the finished batch */
-    sl_buf recs; /* scratch for compression (swapped with out) */
+    sl_buf out;      /* header room + encoded records; the finished batch */
+    sl_buf recs;     /* scratch for compression (swapped with out) */
     bool compressed; /* finish() swapped in the compressed form */
     int32_t count;
     int64_t base_ts;
@@ -170,8 +170,8 @@ typedef struct sl_batch_reader {
     const uint8_t *p;
     const uint8_t *end;
     int32_t index;
-    sl_buf plain;     /* decompressed records, reused */
-    void *dctx;       /* ZSTD_DCtx, created on first use */
+    sl_buf plain; /* decompressed records, reused */
+    void *dctx;   /* ZSTD_DCtx, created on first use */
 } sl_batch_reader;
 
 void sl_batch_reader_init(sl_batch_reader *r);

@@ -13,7 +13,10 @@ typedef struct sl_buf {
     size_t cap;
 } sl_buf;
 
-#define SL_BUF_INIT {NULL, 0, 0}
+#define SL_BUF_INIT                                                                                \
+    {                                                                                              \
+        NULL, 0, 0                                                                                 \
+    }
 
 /* Makes room for at least extra more bytes. Returns 0 or SL_ENOMEM (buffer
  * unchanged). */

@@ -76,7 +76,8 @@ int sl_cli_demo_main(int argc, char **argv)
         return fail("append", &err, rc);
     }
     printf("appended %d events (zstd batches of %d, every 10th batch in lane feature-x) and "
-           "fdatasync'ed in %.1f ms\n", DEMO_EVENTS, DEMO_BATCH, ms_since(t0));
+           "fdatasync'ed in %.1f ms\n",
+           DEMO_EVENTS, DEMO_BATCH, ms_since(t0));
 
     const char *lanes[] = {"", "feature-x"};
     for (int l = 0; l < 2; l++) {
@@ -110,6 +111,7 @@ int sl_cli_demo_main(int argc, char **argv)
     printf("verify: %zu segment(s), %" PRIu64 " records, %" PRIu64 " bytes on disk: %s\n", segs,
            rep.records, bytes, rep.damaged ? rep.where : "ok");
     printf("\ninspect it yourself:\n  ./bin/sluice log dump %s --from %" PRId64 " --max 3\n"
-           "  ./bin/sluice log verify %s\n", dir, at, dir);
+           "  ./bin/sluice log verify %s\n",
+           dir, at, dir);
     return rep.damaged ? 1 : 0;
 }

@@ -44,8 +44,10 @@ int sl_cli_http_server(const char *opt, char *out, size_t cap, sl_error *err)
         return sl_error_set(err, SL_EINVAL, "server URL \"%s\" is not http:// or https://", out);
     for (const char *p = out; *p; p++) {
         if ((unsigned char)*p <= ' ' || *p == 0x7f)
-            return sl_error_set(err, SL_EINVAL, "server URL \"%s\" contains a space or a "
-                                                "control character", out);
+            return sl_error_set(err, SL_EINVAL,
+                                "server URL \"%s\" contains a space or a "
+                                "control character",
+                                out);
     }
     return 0;
 }
@@ -111,8 +113,7 @@ int sl_cli_http_init(sl_cli_http *h, sl_error *err)
     h->retry_after_ms = -1;
     pthread_once(&global_once, global_init);
     if (global_rc != CURLE_OK)
-        return sl_error_set(err, SL_ENOMEM, "curl_global_init: %s",
-                            curl_easy_strerror(global_rc));
+        return sl_error_set(err, SL_ENOMEM, "curl_global_init: %s", curl_easy_strerror(global_rc));
     CURL *c = curl_easy_init();
     if (!c)
         return sl_error_set(err, SL_ENOMEM, "curl_easy_init failed");
@@ -154,8 +155,8 @@ static bool add_header(struct curl_slist **list, const char *name, const char *v
 }
 
 int sl_cli_http_prepare(sl_cli_http *h, const char *method, const char *url,
-                        const char *content_type, const char *lane, const void *body,
-                        size_t len, long timeout_ms)
+                        const char *content_type, const char *lane, const void *body, size_t len,
+                        long timeout_ms)
 {
     CURL *c = h->curl;
     h->body.len = 0;
@@ -232,9 +233,9 @@ sl_cli_http_fail sl_cli_http_finish(sl_cli_http *h, int result, const char *serv
 }
 
 sl_cli_http_fail sl_cli_http_request(sl_cli_http *h, const char *server, const char *method,
-                                     const char *url, const char *content_type,
-                                     const char *lane, const void *body, size_t len,
-                                     long timeout_ms, char *msg, size_t cap)
+                                     const char *url, const char *content_type, const char *lane,
+                                     const void *body, size_t len, long timeout_ms, char *msg,
+                                     size_t cap)
 {
     if (sl_cli_http_prepare(h, method, url, content_type, lane, body, len, timeout_ms)) {
         snprintf(msg, cap, "out of memory");

@@ -62,8 +62,8 @@ void sl_cli_http_close(sl_cli_http *h);
  * bounds the whole request. The previous response is cleared. Returns 0 or
  * SL_ENOMEM. */
 int sl_cli_http_prepare(sl_cli_http *h, const char *method, const char *url,
-                        const char *content_type, const char *lane, const void *body,
-                        size_t len, long timeout_ms);
+                        const char *content_type, const char *lane, const void *body, size_t len,
+                        long timeout_ms);
 
 /* Records the outcome of a finished transfer (curl result code `result`,
  * a CURLcode) into h->status and h->retry_after_ms; on failure writes into
@@ -73,9 +73,9 @@ sl_cli_http_fail sl_cli_http_finish(sl_cli_http *h, int result, const char *serv
 
 /* sl_cli_http_prepare() + curl_easy_perform() + sl_cli_http_finish(). */
 sl_cli_http_fail sl_cli_http_request(sl_cli_http *h, const char *server, const char *method,
-                                     const char *url, const char *content_type,
-                                     const char *lane, const void *body, size_t len,
-                                     long timeout_ms, char *msg, size_t cap);
+                                     const char *url, const char *content_type, const char *lane,
+                                     const void *body, size_t len, long timeout_ms, char *msg,
+                                     size_t cap);
 
 /* Writes a one-line description of an HTTP error answer into out: "404
  * NotFound: set \"x\" does not exist" from a JSON {"error","message"} body,

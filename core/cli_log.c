@@ -52,10 +52,11 @@ static void print_notice(void *ctx, const char *msg)
     fprintf((FILE *)ctx, "%s\n", msg);
 }
 
-static int open_log(const char *dir, const sl_log_config *cfg, bool create, bool full,
-                    sl_log **log)
+static int open_log(const char *dir, const sl_log_config *cfg, bool create, bool full, sl_log **log)
 {
-    sl_log_open_options o = {.create = create, .full_recovery = full, .notify = print_notice,
+    sl_log_open_options o = {.create = create,
+                             .full_recovery = full,
+                             .notify = print_notice,
                              .notify_ctx = full ? stdout : stderr};
     sl_error err = {0};
     int rc = sl_log_open(dir, cfg, &o, log, &err);
@@ -129,10 +130,9 @@ static int cmd_append(const char *dir, int argc, char **argv)
                 rc = sl_batch_builder_add(&b, sl_clock_now_ms(), NULL, 0, line, (size_t)n);
         }
         if (rc == SL_ETOOBIG)
-            fprintf(stderr, "sluice log append: line %" PRId64 " is too long for a batch\n",
-                    lines);
-        if (!rc && (b.count >= APPEND_BATCH_RECORDS || sl_batch_builder_bytes(&b) >=
-                                                           APPEND_BATCH_BYTES))
+            fprintf(stderr, "sluice log append: line %" PRId64 " is too long for a batch\n", lines);
+        if (!rc &&
+            (b.count >= APPEND_BATCH_RECORDS || sl_batch_builder_bytes(&b) >= APPEND_BATCH_BYTES))
             rc = flush_batch(log, &b, &last);
     }
     if (!rc)
@@ -185,8 +185,8 @@ static int cmd_dump(const char *dir, int argc, char **argv)
     int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
     if (from < 0)
         from = start;
-    printf("partition %s: offsets %" PRId64 "..%" PRId64 ", %zu segments, %" PRIu64 " bytes\n",
-           dir, start, end, sl_log_segment_count(log), sl_log_size_bytes(log));
+    printf("partition %s: offsets %" PRId64 "..%" PRId64 ", %zu segments, %" PRIu64 " bytes\n", dir,
+           start, end, sl_log_segment_count(log), sl_log_size_bytes(log));
     sl_log_reader *r;
     sl_error err = {0};
     int rc = sl_log_reader_open(log, from, lane, &r, &err);
@@ -197,9 +197,10 @@ static int cmd_dump(const char *dir, int argc, char **argv)
         if (in->base_offset != batch) {
             batch = in->base_offset;
             printf("batch offsets=%" PRId64 "..%" PRId64 " records=%d bytes=%zu codec=%s "
-                   "crc=%08x max_ts=%" PRId64 "\n", in->base_offset,
-                   in->base_offset + in->last_offset_delta, in->count, sl_batch_size(in),
-                   sl_codec_name((sl_codec)(in->attributes & 7)), in->crc, in->max_ts);
+                   "crc=%08x max_ts=%" PRId64 "\n",
+                   in->base_offset, in->base_offset + in->last_offset_delta, in->count,
+                   sl_batch_size(in), sl_codec_name((sl_codec)(in->attributes & 7)), in->crc,
+                   in->max_ts);
         }
         printf("  offset=%" PRId64 " ts=%" PRId64, rec.offset, rec.timestamp);
         if (rec.lane_len) {
@@ -235,8 +236,7 @@ static int cmd_verify(const char *dir)
     }
     printf("%zu segments, %" PRIu64 " batches, %" PRIu64 " records, %" PRIu64
            " bytes, offsets %" PRId64 "..%" PRId64 "\n",
-           rep.segments, rep.batches, rep.records, rep.bytes, rep.first_offset,
-           rep.next_offset);
+           rep.segments, rep.batches, rep.records, rep.bytes, rep.first_offset, rep.next_offset);
     if (rep.damaged) {
         printf("damaged: %s\n", rep.where);
         return 1;

@@ -123,9 +123,9 @@ static void show_progress(put_ctx *c, const char *note, bool force)
         if (pos >= 0)
             snprintf(pct, sizeof pct, " (%d%%)", (int)(pos * 100 / c->in_size));
     }
-    fprintf(stderr, "\rput: %" PRId64 " events sent%s, %" PRId64 " accepted, %" PRId64
-            " failed%s%s\033[K", c->sent, pct, c->accepted, c->failed, note ? ", " : "",
-            note ? note : "");
+    fprintf(stderr,
+            "\rput: %" PRId64 " events sent%s, %" PRId64 " accepted, %" PRId64 " failed%s%s\033[K",
+            c->sent, pct, c->accepted, c->failed, note ? ", " : "", note ? note : "");
     c->progress_shown = true;
 }
 
@@ -201,8 +201,7 @@ static bool read_results(put_ctx *c, size_t a, size_t b)
 {
     const sl_buf *body = &c->http.body;
     sl_json_tok doc, results, v;
-    if (!body->len ||
-        sl_json_validate((const char *)body->data, body->len, 64, &doc, NULL) != 0 ||
+    if (!body->len || sl_json_validate((const char *)body->data, body->len, 64, &doc, NULL) != 0 ||
         doc.type != SL_JSON_OBJECT)
         return false;
     int64_t acc = -1, fail = -1, listed_fail = 0, listed_ok = 0;
@@ -243,9 +242,10 @@ static bool read_results(put_ctx *c, size_t a, size_t b)
         return false; /* a 200 that mentions none of our events */
     c->accepted += acc;
     if (fail > listed_fail) { /* failures the server counted without details */
-        add_failure(c, c->entries[a].line, "%" PRId64 " events of lines %" PRId64 "-%" PRId64
-                    " failed without details from the server", fail - listed_fail,
-                    c->entries[a].line, c->entries[b - 1].line);
+        add_failure(c, c->entries[a].line,
+                    "%" PRId64 " events of lines %" PRId64 "-%" PRId64
+                    " failed without details from the server",
+                    fail - listed_fail, c->entries[a].line, c->entries[b - 1].line);
         c->failed += fail - listed_fail - 1; /* add_failure() counted one */
     }
     c->sent += (int64_t)(b - a);
@@ -283,7 +283,8 @@ static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
         int64_t delay = -1;
         if (f == SL_CLI_HTTP_OK && c->http.status == 200) {
             if (!read_results(c, a, b)) {
-                set_fatal(c, why, cap, "the server's answer for lines %" PRId64 "-%" PRId64
+                set_fatal(c, why, cap,
+                          "the server's answer for lines %" PRId64 "-%" PRId64
                           " cannot be read; they may or may not have been stored",
                           first->line, last->line);
                 c->unsent_from = last->line + 1;
@@ -293,20 +294,25 @@ static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
         } else if (f == SL_CLI_HTTP_OK && c->http.status == 503 && stored_maybe(&c->http)) {
             char d[400];
             sl_cli_http_describe(c->http.status, &c->http.body, d, sizeof d);
-            set_fatal(c, why, cap, "server answered %s; lines %" PRId64 "-%" PRId64
-                      " may or may not have been stored", d, first->line, last->line);
+            set_fatal(c, why, cap,
+                      "server answered %s; lines %" PRId64 "-%" PRId64
+                      " may or may not have been stored",
+                      d, first->line, last->line);
             c->unsent_from = last->line + 1;
             c->maybe_stored = true;
             return;
         } else if (f == SL_CLI_HTTP_OK && c->http.status == 503) {
             delay = sl_cli_http_backoff_ms(attempt, c->http.retry_after_ms);
             if (waited + delay > PUT_RETRY_BUDGET_MS && c->http.retry_after_ms > delay / 2)
-                snprintf(msg, sizeof msg, "server %s is busy (503) and asks to retry in %" PRId64
-                         " s, past the %d s this command waits", c->server,
-                         c->http.retry_after_ms / 1000, PUT_RETRY_BUDGET_MS / 1000);
+                snprintf(msg, sizeof msg,
+                         "server %s is busy (503) and asks to retry in %" PRId64
+                         " s, past the %d s this command waits",
+                         c->server, c->http.retry_after_ms / 1000, PUT_RETRY_BUDGET_MS / 1000);
             else
-                snprintf(msg, sizeof msg, "server %s is still busy (503) after %d attempts over "
-                         "%" PRId64 " s", c->server, attempt + 1, waited / 1000);
+                snprintf(msg, sizeof msg,
+                         "server %s is still busy (503) after %d attempts over "
+                         "%" PRId64 " s",
+                         c->server, attempt + 1, waited / 1000);
         } else if (f == SL_CLI_HTTP_OK && c->http.status == 413 && b - a > 1) {
             /* The server's request limit is below ours: send each half alone,
              * and build smaller batches from now on. */
@@ -326,16 +332,17 @@ static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
         } else if (f == SL_CLI_HTTP_OK) {
             char d[400];
             sl_cli_http_describe(c->http.status, &c->http.body, d, sizeof d);
-            set_fatal(c, why, cap, "server refused lines %" PRId64 "-%" PRId64 ": %s",
-                      first->line, last->line, d);
+            set_fatal(c, why, cap, "server refused lines %" PRId64 "-%" PRId64 ": %s", first->line,
+                      last->line, d);
             c->unsent_from = first->line;
             return;
         } else if (f == SL_CLI_HTTP_UNREACHABLE && c->sent > 0) {
             /* It answered before: perhaps restarting. Nothing was sent, so retry. */
             delay = sl_cli_http_backoff_ms(attempt, -1);
         } else if (f == SL_CLI_HTTP_BROKEN) {
-            set_fatal(c, why, cap, "%s; lines %" PRId64 "-%" PRId64
-                      " may or may not have been stored", msg, first->line, last->line);
+            set_fatal(c, why, cap,
+                      "%s; lines %" PRId64 "-%" PRId64 " may or may not have been stored", msg,
+                      first->line, last->line);
             c->unsent_from = last->line + 1;
             c->maybe_stored = true;
             return;
@@ -385,8 +392,9 @@ static bool build_event(put_ctx *c, int64_t line, const char *s, size_t n)
     if (tok.type == SL_JSON_OBJECT && sl_cli_http_json_get(&tok, "specversion", &sv)) {
         rc = sl_buf_append(&c->scratch, tok.p, tok.len);
     } else if (!c->type) {
-        add_failure(c, line, "not a CloudEvent (no \"specversion\"); give --type and --source "
-                             "to wrap plain JSON");
+        add_failure(c, line,
+                    "not a CloudEvent (no \"specversion\"); give --type and --source "
+                    "to wrap plain JSON");
         c->invalid++;
         return false;
     } else {
@@ -430,9 +438,8 @@ static void queue_event(put_ctx *c, int64_t line, char *why, size_t cap)
         c->unsent_from = c->count ? c->entries[0].line : line;
         return;
     }
-    c->entries[c->count++] = (put_entry){.line = line,
-                                         .off = c->body.len - c->scratch.len,
-                                         .len = c->scratch.len};
+    c->entries[c->count++] =
+        (put_entry){.line = line, .off = c->body.len - c->scratch.len, .len = c->scratch.len};
     if (c->count >= PUT_BATCH_EVENTS)
         flush_batch(c, why, cap);
 }
@@ -444,7 +451,6 @@ static bool is_blank(const char *s, size_t n)
             return false;
     return true;
 }
-
 
 int sl_cli_put_main(int argc, char **argv)
 {
@@ -535,8 +541,7 @@ int sl_cli_put_main(int argc, char **argv)
             queue_event(&c, lineno, why, sizeof why);
     }
     if (!c.fatal && ferror(c.in)) {
-        set_fatal(&c, why, sizeof why, "reading %s: %s", file ? file : "stdin",
-                  strerror(errno));
+        set_fatal(&c, why, sizeof why, "reading %s: %s", file ? file : "stdin", strerror(errno));
         c.unsent_from = c.count ? c.entries[0].line : lineno + 1;
     }
     if (!c.fatal)
@@ -548,8 +553,7 @@ int sl_cli_put_main(int argc, char **argv)
             snprintf(why + strlen(why), sizeof why - strlen(why), "; nothing was sent");
         else if (c.unsent_from <= lineno || ch != EOF)
             snprintf(why + strlen(why), sizeof why - strlen(why),
-                     "; stopped: the input from line %" PRId64 " on was not sent",
-                     c.unsent_from);
+                     "; stopped: the input from line %" PRId64 " on was not sent", c.unsent_from);
     }
     clear_progress(&c);
 
@@ -565,9 +569,10 @@ int sl_cli_put_main(int argc, char **argv)
         snprintf(extra, sizeof extra, " (%" PRId64 " rejected locally, not sent)", c.invalid);
     if (c.retries)
         snprintf(retries, sizeof retries, " (%" PRId64 " retries)", c.retries);
-    fprintf(stderr, "put: %" PRId64 " event%s sent to %s: %" PRId64 " accepted, %" PRId64
-            " failed%s in %.1f s%s\n", c.sent, c.sent == 1 ? "" : "s", c.set, c.accepted,
-            c.failed, extra, secs, retries);
+    fprintf(stderr,
+            "put: %" PRId64 " event%s sent to %s: %" PRId64 " accepted, %" PRId64
+            " failed%s in %.1f s%s\n",
+            c.sent, c.sent == 1 ? "" : "s", c.set, c.accepted, c.failed, extra, secs, retries);
 
     free(line);
     free(c.entries);

@@ -129,8 +129,8 @@ static int get_set_info(const tail_ctx *c, sl_cli_http *h, char *msg, size_t cap
     int64_t waited = 0;
     sl_cli_http_fail f;
     for (int attempt = 0;; attempt++) {
-        f = sl_cli_http_request(h, c->server, "GET", url, NULL, NULL, NULL, 0,
-                                TAIL_INFO_TIMEOUT_MS, msg, cap);
+        f = sl_cli_http_request(h, c->server, "GET", url, NULL, NULL, NULL, 0, TAIL_INFO_TIMEOUT_MS,
+                                msg, cap);
         if (f != SL_CLI_HTTP_OK || h->status != 503)
             break;
         int64_t delay = sl_cli_http_backoff_ms(attempt, h->retry_after_ms);
@@ -194,13 +194,17 @@ static int read_set_info(tail_ctx *c, int32_t only)
     if (get_set_info(c, &h, msg, sizeof msg)) {
         fprintf(stderr, "sluice tail: %s\n", msg);
     } else if (sl_json_validate((const char *)h.body.data, h.body.len, 64, &doc, NULL) ||
-               !sl_cli_http_json_get(&doc, "partitions", &v) ||
-               !sl_cli_http_json_i64(&v, &n) || n < 1 || n > 65536) {
-        fprintf(stderr, "sluice tail: unexpected answer from %s for set \"%s\" (no partition "
-                "count)\n", c->server, c->set);
+               !sl_cli_http_json_get(&doc, "partitions", &v) || !sl_cli_http_json_i64(&v, &n) ||
+               n < 1 || n > 65536) {
+        fprintf(stderr,
+                "sluice tail: unexpected answer from %s for set \"%s\" (no partition "
+                "count)\n",
+                c->server, c->set);
     } else if (only >= n) {
-        fprintf(stderr, "sluice tail: set \"%s\" has %" PRId64 " partition%s (0..%" PRId64
-                "); there is no partition %d\n", c->set, n, n == 1 ? "" : "s", n - 1, only);
+        fprintf(stderr,
+                "sluice tail: set \"%s\" has %" PRId64 " partition%s (0..%" PRId64
+                "); there is no partition %d\n",
+                c->set, n, n == 1 ? "" : "s", n - 1, only);
     } else if (!(c->parts = calloc(only >= 0 ? 1 : (size_t)n, sizeof *c->parts))) {
         fprintf(stderr, "sluice tail: out of memory\n");
     } else {
@@ -240,13 +244,16 @@ static int resync(tail_ctx *c, tail_part *p)
         partition_bounds(&doc, p->id, &start, &end);
     sl_cli_http_close(&h);
     if (start >= 0 && p->offset < start) {
-        fprintf(stderr, "sluice tail: partition %d: offsets %" PRId64 "..%" PRId64 " were "
-                "removed before they could be read; continuing at %" PRId64 "\n", p->id,
-                p->offset, start - 1, start);
+        fprintf(stderr,
+                "sluice tail: partition %d: offsets %" PRId64 "..%" PRId64 " were "
+                "removed before they could be read; continuing at %" PRId64 "\n",
+                p->id, p->offset, start - 1, start);
         p->offset = start;
     } else if (end >= 0 && p->offset > end) {
-        fprintf(stderr, "sluice tail: partition %d: offset %" PRId64 " is past the end (%" PRId64
-                "); continuing there\n", p->id, p->offset, end);
+        fprintf(stderr,
+                "sluice tail: partition %d: offset %" PRId64 " is past the end (%" PRId64
+                "); continuing there\n",
+                p->id, p->offset, end);
         p->offset = end;
     } else {
         return -1;
@@ -264,9 +271,8 @@ static int build_url(tail_ctx *c, tail_part *p)
      * A long-poll that resolves from=end again when it wakes would skip the
      * very events that woke it; offset=N long-polls are unambiguous. */
     sl_buf u = SL_BUF_INIT;
-    int rc = sl_buf_printf(&u, "%s/v1/sets/%s/events?partition=%d&max=%d&wait_ms=%d",
-                           c->server, c->set, p->id, p->max,
-                           c->follow && p->offset >= 0 ? TAIL_WAIT_MS : 0);
+    int rc = sl_buf_printf(&u, "%s/v1/sets/%s/events?partition=%d&max=%d&wait_ms=%d", c->server,
+                           c->set, p->id, p->max, c->follow && p->offset >= 0 ? TAIL_WAIT_MS : 0);
     if (!rc && p->offset >= 0) {
         rc = sl_buf_printf(&u, "&offset=%" PRId64, p->offset);
     } else if (!rc) {
@@ -294,11 +300,11 @@ static int handle_events(tail_ctx *c, tail_part *p)
     const sl_buf *b = &p->http.body;
     sl_json_tok doc, events, ev, t;
     int64_t next = -1, count = 0;
-    if (!b->len || sl_json_validate((const char *)b->data, b->len, SL_JSON_DEPTH_LIMIT, &doc,
-                                    NULL) ||
+    if (!b->len ||
+        sl_json_validate((const char *)b->data, b->len, SL_JSON_DEPTH_LIMIT, &doc, NULL) ||
         !sl_cli_http_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
-        fprintf(stderr, "sluice tail: partition %d: unexpected answer from %s (no events)\n",
-                p->id, c->server);
+        fprintf(stderr, "sluice tail: partition %d: unexpected answer from %s (no events)\n", p->id,
+                c->server);
         return -1;
     }
     c->out.len = 0;
@@ -317,8 +323,8 @@ static int handle_events(tail_ctx *c, tail_part *p)
     if (sl_cli_http_json_get(&doc, "next_offset", &t))
         sl_cli_http_json_i64(&t, &next);
     if (next < 0) {
-        fprintf(stderr, "sluice tail: partition %d: answer from %s has no next_offset\n",
-                p->id, c->server);
+        fprintf(stderr, "sluice tail: partition %d: answer from %s has no next_offset\n", p->id,
+                c->server);
         return -1;
     }
     if (c->out.len) {
@@ -369,8 +375,8 @@ static int handle_done(tail_ctx *c, tail_part *p, CURLcode result)
     }
     if (f == SL_CLI_HTTP_OK && p->http.status == 416 && p->offset >= 0 && resync(c, p) == 0)
         return 0;
-    if (f == SL_CLI_HTTP_LOCAL || (f == SL_CLI_HTTP_OK && p->http.status != 503 &&
-                                   p->http.status < 500)) {
+    if (f == SL_CLI_HTTP_LOCAL ||
+        (f == SL_CLI_HTTP_OK && p->http.status != 503 && p->http.status < 500)) {
         if (f == SL_CLI_HTTP_OK)
             sl_cli_http_describe(p->http.status, &p->http.body, msg, sizeof msg);
         fprintf(stderr, "sluice tail: partition %d: %s\n", p->id, msg);
@@ -383,8 +389,8 @@ static int handle_done(tail_ctx *c, tail_part *p, CURLcode result)
         p->failing_ns = now;
     int64_t delay = sl_cli_http_backoff_ms(p->attempt++, p->http.retry_after_ms);
     if ((now - p->failing_ns) / 1000000 + delay > TAIL_RETRY_BUDGET_MS) {
-        fprintf(stderr, "sluice tail: partition %d: %s; giving up after %d attempts\n", p->id,
-                msg, p->attempt);
+        fprintf(stderr, "sluice tail: partition %d: %s; giving up after %d attempts\n", p->id, msg,
+                p->attempt);
         return -1;
     }
     if (!c->lost && f != SL_CLI_HTTP_OK) {
@@ -411,9 +417,8 @@ static int start_due(tail_ctx *c, CURLM *multi, int64_t now)
             break;
         if (p->state != TAIL_READY)
             continue;
-        if (build_url(c, p) ||
-            sl_cli_http_prepare(&p->http, "GET", p->url, NULL, NULL, NULL, 0,
-                                (c->follow ? TAIL_WAIT_MS : 0) + 30000L)) {
+        if (build_url(c, p) || sl_cli_http_prepare(&p->http, "GET", p->url, NULL, NULL, NULL, 0,
+                                                   (c->follow ? TAIL_WAIT_MS : 0) + 30000L)) {
             fprintf(stderr, "sluice tail: out of memory\n");
             return -1;
         }
@@ -499,7 +504,6 @@ static int run(tail_ctx *c, int wake_rd)
     return rc < 0 ? 1 : 0; /* rc 1: stdout closed, a quiet success */
 }
 
-
 int sl_cli_tail_main(int argc, char **argv)
 {
     tail_ctx c = {0};
@@ -536,7 +540,8 @@ int sl_cli_tail_main(int argc, char **argv)
     if (strcmp(c.from, "beginning") != 0 && strcmp(c.from, "end") != 0 &&
         sl_time_parse_rfc3339(c.from, strlen(c.from), &ms) != 0)
         return tail_usage_error("--from \"%s\": want beginning, end or an RFC 3339 time "
-                                "such as 2024-05-01T12:00:00Z", c.from);
+                                "such as 2024-05-01T12:00:00Z",
+                                c.from);
     if (c.lane && strcmp(c.lane, "*") != 0 && !sl_lane_valid(c.lane, strlen(c.lane)))
         return tail_usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)", c.lane);
     int32_t only = -1;

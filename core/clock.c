@@ -60,7 +60,8 @@ static bool digits(const char *s, int n, int *v)
     int x = 0;
     for (int i = 0; i < n; i++) {
         unsigned d = (unsigned char)s[i] - (unsigned)'0';
-        if (d > 9) return false;
+        if (d > 9)
+            return false;
         x = x * 10 + (int)d;
     }
     *v = x;
@@ -76,20 +77,25 @@ int sl_time_parse_rfc3339(const char *s, size_t len, int64_t *ms)
         !digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &h) ||
         s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &sec))
         return SL_EINVAL;
-    if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 60) return SL_EINVAL;
-    if (d > mdays[mo - 1] + (mo == 2 && is_leap(y))) return SL_EINVAL;
+    if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 60)
+        return SL_EINVAL;
+    if (d > mdays[mo - 1] + (mo == 2 && is_leap(y)))
+        return SL_EINVAL;
     size_t i = 19;
     if (s[i] == '.') {
         size_t f0 = ++i;
         while (i < len && (unsigned char)s[i] - (unsigned)'0' <= 9) {
-            if (i - f0 < 3) frac = frac * 10 + (s[i] - '0');
+            if (i - f0 < 3)
+                frac = frac * 10 + (s[i] - '0');
             i++;
         }
-        if (i == f0) return SL_EINVAL;
+        if (i == f0)
+            return SL_EINVAL;
         for (size_t k = i - f0; k < 3; k++)
             frac *= 10;
     }
-    if (i >= len) return SL_EINVAL;
+    if (i >= len)
+        return SL_EINVAL;
     int offset_min = 0;
     if (s[i] == 'Z' || s[i] == 'z') {
         i++;
@@ -103,9 +109,11 @@ int sl_time_parse_rfc3339(const char *s, size_t len, int64_t *ms)
     } else {
         return SL_EINVAL;
     }
-    if (i != len) return SL_EINVAL;
+    if (i != len)
+        return SL_EINVAL;
     /* Leap seconds are inserted only at 23:59:60 UTC. */
-    if (sec == 60 && ((h * 60 + mi - offset_min) % 1440 + 1440) % 1440 != 1439) return SL_EINVAL;
+    if (sec == 60 && ((h * 60 + mi - offset_min) % 1440 + 1440) % 1440 != 1439)
+        return SL_EINVAL;
     int64_t days = days_from_civil(y, mo, d);
     int64_t secs = ((days * 24 + h) * 60 + mi) * 60 + sec - (int64_t)offset_min * 60;
     *ms = secs * 1000 + frac;
@@ -116,14 +124,17 @@ size_t sl_time_format_rfc3339(int64_t ms, char out[SL_TIME_RFC3339_MAX])
 {
     /* Floor division, so times before 1970 format correctly. */
     int64_t secs = ms / 1000, milli = ms % 1000;
-    if (milli < 0) milli += 1000, secs--;
+    if (milli < 0)
+        milli += 1000, secs--;
     int64_t days = secs / 86400, rem = secs % 86400;
-    if (rem < 0) rem += 86400, days--;
+    if (rem < 0)
+        rem += 86400, days--;
     int64_t y;
     int m, d;
     civil_from_days(days, &y, &m, &d);
     out[0] = '\0';
-    if (y < 0 || y > 9999) return 0;
+    if (y < 0 || y > 9999)
+        return 0;
     int v[7] = {(int)y, m, d, (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60), (int)milli};
     static const char *const sep = "--T::.Z";
     static const int width[7] = {4, 2, 2, 2, 2, 2, 3};

@@ -167,7 +167,8 @@ TARGET_SSE42 static uint32_t hw_raw(uint32_t crc, const uint8_t *p, size_t len)
 static int hw_detect(void)
 {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("sse4.2")) return 0;
+    if (!__builtin_cpu_supports("sse4.2"))
+        return 0;
     build_zeros_table(zeros_long, LONG_BLOCK);
     build_zeros_table(zeros_short, SHORT_BLOCK);
     return 1;
@@ -193,7 +194,8 @@ static void crc32c_init(void)
 uint32_t sl_crc32c(uint32_t crc, const void *buf, size_t len)
 {
     pthread_once(&init_once, crc32c_init);
-    if (use_hw) return ~hw_raw(~crc, buf, len);
+    if (use_hw)
+        return ~hw_raw(~crc, buf, len);
     return ~sw_raw(~crc, buf, len);
 }
 

@@ -27,21 +27,21 @@
 #define ROUND_IDLE (SIZE_MAX / 2)
 
 typedef struct bus_part {
-    sl_buf pending;     /* frames not yet taken by the writer */
+    sl_buf pending; /* frames not yet taken by the writer */
     size_t pending_n;
-    int64_t next;       /* next offset to assign */
-    int64_t first_ns;   /* when the oldest pending frame was queued */
-    uint64_t buffered;  /* pending + in-flight bytes, bounded by buffer_bytes */
-    int64_t written;    /* end offset appended */
-    int64_t durable;    /* end offset synced */
-    int failing;        /* error of the last append, 0 when healthy */
+    int64_t next;      /* next offset to assign */
+    int64_t first_ns;  /* when the oldest pending frame was queued */
+    uint64_t buffered; /* pending + in-flight bytes, bounded by buffer_bytes */
+    int64_t written;   /* end offset appended */
+    int64_t durable;   /* end offset synced */
+    int failing;       /* error of the last append, 0 when healthy */
     int64_t retry_ns;
     int64_t synced_ns;
-    bool busy;          /* the writer holds this partition's frames right now */
-    bool syncing;       /* the syncer is in fdatasync for this partition */
-    int sync_failing;   /* error of the last sync, 0 when healthy */
+    bool busy;        /* the writer holds this partition's frames right now */
+    bool syncing;     /* the syncer is in fdatasync for this partition */
+    int sync_failing; /* error of the last sync, 0 when healthy */
     int64_t sync_retry_ns;
-    bool gave_up;       /* stopping with a failing disk: no more attempts */
+    bool gave_up; /* stopping with a failing disk: no more attempts */
 } bus_part;
 
 typedef struct bus_set {
@@ -70,8 +70,8 @@ typedef struct work {
     int32_t part;
     sl_buf frames;
     size_t n;
-    int64_t first;      /* offset of the first frame */
-    size_t done_bytes;  /* frames appended */
+    int64_t first;     /* offset of the first frame */
+    size_t done_bytes; /* frames appended */
     size_t done_n;
     int rc;
 } work;
@@ -82,7 +82,7 @@ struct sl_databus {
     pthread_cond_t sync_wake; /* wakes the syncer */
     pthread_t thread;
     pthread_t syncer;
-    bool writer_done;         /* the writer drained and stopped: sync what is left */
+    bool writer_done; /* the writer drained and stopped: sync what is left */
     /* Sync helpers: a round's fdatasyncs run in parallel (on ext4 and xfs,
      * concurrent syncs share one journal commit). */
     pthread_t helpers[SYNC_HELPERS];
@@ -119,8 +119,8 @@ static uint32_t murmur2(const uint8_t *data, size_t len)
     uint32_t h = seed ^ (uint32_t)len;
     size_t i = 0;
     for (; i + 4 <= len; i += 4) {
-        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 |
-                     (uint32_t)data[i + 2] << 16 | (uint32_t)data[i + 3] << 24;
+        uint32_t k = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 | (uint32_t)data[i + 2] << 16 |
+                     (uint32_t)data[i + 3] << 24;
         k *= m;
         k ^= k >> r;
         k *= m;
@@ -161,8 +161,7 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
     bus_set *bs = calloc(1, sizeof *bs);
     if (!bs || !(bs->parts = calloc((size_t)set->nparts, sizeof *bs->parts))) {
         free(bs);
-        return sl_error_set(err, SL_ENOMEM, "no memory for the Databus buffers of %s",
-                            set->name);
+        return sl_error_set(err, SL_ENOMEM, "no memory for the Databus buffers of %s", set->name);
     }
     bs->set = set;
     bs->bus = bus;
@@ -237,7 +236,8 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
     /* A share that can never fit is reported before any that is only full now. */
     for (int32_t p = 0; p < np && !rc; p++)
         if (need[p] > set->cfg.buffer_bytes)
-            rc = sl_error_set(err, SL_ETOOBIG, "the request needs %" PRIu64 " bytes in set %s "
+            rc = sl_error_set(err, SL_ETOOBIG,
+                              "the request needs %" PRIu64 " bytes in set %s "
                               "partition %d, more than its whole buffer (%" PRIu64 " bytes)",
                               need[p], set->name, p, set->cfg.buffer_bytes);
     for (int32_t p = 0; p < np && !rc; p++) {
@@ -246,12 +246,12 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
             continue;
         int failing = bp->failing ? bp->failing : bp->sync_failing;
         if (failing)
-            rc = sl_error_set(err, failing, "set %s partition %d cannot write: %s", set->name,
-                              p, sl_strerror(failing));
+            rc = sl_error_set(err, failing, "set %s partition %d cannot write: %s", set->name, p,
+                              sl_strerror(failing));
         else if (bp->buffered + need[p] > set->cfg.buffer_bytes)
-            rc = sl_error_set(err, SL_EFULL, "set %s partition %d: buffer full (%" PRIu64
-                              " of %" PRIu64 " bytes)", set->name, p, bp->buffered,
-                              set->cfg.buffer_bytes);
+            rc = sl_error_set(err, SL_EFULL,
+                              "set %s partition %d: buffer full (%" PRIu64 " of %" PRIu64 " bytes)",
+                              set->name, p, bp->buffered, set->cfg.buffer_bytes);
         else if (sl_buf_reserve(&bp->pending, need[p]))
             rc = SL_ENOMEM;
     }
@@ -347,8 +347,10 @@ void sl_databus_detach(sl_set *set, void *busp)
     }
     for (int32_t p = 0; p < set->nparts; p++) {
         if (bs->parts[p].pending_n)
-            fprintf(stderr, "sluice: databus: set %s partition %d detached with %zu events "
-                    "unwritten\n", set->name, p, bs->parts[p].pending_n);
+            fprintf(stderr,
+                    "sluice: databus: set %s partition %d detached with %zu events "
+                    "unwritten\n",
+                    set->name, p, bs->parts[p].pending_n);
         sl_buf_free(&bs->parts[p].pending);
     }
     free(bs->parts);
@@ -439,8 +441,10 @@ static void write_frames(sl_databus *bus, work *w)
             return;
         }
         if (base != expect)
-            fprintf(stderr, "sluice: databus: set %s partition %d: offset %" PRId64
-                    " stored at %" PRId64 "\n", set->name, w->part, expect, base);
+            fprintf(stderr,
+                    "sluice: databus: set %s partition %d: offset %" PRId64 " stored at %" PRId64
+                    "\n",
+                    set->name, w->part, expect, base);
         expect = base + (int64_t)batch_n;
         w->done_n += batch_n;
         w->done_bytes += (size_t)(p - batch_start);
@@ -465,9 +469,7 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
              * the syncer groups whatever arrives while an fdatasync runs. */
             bool now_due = bp->pending.len >= set->cfg.batch_bytes || bus->stopping ||
                            set->cfg.ack == SL_ACK_DURABLE;
-            int64_t due = bp->failing ? bp->retry_ns
-                          : now_due   ? now
-                                      : bp->first_ns + linger_ns(bs);
+            int64_t due = bp->failing ? bp->retry_ns : now_due ? now : bp->first_ns + linger_ns(bs);
             if (due > now) {
                 *deadline = due < *deadline ? due : *deadline;
                 continue;
@@ -566,9 +568,10 @@ static void *writer_main(void *arg)
                 /* While stopping, a disk that keeps failing would spin: give
                  * up on the partition and say what is lost. */
                 if (bus->stopping) {
-                    fprintf(stderr, "sluice: databus: %s/%d: giving up at shutdown (%s): %zu "
-                            "events not written\n", w->bs->set->name, w->part,
-                            sl_strerror(bp->failing), bp->pending_n);
+                    fprintf(stderr,
+                            "sluice: databus: %s/%d: giving up at shutdown (%s): %zu "
+                            "events not written\n",
+                            w->bs->set->name, w->part, sl_strerror(bp->failing), bp->pending_n);
                     bp->pending_n = 0;
                     bp->pending.len = 0;
                     bp->gave_up = true;
@@ -766,9 +769,10 @@ static void *syncer_main(void *arg)
                 bp->sync_failing = jobs[i].rc;
                 bp->sync_retry_ns = now + RETRY_NS;
                 if (bus->writer_done) {
-                    fprintf(stderr, "sluice: databus: %s/%d: giving up at shutdown: %" PRId64
-                            " events written but not synced\n", jobs[i].bs->set->name,
-                            jobs[i].part, bp->written - bp->durable);
+                    fprintf(stderr,
+                            "sluice: databus: %s/%d: giving up at shutdown: %" PRId64
+                            " events written but not synced\n",
+                            jobs[i].bs->set->name, jobs[i].part, bp->written - bp->durable);
                     bp->gave_up = true;
                 }
             } else {

@@ -60,11 +60,11 @@ typedef struct sl_databus_options {
 } sl_databus_options;
 
 typedef struct sl_databus_stats {
-    sl_histogram append;    /* time of one sl_log_append */
-    sl_histogram fsync;     /* time of one sl_log_sync */
+    sl_histogram append; /* time of one sl_log_append */
+    sl_histogram fsync;  /* time of one sl_log_sync */
     _Atomic uint64_t batches;
     _Atomic uint64_t syncs;
-    _Atomic uint64_t full;  /* publishes refused because a buffer was full */
+    _Atomic uint64_t full; /* publishes refused because a buffer was full */
 } sl_databus_stats;
 
 /* Starts the writer thread. Returns 0 or an SL_E… code with err. */

@@ -12,23 +12,23 @@
 #include <stddef.h>
 
 /* One table drives the enum and sl_strerror() so they cannot drift. */
-#define SL_ERRNO_MAP(XX)                                                          \
-    XX(EINVAL, "invalid argument")                                                \
-    XX(ENOMEM, "out of memory")                                                   \
-    XX(EIO, "input/output error")                                                 \
-    XX(ENOSPC, "no space left on device")                                         \
-    XX(ENOENT, "no such file or directory")                                       \
-    XX(EEXIST, "already exists")                                                  \
-    XX(ECORRUPT, "data is corrupt")                                               \
-    XX(EPARTIAL, "incomplete input")                                              \
-    XX(EPARSE, "parse error")                                                     \
-    XX(ETOOBIG, "too large")                                                      \
-    XX(ERANGE, "offset out of range")                                             \
-    XX(EEOF, "no more data")                                                      \
-    XX(EUNSUPPORTED, "unsupported format or feature")                             \
-    XX(ECLOSED, "handle is closed")                                               \
-    XX(EFULL, "buffer is full, retry later")                                      \
-    XX(ESHUTDOWN, "shutting down")                                                \
+#define SL_ERRNO_MAP(XX)                                                                           \
+    XX(EINVAL, "invalid argument")                                                                 \
+    XX(ENOMEM, "out of memory")                                                                    \
+    XX(EIO, "input/output error")                                                                  \
+    XX(ENOSPC, "no space left on device")                                                          \
+    XX(ENOENT, "no such file or directory")                                                        \
+    XX(EEXIST, "already exists")                                                                   \
+    XX(ECORRUPT, "data is corrupt")                                                                \
+    XX(EPARTIAL, "incomplete input")                                                               \
+    XX(EPARSE, "parse error")                                                                      \
+    XX(ETOOBIG, "too large")                                                                       \
+    XX(ERANGE, "offset out of range")                                                              \
+    XX(EEOF, "no more data")                                                                       \
+    XX(EUNSUPPORTED, "unsupported format or feature")                                              \
+    XX(ECLOSED, "handle is closed")                                                                \
+    XX(EFULL, "buffer is full, retry later")                                                       \
+    XX(ESHUTDOWN, "shutting down")                                                                 \
     XX(ETIMEDOUT, "timed out")
 
 typedef enum sl_errno {

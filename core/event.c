@@ -86,7 +86,8 @@ static inline bool is_ws(char c)
 
 static bool lane_ok(const char *s, size_t n)
 {
-    if (n > SL_EVENT_LANE_MAX) return false;
+    if (n > SL_EVENT_LANE_MAX)
+        return false;
     for (size_t i = 0; i < n; i++)
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
             return false;
@@ -95,9 +96,11 @@ static bool lane_ok(const char *s, size_t n)
 
 static bool name_ok(const char *s, size_t n)
 {
-    if (n == 0 || n > SL_EVENT_NAME_MAX) return false;
+    if (n == 0 || n > SL_EVENT_NAME_MAX)
+        return false;
     for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9'))) return false;
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
+            return false;
     return true;
 }
 
@@ -114,7 +117,8 @@ static bool media_type_ok(const char *s, size_t n)
     size_t i = 0, j;
     while (i < n && tchar(s[i]))
         i++;
-    if (i == 0 || i >= n || s[i] != '/') return false;
+    if (i == 0 || i >= n || s[i] != '/')
+        return false;
     for (j = ++i; i < n && tchar(s[i]); i++) {
     }
     return i > j && (i == n || s[i] == ';' || s[i] == ' ' || s[i] == '\t');
@@ -132,12 +136,14 @@ static bool absolute_uri_ok(const char *s, size_t n)
 
 static bool int32_ok(const sl_json_tok *t)
 {
-    if (!(t->flags & SL_JSON_INTEGER)) return false;
+    if (!(t->flags & SL_JSON_INTEGER))
+        return false;
     const char *p = t->p;
     size_t n = t->len;
     bool neg = *p == '-';
     p += neg, n -= neg;
-    if (n > 10) return false;
+    if (n > 10)
+        return false;
     int64_t v = 0;
     for (size_t i = 0; i < n; i++)
         v = v * 10 + (p[i] - '0');
@@ -146,7 +152,8 @@ static bool int32_ok(const sl_json_tok *t)
 
 static int hexval(char c)
 {
-    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= '0' && c <= '9')
+        return c - '0';
     c = (char)(c | 0x20);
     return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
@@ -163,12 +170,14 @@ static long bad_char(const sl_json_tok *t)
         while (e - q >= 8) {
             uint64_t v;
             memcpy(&v, q, 8);
-            if ((v | (v + 0x0101010101010101ull)) & 0x8080808080808080ull) break;
+            if ((v | (v + 0x0101010101010101ull)) & 0x8080808080808080ull)
+                break;
             q += 8;
         }
         while (q < e && *q < 0x7f)
             q++;
-        if (q == e) return -1;
+        if (q == e)
+            return -1;
     }
     char chunk[256];
     size_t pos = 0, n;
@@ -176,7 +185,8 @@ static long bad_char(const sl_json_tok *t)
         for (p = (const unsigned char *)chunk, e = p + n; p < e;) {
             unsigned cp = *p;
             int k = cp < 0x80 ? 1 : cp >= 0xf0 ? 4 : cp >= 0xe0 ? 3 : 2;
-            if (k > 1) cp &= 0x3fu >> (k - 1);
+            if (k > 1)
+                cp &= 0x3fu >> (k - 1);
             for (int i = 1; i < k; i++)
                 cp = cp << 6 | (p[i] & 0x3fu);
             p += k;
@@ -211,7 +221,8 @@ static const char *base64_problem(const sl_json_tok *t)
                 return "not a base64 character";
         }
     }
-    if (total % 4 || pad > 2) return "base64 length must be a multiple of 4 with at most two '='";
+    if (total % 4 || pad > 2)
+        return "base64 length must be a multiple of 4 with at most two '='";
     return NULL;
 }
 
@@ -232,7 +243,8 @@ typedef struct pstate {
 __attribute__((format(printf, 3, 4))) static void problem(pstate *ps, sl_event_status st,
                                                           const char *fmt, ...)
 {
-    if (ps->st != SL_EVENT_OK) return;
+    if (ps->st != SL_EVENT_OK)
+        return;
     ps->st = st;
     if (ps->err) {
         va_list ap;
@@ -268,7 +280,8 @@ static const char *show(const sl_json_tok *t, char buf[96])
 static bool decode_small(const sl_json_tok *t, char *buf, size_t cap, size_t *len)
 {
     if (!(t->flags & SL_JSON_ESCAPED)) {
-        if (t->len - 2 > cap) return false;
+        if (t->len - 2 > cap)
+            return false;
         memcpy(buf, t->p + 1, t->len - 2);
         *len = t->len - 2;
         return true;
@@ -282,8 +295,10 @@ static bool decode_small(const sl_json_tok *t, char *buf, size_t cap, size_t *le
 static const char *string_problem(const sl_json_tok *v, bool nonempty, char why[192])
 {
     char b[96];
-    if (v->type != SL_JSON_STRING) return WHY("must be a string, not %s", show(v, b));
-    if (nonempty && v->len == 2) return "must be a non-empty string";
+    if (v->type != SL_JSON_STRING)
+        return WHY("must be a string, not %s", show(v, b));
+    if (nonempty && v->len == 2)
+        return "must be a non-empty string";
     long cp = bad_char(v);
     if (cp >= 0)
         return WHY("contains U+%04lX, which CloudEvents strings do not allow (control "
@@ -303,16 +318,20 @@ static const char *value_problem(sl_event *ev, int a, const sl_json_tok *v, int 
     case A_DATA:
         break;
     case A_DATA_BASE64:
-        if ((bad = string_problem(v, false, why))) return bad;
-        if ((bad = base64_problem(v))) return WHY("invalid base64: %s", bad);
+        if ((bad = string_problem(v, false, why)))
+            return bad;
+        if ((bad = base64_problem(v)))
+            return WHY("invalid base64: %s", bad);
         break;
     case A_SPECVERSION:
-        if ((bad = string_problem(v, true, why))) return bad;
+        if ((bad = string_problem(v, true, why)))
+            return bad;
         if (!decode_small(v, s, 8, &n) || n != 3 || memcmp(s, "1.0", 3) != 0)
             return WHY("must be \"1.0\" (the version sluice supports), not %s", show(v, b));
         break;
     case A_TIME:
-        if ((bad = string_problem(v, true, why))) return bad;
+        if ((bad = string_problem(v, true, why)))
+            return bad;
         if (!decode_small(v, s, sizeof s, &n) || sl_time_parse_rfc3339(s, n, &ev->time_ms))
             return WHY("%s is not an RFC 3339 timestamp such as \"2024-05-01T12:00:00Z\"",
                        show(v, b));
@@ -331,7 +350,8 @@ static const char *value_problem(sl_event *ev, int a, const sl_json_tok *v, int 
         break;
     case A_DATACONTENTTYPE:
     case A_DATASCHEMA:
-        if ((bad = string_problem(v, true, why))) return bad;
+        if ((bad = string_problem(v, true, why)))
+            return bad;
         n = sl_json_unescape_part(v, &pos, s, sizeof s); /* a prefix is enough */
         if (a == A_DATACONTENTTYPE && !media_type_ok(s, n))
             return WHY("%s is not a media type such as \"application/json\"", show(v, b));
@@ -339,7 +359,8 @@ static const char *value_problem(sl_event *ev, int a, const sl_json_tok *v, int 
             return WHY("%s is not an absolute URI", show(v, b));
         break;
     case -1: /* an extension */
-        if (v->type == SL_JSON_STRING) return string_problem(v, false, why);
+        if (v->type == SL_JSON_STRING)
+            return string_problem(v, false, why);
         if (v->type == SL_JSON_NUMBER && !int32_ok(v))
             return WHY("%s is not an integer in the 32-bit range (the only numbers CloudEvents "
                        "allows)",
@@ -348,7 +369,8 @@ static const char *value_problem(sl_event *ev, int a, const sl_json_tok *v, int 
             return WHY("must be a string, integer or boolean, not %s", show(v, b));
         return NULL;
     default: /* id, source, type, subject, partitionkey */
-        if ((bad = string_problem(v, a != A_PARTITIONKEY, why))) return bad;
+        if ((bad = string_problem(v, a != A_PARTITIONKEY, why)))
+            return bad;
     }
     *field(ev, a) = *v;
     return NULL;
@@ -362,7 +384,8 @@ static void member(pstate *ps, const sl_json_tok *k, const sl_json_tok *v, int i
     char tmp[SL_EVENT_NAME_MAX], why[192];
     const char *name = k->p + 1;
     size_t nlen = k->len - 2;
-    if (ps->st != SL_EVENT_OK) return;
+    if (ps->st != SL_EVENT_OK)
+        return;
     if (idx >= SL_EVENT_MAX_MEMBERS) {
         problem(ps, SL_EVENT_INVALID_EVENT, "an event may have at most %d members",
                 SL_EVENT_MAX_MEMBERS);
@@ -429,7 +452,8 @@ static void member(pstate *ps, const sl_json_tok *k, const sl_json_tok *v, int i
 /* Skips whitespace, noting in *spaced that there was some. */
 static inline const char *skip_ws(const char *p, const char *end, uint32_t *spaced)
 {
-    if (p < end && is_ws(*p)) *spaced = SL_JSON_SPACED;
+    if (p < end && is_ws(*p))
+        *spaced = SL_JSON_SPACED;
     while (p < end && is_ws(*p))
         p++;
     return p;
@@ -456,7 +480,8 @@ static void routing_key(sl_event *ev)
     const sl_json_tok *t = ev->partitionkey.type ? &ev->partitionkey
                            : ev->subject.type    ? &ev->subject
                                                  : NULL;
-    if (!t) return;
+    if (!t)
+        return;
     ev->key = t->p + 1;
     ev->key_len = t->len - 2;
     size_t n, room = sizeof ev->scratch - ev->scratch_used;
@@ -487,7 +512,8 @@ sl_event_status sl_event_parse(const char *json, size_t len, const sl_event_limi
         p++;
     if (p >= end || *p != '{') {
         sl_json_tok t;
-        if (sl_json_validate(json, len, max_depth, &t, err)) return SL_EVENT_INVALID_JSON;
+        if (sl_json_validate(json, len, max_depth, &t, err))
+            return SL_EVENT_INVALID_JSON;
         sl_error_set(err, SL_EINVAL, "an event must be a JSON object, not %s%s",
                      t.type == SL_JSON_ARRAY ? "an " : "a ", sl_json_type_name(t.type));
         return SL_EVENT_INVALID_EVENT;
@@ -502,10 +528,13 @@ sl_event_status sl_event_parse(const char *json, size_t len, const sl_event_limi
     } else {
         for (;;) {
             sl_json_tok k, v;
-            if (p >= end || *p != '"') return syntax(err, json, p, end, "a member name (string)");
-            if (sl_json_value_from(json, p, end, 0, &k, &p, err)) return SL_EVENT_INVALID_JSON;
+            if (p >= end || *p != '"')
+                return syntax(err, json, p, end, "a member name (string)");
+            if (sl_json_value_from(json, p, end, 0, &k, &p, err))
+                return SL_EVENT_INVALID_JSON;
             WS();
-            if (p >= end || *p != ':') return syntax(err, json, p, end, "':' after a member name");
+            if (p >= end || *p != ':')
+                return syntax(err, json, p, end, "':' after a member name");
             p++;
             WS();
             if (sl_json_value_from(json, p, end, max_depth - 1, &v, &p, err)) {
@@ -536,8 +565,10 @@ sl_event_status sl_event_parse(const char *json, size_t len, const sl_event_limi
     ev->object.len = (size_t)(p - start);
     while (p < end && is_ws(*p))
         p++;
-    if (p != end) return syntax(err, json, p, end, "the end of the event");
-    if (ps.st != SL_EVENT_OK) return ps.st;
+    if (p != end)
+        return syntax(err, json, p, end, "the end of the event");
+    if (ps.st != SL_EVENT_OK)
+        return ps.st;
 
     if (ev->data.type && ev->data_base64.type) {
         sl_error_set(err, SL_EINVAL, "an event may carry \"data\" or \"data_base64\", not both");
@@ -548,7 +579,8 @@ sl_event_status sl_event_parse(const char *json, size_t len, const sl_event_limi
     size_t n = 0, count = 0;
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         int a = required[i];
-        if (field(ev, a)->type || (a == A_ID && lim && lim->generate_ids)) continue;
+        if (field(ev, a)->type || (a == A_ID && lim && lim->generate_ids))
+            continue;
         n += (size_t)snprintf(missing + n, sizeof missing - n, "%s\"%s\"", count++ ? ", " : "",
                               known[a].name);
     }
@@ -563,7 +595,8 @@ sl_event_status sl_event_parse(const char *json, size_t len, const sl_event_limi
 
 sl_event_status sl_event_apply_lane(sl_event *ev, const char *lane, sl_error *err)
 {
-    if (!lane || !*lane) return SL_EVENT_OK;
+    if (!lane || !*lane)
+        return SL_EVENT_OK;
     size_t n = strlen(lane);
     if (!lane_ok(lane, n)) {
         bool printable = n <= 40;
@@ -577,7 +610,8 @@ sl_event_status sl_event_apply_lane(sl_event *ev, const char *lane, sl_error *er
         return SL_EVENT_INVALID_LANE;
     }
     if (ev->lane[0]) {
-        if (strcmp(ev->lane, lane) == 0) return SL_EVENT_OK;
+        if (strcmp(ev->lane, lane) == 0)
+            return SL_EVENT_OK;
         sl_error_set(err, SL_EINVAL,
                      "the event's lane \"%s\" differs from the lane \"%s\" set for the request",
                      ev->lane, lane);
@@ -585,7 +619,8 @@ sl_event_status sl_event_apply_lane(sl_event *ev, const char *lane, sl_error *er
     }
     memcpy(ev->lane, lane, n + 1);
     ev->lane_applied = true;
-    if (ev->lane_member >= 0) ev->drop |= 1ull << ev->lane_member; /* the explicit "" is replaced */
+    if (ev->lane_member >= 0)
+        ev->drop |= 1ull << ev->lane_member; /* the explicit "" is replaced */
     return SL_EVENT_OK;
 }
 
@@ -602,7 +637,8 @@ int sl_event_encode(const sl_event *ev, const sl_event_fill *fill, sl_buf *out)
     const sl_json_tok *o = &ev->object;
     size_t mark = out->len;
     /* The fills need at most ~120 bytes; compaction never grows the input. */
-    if (sl_buf_reserve(out, o->len + 160)) return SL_ENOMEM;
+    if (sl_buf_reserve(out, o->len + 160))
+        return SL_ENOMEM;
     if (!ev->drop && !(o->flags & SL_JSON_SPACED)) {
         put(out, o->p, o->len - 1);
     } else if (!ev->drop) {
@@ -615,8 +651,10 @@ int sl_event_encode(const sl_event *ev, const sl_event_fill *fill, sl_buf *out)
         put(out, "{", 1);
         sl_json_iter_init(&it, o);
         for (; sl_json_iter_member(&it, &k, &v); idx++) {
-            if (ev->drop >> idx & 1) continue;
-            if (out->len > mark + 1) put(out, ",", 1);
+            if (ev->drop >> idx & 1)
+                continue;
+            if (out->len > mark + 1)
+                put(out, ",", 1);
             put(out, k.p, k.len);
             put(out, ":", 1);
             sl_json_compact(v.p, v.len, out);
@@ -651,19 +689,22 @@ int sl_event_encode(const sl_event *ev, const sl_event_fill *fill, sl_buf *out)
 int sl_event_decorate(const char *stored, size_t len, const char *set, int32_t partition,
                       int64_t offset, sl_buf *out)
 {
-    if (len < 2 || stored[0] != '{' || stored[len - 1] != '}') return SL_EINVAL;
+    if (len < 2 || stored[0] != '{' || stored[len - 1] != '}')
+        return SL_EINVAL;
     size_t mark = out->len;
     char tail[64];
     int rc = sl_buf_append(out, stored, len - 1);
     if (!rc)
         rc = sl_buf_append(out, len > 2 ? ",\"sluiceset\":" : "\"sluiceset\":", len > 2 ? 13 : 12);
-    if (!rc) rc = sl_json_put_string(out, set, strlen(set));
+    if (!rc)
+        rc = sl_json_put_string(out, set, strlen(set));
     if (!rc)
         rc = sl_buf_append(out, tail,
                            (size_t)snprintf(tail, sizeof tail,
                                             ",\"sluicepartition\":%d,\"sluiceoffset\":%lld}",
                                             (int)partition, (long long)offset));
-    if (rc) out->len = mark;
+    if (rc)
+        out->len = mark;
     return rc;
 }
 
@@ -682,7 +723,8 @@ static const char *header_value(const char *v, size_t n, sl_buf *out)
     while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
         n--;
     out->len = 0;
-    if (sl_buf_reserve(out, n + 1)) return oom;
+    if (sl_buf_reserve(out, n + 1))
+        return oom;
     char *w = (char *)out->data;
     if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
         for (size_t i = 1; i + 1 < n; i++)
@@ -700,7 +742,8 @@ static const char *header_value(const char *v, size_t n, sl_buf *out)
             continue;
         }
         int hi = e - r > 2 ? hexval(r[1]) : -1, lo = e - r > 2 ? hexval(r[2]) : -1;
-        if (hi < 0 || lo < 0) return "invalid percent-encoding (expected %XX with two hex digits)";
+        if (hi < 0 || lo < 0)
+            return "invalid percent-encoding (expected %XX with two hex digits)";
         *w++ = (char)(hi << 4 | lo);
         r += 2;
     }
@@ -714,24 +757,28 @@ enum { BODY_BINARY, BODY_JSON, BODY_TEXT };
 
 static int body_kind(const char *ct)
 {
-    if (!ct) return BODY_BINARY;
+    if (!ct)
+        return BODY_BINARY;
     while (*ct == ' ' || *ct == '\t')
         ct++;
     size_t n = strcspn(ct, "; \t");
     const char *slash = memchr(ct, '/', n);
-    if (!slash) return BODY_BINARY;
+    if (!slash)
+        return BODY_BINARY;
     size_t tl = (size_t)(slash - ct), sl = n - tl - 1;
     const char *sub = slash + 1;
     if ((sl == 4 && strncasecmp(sub, "json", 4) == 0) ||
         (sl > 5 && strncasecmp(sub + sl - 5, "+json", 5) == 0))
         return BODY_JSON;
-    if (tl == 4 && strncasecmp(ct, "text", 4) == 0) return BODY_TEXT;
+    if (tl == 4 && strncasecmp(ct, "text", 4) == 0)
+        return BODY_TEXT;
     return BODY_BINARY;
 }
 
 static int put_base64(sl_buf *out, const unsigned char *s, size_t n)
 {
-    if (sl_buf_reserve(out, (n + 2) / 3 * 4 + 2)) return SL_ENOMEM;
+    if (sl_buf_reserve(out, (n + 2) / 3 * 4 + 2))
+        return SL_ENOMEM;
     char *w = (char *)out->data + out->len;
     *w++ = '"';
     size_t i = 0;
@@ -756,7 +803,8 @@ static int put_base64(sl_buf *out, const unsigned char *s, size_t n)
 static int put_name(sl_buf *out, size_t mark, const char *name, size_t n)
 {
     int rc = out->len > mark + 1 ? sl_buf_append(out, ",", 1) : 0;
-    if (!rc) rc = sl_json_put_string(out, name, n);
+    if (!rc)
+        rc = sl_json_put_string(out, name, n);
     return rc ? rc : sl_buf_append(out, ":", 1);
 }
 
@@ -777,7 +825,8 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
     int rc = sl_buf_append(json_out, "{", 1);
     for (size_t i = 0; i < n && !rc && !why; i++) {
         const sl_event_header *h = &hdrs[i];
-        if (h->name_len <= 3 || strncasecmp(h->name, "ce-", 3) != 0) continue;
+        if (h->name_len <= 3 || strncasecmp(h->name, "ce-", 3) != 0)
+            continue;
         char name[SL_EVENT_NAME_MAX];
         size_t nl = h->name_len - 3;
         what = h->name, wlen = h->name_len > 64 ? 64 : h->name_len;
@@ -797,7 +846,8 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
         else if (!(why = header_value(h->value, h->value_len, &val)) &&
                  (rc = put_name(json_out, mark, name, nl)) == SL_EINVAL)
             why = "the name is not valid UTF-8", rc = 0;
-        if (!why && !rc) rc = sl_json_put_string(json_out, (const char *)val.data, val.len);
+        if (!why && !rc)
+            rc = sl_json_put_string(json_out, (const char *)val.data, val.len);
     }
     if (!rc && !why && content_type && *content_type) {
         rc = put_name(json_out, mark, "datacontenttype", 15);
@@ -809,7 +859,8 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
         sl_json_tok t;
         if (kind == BODY_JSON && sl_json_validate(body, body_len, max_depth - 1, &t, NULL) != 0)
             kind = BODY_BINARY;
-        if (kind == BODY_TEXT && !sl_json_utf8_valid(body, body_len)) kind = BODY_BINARY;
+        if (kind == BODY_TEXT && !sl_json_utf8_valid(body, body_len))
+            kind = BODY_BINARY;
         rc = kind == BODY_BINARY ? put_name(json_out, mark, "data_base64", 11)
                                  : put_name(json_out, mark, "data", 4);
         if (!rc)
@@ -817,9 +868,11 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
                  : kind == BODY_TEXT ? sl_json_put_string(json_out, body, body_len)
                                      : put_base64(json_out, (const unsigned char *)body, body_len);
     }
-    if (!rc && !why) rc = sl_buf_append(json_out, "}", 1);
+    if (!rc && !why)
+        rc = sl_buf_append(json_out, "}", 1);
     sl_buf_free(&val);
-    if (!rc && !why) return SL_EVENT_OK;
+    if (!rc && !why)
+        return SL_EVENT_OK;
     json_out->len = mark;
     if (rc || why == oom) {
         sl_error_set(err, SL_ENOMEM, "out of memory building the event");
@@ -889,7 +942,8 @@ void sl_event_uuid7(int64_t now_ms, char out[37])
     static const char hex[] = "0123456789abcdef";
     char *w = out;
     for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) *w++ = '-';
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *w++ = '-';
         *w++ = hex[b[i] >> 4];
         *w++ = hex[b[i] & 15];
     }

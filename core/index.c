@@ -47,8 +47,8 @@ int sl_index_open(sl_index *ix, const char *path, size_t entry_size, size_t max_
     ix->max_entries = writable ? (present > max_entries ? present : max_entries) : present;
     ix->map_len = ix->max_entries * entry_size;
     if (ix->map_len) {
-        void *m = mmap(NULL, ix->map_len, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-                       MAP_SHARED, ix->fd, 0);
+        void *m = mmap(NULL, ix->map_len, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                       ix->fd, 0);
         if (m == MAP_FAILED) {
             rc = sl_error_errno(err, errno, "mmap %s", path);
             goto fail;

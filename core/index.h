@@ -20,7 +20,7 @@
 typedef struct sl_index {
     int fd;
     uint8_t *map;
-    size_t map_len;     /* bytes mapped (capacity) */
+    size_t map_len; /* bytes mapped (capacity) */
     size_t entry_size;
     size_t max_entries; /* capacity in entries */
     _Atomic size_t count;

@@ -40,9 +40,12 @@ static inline const char *skip_ws(const char *p, const char *end)
 
 static int hexval(char c)
 {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
     return -1;
 }
 
@@ -131,7 +134,8 @@ static int scan_utf8(scanner *s, const char *p)
         return fail(s, p, SL_EPARSE, "invalid UTF-8 (byte 0x%02x cannot start a character)", c);
     }
     for (int i = 1; i < n; i++) {
-        if (p + i >= s->end) return partial(s, "inside a UTF-8 character");
+        if (p + i >= s->end)
+            return partial(s, "inside a UTF-8 character");
         unsigned char d = (unsigned char)p[i];
         if (d < lo || d > hi)
             return fail(s, p + i, SL_EPARSE, "invalid UTF-8 (bad continuation byte 0x%02x)", d);
@@ -145,9 +149,11 @@ static int scan_hex4(scanner *s, const char *p, unsigned *cp)
 {
     unsigned v = 0;
     for (int i = 1; i <= 4; i++) {
-        if (p + i >= s->end) return partial(s, "inside a \\u escape");
+        if (p + i >= s->end)
+            return partial(s, "inside a \\u escape");
         int h = hexval(p[i]);
-        if (h < 0) return unexpected(s, p + i, "a hex digit in \\u escape");
+        if (h < 0)
+            return unexpected(s, p + i, "a hex digit in \\u escape");
         v = v << 4 | (unsigned)h;
     }
     *cp = v;
@@ -185,8 +191,10 @@ __attribute__((noinline)) static const char *string_special(scanner *s, const ch
         return NULL;
     }
     unsigned cp, lo;
-    if (scan_hex4(s, p + 1, &cp)) return NULL;
-    if (cp < 0xd800 || cp > 0xdfff) return p + 6;
+    if (scan_hex4(s, p + 1, &cp))
+        return NULL;
+    if (cp < 0xd800 || cp > 0xdfff)
+        return p + 6;
     const char *q = p + 6;
     if (cp <= 0xdbff) {
         if (q + 1 >= end && (q >= end || *q == '\\')) {
@@ -194,8 +202,10 @@ __attribute__((noinline)) static const char *string_special(scanner *s, const ch
             return NULL;
         }
         if (q[0] == '\\' && q[1] == 'u') {
-            if (scan_hex4(s, q + 1, &lo)) return NULL;
-            if (lo >= 0xdc00 && lo <= 0xdfff) return q + 6;
+            if (scan_hex4(s, q + 1, &lo))
+                return NULL;
+            if (lo >= 0xdc00 && lo <= 0xdfff)
+                return q + 6;
         }
     }
     fail(s, p, SL_EPARSE, "unpaired surrogate \\u%04X", cp);
@@ -229,13 +239,15 @@ static inline int scan_string(scanner *s, const char *p, const char **next, uint
             while (p < end && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80 && *p != '"' &&
                    *p != '\\')
                 p++;
-            if (UNLIKELY(p >= end)) return partial(s, "inside a string");
+            if (UNLIKELY(p >= end))
+                return partial(s, "inside a string");
         }
         if (LIKELY(*p == '"')) {
             *next = p + 1;
             return 0;
         }
-        if (!(p = string_special(s, p, flags))) return s->rc;
+        if (!(p = string_special(s, p, flags)))
+            return s->rc;
     }
 }
 
@@ -243,10 +255,12 @@ static int scan_number(scanner *s, const char *p, const char **next, uint32_t *f
 {
     const char *end = s->end;
     bool integer = true;
-    if (*p == '-' && ++p >= end) return partial(s, "inside a number");
+    if (*p == '-' && ++p >= end)
+        return partial(s, "inside a number");
     if (*p == '0') {
         p++;
-        if (p < end && is_digit(*p)) return fail(s, p - 1, SL_EPARSE, "leading zero in number");
+        if (p < end && is_digit(*p))
+            return fail(s, p - 1, SL_EPARSE, "leading zero in number");
     } else if (is_digit(*p)) {
         while (++p < end && is_digit(*p)) {
         }
@@ -255,20 +269,26 @@ static int scan_number(scanner *s, const char *p, const char **next, uint32_t *f
     }
     if (p < end && *p == '.') {
         integer = false;
-        if (++p >= end) return partial(s, "inside a number");
-        if (!is_digit(*p)) return unexpected(s, p, "a digit after '.'");
+        if (++p >= end)
+            return partial(s, "inside a number");
+        if (!is_digit(*p))
+            return unexpected(s, p, "a digit after '.'");
         while (++p < end && is_digit(*p)) {
         }
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         integer = false;
-        if (++p < end && (*p == '+' || *p == '-')) p++;
-        if (p >= end) return partial(s, "inside a number");
-        if (!is_digit(*p)) return unexpected(s, p, "a digit in the exponent");
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end)
+            return partial(s, "inside a number");
+        if (!is_digit(*p))
+            return unexpected(s, p, "a digit in the exponent");
         while (++p < end && is_digit(*p)) {
         }
     }
-    if (integer) *flags |= SL_JSON_INTEGER;
+    if (integer)
+        *flags |= SL_JSON_INTEGER;
     *next = p;
     return 0;
 }
@@ -276,7 +296,8 @@ static int scan_number(scanner *s, const char *p, const char **next, uint32_t *f
 static int scan_literal(scanner *s, const char *p, const char *word, const char **next)
 {
     for (size_t i = 0; word[i]; i++) {
-        if (p + i >= s->end) return partial(s, "inside a literal");
+        if (p + i >= s->end)
+            return partial(s, "inside a literal");
         if (p[i] != word[i]) {
             char d[16];
             return fail(s, p, SL_EPARSE, "invalid literal (expected %s), found %s", word,
@@ -317,8 +338,10 @@ __attribute__((noinline)) static int scan_value(const char *base, const char *p,
     uint64_t stack[SL_JSON_DEPTH_LIMIT / 64];
     int depth = 0, rc;
     uint32_t flags = 0, spaced = 0;
-    if (max_depth > SL_JSON_DEPTH_LIMIT) max_depth = SL_JSON_DEPTH_LIMIT;
-    if (max_depth < 0) max_depth = 0;
+    if (max_depth > SL_JSON_DEPTH_LIMIT)
+        max_depth = SL_JSON_DEPTH_LIMIT;
+    if (max_depth < 0)
+        max_depth = 0;
 
     p = skip_ws(p, end);
     const char *start = p;
@@ -333,7 +356,8 @@ value:
         PUSH(1);
         p++;
         SKIP_WS();
-        if (p >= end) goto eof;
+        if (p >= end)
+            goto eof;
         if (*p == '}') {
             p++;
             depth--;
@@ -344,7 +368,8 @@ value:
         PUSH(0);
         p++;
         SKIP_WS();
-        if (p >= end) goto eof;
+        if (p >= end)
+            goto eof;
         if (*p == ']') {
             p++;
             depth--;
@@ -352,20 +377,25 @@ value:
         }
         goto value;
     case '"':
-        if ((rc = scan_string(&s, p, &p, &flags))) goto out;
+        if ((rc = scan_string(&s, p, &p, &flags)))
+            goto out;
         goto after;
     case 't':
-        if ((rc = scan_literal(&s, p, "true", &p))) goto out;
+        if ((rc = scan_literal(&s, p, "true", &p)))
+            goto out;
         goto after;
     case 'f':
-        if ((rc = scan_literal(&s, p, "false", &p))) goto out;
+        if ((rc = scan_literal(&s, p, "false", &p)))
+            goto out;
         goto after;
     case 'n':
-        if ((rc = scan_literal(&s, p, "null", &p))) goto out;
+        if ((rc = scan_literal(&s, p, "null", &p)))
+            goto out;
         goto after;
     default:
         if (*p == '-' || is_digit(*p)) {
-            if ((rc = scan_number(&s, p, &p, &flags))) goto out;
+            if ((rc = scan_number(&s, p, &p, &flags)))
+                goto out;
             goto after;
         }
         rc = unexpected(&s, p, "a JSON value");
@@ -379,28 +409,35 @@ key:
     }
     {
         uint32_t kf = 0;
-        if ((rc = scan_string(&s, p, &p, &kf))) goto out;
+        if ((rc = scan_string(&s, p, &p, &kf)))
+            goto out;
     }
     SKIP_WS();
-    if (p >= end) goto eof;
+    if (p >= end)
+        goto eof;
     if (*p != ':') {
         rc = unexpected(&s, p, "':' after a member name");
         goto out;
     }
     p++;
     SKIP_WS();
-    if (p >= end) goto eof;
+    if (p >= end)
+        goto eof;
     goto value;
 
 after:
-    if (depth == 0) goto done;
+    if (depth == 0)
+        goto done;
     SKIP_WS();
-    if (p >= end) goto eof;
+    if (p >= end)
+        goto eof;
     if (*p == ',') {
         p++;
         SKIP_WS();
-        if (p >= end) goto eof;
-        if (TOP_IS_OBJ()) goto key;
+        if (p >= end)
+            goto eof;
+        if (TOP_IS_OBJ())
+            goto key;
         goto value;
     }
     if (TOP_IS_OBJ() ? *p == '}' : *p == ']') {
@@ -483,7 +520,8 @@ int sl_json_validate(const char *p, size_t len, int max_depth, sl_json_tok *tok,
 {
     const char *end = p + len, *next;
     int rc = scan_value(p, p, end, max_depth, tok, &next, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     next = skip_ws(next, end);
     if (next != end)
         return sl_error_set(err, SL_EPARSE, "byte %zu: unexpected data after the JSON value",
@@ -499,7 +537,8 @@ static const char *skip_string(const char *p, const char *end, uint32_t *flags)
     p++;
     while (p < end) {
         char c = *p;
-        if (c == '"') return p + 1;
+        if (c == '"')
+            return p + 1;
         if (c == '\\') {
             *flags |= SL_JSON_ESCAPED;
             p += 2;
@@ -535,7 +574,8 @@ static const char *skip_value(const char *p, const char *end, sl_json_tok *tok)
             if (c == '{' || c == '[') {
                 depth++;
             } else if (c == '}' || c == ']') {
-                if (--depth == 0) break;
+                if (--depth == 0)
+                    break;
             } else if (is_ws(c)) {
                 flags = SL_JSON_SPACED;
             }
@@ -549,7 +589,8 @@ static const char *skip_value(const char *p, const char *end, sl_json_tok *tok)
                                 : SL_JSON_NUMBER;
         flags = tok->type == SL_JSON_NUMBER ? SL_JSON_INTEGER : 0;
         while (p < end && *p != ',' && *p != '}' && *p != ']' && !is_ws(*p)) {
-            if (*p == '.' || *p == 'e' || *p == 'E') flags = 0;
+            if (*p == '.' || *p == 'e' || *p == 'E')
+                flags = 0;
             p++;
         }
     }
@@ -569,14 +610,16 @@ void sl_json_iter_init(sl_json_iter *it, const sl_json_tok *obj)
 static bool iter_advance(sl_json_iter *it)
 {
     const char *p = skip_ws(it->p, it->end);
-    if (p < it->end && *p == ',') p = skip_ws(p + 1, it->end);
+    if (p < it->end && *p == ',')
+        p = skip_ws(p + 1, it->end);
     it->p = p;
     return p < it->end;
 }
 
 bool sl_json_iter_member(sl_json_iter *it, sl_json_tok *key, sl_json_tok *val)
 {
-    if (!iter_advance(it)) return false;
+    if (!iter_advance(it))
+        return false;
     const char *p = skip_value(it->p, it->end, key);
     p = skip_ws(p, it->end);
     p = skip_ws(p + 1, it->end); /* the ':' */
@@ -586,7 +629,8 @@ bool sl_json_iter_member(sl_json_iter *it, sl_json_tok *key, sl_json_tok *val)
 
 bool sl_json_iter_elem(sl_json_iter *it, sl_json_tok *val)
 {
-    if (!iter_advance(it)) return false;
+    if (!iter_advance(it))
+        return false;
     it->p = skip_value(it->p, it->end, val);
     return true;
 }
@@ -636,7 +680,8 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
                 run = cap - n;
                 while (run && ((unsigned char)p[run] & 0xc0) == 0x80)
                     run--;
-                if (!run) break;
+                if (!run)
+                    break;
             }
             memcpy(out + n, p, run);
             n += run;
@@ -656,7 +701,8 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
         } else {
             tmp[0] = to[(const char *)memchr(from, p[1], sizeof from - 1) - from];
         }
-        if (k > cap - n) break;
+        if (k > cap - n)
+            break;
         memcpy(out + n, tmp, k);
         n += k;
         p += used;
@@ -667,7 +713,8 @@ size_t sl_json_unescape_part(const sl_json_tok *str, size_t *pos, char *out, siz
 
 int sl_json_unescape(const sl_json_tok *str, char *out, size_t cap, size_t *len)
 {
-    if (str->type != SL_JSON_STRING || str->len < 2) return SL_EINVAL;
+    if (str->type != SL_JSON_STRING || str->len < 2)
+        return SL_EINVAL;
     size_t pos = 0;
     *len = sl_json_unescape_part(str, &pos, out, cap);
     return pos == str->len ? 0 : SL_ETOOBIG;
@@ -685,7 +732,8 @@ static inline uint64_t eq_mask(uint64_t v, unsigned char c)
 
 int sl_json_compact(const char *p, size_t len, sl_buf *out)
 {
-    if (sl_buf_reserve(out, len)) return SL_ENOMEM;
+    if (sl_buf_reserve(out, len))
+        return SL_ENOMEM;
     /* w never gets ahead of p, so the reservation of len is enough, even for
      * the eight-byte copies inside strings. */
     char *w = (char *)out->data + out->len;
@@ -719,7 +767,8 @@ int sl_json_compact(const char *p, size_t len, sl_buf *out)
                 break;
             }
             *w++ = *p++; /* a backslash and the byte it escapes */
-            if (p < end) *w++ = *p++;
+            if (p < end)
+                *w++ = *p++;
         }
     }
     out->len = (size_t)(w - (char *)out->data);
@@ -734,16 +783,19 @@ bool sl_json_utf8_valid(const char *s, size_t len)
         while (end - p >= 8) {
             uint64_t v;
             memcpy(&v, p, 8);
-            if (v & 0x8080808080808080ull) break;
+            if (v & 0x8080808080808080ull)
+                break;
             p += 8;
         }
-        if (p >= end) break;
+        if (p >= end)
+            break;
         if ((unsigned char)*p < 0x80) {
             p++;
             continue;
         }
         int n = scan_utf8(&sc, p);
-        if (n < 0) return false;
+        if (n < 0)
+            return false;
         p += n;
     }
     return true;
@@ -754,13 +806,15 @@ int sl_json_put_string(sl_buf *out, const char *s, size_t len)
     /* Controls with a short escape; the others are written as \u00XX. */
     static const char letter[0x20] = {
         ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r'};
-    if (!sl_json_utf8_valid(s, len)) return SL_EINVAL;
+    if (!sl_json_utf8_valid(s, len))
+        return SL_EINVAL;
     size_t need = len + 2;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         need += c == '"' || c == '\\' ? 1 : c >= 0x20 ? 0 : letter[c] ? 1 : 5;
     }
-    if (sl_buf_reserve(out, need)) return SL_ENOMEM;
+    if (sl_buf_reserve(out, need))
+        return SL_ENOMEM;
     char *w = (char *)out->data + out->len;
     *w++ = '"';
     for (size_t i = 0; i < len; i++) {

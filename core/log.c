@@ -175,9 +175,9 @@ static int open_segments(sl_log *log, bool clean, const sl_log_open_options *o, 
          * tail: check every batch of them. */
         bool unsynced = !clean && !last && bases[i + 1] > log->recovery_point;
         sl_segment_mode mode = (o && o->full_recovery) || unsynced ? SL_SEG_FULL
-                               : !last                            ? SL_SEG_CLOSED
-                               : clean                            ? SL_SEG_ACTIVE
-                                                                  : SL_SEG_ACTIVE_DIRTY;
+                               : !last                             ? SL_SEG_CLOSED
+                               : clean                             ? SL_SEG_ACTIVE
+                                                                   : SL_SEG_ACTIVE_DIRTY;
         sl_segment *s;
         sl_segment_report rep;
         rc = sl_segment_open(log->dir, bases[i], mode, cap, iv, mb, &s, &rep, err);
@@ -194,8 +194,10 @@ static int open_segments(sl_log *log, bool clean, const sl_log_open_options *o, 
             continue;
         }
         if (log->n && sl_segment_next_offset(log->segs[log->n - 1]) > s->base) {
-            notify(o, "%s.log: overlaps the previous segment; it and later segments are "
-                      "dropped", s->stem);
+            notify(o,
+                   "%s.log: overlaps the previous segment; it and later segments are "
+                   "dropped",
+                   s->stem);
             s->deleted = true;
             sl_segment_unref(s);
             remove_segments(log->dir, bases, i + 1, n, o);
@@ -275,7 +277,8 @@ int sl_log_open(const char *dir, const sl_log_config *cfg, const sl_log_open_opt
                 sl_log **out, sl_error *err)
 {
     if (!cfg->segment_bytes || cfg->segment_bytes > UINT32_MAX || !cfg->index_interval_bytes)
-        return sl_error_set(err, SL_EINVAL, "segment_bytes must be 1..4294967295 and "
+        return sl_error_set(err, SL_EINVAL,
+                            "segment_bytes must be 1..4294967295 and "
                             "index_interval_bytes at least 1");
     struct stat st;
     if (stat(dir, &st) < 0) {
@@ -574,7 +577,7 @@ int sl_log_offset_for_time(sl_log *log, int64_t ts, int64_t *offset, sl_error *e
             sl_segment_cursor c;
             sl_batch_reader br;
             sl_segment_cursor_init_seg(&c, s, sl_segment_seek_time(s, ts), sl_segment_size(s),
-                                   64 << 10);
+                                       64 << 10);
             sl_batch_reader_init(&br);
             int rc;
             const uint8_t *p;

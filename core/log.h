@@ -36,8 +36,8 @@ void sl_log_config_default(sl_log_config *cfg);
 typedef void sl_log_notify_fn(void *ctx, const char *msg);
 
 typedef struct sl_log_open_options {
-    bool create;           /* create the directory (and parents) when missing */
-    bool full_recovery;    /* CRC-check every batch of every segment (sluice log recover) */
+    bool create;        /* create the directory (and parents) when missing */
+    bool full_recovery; /* CRC-check every batch of every segment (sluice log recover) */
     sl_log_notify_fn *notify;
     void *notify_ctx;
 } sl_log_open_options;
@@ -115,7 +115,7 @@ void sl_log_reader_close(sl_log_reader *r);
 /* A byte range of whole stored batches in one segment file, for zero-copy
  * sending (sendfile) of what is on disk: batch bytes exactly as stored. */
 typedef struct sl_log_slice {
-    int fd;               /* the segment's .log; valid until sl_log_slice_release() */
+    int fd; /* the segment's .log; valid until sl_log_slice_release() */
     uint64_t pos;
     uint64_t len;         /* 0 when there is nothing to read yet */
     int64_t first_offset; /* base offset of the first batch (may be < the asked offset) */

@@ -15,16 +15,16 @@ struct sl_log {
     char *dir;
     sl_log_config cfg;
     int dir_fd;
-    int lock_fd;             /* holds the flock for the process's lifetime */
-    pthread_rwlock_t lock;   /* guards segs/n/cap (readers look segments up under it) */
-    pthread_mutex_t wlock;   /* serialises appenders, roll and retention */
+    int lock_fd;           /* holds the flock for the process's lifetime */
+    pthread_rwlock_t lock; /* guards segs/n/cap (readers look segments up under it) */
+    pthread_mutex_t wlock; /* serialises appenders, roll and retention */
     pthread_mutex_t sync_lock;
-    sl_segment **segs;       /* oldest first; the last is active */
+    sl_segment **segs; /* oldest first; the last is active */
     size_t n, cap;
     _Atomic int64_t start;
     _Atomic int64_t end;
-    int64_t recovery_point;  /* every offset below it is known synced (.recovery-point) */
-    _Atomic bool dir_dirty;         /* segment files created or removed since the last sync */
+    int64_t recovery_point; /* every offset below it is known synced (.recovery-point) */
+    _Atomic bool dir_dirty; /* segment files created or removed since the last sync */
 };
 
 /* The active segment; call with lock or wlock held. */

@@ -26,12 +26,12 @@
 struct sl_log_reader {
     sl_log *log;
     sl_segment *seg;
-    uint64_t released;        /* mapped bytes of seg below this were released */
+    uint64_t released; /* mapped bytes of seg below this were released */
     sl_segment_cursor cur;
     sl_batch_reader br;
     bool in_batch;
-    int64_t next;             /* next offset wanted */
-    bool filter;              /* only records of lane */
+    int64_t next; /* next offset wanted */
+    bool filter;  /* only records of lane */
     char lane[SL_LANE_MAX + 1];
 };
 
@@ -39,8 +39,9 @@ static int check_range(sl_log *log, int64_t offset, sl_error *err)
 {
     int64_t start = sl_log_start_offset(log), end = sl_log_end_offset(log);
     if (offset < start || offset > end)
-        return sl_error_set(err, SL_ERANGE, "offset %" PRId64 " is outside the log [%" PRId64
-                            ", %" PRId64 "]", offset, start, end);
+        return sl_error_set(err, SL_ERANGE,
+                            "offset %" PRId64 " is outside the log [%" PRId64 ", %" PRId64 "]",
+                            offset, start, end);
     return 0;
 }
 
@@ -63,7 +64,7 @@ int sl_log_reader_open(sl_log *log, int64_t offset, const char *lane, sl_log_rea
     r->seg = sl__log_find(log, offset, false);
     r->released = sl_segment_seek(r->seg, offset);
     sl_segment_cursor_init_seg(&r->cur, r->seg, sl_segment_seek(r->seg, offset),
-                           sl_segment_size(r->seg), READ_CHUNK);
+                               sl_segment_size(r->seg), READ_CHUNK);
     sl_batch_reader_init(&r->br);
     *out = r;
     return 0;
@@ -92,8 +93,8 @@ static void release_pages(sl_log_reader *r, uint64_t upto, bool done)
         return;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t from = r->released / FAULT_AROUND * FAULT_AROUND;
-    uint64_t to = done ? (upto + FAULT_AROUND - 1) / FAULT_AROUND * FAULT_AROUND
-                       : upto / page * page;
+    uint64_t to =
+        done ? (upto + FAULT_AROUND - 1) / FAULT_AROUND * FAULT_AROUND : upto / page * page;
     if (to > r->seg->map_len)
         to = r->seg->map_len / page * page;
     if (to > from) {
@@ -133,7 +134,7 @@ static bool next_segment(sl_log_reader *r)
         r->next = n->base;
     sl_segment_cursor_free(&r->cur);
     sl_segment_cursor_init_seg(&r->cur, n, sl_segment_seek(n, r->next), sl_segment_size(n),
-                           READ_CHUNK);
+                               READ_CHUNK);
     return true;
 }
 
@@ -198,8 +199,7 @@ int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
         if (in.base_offset + in.last_offset_delta < r->next)
             continue; /* wholly before the wanted offset */
         if ((rc = sl_batch_reader_open(&r->br, p, sl_batch_size(&in), &why)))
-            return sl_error_set(err, rc, "%s.log: byte %" PRIu64 ": %s", r->seg->stem, at,
-                                why.msg);
+            return sl_error_set(err, rc, "%s.log: byte %" PRIu64 ": %s", r->seg->stem, at, why.msg);
         if (in.base_offset > r->next)
             r->next = in.base_offset; /* a gap in the offsets */
         r->in_batch = true;
@@ -216,8 +216,8 @@ static int read_header(sl_segment *s, uint64_t pos, sl_batch_info *in, sl_error 
     uint8_t h[SL_BATCH_HEADER_SIZE];
     int rc = sl_segment_pread(s, h, sizeof h, pos, err);
     if (!rc && (rc = sl_batch_header(h, sizeof h, in, err)))
-        rc = sl_error_set(err, SL_ECORRUPT, "%s.log: byte %" PRIu64 ": bad batch header",
-                          s->stem, pos);
+        rc = sl_error_set(err, SL_ECORRUPT, "%s.log: byte %" PRIu64 ": bad batch header", s->stem,
+                          pos);
     return rc;
 }
 

@@ -33,8 +33,8 @@ static void damage(verify_ctx *v, const char *ext, uint64_t byte, const char *fm
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    snprintf(v->rep->where, sizeof v->rep->where, "%s%s: byte %" PRIu64 ": %s", v->stem, ext,
-             byte, why);
+    snprintf(v->rep->where, sizeof v->rep->where, "%s%s: byte %" PRIu64 ": %s", v->stem, ext, byte,
+             why);
     v->rep->damaged = true;
 }
 
@@ -93,8 +93,10 @@ static void check_offset_index(verify_ctx *v, const batch_pos *b, size_t nb)
         while (j < nb && b[j].pos < pos)
             j++;
         if (j == nb || b[j].pos != pos || b[j].rel != rel)
-            damage(v, ".index", i * SL_OFFSET_ENTRY, "entry %zu (offset +%" PRIu32
-                   ", position %" PRIu32 ") does not point at that batch", i, rel, pos);
+            damage(v, ".index", i * SL_OFFSET_ENTRY,
+                   "entry %zu (offset +%" PRIu32 ", position %" PRIu32
+                   ") does not point at that batch",
+                   i, rel, pos);
     }
     free(ix);
 }
@@ -118,8 +120,10 @@ static void check_time_index(verify_ctx *v, int64_t max_rel, int64_t max_ts)
         if (ts == 0 && rel == 0 && (i > 0 || max_rel < 0))
             break; /* preallocated space of an active segment */
         if (ts <= pts || (int64_t)rel > max_rel || ts > max_ts)
-            damage(v, ".timeindex", i * SL_TIME_ENTRY, "entry %zu (time %" PRId64 ", offset +%"
-                   PRIu32 ") is out of order or beyond the log", i, ts, rel);
+            damage(v, ".timeindex", i * SL_TIME_ENTRY,
+                   "entry %zu (time %" PRId64 ", offset +%" PRIu32
+                   ") is out of order or beyond the log",
+                   i, ts, rel);
         pts = ts;
     }
     free(ix);
@@ -147,8 +151,10 @@ static void check_lanes(verify_ctx *v, const batch_pos *b, size_t nb)
         const uint8_t *e = lx + r * SL_LANES_ENTRY;
         if (r >= n || sl_be32_get(e + 4) != b[i].pos || e[8] != strlen(b[i].lane) ||
             memcmp(e + 9, b[i].lane, e[8]) != 0)
-            damage(v, ".lanes", r * SL_LANES_ENTRY, "does not record lane \"%s\" of the batch "
-                   "at byte %" PRIu32, b[i].lane, b[i].pos);
+            damage(v, ".lanes", r * SL_LANES_ENTRY,
+                   "does not record lane \"%s\" of the batch "
+                   "at byte %" PRIu32,
+                   b[i].lane, b[i].pos);
         r++;
     }
     if (!v->rep->damaged && r < n)
@@ -178,8 +184,9 @@ static int verify_segment(verify_ctx *v, int64_t base, int64_t *next, sl_error *
     int64_t max_ts = INT64_MIN, last_rel = -1;
     int rc = 0;
     if (base < *next)
-        damage(v, ".log", 0, "base offset %" PRId64 " overlaps the previous segment (ends at %"
-               PRId64 ")", base, *next);
+        damage(v, ".log", 0,
+               "base offset %" PRId64 " overlaps the previous segment (ends at %" PRId64 ")", base,
+               *next);
     while (!v->rep->damaged) {
         const uint8_t *p;
         sl_batch_info in;
@@ -203,8 +210,9 @@ static int verify_segment(verify_ctx *v, int64_t base, int64_t *next, sl_error *
         }
         if (in.base_offset < (nb ? *next : base) ||
             in.base_offset + in.last_offset_delta - base > (int64_t)UINT32_MAX) {
-            damage(v, ".log", at, "batch base offset %" PRId64 " is out of order (expected >= %"
-                   PRId64 ")", in.base_offset, nb ? *next : base);
+            damage(v, ".log", at,
+                   "batch base offset %" PRId64 " is out of order (expected >= %" PRId64 ")",
+                   in.base_offset, nb ? *next : base);
             break;
         }
         if (nb == cap) {

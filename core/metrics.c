@@ -10,7 +10,7 @@
 
 /* Upper bounds in nanoseconds: 50 µs … 5 s. */
 static const int64_t bounds_ns[SL_HIST_BUCKETS] = {
-    50000,    100000,    250000,    500000,    1000000,    2500000,    5000000,
+    50000,    100000,   250000,   500000,    1000000,   2500000,    5000000,
     10000000, 25000000, 50000000, 100000000, 250000000, 1000000000, 5000000000};
 
 void sl_histogram_observe(sl_histogram *h, int64_t ns)
@@ -51,8 +51,8 @@ int sl_histogram_write(const sl_histogram *h, const char *name, const char *help
             rc = sl_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, labels, sep,
                                (double)bounds_ns[i] / 1e9, cum);
         else
-            rc = sl_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels,
-                               sep, cum);
+            rc = sl_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, sep,
+                               cum);
     }
     const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
     if (!rc)

@@ -75,8 +75,8 @@ static const uint8_t *cursor_fill(sl_segment_cursor *c, size_t want, size_t *ava
         return NULL;
     }
     while (c->buf.len < n) {
-        ssize_t r = pread(c->fd, c->buf.data + c->buf.len, n - c->buf.len,
-                          (off_t)(c->pos + c->buf.len));
+        ssize_t r =
+            pread(c->fd, c->buf.data + c->buf.len, n - c->buf.len, (off_t)(c->pos + c->buf.len));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -93,8 +93,8 @@ static const uint8_t *cursor_fill(sl_segment_cursor *c, size_t want, size_t *ava
     return c->buf.data;
 }
 
-int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_info *info,
-                           int verify, sl_error *err)
+int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_info *info, int verify,
+                           sl_error *err)
 {
     if (c->pos >= c->limit)
         return SL_EEOF;
@@ -105,14 +105,18 @@ int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_inf
         return rc;
     rc = sl_batch_header(b, avail, info, err);
     if (rc == SL_EPARTIAL)
-        return sl_error_set(err, SL_EPARTIAL, "%" PRIu64 " bytes at the end are too few for a "
-                            "batch header", c->limit - c->pos);
+        return sl_error_set(err, SL_EPARTIAL,
+                            "%" PRIu64 " bytes at the end are too few for a "
+                            "batch header",
+                            c->limit - c->pos);
     if (rc)
         return rc;
     size_t size = sl_batch_size(info);
     if (size > c->limit - c->pos)
-        return sl_error_set(err, SL_EPARTIAL, "batch of %zu bytes extends past the end "
-                            "(%" PRIu64 " bytes left)", size, c->limit - c->pos);
+        return sl_error_set(err, SL_EPARTIAL,
+                            "batch of %zu bytes extends past the end "
+                            "(%" PRIu64 " bytes left)",
+                            size, c->limit - c->pos);
     if (avail < size && !(b = cursor_fill(c, size, &avail, &rc, err)))
         return rc;
     if (avail < size)
@@ -366,11 +370,10 @@ static void index_batch(sl_segment *s, uint64_t pos, uint32_t rel, int64_t max_t
 }
 
 /* Adds a lane run when the batch at pos changes the lane. */
-static int lane_batch(sl_segment *s, uint64_t pos, uint32_t rel, const char *lane,
-                      sl_error *err)
+static int lane_batch(sl_segment *s, uint64_t pos, uint32_t rel, const char *lane, sl_error *err)
 {
-    if (s->nruns && (pos <= s->runs[s->nruns - 1].pos || strcmp(s->runs[s->nruns - 1].lane,
-                                                                lane) == 0))
+    if (s->nruns &&
+        (pos <= s->runs[s->nruns - 1].pos || strcmp(s->runs[s->nruns - 1].lane, lane) == 0))
         return 0;
     if (runs_push(s, rel, (uint32_t)pos, lane))
         return SL_ENOMEM;
@@ -571,8 +574,8 @@ static int seg_open_files(sl_segment *s, int create, size_t cap, sl_error *err)
     return rc;
 }
 
-int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries,
-                      uint64_t map_bytes, sl_segment **out, sl_error *err)
+int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries, uint64_t map_bytes,
+                      sl_segment **out, sl_error *err)
 {
     sl_segment *s = seg_new(dir, base);
     if (!s)
@@ -645,8 +648,8 @@ static void oidx_trust_last(sl_segment *s)
 /* Reads batches from pos to the end of the file, re-creating index entries
  * and lane runs past what is already recorded; stops at the first batch that
  * is torn, corrupt or out of order and cuts the file there. */
-static int scan_tail(sl_segment *s, uint64_t pos, uint64_t file_size, int full,
-                     uint32_t interval, sl_segment_report *rep, sl_error *err)
+static int scan_tail(sl_segment *s, uint64_t pos, uint64_t file_size, int full, uint32_t interval,
+                     sl_segment_report *rep, sl_error *err)
 {
     sl_segment_cursor c;
     sl_batch_reader br;
@@ -666,9 +669,10 @@ static int scan_tail(sl_segment *s, uint64_t pos, uint64_t file_size, int full,
         }
         if (rc == 0 && (in.base_offset < (next < 0 ? s->base : next) ||
                         in.base_offset + in.last_offset_delta - s->base > (int64_t)UINT32_MAX)) {
-            rc = sl_error_set(&why, SL_ECORRUPT, "base offset %" PRId64 " is out of order "
-                              "(expected at least %" PRId64 ")", in.base_offset,
-                              next < 0 ? s->base : next);
+            rc = sl_error_set(&why, SL_ECORRUPT,
+                              "base offset %" PRId64 " is out of order "
+                              "(expected at least %" PRId64 ")",
+                              in.base_offset, next < 0 ? s->base : next);
         }
         char lane[SL_LANE_MAX + 1] = "";
         int need_lane = !s->nruns || at > s->runs[s->nruns - 1].pos;
@@ -683,8 +687,8 @@ static int scan_tail(sl_segment *s, uint64_t pos, uint64_t file_size, int full,
         if (rc) { /* the tail from here on is not a valid batch: cut it */
             rep->truncated_at = at;
             rep->truncated_bytes = file_size - at;
-            snprintf(rep->reason, sizeof rep->reason, "%s.log: byte %" PRIu64 ": %s", s->stem,
-                     at, why.msg);
+            snprintf(rep->reason, sizeof rep->reason, "%s.log: byte %" PRIu64 ": %s", s->stem, at,
+                     why.msg);
             rc = 0;
             break;
         }
@@ -736,9 +740,9 @@ static int cut_tail(sl_segment *s, uint64_t size, sl_error *err)
     return 0;
 }
 
-int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
-                    size_t max_index_entries, uint32_t index_interval, uint64_t map_bytes,
-                    sl_segment **out, sl_segment_report *rep, sl_error *err)
+int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode, size_t max_index_entries,
+                    uint32_t index_interval, uint64_t map_bytes, sl_segment **out,
+                    sl_segment_report *rep, sl_error *err)
 {
     memset(rep, 0, sizeof *rep);
     rep->truncated_at = UINT64_MAX;
@@ -764,8 +768,8 @@ int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
      * since the time index is only right when built along the offset index. */
     size_t on = sl_index_count(&s->oidx), og = oidx_valid_prefix(s, file_size);
     size_t tn = sl_index_count(&s->tidx), tg = tidx_valid_prefix(s);
-    bool rebuild = mode == SL_SEG_FULL || og < on || tg < tn ||
-                   (file_size > 0 && (og == 0 || tg == 0));
+    bool rebuild =
+        mode == SL_SEG_FULL || og < on || tg < tn || (file_size > 0 && (og == 0 || tg == 0));
     if (rebuild) {
         sl_index_truncate(&s->oidx, 0);
         sl_index_truncate(&s->tidx, 0);

@@ -50,11 +50,11 @@ typedef struct sl_segment_cursor {
     int fd;
     const uint8_t *map; /* mapping of the file's first map_len bytes, or NULL */
     uint64_t map_len;
-    uint64_t pos;     /* file position of the next batch */
-    uint64_t limit;   /* stop at this position (the caller raises it as the file grows) */
-    sl_buf buf;       /* holds file bytes [buf_pos, buf_pos + buf.len) */
+    uint64_t pos;   /* file position of the next batch */
+    uint64_t limit; /* stop at this position (the caller raises it as the file grows) */
+    sl_buf buf;     /* holds file bytes [buf_pos, buf_pos + buf.len) */
     uint64_t buf_pos;
-    size_t chunk;     /* current read size: starts small, doubles up to max_chunk */
+    size_t chunk; /* current read size: starts small, doubles up to max_chunk */
     size_t max_chunk;
 } sl_segment_cursor;
 
@@ -65,8 +65,8 @@ void sl_segment_cursor_init(sl_segment_cursor *c, int fd, uint64_t pos, uint64_t
 
 /* The same over a segment, reading in place from its mapping where the file
  * is mapped (bytes beyond the mapping are read with pread). */
-void sl_segment_cursor_init_seg(sl_segment_cursor *c, const struct sl_segment *s,
-                                uint64_t pos, uint64_t limit, size_t max_chunk);
+void sl_segment_cursor_init_seg(sl_segment_cursor *c, const struct sl_segment *s, uint64_t pos,
+                                uint64_t limit, size_t max_chunk);
 
 /* Next whole batch at c->pos: *p points at its bytes in the cursor's buffer
  * (valid until the next call) and info holds its header; the cursor moves
@@ -74,23 +74,23 @@ void sl_segment_cursor_init_seg(sl_segment_cursor *c, const struct sl_segment *s
  * SL_EPARTIAL when the bytes before the limit cannot hold the batch (a torn
  * tail), SL_ECORRUPT (err says why) or SL_EIO. The cursor does not move on
  * error. */
-int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_info *info,
-                           int verify, sl_error *err);
+int sl_segment_cursor_next(sl_segment_cursor *c, const uint8_t **p, sl_batch_info *info, int verify,
+                           sl_error *err);
 
 void sl_segment_cursor_free(sl_segment_cursor *c);
 
 typedef struct sl_segment {
-    int64_t base;           /* base offset, from the file name */
-    char *stem;             /* "<dir>/<20 digits>", without extension */
-    int fd;                 /* .log */
-    const uint8_t *map;     /* read-only mapping of the .log (readers only), or NULL */
+    int64_t base;       /* base offset, from the file name */
+    char *stem;         /* "<dir>/<20 digits>", without extension */
+    int fd;             /* .log */
+    const uint8_t *map; /* read-only mapping of the .log (readers only), or NULL */
     uint64_t map_len;
-    _Atomic uint64_t size;  /* bytes of whole, valid batches (published after write) */
-    _Atomic int64_t next;   /* offset after the last batch */
-    _Atomic int64_t max_ts; /* largest batch timestamp; INT64_MIN when empty */
-    uint64_t synced;        /* bytes known to be on disk */
+    _Atomic uint64_t size;   /* bytes of whole, valid batches (published after write) */
+    _Atomic int64_t next;    /* offset after the last batch */
+    _Atomic int64_t max_ts;  /* largest batch timestamp; INT64_MIN when empty */
+    uint64_t synced;         /* bytes known to be on disk */
     uint64_t last_index_pos; /* position of the last offset index entry */
-    int64_t created_ms;     /* wall clock when it became active, for segment_ms */
+    int64_t created_ms;      /* wall clock when it became active, for segment_ms */
     sl_index oidx;
     sl_index tidx;
     int lanes_fd;
@@ -99,7 +99,7 @@ typedef struct sl_segment {
     size_t nruns, cap_runs;
     _Atomic bool lanes_dirty; /* runs not yet fdatasync'ed (set by the writer, cleared by sync) */
     bool active;
-    bool deleted;           /* unlink the files when the last reference goes */
+    bool deleted; /* unlink the files when the last reference goes */
     _Atomic int refs;
 } sl_segment;
 
@@ -113,7 +113,7 @@ typedef enum sl_segment_mode {
 
 /* What opening/recovering a segment found and did, for operators. */
 typedef struct sl_segment_report {
-    uint64_t truncated_at;   /* UINT64_MAX when nothing was cut */
+    uint64_t truncated_at; /* UINT64_MAX when nothing was cut */
     uint64_t truncated_bytes;
     bool rebuilt_index;
     bool rebuilt_timeindex;
@@ -129,24 +129,23 @@ void sl_segment_stem(char *out, size_t size, const char *dir, int64_t base);
  * segment size: a mapping may extend past the end of the file, readers only
  * touch published bytes). Returns 0 or an SL_E… code with err (nothing created
  * is left open). */
-int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries,
-                      uint64_t map_bytes, sl_segment **out, sl_error *err);
+int sl_segment_create(const char *dir, int64_t base, size_t max_index_entries, uint64_t map_bytes,
+                      sl_segment **out, sl_error *err);
 
 /* Opens an existing segment, recovering it as mode says: batches are checked
  * from the last good index entry (every batch for SL_SEG_FULL), the file is
  * truncated at the first bad one, companions are rebuilt when needed.
  * A segment left active (mode ACTIVE*) keeps writable indexes. Returns 0
  * (see report) or an SL_E… code with err. */
-int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode,
-                    size_t max_index_entries, uint32_t index_interval, uint64_t map_bytes,
-                    sl_segment **out, sl_segment_report *report, sl_error *err);
+int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode, size_t max_index_entries,
+                    uint32_t index_interval, uint64_t map_bytes, sl_segment **out,
+                    sl_segment_report *report, sl_error *err);
 
 /* Appends one finished batch whose baseOffset is already set; updates the
  * indexes every index_interval bytes and the lane runs. On a failed or
  * short write the file is cut back to its old size. Returns 0 or an SL_E…
  * code with err. */
-int sl_segment_append(sl_segment *s, const sl_batch *b, uint32_t index_interval,
-                      sl_error *err);
+int sl_segment_append(sl_segment *s, const sl_batch *b, uint32_t index_interval, sl_error *err);
 
 /* Makes the active segment read-only: trims the indexes (and, with sync,
  * msyncs them and fdatasyncs the .log and sidecar). Rolling seals without

@@ -62,8 +62,8 @@ int sl_parse_duration_ms(const char *s, int64_t *ms)
     static const struct {
         const char *unit;
         double ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}, {"d", 86400e3},
-                 {"w", 7 * 86400e3}};
+    } units[] = {{"", 1},       {"ms", 1},      {"s", 1e3},        {"m", 60e3},
+                 {"h", 3600e3}, {"d", 86400e3}, {"w", 7 * 86400e3}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
         if (strcmp(end, units[i].unit) == 0) {
             double r = v * units[i].ms;
@@ -86,9 +86,16 @@ int sl_parse_bytes(const char *s, uint64_t *bytes)
     static const struct {
         const char *unit;
         double mult;
-    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},     {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-                 {"GB", 1e9},      {"TB", 1e12}};
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
         if (strcmp(end, units[i].unit) == 0) {
             double r = v * units[i].mult;
@@ -114,8 +121,10 @@ typedef struct set_key {
     int64_t min, max;
 } set_key;
 
-#define KEY(n, k, field, lo, hi)                                                                 \
-    {n, k, offsetof(sl_set_config, field), sizeof(((sl_set_config *)0)->field), lo, hi}
+#define KEY(n, k, field, lo, hi)                                                                   \
+    {                                                                                              \
+        n, k, offsetof(sl_set_config, field), sizeof(((sl_set_config *)0)->field), lo, hi          \
+    }
 
 static const set_key keys[] = {
     KEY("partitions", KEY_INT, partitions, 1, 1024),
@@ -167,8 +176,8 @@ static json_t *config_to_json(const sl_set_config *c)
     for (size_t i = 0; j && i < sizeof keys / sizeof *keys; i++) {
         const set_key *k = &keys[i];
         int64_t v = key_get(c, k);
-        json_t *jv = k->kind == KEY_BOOL    ? json_boolean(v)
-                     : k->kind == KEY_ACK   ? json_string(v == SL_ACK_DURABLE ? "durable" : "buffer")
+        json_t *jv = k->kind == KEY_BOOL  ? json_boolean(v)
+                     : k->kind == KEY_ACK ? json_string(v == SL_ACK_DURABLE ? "durable" : "buffer")
                      : k->kind == KEY_CODEC ? json_string(sl_codec_name((sl_codec)v))
                                             : json_integer((json_int_t)v);
         json_object_set_new(j, k->name, jv);
@@ -184,7 +193,8 @@ static int config_from_json(json_t *j, sl_set_config *c, const char *path, sl_er
         return sl_error_set(err, SL_EPARSE, "%s: not a JSON object", path);
     json_t *v;
     const char *name;
-    json_object_foreach(j, name, v) {
+    json_object_foreach(j, name, v)
+    {
         const set_key *k = NULL;
         for (size_t i = 0; !k && i < sizeof keys / sizeof *keys; i++)
             if (strcmp(keys[i].name, name) == 0)
@@ -270,8 +280,8 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
         rc = sl_error_errno(err, errno, "create %s", dir);
     if (!rc && !(s->parts = calloc((size_t)c->partitions, sizeof *s->parts)))
         rc = SL_ENOMEM;
-    sl_log_open_options lo = {.create = true, .notify = sets->opts.notify,
-                              .notify_ctx = sets->opts.notify_ctx};
+    sl_log_open_options lo = {
+        .create = true, .notify = sets->opts.notify, .notify_ctx = sets->opts.notify_ctx};
     for (int32_t p = 0; !rc && p < c->partitions; p++) {
         char pdir[4300];
         snprintf(pdir, sizeof pdir, "%s/%d", dir, p);
@@ -394,12 +404,14 @@ fail:
     return rc;
 }
 
-static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *cfg,
-                         bool allowed, sl_set **out, sl_error *err)
+static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *cfg, bool allowed,
+                         sl_set **out, sl_error *err)
 {
     if (!sl_set_name_valid(name))
-        return sl_error_set(err, SL_EINVAL, "invalid set name \"%.140s\": use 1 to 128 of "
-                            "A-Z a-z 0-9 . _ - (not \".\" or \"..\")", name);
+        return sl_error_set(err, SL_EINVAL,
+                            "invalid set name \"%.140s\": use 1 to 128 of "
+                            "A-Z a-z 0-9 . _ - (not \".\" or \"..\")",
+                            name);
     sl_set *s = find(sets, name);
     if (s && cfg) { /* define over an existing set: new settings, same partitions */
         pthread_mutex_lock(&sets->create_lock);

@@ -4,11 +4,10 @@
  * An event set is a named, partitioned log: DATA/sets/<name>/set.json holds
  * its configuration and DATA/sets/<name>/<partition>/ each partition's log
  * (core/log.h), reached only through the store interface (core/store.h) so
- * that another backend can take its place. Names are [A-Za-z0-9._-]{1,128} and never "." or "..", so a
- * name can never reach outside DATA/sets. Sets are created on first use when
- * the registry allows it, persist across restarts, and are never freed while
- * the registry is open, so an sl_set pointer stays valid until
- * sl_sets_close().
+ * that another backend can take its place. Names are [A-Za-z0-9._-]{1,128} and never "." or "..",
+ * so a name can never reach outside DATA/sets. Sets are created on first use when the registry
+ * allows it, persist across restarts, and are never freed while the registry is open, so an sl_set
+ * pointer stays valid until sl_sets_close().
  */
 #ifndef SL_SET_H
 #define SL_SET_H
@@ -31,7 +30,7 @@ typedef enum sl_ack {
 } sl_ack;
 
 typedef struct sl_set_config {
-    int32_t partitions;       /* 1..1024 */
+    int32_t partitions; /* 1..1024 */
     sl_ack ack;
     sl_codec compression;
     sl_log_config log;        /* segment size and age, retention */
@@ -58,10 +57,10 @@ struct sl_set {
     char name[SL_SET_NAME_MAX + 1];
     sl_set_config cfg;
     int32_t nparts;
-    sl_store *parts;   /* one store per partition (the embedded log today) */
+    sl_store *parts; /* one store per partition (the embedded log today) */
     sl_set_stats stats;
-    void *bus;         /* the Databus's per-set state (core/databus.c) */
-    bool opened;       /* on_open accepted it: on_close is due */
+    void *bus;   /* the Databus's per-set state (core/databus.c) */
+    bool opened; /* on_open accepted it: on_close is due */
 };
 
 typedef struct sl_sets sl_sets;

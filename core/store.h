@@ -32,8 +32,7 @@ typedef struct sl_store_ops {
     int (*sync)(void *impl, sl_error *err);
     /* Record-by-record reading from offset; lane "" base, NULL every lane.
      * reader_next returns 0, SL_EEOF when caught up, or an error. */
-    int (*reader_open)(void *impl, int64_t offset, const char *lane, void **reader,
-                       sl_error *err);
+    int (*reader_open)(void *impl, int64_t offset, const char *lane, void **reader, sl_error *err);
     int (*reader_next)(void *reader, sl_record *rec, sl_error *err);
     /* The offset the reader looks at next (past records it skipped). */
     int64_t (*reader_position)(void *reader);
@@ -71,8 +70,7 @@ int sl_store_reader_open(const sl_store *st, int64_t offset, const char *lane, v
 int sl_store_reader_next(const sl_store *st, void *reader, sl_record *rec, sl_error *err);
 int64_t sl_store_reader_position(const sl_store *st, void *reader);
 void sl_store_reader_close(const sl_store *st, void *reader);
-int sl_store_offset_for_time(const sl_store *st, int64_t ts_ms, int64_t *offset,
-                             sl_error *err);
+int sl_store_offset_for_time(const sl_store *st, int64_t ts_ms, int64_t *offset, sl_error *err);
 int64_t sl_store_start_offset(const sl_store *st);
 int64_t sl_store_end_offset(const sl_store *st);
 int sl_store_retain(const sl_store *st, int64_t now_ms, sl_error *err);

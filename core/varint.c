@@ -9,13 +9,15 @@
  * on implementation-defined behaviour. */
 static uint64_t zigzag(int64_t v)
 {
-    if (v < 0) return (uint64_t)(-(v + 1)) << 1 | 1;
+    if (v < 0)
+        return (uint64_t)(-(v + 1)) << 1 | 1;
     return (uint64_t)v << 1;
 }
 
 static int64_t unzigzag(uint64_t u)
 {
-    if (u & 1) return -(int64_t)(u >> 1) - 1;
+    if (u & 1)
+        return -(int64_t)(u >> 1) - 1;
     return (int64_t)(u >> 1);
 }
 
@@ -49,7 +51,8 @@ size_t sl_varint_get(const uint8_t *p, const uint8_t *end, int64_t *v)
 
     /* Like Kafka's reader, bits above 64 in a 10th byte are dropped. */
     for (size_t i = 0; i < SL_VARINT_MAX; i++) {
-        if (i >= avail) return 0;
+        if (i >= avail)
+            return 0;
         uint8_t b = p[i];
         u |= (uint64_t)(b & 0x7f) << (7 * i);
         if (!(b & 0x80)) {

@@ -64,8 +64,8 @@ static char *make_post_answer(long n, size_t *len)
         return NULL;
     size_t k = (size_t)snprintf(s, cap, "{\"accepted\":%ld,\"failed\":0,\"results\":[", n);
     for (long i = 0; i < n; i++)
-        k += (size_t)snprintf(s + k, cap - k, "%s{\"partition\":%ld,\"offset\":%ld}",
-                              i ? "," : "", i % 4, 1000000 + i);
+        k += (size_t)snprintf(s + k, cap - k, "%s{\"partition\":%ld,\"offset\":%ld}", i ? "," : "",
+                              i % 4, 1000000 + i);
     k += (size_t)snprintf(s + k, cap - k, "]}\n");
     *len = k;
     return s;
@@ -136,14 +136,14 @@ static enum MHD_Result answer_get(struct MHD_Connection *c)
     if (!body)
         return MHD_NO;
     memcpy(body, get_blob, get_blob_len);
-    size_t len = get_blob_len + (size_t)snprintf(body + get_blob_len, 64,
-                                                 "\"next_offset\":%lld}\n", off + get_events);
+    size_t len = get_blob_len + (size_t)snprintf(body + get_blob_len, 64, "\"next_offset\":%lld}\n",
+                                                 off + get_events);
     return reply(c, 200, body, len, MHD_RESPMEM_MUST_FREE);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
 {
     (void)cls;
     (void)url;

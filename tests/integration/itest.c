@@ -337,7 +337,10 @@ it_resp it_post(it_server *s, const char *set, const char *ctype, const char *co
     char path[1024];
     snprintf(path, sizeof path, "/v1/sets/%s/events", set);
     it_resp r;
-    it_call k = {.path = path, .ctype = ctype, .hdrs = hdrs, .body = data,
+    it_call k = {.path = path,
+                 .ctype = ctype,
+                 .hdrs = hdrs,
+                 .body = data,
                  .len = len == SIZE_MAX ? strlen(data) : len};
     if (it_http(NULL, s->port, &k, &r))
         fail_msg("POST %s: %s", path, r.err);
@@ -416,8 +419,10 @@ int64_t it_res_off(json_t *answer, size_t i)
 char *it_event(const char *id, const char *extra)
 {
     char *s;
-    if (asprintf(&s, "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/itest\","
-                 "\"type\":\"itest\"%s}", id, extra ? extra : "") < 0)
+    if (asprintf(&s,
+                 "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/itest\","
+                 "\"type\":\"itest\"%s}",
+                 id, extra ? extra : "") < 0)
         fail_msg("out of memory");
     return s;
 }

@@ -99,16 +99,24 @@ static void test_content_modes(void **state)
         size_t len;
         const char *field, *value; /* data as JSON text, or data_base64; len 0: strlen */
     } bin[] = {
-        {"application/json", "{\"k\": [1, 2], \"t\": \"x\"}", 0, "data", "{\"k\":[1,2],\"t\":\"x\"}"},
+        {"application/json", "{\"k\": [1, 2], \"t\": \"x\"}", 0, "data",
+         "{\"k\":[1,2],\"t\":\"x\"}"},
         {"text/plain", "h\xc3\xa9llo w\xc3\xb6rld", 0, "data", "\"h\xc3\xa9llo w\xc3\xb6rld\""},
-        {"application/octet-stream", "\x00\x01\xfe\xff" "A", 5, "data_base64", "\"AAH+/0E=\""},
+        {"application/octet-stream",
+         "\x00\x01\xfe\xff"
+         "A",
+         5, "data_base64", "\"AAH+/0E=\""},
     };
     for (size_t i = 0; i < sizeof bin / sizeof *bin; i++) {
         char id[32];
         snprintf(id, sizeof id, "ce-id: bin%zu", i);
-        const char *hdrs[] = {"ce-specversion: 1.0", id, "ce-source: /itest",
-                              "ce-type: itest.binary", "ce-subject: caf%C3%A9",
-                              "ce-myext: hello%20world%21", NULL};
+        const char *hdrs[] = {"ce-specversion: 1.0",
+                              id,
+                              "ce-source: /itest",
+                              "ce-type: itest.binary",
+                              "ce-subject: caf%C3%A9",
+                              "ce-myext: hello%20world%21",
+                              NULL};
         r = it_post(s, "modes", bin[i].ctype, hdrs, bin[i].body,
                     bin[i].len ? bin[i].len : SIZE_MAX);
         a = it_expect_results(&r, 1, 0);
@@ -139,12 +147,13 @@ static void test_content_modes(void **state)
 
     /* NDJSON: blank and whitespace-only lines are skipped, CRLF is fine, the
      * last line may lack its newline. */
-    const char *nd = "{\"specversion\":\"1.0\",\"id\":\"n0\",\"source\":\"/itest\",\"type\":\"t\"}\r\n"
-                     "\r\n"
-                     "   \t\n"
-                     "\n"
-                     "{\"specversion\":\"1.0\",\"id\":\"n1\",\"source\":\"/itest\",\"type\":\"t\"}\n"
-                     "{\"specversion\":\"1.0\",\"id\":\"n2\",\"source\":\"/itest\",\"type\":\"t\"}";
+    const char *nd =
+        "{\"specversion\":\"1.0\",\"id\":\"n0\",\"source\":\"/itest\",\"type\":\"t\"}\r\n"
+        "\r\n"
+        "   \t\n"
+        "\n"
+        "{\"specversion\":\"1.0\",\"id\":\"n1\",\"source\":\"/itest\",\"type\":\"t\"}\n"
+        "{\"specversion\":\"1.0\",\"id\":\"n2\",\"source\":\"/itest\",\"type\":\"t\"}";
     r = it_post(s, "modes", IT_CT_NDJSON, NULL, nd, SIZE_MAX);
     a = it_expect_results(&r, 3, 0);
     for (size_t i = 0; i < 3; i++) {
@@ -181,8 +190,8 @@ static void test_binary_keeps_content_type(void **state)
 {
     it_server *s = *state;
     it_srv_start(s, NULL);
-    const char *hdrs[] = {"ce-specversion: 1.0", "ce-id: t1", "ce-source: /itest",
-                          "ce-type: t", NULL};
+    const char *hdrs[] = {"ce-specversion: 1.0", "ce-id: t1", "ce-source: /itest", "ce-type: t",
+                          NULL};
     it_resp r = it_post(s, "ctype", "text/plain; charset=utf-8", hdrs, "hello", SIZE_MAX);
     json_t *a = it_expect_results(&r, 1, 0);
     it_evs e = it_read_events(s, "ctype", it_res_part(a, 0), "");
@@ -192,7 +201,8 @@ static void test_binary_keeps_content_type(void **state)
     const char *dct = json_string_value(json_object_get(got, "datacontenttype"));
     if (!dct || strcmp(dct, "text/plain; charset=utf-8") != 0)
         fail_msg("datacontenttype is \"%s\", want the whole Content-Type "
-                 "\"text/plain; charset=utf-8\"", dct ? dct : "(none)");
+                 "\"text/plain; charset=utf-8\"",
+                 dct ? dct : "(none)");
     json_decref(got);
     it_evs_free(&e);
     json_decref(a);
@@ -290,8 +300,13 @@ static void test_request_errors(void **state)
     r = it_get(s, "/v1/sets/errs/events?partition=%d&offset=%lld", p, (long long)o + 1);
     assert_int_equal(r.status, 200); /* the end offset itself is fine: nothing yet */
     it_resp_free(&r);
-    static const char *const params[] = {"offset=abc", "offset=-1", "max=0", "max=10001",
-                                         "wait_ms=60001", "from=yesterday", "offset=0&from=end",
+    static const char *const params[] = {"offset=abc",
+                                         "offset=-1",
+                                         "max=0",
+                                         "max=10001",
+                                         "wait_ms=60001",
+                                         "from=yesterday",
+                                         "offset=0&from=end",
                                          "from=2024-13-01T00:00:00Z"};
     for (size_t i = 0; i < sizeof params / sizeof *params; i++) {
         r = it_get(s, "/v1/sets/errs/events?partition=%d&%s", p, params[i]);
@@ -311,8 +326,10 @@ static void test_request_errors(void **state)
     it_resp_free(&r);
     static const struct {
         const char *method, *path;
-    } m405[] = {{"DELETE", "/v1/sets/errs/events"}, {"PUT", "/v1/sets/errs/events"},
-                {"POST", "/v1/sets/errs"}, {"DELETE", "/v1/sets/errs"}};
+    } m405[] = {{"DELETE", "/v1/sets/errs/events"},
+                {"PUT", "/v1/sets/errs/events"},
+                {"POST", "/v1/sets/errs"},
+                {"DELETE", "/v1/sets/errs"}};
     for (size_t i = 0; i < sizeof m405 / sizeof *m405; i++) {
         if (it_http(NULL, s->port, &(it_call){.method = m405[i].method, .path = m405[i].path}, &r))
             fail_msg("%s %s: %s", m405[i].method, m405[i].path, r.err);
@@ -338,8 +355,11 @@ static void test_wrong_method_on_fixed_paths(void **state)
     static const char *const paths[] = {"/healthz", "/metrics", "/v1/sets"};
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
         it_resp r;
-        if (it_http(NULL, s->port, &(it_call){.method = "POST", .path = paths[i], .ctype = IT_CT_CE,
-                                              .body = "{}", .len = 2}, &r))
+        if (it_http(
+                NULL, s->port,
+                &(it_call){
+                    .method = "POST", .path = paths[i], .ctype = IT_CT_CE, .body = "{}", .len = 2},
+                &r))
             fail_msg("POST %s: %s", paths[i], r.err);
         it_expect_error(&r, 405, "MethodNotAllowed");
         it_resp_free(&r);
@@ -356,13 +376,13 @@ static void test_invalid_set_names(void **state)
     char long_name[130];
     memset(long_name, 'n', 129);
     long_name[129] = '\0';
-    const char *names[] = {"..", "%2E%2E", ".", long_name, "a%20b", "caf%C3%A9", "a%2Fb",
-                           "..%2F..%2Fetc"};
+    const char *names[] = {"..",    "%2E%2E",    ".",     long_name,
+                           "a%20b", "caf%C3%A9", "a%2Fb", "..%2F..%2Fetc"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         it_resp r = it_post(s, names[i], IT_CT_CE, NULL, ok, SIZE_MAX);
         if (r.status != 400)
-            fail_msg("POST to set \"%s\": want 400 InvalidSetName, got %ld: %s", names[i],
-                     r.status, it_body(&r));
+            fail_msg("POST to set \"%s\": want 400 InvalidSetName, got %ld: %s", names[i], r.status,
+                     it_body(&r));
         it_expect_error(&r, 400, "InvalidSetName");
         it_resp_free(&r);
         r = it_get(s, "/v1/sets/%s/events", names[i]);
@@ -417,7 +437,8 @@ static void test_entry_errors(void **state)
         "[{\"specversion\":\"1.0\",\"id\":\"ok0\",\"source\":\"/s\",\"type\":\"t\"},"
         "{\"specversion\":\"0.3\",\"id\":\"1\",\"source\":\"/s\",\"type\":\"t\"},"
         "{\"specversion\":\"1.0\",\"id\":\"2\",\"type\":\"t\"},"
-        "{\"specversion\":\"1.0\",\"id\":\"3\",\"source\":\"/s\",\"type\":\"t\",\"lane\":\"Bad_L\"},"
+        "{\"specversion\":\"1.0\",\"id\":\"3\",\"source\":\"/"
+        "s\",\"type\":\"t\",\"lane\":\"Bad_L\"},"
         "{\"specversion\":\"1.0\",\"id\":\"4\",\"source\":\"/s\",\"type\":\"t\",\"lane\":\"a\"},"
         "42,"
         "{\"specversion\":\"1.0\",\"id\":7,\"source\":\"/s\",\"type\":\"t\"},"
@@ -701,8 +722,10 @@ static void test_partitioning(void **state)
     /* No key: round robin, so 40 events fill 4 partitions evenly. */
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 40; i++)
-        sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"rr%d\",\"source\":\"/s\","
-                      "\"type\":\"t\"}\n", i);
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"rr%d\",\"source\":\"/s\","
+                      "\"type\":\"t\"}\n",
+                      i);
     it_resp r = it_post(s, "parts", IT_CT_NDJSON, NULL, (const char *)b.data, b.len);
     json_t *a = it_expect_results(&r, 40, 0);
     int count[4] = {0};
@@ -734,8 +757,8 @@ static void test_long_poll_wakes(void **state)
     double best = 1e9;
     for (int attempt = 0; attempt < 3 && best >= 0.050; attempt++) {
         poller pl = {.port = s->port};
-        snprintf(pl.path, sizeof pl.path,
-                 "/v1/sets/lp/events?partition=%d&from=end&wait_ms=5000", p);
+        snprintf(pl.path, sizeof pl.path, "/v1/sets/lp/events?partition=%d&from=end&wait_ms=5000",
+                 p);
         double t0 = it_mono();
         assert_int_equal(pthread_create(&pl.thread, NULL, poller_main, &pl), 0);
         it_sleep_ms(300); /* let the GET reach the server and be suspended */
@@ -764,8 +787,7 @@ static void test_long_poll_wakes(void **state)
         it_resp_free(&pl.r);
     }
     if (best >= 0.050)
-        fail_msg("long-poll woke %.1f ms after the publish (best of 3), want < 50 ms",
-                 best * 1e3);
+        fail_msg("long-poll woke %.1f ms after the publish (best of 3), want < 50 ms", best * 1e3);
     s->passed = true;
 }
 
@@ -780,8 +802,8 @@ static void test_long_poll_timeout(void **state)
     it_post_one(s, "lpt", ev, &p, &o);
     free(ev);
     double t0 = it_mono();
-    it_resp r = it_get(s, "/v1/sets/lpt/events?partition=%d&offset=%lld&wait_ms=1000", p,
-                       (long long)o + 1);
+    it_resp r =
+        it_get(s, "/v1/sets/lpt/events?partition=%d&offset=%lld&wait_ms=1000", p, (long long)o + 1);
     double took = it_mono() - t0;
     it_evs e = {0};
     assert_int_equal(r.status, 200);
@@ -822,8 +844,10 @@ static void test_from(void **state)
         before[i] = sl_clock_now_ms();
         nanosleep(&pause, NULL);
         char ev[256];
-        snprintf(ev, sizeof ev, "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\","
-                 "\"type\":\"t\",\"partitionkey\":\"tk\"%s}\n", ids[i], own_time[i]);
+        snprintf(ev, sizeof ev,
+                 "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\","
+                 "\"type\":\"t\",\"partitionkey\":\"tk\"%s}\n",
+                 ids[i], own_time[i]);
         it_resp r = it_post(s, "from", IT_CT_NDJSON, NULL, ev, SIZE_MAX);
         json_t *a = it_expect_results(&r, 1, 0);
         if (p < 0)
@@ -858,9 +882,8 @@ static void test_from(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         it_evs e = it_read_events(s, "from", (int)p, cases[i].query);
         if (e.n != cases[i].n || (e.n && strcmp(e.v[0].id, cases[i].first) != 0))
-            fail_msg("%s: %zu events starting with %s, want %zu starting with %s",
-                     cases[i].query, e.n, e.n ? e.v[0].id : "-", cases[i].n,
-                     cases[i].first ? cases[i].first : "-");
+            fail_msg("%s: %zu events starting with %s, want %zu starting with %s", cases[i].query,
+                     e.n, e.n ? e.v[0].id : "-", cases[i].n, cases[i].first ? cases[i].first : "-");
         if (!e.n)
             assert_int_equal(e.next, 3);
         it_evs_free(&e);
@@ -880,8 +903,10 @@ static void test_sets_and_metrics(void **state)
     it_resp_free(&r);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 5; i++)
-        sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"m%d\",\"source\":\"/s\","
-                      "\"type\":\"t\"}\n", i);
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"m%d\",\"source\":\"/s\","
+                      "\"type\":\"t\"}\n",
+                      i);
     sl_buf_printf(&b, "{\"bad\":1}\n");
     r = it_post(s, "metrics-a", IT_CT_NDJSON, NULL, (const char *)b.data, b.len);
     json_decref(it_expect_results(&r, 5, 1));
@@ -962,8 +987,10 @@ static void test_sets_and_metrics(void **state)
     double parts = 0;
     for (int i = 0; i < 4; i++) {
         char name[128];
-        snprintf(name, sizeof name, "sluice_partition_end_offset{set=\"metrics-a\","
-                 "partition=\"%d\"}", i);
+        snprintf(name, sizeof name,
+                 "sluice_partition_end_offset{set=\"metrics-a\","
+                 "partition=\"%d\"}",
+                 i);
         double v = it_metric(t, name);
         assert_true(v >= 0);
         parts += v;

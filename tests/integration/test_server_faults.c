@@ -87,8 +87,8 @@ static bool writer_answer(writer *w, const it_resp *r, int seq0)
     if (r->status == 200) {
         if (json_integer_value(json_object_get(j, "accepted")) != w->batch ||
             json_array_size(res) != (size_t)w->batch) {
-            snprintf(w->problem, sizeof w->problem, "200 without %d accepted: %.300s",
-                     w->batch, it_body(r));
+            snprintf(w->problem, sizeof w->problem, "200 without %d accepted: %.300s", w->batch,
+                     it_body(r));
         } else {
             for (int i = 0; i < w->batch; i++) {
                 json_t *e = json_array_get(res, (size_t)i);
@@ -104,8 +104,10 @@ static bool writer_answer(writer *w, const it_resp *r, int seq0)
         const char *e = json_string_value(json_object_get(j, "error"));
         const char *m = json_string_value(json_object_get(j, "message"));
         if (!e || !m || !r->retry_after[0] || strncmp(r->ctype, "application/json", 16))
-            snprintf(w->problem, sizeof w->problem, "bad 503 (Retry-After \"%s\", type %s): "
-                     "%.300s", r->retry_after, r->ctype, it_body(r));
+            snprintf(w->problem, sizeof w->problem,
+                     "bad 503 (Retry-After \"%s\", type %s): "
+                     "%.300s",
+                     r->retry_after, r->ctype, it_body(r));
         w->refused++;
         w->full += e && strcmp(e, "Backpressure") == 0;
     } else {
@@ -131,12 +133,13 @@ static void *writer_main(void *arg)
            (!w->max_requests || w->ok < w->max_requests)) {
         b.len = 0;
         for (int i = 0; i < w->batch; i++)
-            sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"%s-%d\",\"source\":\"/load\","
-                          "\"type\":\"load\",\"data\":{\"n\":%d,\"pad\":\"%s\"}}\n", w->tag,
-                          seq + i, seq + i, pad);
+            sl_buf_printf(&b,
+                          "{\"specversion\":\"1.0\",\"id\":\"%s-%d\",\"source\":\"/load\","
+                          "\"type\":\"load\",\"data\":{\"n\":%d,\"pad\":\"%s\"}}\n",
+                          w->tag, seq + i, seq + i, pad);
         it_resp r;
-        it_call k = {.path = path, .ctype = IT_CT_NDJSON, .body = b.data, .len = b.len,
-                     .timeout_ms = 20000};
+        it_call k = {
+            .path = path, .ctype = IT_CT_NDJSON, .body = b.data, .len = b.len, .timeout_ms = 20000};
         if (it_http(c, w->port, &k, &r) == 0 && writer_answer(w, &r, seq)) {
             last_ok = it_mono();
         } else {
@@ -208,8 +211,8 @@ static size_t check_acks(it_server *s, const char *set, int nparts, acks *a)
                      x->part >= 0 && x->part < nparts ? parts[x->part].n : 0);
         const char *got = parts[x->part].v[x->offset].id;
         if (strcmp(got, x->id) != 0)
-            fail_msg("%d/%lld was acknowledged for %s but holds %s", x->part,
-                     (long long)x->offset, x->id, got);
+            fail_msg("%d/%lld was acknowledged for %s but holds %s", x->part, (long long)x->offset,
+                     x->id, got);
     }
     char **ids = malloc((total + 1) * sizeof *ids);
     size_t n = 0;
@@ -262,8 +265,8 @@ static void polls_start(polls *pl, int port, int n, const char *set, int nparts,
         curl_multi_poll(pl->m, NULL, 0, 20, NULL);
     }
     if (pl->running != n)
-        fail_msg("%d of %d long-polls were answered before anything was published",
-                 n - pl->running, n);
+        fail_msg("%d of %d long-polls were answered before anything was published", n - pl->running,
+                 n);
 }
 
 /* Drives the polls until all are answered or secs pass; returns the time taken. */
@@ -347,8 +350,10 @@ static void test_many_long_polls(void **state)
     /* Four keyless events: one per partition (round robin). */
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 4; i++)
-        sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"wake%d\",\"source\":\"/s\","
-                      "\"type\":\"t\"}\n", i);
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"wake%d\",\"source\":\"/s\","
+                      "\"type\":\"t\"}\n",
+                      i);
     it_resp pr = it_post(s, "many", IT_CT_NDJSON, NULL, (const char *)b.data, b.len);
     json_decref(it_expect_results(&pr, 4, 0));
     it_resp_free(&pr);
@@ -358,8 +363,8 @@ static void test_many_long_polls(void **state)
     int woken = polls_count(&pl, 1, problem, sizeof problem);
     polls_free(&pl);
     if (woken != N)
-        fail_msg("%d of %d long-polls answered with the new event within %.2f s; %s", woken,
-                 N, took, problem);
+        fail_msg("%d of %d long-polls answered with the new event within %.2f s; %s", woken, N,
+                 took, problem);
     if (took > 4)
         fail_msg("waking %d long-polls took %.2f s (their deadline was 8 s)", N, took);
     s->passed = true;
@@ -391,8 +396,7 @@ static void test_sigterm_answers_long_polls(void **state)
     if (took > 5)
         fail_msg("SIGTERM with %d long-polls waiting took %.2f s to exit", N, took);
     if (answered != N)
-        fail_msg("%d of %d waiting long-polls got an answer at shutdown; %s", answered, N,
-                 problem);
+        fail_msg("%d of %d waiting long-polls got an answer at shutdown; %s", answered, N, problem);
     s->passed = true;
 }
 
@@ -412,8 +416,8 @@ static char *set_names(it_server *s)
     sl_buf b = SL_BUF_INIT;
     json_t *sets = json_object_get(j, "sets");
     for (size_t i = 0; i < json_array_size(sets); i++)
-        sl_buf_printf(&b, "%s\n", json_string_value(json_object_get(json_array_get(sets, i),
-                                                                      "name")));
+        sl_buf_printf(&b, "%s\n",
+                      json_string_value(json_object_get(json_array_get(sets, i), "name")));
     sl_buf_append(&b, "", 1);
     json_decref(j);
     it_resp_free(&r);
@@ -463,9 +467,10 @@ static void test_restart_keeps_everything(void **state)
     it_srv_start(s, "--partitions", "3", NULL);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 300; i++)
-        sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"k%d\",\"source\":\"/s\","
-                      "\"type\":\"t\",\"partitionkey\":\"key%d\",\"data\":{\"i\":%d}}\n", i,
-                      i % 7, i);
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"k%d\",\"source\":\"/s\","
+                      "\"type\":\"t\",\"partitionkey\":\"key%d\",\"data\":{\"i\":%d}}\n",
+                      i, i % 7, i);
     it_resp r = it_post(s, "keep-a", IT_CT_NDJSON, NULL, (const char *)b.data, b.len);
     json_decref(it_expect_results(&r, 300, 0));
     it_resp_free(&r);
@@ -473,8 +478,7 @@ static void test_restart_keeps_everything(void **state)
     r = it_post(s, "keep-a", IT_CT_NDJSON, blue, (const char *)b.data, b.len / 10);
     assert_int_equal(r.status, 200);
     it_resp_free(&r);
-    const char *hdrs[] = {"ce-specversion: 1.0", "ce-id: bin", "ce-source: /s", "ce-type: t",
-                          NULL};
+    const char *hdrs[] = {"ce-specversion: 1.0", "ce-id: bin", "ce-source: /s", "ce-type: t", NULL};
     r = it_post(s, "keep-b", "application/octet-stream", hdrs, "\x01\x02", 2);
     json_decref(it_expect_results(&r, 1, 0));
     it_resp_free(&r);
@@ -489,8 +493,7 @@ static void test_restart_keeps_everything(void **state)
     it_srv_restart(s);
     char *after = snapshot(s, sets, 3);
     if (strcmp(before, after) != 0)
-        fail_msg("after a restart the server shows\n%.2000s\ninstead of\n%.2000s", after,
-                 before);
+        fail_msg("after a restart the server shows\n%.2000s\ninstead of\n%.2000s", after, before);
     /* Offsets go on where they stopped. */
     r = it_get(s, "/v1/sets/keep-b");
     json_t *j = it_parse_json(&r);
@@ -531,8 +534,8 @@ static void test_set_order_survives_restart(void **state)
     it_server *s = *state;
     it_srv_start(s, NULL);
     /* Created in this order; listed in name (byte) order, before and after. */
-    static const char *const names[] = {"zeta", "alpha", "mid", "beta", "omega", "b2", "a1",
-                                        "x-9", "k.k", "c_c"};
+    static const char *const names[] = {"zeta", "alpha", "mid", "beta", "omega",
+                                        "b2",   "a1",    "x-9", "k.k",  "c_c"};
     static const char sorted[] = "a1\nalpha\nb2\nbeta\nc_c\nk.k\nmid\nomega\nx-9\nzeta\n";
     char *ev = it_event("o", NULL);
     sl_buf want = SL_BUF_INIT;
@@ -565,8 +568,7 @@ static void test_sigterm_under_load(void **state)
     it_srv_start(s, "--ack", "buffer", NULL); /* 4 partitions */
     acks a = {.lock = PTHREAD_MUTEX_INITIALIZER};
     _Atomic bool stop = false;
-    writer w[3] = {{.batch = 50, .pad = 200}, {.batch = 50, .pad = 200},
-                   {.batch = 50, .pad = 200}};
+    writer w[3] = {{.batch = 50, .pad = 200}, {.batch = 50, .pad = 200}, {.batch = 50, .pad = 200}};
     writers_start(w, 3, s->port, "term", "term", &stop, &a);
     double t0 = it_mono();
     while (acks_count(&a) < 2000 && it_mono() - t0 < 10)
@@ -582,8 +584,8 @@ static void test_sigterm_under_load(void **state)
     it_srv_restart(s);
     size_t stored = check_acks(s, "term", 4, &a);
     printf("SIGTERM under load: %zu acknowledged (%zu at the signal), %zu stored, "
-           "%d+%d+%d refused\n", a.n, at_signal, stored, w[0].refused, w[1].refused,
-           w[2].refused);
+           "%d+%d+%d refused\n",
+           a.n, at_signal, stored, w[0].refused, w[1].refused, w[2].refused);
     assert_true(stored >= a.n);
     free(a.v);
     s->passed = true;
@@ -620,8 +622,8 @@ static void test_sigkill_durable_loop(void **state)
     }
     it_srv_restart(s);
     size_t stored = check_acks(s, "crash", 2, &a);
-    printf("SIGKILL loop: %d cycles, %zu acknowledged events all present (%zu stored)\n",
-           cycles, a.n, stored);
+    printf("SIGKILL loop: %d cycles, %zu acknowledged events all present (%zu stored)\n", cycles,
+           a.n, stored);
     free(a.v);
     s->passed = true;
 }
@@ -658,8 +660,10 @@ static void test_backpressure(void **state)
     pad[2048] = '\0';
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < 12; i++) /* ~27 KiB per request */
-            sl_buf_printf(&b[k], "{\"specversion\":\"1.0\",\"id\":\"bp%d-%d\",\"source\":\"/s\","
-                          "\"type\":\"t\",\"data\":\"%s\"}\n", k, i, pad);
+            sl_buf_printf(&b[k],
+                          "{\"specversion\":\"1.0\",\"id\":\"bp%d-%d\",\"source\":\"/s\","
+                          "\"type\":\"t\",\"data\":\"%s\"}\n",
+                          k, i, pad);
     it_resp r = it_post(s, "bp", IT_CT_NDJSON, NULL, (const char *)b[0].data, b[0].len);
     json_decref(it_expect_results(&r, 12, 0));
     it_resp_free(&r);
@@ -734,8 +738,8 @@ static void test_backpressure(void **state)
     for (int i = 0; i < 4; i++) {
         full += w[i].full;
         if (w[i].ok != 25)
-            fail_msg("writer %d: %d of 25 requests acknowledged (%d refused, %d lost)", i,
-                     w[i].ok, w[i].refused, w[i].lost);
+            fail_msg("writer %d: %d of 25 requests acknowledged (%d refused, %d lost)", i, w[i].ok,
+                     w[i].refused, w[i].lost);
     }
     printf("tiny buffer: %d answers were 503 Backpressure\n", full);
     assert_true(full > 0);
@@ -750,7 +754,8 @@ static void test_backpressure(void **state)
 static int raw_connect(int port, const char *send_first)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
         if (fd >= 0)
@@ -835,8 +840,8 @@ static void test_slow_and_idle_clients(void **state)
         close(fd[i]);
     if (open)
         fail_msg("%d of %d stalled or idle connections still open after 12 s (idle "
-                 "timeout 2 s); e.g. half-sent POST: %s", open, N,
-                 closed[0] < 0 ? "open" : "closed");
+                 "timeout 2 s); e.g. half-sent POST: %s",
+                 open, N, closed[0] < 0 ? "open" : "closed");
     double first = 1e9, last = 0;
     for (int i = 0; i < N; i++) {
         first = closed[i] < first ? closed[i] : first;

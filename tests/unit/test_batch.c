@@ -43,7 +43,8 @@ static void guard_init(guard *g, size_t room)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t pages = (room + page - 1) / page;
-    if (pages == 0) pages = 1;
+    if (pages == 0)
+        pages = 1;
     g->map_len = (pages + 1) * page;
     g->map = mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(g->map != MAP_FAILED);
@@ -80,7 +81,8 @@ static size_t craft(uint8_t *out, const void *recs, size_t recs_len, int32_t cou
     sl_be64_put(out + 35, (uint64_t)max_ts);
     memset(out + 43, 0xFF, 8 + 2 + 4); /* producerId, producerEpoch, baseSequence = -1 */
     sl_be32_put(out + 57, (uint32_t)count);
-    if (recs_len) memcpy(out + SL_BATCH_HEADER_SIZE, recs, recs_len);
+    if (recs_len)
+        memcpy(out + SL_BATCH_HEADER_SIZE, recs, recs_len);
     sl_be32_put(out + 17, sl_crc32c(0, out + 21, total - 21));
     return total;
 }
@@ -102,7 +104,8 @@ static void check_rec(const sl_record *rec, const want_rec *w, int64_t offset, c
     if (w->key) {
         assert_non_null(rec->key);
         assert_int_equal(rec->key_len, w->key_len);
-        if (w->key_len) assert_memory_equal(rec->key, w->key, w->key_len);
+        if (w->key_len)
+            assert_memory_equal(rec->key, w->key, w->key_len);
     } else {
         assert_null(rec->key);
         assert_int_equal(rec->key_len, 0);
@@ -110,9 +113,11 @@ static void check_rec(const sl_record *rec, const want_rec *w, int64_t offset, c
     /* The builder never writes null values: an empty value is present. */
     assert_non_null(rec->value);
     assert_int_equal(rec->value_len, w->value_len);
-    if (w->value_len) assert_memory_equal(rec->value, w->value, w->value_len);
+    if (w->value_len)
+        assert_memory_equal(rec->value, w->value, w->value_len);
     assert_int_equal(rec->lane_len, ll);
-    if (ll) assert_memory_equal(rec->lane, lane, ll);
+    if (ll)
+        assert_memory_equal(rec->lane, lane, ll);
     if (ll == 0) {
         assert_int_equal(rec->header_count, 0);
         assert_int_equal(rec->headers_len, 0);
@@ -149,7 +154,8 @@ static void check_batch(const uint8_t *p, size_t len, const want_rec *want, int3
     sl_record rec;
     for (int32_t i = 0; i < n; i++) {
         int rc = sl_batch_reader_next(&br, &rec, &err);
-        if (rc) fail_msg("record %d: %s", i, err.msg);
+        if (rc)
+            fail_msg("record %d: %s", i, err.msg);
         check_rec(&rec, &want[i], base + i, lane);
     }
     assert_int_equal(sl_batch_reader_next(&br, &rec, &err), SL_EEOF);
@@ -180,7 +186,8 @@ static void rec_set_make(rec_set *s, int n)
     for (int i = 0; i < n; i++) {
         want_rec *w = &s->w[i];
         w->ts = 1700000000000 + (i * 7919) % 1000 - 500;
-        if (w->ts > s->max_ts) s->max_ts = w->ts;
+        if (w->ts > s->max_ts)
+            s->max_ts = w->ts;
         uint8_t *k = s->keys + (size_t)i * 16;
         if (i % 4 == 0) {
             w->key = NULL;
@@ -577,7 +584,8 @@ static void test_check_flipped_bytes(void **state)
                 q[i] ^= masks[m];
                 sl_error err = {0};
                 int rc = sl_batch_check(q, len, &info, &err);
-                if (rc != SL_ECORRUPT) fail_msg("byte %zu ^ %02x: rc %d", i, masks[m], rc);
+                if (rc != SL_ECORRUPT)
+                    fail_msg("byte %zu ^ %02x: rc %d", i, masks[m], rc);
                 q[i] ^= masks[m];
             }
         }
@@ -763,7 +771,8 @@ static void test_reader_malformed(void **state)
         const uint8_t *p = guard_place(&g, buf, total);
         sl_batch_info info;
         sl_error err = {0};
-        if (sl_batch_check(p, total, &info, &err)) fail_msg("%s: check: %s", bc->name, err.msg);
+        if (sl_batch_check(p, total, &info, &err))
+            fail_msg("%s: check: %s", bc->name, err.msg);
         sl_batch_reader br;
         sl_batch_reader_init(&br);
         assert_int_equal(sl_batch_reader_open(&br, p, total, &err), 0);
@@ -771,15 +780,18 @@ static void test_reader_malformed(void **state)
         int good = bc->good < 0 ? bc->count : bc->good;
         for (int k = 0; k < good; k++) {
             int rc = sl_batch_reader_next(&br, &rec, &err);
-            if (rc) fail_msg("%s: record %d: rc %d %s", bc->name, k, rc, err.msg);
+            if (rc)
+                fail_msg("%s: record %d: rc %d %s", bc->name, k, rc, err.msg);
             assert_int_equal(rec.offset, k);
             assert_int_equal(rec.value_len, 1);
         }
         memset(&err, 0, sizeof err);
         int rc = sl_batch_reader_next(&br, &rec, &err);
         int want = bc->good < 0 ? SL_EEOF : SL_ECORRUPT;
-        if (rc != want) fail_msg("%s: got %d, want %d", bc->name, rc, want);
-        if (want == SL_ECORRUPT) assert_true(err.msg[0] != '\0');
+        if (rc != want)
+            fail_msg("%s: got %d, want %d", bc->name, rc, want);
+        if (want == SL_ECORRUPT)
+            assert_true(err.msg[0] != '\0');
         sl_batch_reader_free(&br);
     }
     guard_free(&g);
@@ -864,7 +876,8 @@ static void test_reader_zstd_damage(void **state)
         const uint8_t *q = guard_place(&g, buf, total);
         memset(&err, 0, sizeof err);
         int rc = sl_batch_reader_open(&br, q, total, &err);
-        if (rc != SL_ECORRUPT) fail_msg("frame cut at %zu of %zu: rc %d", k, zlen, rc);
+        if (rc != SL_ECORRUPT)
+            fail_msg("frame cut at %zu of %zu: rc %d", k, zlen, rc);
     }
     /* Garbage instead of a frame. */
     uint8_t junk[64];

@@ -95,7 +95,8 @@ static void child_main(const char *dir, int64_t start, int64_t ts_base, uint64_t
     sl_log_open_options o = {.create = true};
     sl_log *log;
     sl_error err = {0};
-    if (sl_log_open(dir, &cfg, &o, &log, &err)) child_fail(CHILD_OPEN, "open", &err);
+    if (sl_log_open(dir, &cfg, &o, &log, &err))
+        child_fail(CHILD_OPEN, "open", &err);
     int64_t off = sl_log_end_offset(log);
     if (off != start) {
         snprintf(err.msg, sizeof err.msg, "end offset %" PRId64 ", the parent saw %" PRId64, off,
@@ -106,7 +107,8 @@ static void child_main(const char *dir, int64_t start, int64_t ts_base, uint64_t
     sl_batch_builder_init(&b[0], SL_CODEC_NONE, 0);
     sl_batch_builder_init(&b[1], SL_CODEC_ZSTD, 0);
     char *v = malloc(MAX_VALUE + 128);
-    if (!v) child_fail(CHILD_BUILD, "malloc", NULL);
+    if (!v)
+        child_fail(CHILD_BUILD, "malloc", NULL);
     int64_t t_end = now_ms() + 20000; /* the parent kills long before */
     int since_sync = 0, sync_every = 1;
     while (now_ms() < t_end) {
@@ -114,7 +116,8 @@ static void child_main(const char *dir, int64_t start, int64_t ts_base, uint64_t
         int n = r % 16 == 0 ? 60 + (int)((r >> 8) % 140) : 1 + (int)((r >> 8) % 24);
         sl_batch_builder *bb = &b[(r >> 20) % 3 == 0];
         const char *lane = lanes[(r >> 24) % 5 < 3 ? 0 : 1 + (r >> 28) % 2];
-        if (sl_batch_builder_reset(bb, lane)) child_fail(CHILD_BUILD, "builder_reset", NULL);
+        if (sl_batch_builder_reset(bb, lane))
+            child_fail(CHILD_BUILD, "builder_reset", NULL);
         for (int k = 0; k < n; k++) {
             int64_t i = off + k;
             size_t len = tu_value(v, value_size(i), i);
@@ -127,11 +130,14 @@ static void child_main(const char *dir, int64_t start, int64_t ts_base, uint64_t
         if (sl_batch_builder_finish(bb, &batch, &err))
             child_fail(CHILD_BUILD, "builder_finish", &err);
         int64_t base = -1;
-        if (sl_log_append(log, &batch, &base, &err)) child_fail(CHILD_APPEND, "append", &err);
-        if (base != off) child_fail(CHILD_OFFSET, "append returned another base offset", NULL);
+        if (sl_log_append(log, &batch, &base, &err))
+            child_fail(CHILD_APPEND, "append", &err);
+        if (base != off)
+            child_fail(CHILD_OFFSET, "append returned another base offset", NULL);
         off += n;
         if (++since_sync >= sync_every) {
-            if (sl_log_sync(log, &err)) child_fail(CHILD_SYNC, "sync", &err);
+            if (sl_log_sync(log, &err))
+                child_fail(CHILD_SYNC, "sync", &err);
             if (write(wfd, &off, sizeof off) != (ssize_t)sizeof off)
                 child_fail(CHILD_PIPE, "write to the parent", NULL);
             since_sync = 0;
@@ -144,9 +150,6 @@ static void child_main(const char *dir, int64_t start, int64_t ts_base, uint64_t
 }
 
 /* ---- an independent look at the companions -------------------------------- */
-
-
-
 
 /* ---- the parent ----------------------------------------------------------- */
 
@@ -234,7 +237,8 @@ static uint64_t synced_size(const char *path, int64_t synced, uint64_t size, uin
     while (pos + sizeof h <= size && fseeko(f, (off_t)pos, SEEK_SET) == 0 &&
            fread(h, 1, sizeof h, f) == sizeof h) {
         sl_batch_info in;
-        if (sl_batch_header(h, sizeof h, &in, NULL) || pos + sl_batch_size(&in) > size) break;
+        if (sl_batch_header(h, sizeof h, &in, NULL) || pos + sl_batch_size(&in) > size)
+            break;
         pos += sl_batch_size(&in);
         if (in.base_offset + in.last_offset_delta + 1 <= synced)
             at = pos;
@@ -265,7 +269,8 @@ static void tear_tail(const char *dir, int64_t synced, uint64_t *rng)
     size_t nb;
     uint64_t keep = synced_size(path, synced, size, ends, &nb, 4096);
     free(bases);
-    if (size <= keep) return;
+    if (size <= keep)
+        return;
     uint64_t r = rng_next(rng), to;
     switch (r % 3) {
     case 0: /* a few bytes */
@@ -278,7 +283,8 @@ static void tear_tail(const char *dir, int64_t synced, uint64_t *rng)
         to = nb ? ends[(r >> 8) % nb] : keep;
         break;
     }
-    if (to < keep) to = keep;
+    if (to < keep)
+        to = keep;
     assert_int_equal(truncate(path, (off_t)to), 0);
 }
 
@@ -318,11 +324,14 @@ static void crash_cycles(bool tear, uint64_t seed)
         bool eof = false;
         for (;;) {
             int64_t left = deadline - now_ms();
-            if (left <= 0) break;
+            if (left <= 0)
+                break;
             struct pollfd p = {.fd = fds[0], .events = POLLIN};
             int pr = poll(&p, 1, (int)left);
-            if (pr < 0 && errno == EINTR) continue;
-            if (pr <= 0) break;
+            if (pr < 0 && errno == EINTR)
+                continue;
+            if (pr <= 0)
+                break;
             ssize_t got = read(fds[0], buf + have, sizeof buf - have);
             if (got <= 0) {
                 eof = true;
@@ -357,9 +366,11 @@ static void crash_cycles(bool tear, uint64_t seed)
         if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
             fail_msg("cycle %d: the child ended by itself (exit code %d)", c,
                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-        if (synced > end) killed_mid_write++;
+        if (synced > end)
+            killed_mid_write++;
         total_synced += synced - end;
-        if (tear) tear_tail(dir, synced, &rng);
+        if (tear)
+            tear_tail(dir, synced, &rng);
 
         /* Reopen: the crash path, and every fifth time full recovery. */
         notes nt;
@@ -398,8 +409,10 @@ static void crash_cycles(bool tear, uint64_t seed)
         sl_log_close(log);
 
         sl_log_verify_report rep;
-        if (sl_log_verify(dir, &rep, &err)) fail_msg("cycle %d: verify: %s", c, err.msg);
-        if (rep.damaged) fail_msg("cycle %d: verify after recovery: %s", c, rep.where);
+        if (sl_log_verify(dir, &rep, &err))
+            fail_msg("cycle %d: verify: %s", c, err.msg);
+        if (rep.damaged)
+            fail_msg("cycle %d: verify after recovery: %s", c, rep.where);
         assert_int_equal(rep.next_offset, e);
         assert_int_equal(rep.records, (uint64_t)(e - new_start));
         assert_int_equal(rep.first_offset, new_start);

@@ -176,7 +176,8 @@ static void test_chaining(void **state)
     uint32_t crc = 0;
     for (size_t off = 0; off < MAX;) {
         size_t n = (size_t)(rng() % 300);
-        if (n > MAX - off) n = MAX - off;
+        if (n > MAX - off)
+            n = MAX - off;
         crc = sl_crc32c(crc, buf + off, n);
         off += n;
     }

@@ -38,8 +38,10 @@ static void fx_open(fx *f)
     sl_databus_options bo = {0};
     if (sl_databus_start(&bo, &f->bus, &err))
         fail_msg("sl_databus_start: %s", err.msg);
-    sl_sets_options so = {.data_dir = f->dir, .auto_create = true,
-                          .on_open = sl_databus_attach, .on_close = sl_databus_detach,
+    sl_sets_options so = {.data_dir = f->dir,
+                          .auto_create = true,
+                          .on_open = sl_databus_attach,
+                          .on_close = sl_databus_detach,
                           .ctx = f->bus};
     sl_set_config_default(&so.defaults);
     if (sl_sets_open(&so, &f->sets, &err))
@@ -283,8 +285,8 @@ static void verify_stored(sl_set *set, const pubrec *pr, size_t n)
         }
         const stored *s = find_offset(&pd[p->part], p->off);
         if (!s)
-            fail_msg("event %lld: nothing stored at %s/%d offset %lld", (long long)p->id,
-                     set->name, p->part, (long long)p->off);
+            fail_msg("event %lld: nothing stored at %s/%d offset %lld", (long long)p->id, set->name,
+                     p->part, (long long)p->off);
         if (vcap < p->size + 64) {
             vcap = p->size + 64;
             v = realloc(v, vcap);
@@ -332,12 +334,12 @@ typedef struct done_rec {
     sl_set *set;
     const pubrec *pr; /* the events of the publish */
     size_t n;
-    bool check;       /* look at the log inside the callback */
+    bool check; /* look at the log inside the callback */
     int calls;
     int status;
-    bool end_ok;      /* log end offset covered every event at callback time */
-    bool synced_ok;   /* every event's batch fdatasync'ed at callback time */
-    bool read_ok;     /* every event readable at its offset at callback time */
+    bool end_ok;               /* log end offset covered every event at callback time */
+    bool synced_ok;            /* every event's batch fdatasync'ed at callback time */
+    bool read_ok;              /* every event readable at its offset at callback time */
     sl_databus_done_fn *chain; /* optional: called after recording */
 } done_rec;
 
@@ -473,8 +475,8 @@ static void test_publish_buffer_ack(void **state)
             int64_t id = r * PER + i;
             char key[32];
             snprintf(key, sizeof key, "user-%d", (int)(id % 13));
-            pr[id] = mkpub(id, 20 + (size_t)(id * 37 % 500), key,
-                           lanes[id % 5], 1700000000000 + id * 3 - (id % 7));
+            pr[id] = mkpub(id, 20 + (size_t)(id * 37 % 500), key, lanes[id % 5],
+                           1700000000000 + id * 3 - (id % 7));
         }
         int rc = publish(f->bus, set, pr + r * PER, PER, NULL, NULL, &err);
         if (rc != 0)
@@ -483,9 +485,8 @@ static void test_publish_buffer_ack(void **state)
             pubrec *p = &pr[r * PER + i];
             assert_true(p->part >= 0 && p->part < 3);
             if (p->off != next[p->part])
-                fail_msg("event %lld: offset %lld in partition %d, want %lld",
-                         (long long)p->id, (long long)p->off, p->part,
-                         (long long)next[p->part]);
+                fail_msg("event %lld: offset %lld in partition %d, want %lld", (long long)p->id,
+                         (long long)p->off, p->part, (long long)next[p->part]);
             next[p->part]++;
             count[p->part]++;
         }
@@ -549,8 +550,8 @@ static void test_durable_callback(void **state)
         assert_int_equal(calls_of(&d[k]), 1);
         assert_int_equal(d[k].status, 0);
         if (!d[k].end_ok || !d[k].synced_ok || !d[k].read_ok)
-            fail_msg("publish %d completed early: end %d synced %d readable %d", k,
-                     d[k].end_ok, d[k].synced_ok, d[k].read_ok);
+            fail_msg("publish %d completed early: end %d synced %d readable %d", k, d[k].end_ok,
+                     d[k].synced_ok, d[k].read_ok);
     }
     const sl_databus_stats *st = sl_databus_get_stats(f->bus);
     assert_true(atomic_load(&st->syncs) >= 1);
@@ -623,8 +624,8 @@ static void test_durable_concurrent(void **state)
     for (int t = 0; t < CONC_THREADS; t++)
         for (int i = 0; i < CONC_EVENTS; i++) {
             if (calls_of(&a[t].d[i]) != 1 || a[t].d[i].status != 0)
-                fail_msg("publisher %d event %d: %d calls, status %d", t, i,
-                         calls_of(&a[t].d[i]), a[t].d[i].status);
+                fail_msg("publisher %d event %d: %d calls, status %d", t, i, calls_of(&a[t].d[i]),
+                         a[t].d[i].status);
         }
     const sl_databus_stats *st = sl_databus_get_stats(f->bus);
     uint64_t syncs = atomic_load(&st->syncs), pubs = CONC_THREADS * CONC_EVENTS;
@@ -669,8 +670,8 @@ static void test_same_key_same_partition(void **state)
             int n = 1 + (k + r) % 6;
             if (k + n > KEYS)
                 n = KEYS - k;
-            assert_int_equal(publish(f->bus, set, &pr[r * KEYS + k], (size_t)n, NULL, NULL,
-                                     &err), 0);
+            assert_int_equal(publish(f->bus, set, &pr[r * KEYS + k], (size_t)n, NULL, NULL, &err),
+                             0);
             k += n;
         }
         for (int k = 0; k < KEYS; k++) {
@@ -1341,7 +1342,8 @@ static void test_empty_durable_publish(void **state)
     sl_databus_stop(f->bus);
     if (!called || d.status != 0)
         fail_msg("empty durable publish: callback %s within 1 s; at stop: %d call(s), "
-                 "status %d", called ? "called" : "not called", calls_of(&d), d.status);
+                 "status %d",
+                 called ? "called" : "not called", calls_of(&d), d.status);
 }
 
 /* on_open = attach, then refuse the second set: sl_sets_open() fails and
@@ -1383,8 +1385,8 @@ static void test_sets_open_failure_detaches(void **state)
         if (sl_databus_start(&bo, &bus, NULL))
             _exit(2);
         attach_refuse ar = {.bus = bus};
-        sl_sets_options so = {.data_dir = f->dir, .on_open = attach_then_refuse,
-                              .on_close = detach_bus, .ctx = &ar};
+        sl_sets_options so = {
+            .data_dir = f->dir, .on_open = attach_then_refuse, .on_close = detach_bus, .ctx = &ar};
         sl_set_config_default(&so.defaults);
         sl_sets *sets = NULL;
         sl_error err = {0};
@@ -1401,7 +1403,8 @@ static void test_sets_open_failure_detaches(void **state)
     fx_open(f);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("bus freed after a failed sl_sets_open: child %s %d (a sanitizer report "
-                 "above names the freed set)", WIFEXITED(status) ? "exited with" : "killed by",
+                 "above names the freed set)",
+                 WIFEXITED(status) ? "exited with" : "killed by",
                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 

@@ -28,7 +28,8 @@ static const char *guarded_in(int slot, const char *s, size_t n)
     static char *map[2];
     static size_t size[2], page;
     if (!map[slot] || size[slot] < n) {
-        if (map[slot]) munmap(map[slot], size[slot] + page);
+        if (map[slot])
+            munmap(map[slot], size[slot] + page);
         page = (size_t)sysconf(_SC_PAGESIZE);
         size[slot] = (n / page + 1) * page;
         map[slot] = mmap(NULL, size[slot] + page, PROT_READ | PROT_WRITE,
@@ -57,8 +58,10 @@ static char *store(const char *s, const sl_event_limits *lim, const char *lane)
     sl_event ev;
     sl_error err = {0};
     sl_event_status st = parse(s, lim, &ev, &err);
-    if (st == SL_EVENT_OK) st = sl_event_apply_lane(&ev, lane, &err);
-    if (st != SL_EVENT_OK) fail_msg("%s: %s: %s", s, sl_event_status_name(st), err.msg);
+    if (st == SL_EVENT_OK)
+        st = sl_event_apply_lane(&ev, lane, &err);
+    if (st != SL_EVENT_OK)
+        fail_msg("%s: %s: %s", s, sl_event_status_name(st), err.msg);
     sl_buf out = SL_BUF_INIT;
     assert_int_equal(sl_buf_append(&out, "prefix|", 7), 0);
     assert_int_equal(sl_event_encode(&ev, &(sl_event_fill){.now_ms = NOW_MS}, &out), 0);
@@ -260,7 +263,8 @@ static void test_statuses(void **state)
         "{" BASE ",\"time\":\"2024-05-01t14:00:00.250123+02:00\"}",
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        if (parse(ok[i], NULL, &ev, &err) != SL_EVENT_OK) fail_msg("%s: %s", ok[i], err.msg);
+        if (parse(ok[i], NULL, &ev, &err) != SL_EVENT_OK)
+            fail_msg("%s: %s", ok[i], err.msg);
     assert_int_equal(ev.time_ms, NOW_MS);
 
     /* Members beyond the limit. */
@@ -324,10 +328,12 @@ static void test_limits(void **state)
 
 static bool is_uuid7(const char *u, int64_t ms)
 {
-    if (strlen(u) != 36) return false;
+    if (strlen(u) != 36)
+        return false;
     for (int i = 0; i < 36; i++) {
         bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-        if (dash != (u[i] == '-') || (!dash && !strchr("0123456789abcdef", u[i]))) return false;
+        if (dash != (u[i] == '-') || (!dash && !strchr("0123456789abcdef", u[i])))
+            return false;
     }
     char ts[16];
     snprintf(ts, sizeof ts, "%012llx", (unsigned long long)ms);
@@ -466,7 +472,8 @@ static sl_event_status binary(const sl_event_header *h, size_t n, const char *ct
     sl_event_header hh[16];
     assert_true(n <= 16);
     memcpy(hh, h, n * sizeof *h);
-    if (n) hh[n - 1].value = guarded_in(0, h[n - 1].value, h[n - 1].value_len);
+    if (n)
+        hh[n - 1].value = guarded_in(0, h[n - 1].value, h[n - 1].value_len);
     sl_event_status st = sl_event_from_binary(hh, n, ct, blen ? guarded_in(1, body, blen) : body,
                                               blen, NULL, &out, err);
     if (st != SL_EVENT_OK) {
@@ -582,15 +589,18 @@ static void test_uuid7(void **state)
     for (int i = 0; i < 3000; i++) {
         int64_t ms = NOW_MS + (i < 1000 ? 0 : i);
         sl_event_uuid7(ms, u);
-        if (!is_uuid7(u, ms)) fail_msg("bad uuid %s", u);
-        if (strcmp(prev, u) >= 0) fail_msg("%s not after %s", u, prev);
+        if (!is_uuid7(u, ms))
+            fail_msg("bad uuid %s", u);
+        if (strcmp(prev, u) >= 0)
+            fail_msg("%s not after %s", u, prev);
         memcpy(prev, u, sizeof u);
     }
     /* Past the 12-bit counter in one millisecond: still increasing, the
      * timestamp runs ahead. */
     for (int i = 0; i < 6000; i++) {
         sl_event_uuid7(NOW_MS + 5000, u);
-        if (strcmp(prev, u) >= 0) fail_msg("%s not after %s", u, prev);
+        if (strcmp(prev, u) >= 0)
+            fail_msg("%s not after %s", u, prev);
         memcpy(prev, u, sizeof u);
     }
     assert_false(is_uuid7(u, NOW_MS + 5000));

@@ -30,7 +30,8 @@ typedef struct guard {
 static const char *guard_put(guard *g, const void *s, size_t n)
 {
     if (!g->map || g->size < n) {
-        if (g->map) munmap(g->map, g->size + g->page);
+        if (g->map)
+            munmap(g->map, g->size + g->page);
         g->page = (size_t)sysconf(_SC_PAGESIZE);
         g->size = (n / g->page + 1) * g->page;
         g->map = mmap(NULL, g->size + g->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -194,10 +195,12 @@ static void test_valid_corpus(void **state)
         sl_json_tok tok;
         sl_error err = {0};
         int rc = check(s, n, 64, &tok, &err);
-        if (rc) fail_msg("valid[%zu] %s refused: %s", i, s, err.msg);
+        if (rc)
+            fail_msg("valid[%zu] %s refused: %s", i, s, err.msg);
         assert_int_equal(tok.type, valid[i].type);
         json_t *j = jparse(s, n);
-        if (!j) fail_msg("jansson refuses valid[%zu] %s", i, s);
+        if (!j)
+            fail_msg("jansson refuses valid[%zu] %s", i, s);
         json_decref(j);
         /* The token is the value without surrounding whitespace. */
         const char *t = s;
@@ -229,7 +232,8 @@ static void test_invalid_corpus(void **state)
                      err.msg, invalid[i].code, invalid[i].at, invalid[i].why);
         assert_int_equal(err.code, rc);
         json_t *j = jparse(s, n);
-        if (j) fail_msg("jansson accepts invalid[%zu] %s", i, s);
+        if (j)
+            fail_msg("jansson accepts invalid[%zu] %s", i, s);
     }
 }
 
@@ -311,7 +315,8 @@ static void test_depth(void **state)
                 assert_int_equal(rc, SL_EPARSE);
                 assert_non_null(strstr(err.msg, "nesting deeper than 1024"));
             }
-            if (d == 0) continue;
+            if (d == 0)
+                continue;
             rc = check(buf, n, limit - 1, &t, &err);
             assert_int_equal(rc, SL_EPARSE);
             char want[64];
@@ -337,7 +342,8 @@ static void test_truncations(void **state)
         sl_json_tok t;
         sl_error err = {0};
         int rc = check(doc, k, 64, &t, &err);
-        if (rc != SL_EPARTIAL) fail_msg("prefix of %zu bytes: rc %d (%s)", k, rc, err.msg);
+        if (rc != SL_EPARTIAL)
+            fail_msg("prefix of %zu bytes: rc %d (%s)", k, rc, err.msg);
     }
 }
 
@@ -542,7 +548,8 @@ static void gen_value(char *b, size_t *n, int depth, unsigned *seed)
         int count = (int)(rand_r(seed) % 5);
         b[(*n)++] = obj ? '{' : '[';
         for (int i = 0; i < count; i++) {
-            if (i) b[(*n)++] = ',';
+            if (i)
+                b[(*n)++] = ',';
             if (obj) {
                 gen_ws(b, n, seed);
                 *n += (size_t)sprintf(b + *n, "\"k%d\"", i);
@@ -569,7 +576,8 @@ static void test_compact_random(void **state)
         assert_true(n < sizeof doc);
         sl_json_tok t;
         sl_error err = {0};
-        if (check(doc, n, 16, &t, &err)) fail_msg("generated %.*s: %s", (int)n, doc, err.msg);
+        if (check(doc, n, 16, &t, &err))
+            fail_msg("generated %.*s: %s", (int)n, doc, err.msg);
         sl_json_tok g = at_guard(&t);
         out.len = 0;
         assert_int_equal(sl_json_compact(g.p, g.len, &out), 0);

@@ -45,7 +45,8 @@ static void copy_segments(const char *dir, const char *copy)
     assert_non_null(dh);
     struct dirent *e;
     while ((e = readdir(dh))) {
-        if (e->d_name[0] == '.') continue;
+        if (e->d_name[0] == '.')
+            continue;
         char src[4200], dst[4200];
         snprintf(src, sizeof src, "%s/%s", dir, e->d_name);
         snprintf(dst, sizeof dst, "%s/%s", copy, e->d_name);
@@ -117,7 +118,8 @@ static void check_indexes(const char *dir, const tu_disk *d)
         uint8_t *ix = tu_slurp(p, &len);
         assert_non_null(ix);
         assert_int_equal(len % 8, 0);
-        if (d->segs[s].size) assert_true(len >= 8);
+        if (d->segs[s].size)
+            assert_true(len >= 8);
         size_t bi = 0;
         while (bi < d->nb && d->b[bi].seg != s)
             bi++;
@@ -148,7 +150,8 @@ static void check_indexes(const char *dir, const tu_disk *d)
             int64_t ts = (int64_t)sl_be64_get(tx + 12 * i);
             uint32_t rel = sl_be32_get(tx + 12 * i + 8);
             assert_true(ts > pts);
-            if (i) assert_true(rel >= sl_be32_get(tx + 12 * (i - 1) + 8));
+            if (i)
+                assert_true(rel >= sl_be32_get(tx + 12 * (i - 1) + 8));
             /* The entry holds the largest timestamp up to that offset. */
             int64_t max = INT64_MIN;
             for (size_t k = 0; k < d->nb; k++)
@@ -243,7 +246,8 @@ static void test_reopen_and_clean_marker(void **state)
 static int64_t brute_time(const int64_t *ts, int64_t n, int64_t q)
 {
     for (int64_t i = 0; i < n; i++)
-        if (ts[i] >= q) return i;
+        if (ts[i] >= q)
+            return i;
     return n;
 }
 
@@ -252,7 +256,8 @@ static void check_time(sl_log *log, int64_t q, int64_t want)
     int64_t got = -1;
     sl_error err = {0};
     int rc = sl_log_offset_for_time(log, q, &got, &err);
-    if (rc) fail_msg("offset_for_time(%lld): %s", (long long)q, err.msg);
+    if (rc)
+        fail_msg("offset_for_time(%lld): %s", (long long)q, err.msg);
     if (got != want)
         fail_msg("offset_for_time(%lld) = %lld, want %lld", (long long)q, (long long)got,
                  (long long)want);
@@ -266,7 +271,8 @@ static void append_with_ts(sl_log *log, const int64_t *ts, int64_t n, size_t vsi
     int64_t i = 0;
     while (i < n) {
         int k = 1 + (int)(tu_rng() % 40);
-        if (k > n - i) k = (int)(n - i);
+        if (k > n - i)
+            k = (int)(n - i);
         tu_append_batch(log, &b, i, k, vsize, ts + i, 0, "");
         i += k;
     }
@@ -323,7 +329,8 @@ static void test_time_lookup_unordered(void **state)
             ts[i] = 1000000 + (int64_t)(r >> 20) % 400000; /* far ahead or behind */
         else
             ts[i] = 1000000 + 10 * i + (int64_t)((r >> 8) % 5000) - 2500;
-        if (i >= 12000 && i < 12600) ts[i] = 5000; /* a run from long ago */
+        if (i >= 12000 && i < 12600)
+            ts[i] = 5000; /* a run from long ago */
         lo = ts[i] < lo ? ts[i] : lo;
         hi = ts[i] > hi ? ts[i] : hi;
     }
@@ -463,7 +470,8 @@ static void test_retention_time(void **state)
     for (size_t s = 0; s < d.nsegs; s++)
         seg_max[s] = INT64_MIN;
     for (size_t i = 0; i < d.nb; i++)
-        if (d.b[i].max_ts > seg_max[d.b[i].seg]) seg_max[d.b[i].seg] = d.b[i].max_ts;
+        if (d.b[i].max_ts > seg_max[d.b[i].seg])
+            seg_max[d.b[i].seg] = d.b[i].max_ts;
 
     /* Nothing is older than retention yet. */
     int deleted = -1;
@@ -649,7 +657,8 @@ static void test_big_records(void **state)
             for (size_t i = 0; i < d.nb; i++)
                 in_seg += d.b[i].seg == s;
             assert_true(in_seg >= 1);
-            if (d.segs[s].size > cfg.segment_bytes) assert_int_equal(in_seg, 1);
+            if (d.segs[s].size > cfg.segment_bytes)
+                assert_int_equal(in_seg, 1);
         }
         tu_disk_free(&d);
         sl_log_close(log);
@@ -903,7 +912,8 @@ static void test_crash_copy(void **state)
     sl_log_close(log);
     sl_log_verify_report rep;
     assert_int_equal(sl_log_verify(copy, &rep, &err), 0);
-    if (rep.damaged) fail_msg("verify: %s", rep.where);
+    if (rep.damaged)
+        fail_msg("verify: %s", rep.where);
     assert_int_equal(rep.records, want_end + 500);
     free(dir);
     free(copy);
@@ -917,7 +927,8 @@ static int64_t recovery_point(const char *dir)
     size_t len;
     uint8_t *buf = tu_slurp(p, &len);
     free(p);
-    if (!buf) return -1;
+    if (!buf)
+        return -1;
     buf[len] = '\0';
     int64_t v = strtoll((const char *)buf, NULL, 10);
     free(buf);
@@ -1066,7 +1077,8 @@ static void test_max_offset_delta(void **state)
     sl_be32_put(batch.data + SL_BATCH_OFF_CRC, sl_crc32c(0, batch.data + 21, batch.len - 21));
     int64_t base = -1;
     int rc = sl_log_append(log, &batch, &base, &err);
-    if (rc) fail_msg("append: %d %s", rc, err.msg);
+    if (rc)
+        fail_msg("append: %d %s", rc, err.msg);
     assert_int_equal(base, 10);
     assert_int_equal(sl_log_end_offset(log), 10 + (int64_t)INT32_MAX + 1);
     sl_batch_builder_free(&b);

@@ -31,13 +31,15 @@ static void expect_first(sl_log *log, int64_t offset, const char *lane, int64_t 
     sl_log_reader *r;
     sl_error err = {0};
     int rc = sl_log_reader_open(log, offset, lane, &r, &err);
-    if (rc) fail_msg("reader_open %lld: %s", (long long)offset, err.msg);
+    if (rc)
+        fail_msg("reader_open %lld: %s", (long long)offset, err.msg);
     sl_record rec;
     rc = sl_log_reader_next(r, &rec, &err);
     if (want < 0) {
         assert_int_equal(rc, SL_EEOF);
     } else {
-        if (rc) fail_msg("reader at %lld: rc %d %s", (long long)offset, rc, err.msg);
+        if (rc)
+            fail_msg("reader at %lld: rc %d %s", (long long)offset, rc, err.msg);
         if (rec.offset != want)
             fail_msg("reader at %lld returned %lld, want %lld", (long long)offset,
                      (long long)rec.offset, (long long)want);
@@ -146,7 +148,8 @@ static const char *const lane_names[] = {"", "a", "b", "c"};
 static int lane_index(const char *lane)
 {
     for (int i = 0; i < 4; i++)
-        if (!strcmp(lane, lane_names[i])) return i;
+        if (!strcmp(lane, lane_names[i]))
+            return i;
     fail_msg("unexpected lane \"%s\"", lane);
     return -1;
 }
@@ -166,7 +169,8 @@ static void build_lanes(sl_log *log, lane_plan *lp, int64_t n, int codecs)
         int run = 1 + (int)(tu_rng() % 4);
         for (int r = 0; r < run && i < n; r++, batch++) {
             int k = 1 + (int)(tu_rng() % 30);
-            if (k > n - i) k = (int)(n - i);
+            if (k > n - i)
+                k = (int)(n - i);
             sl_batch_builder *b = &bs[codecs && batch % 3 == 0];
             tu_append_batch(log, b, i, k, 80, NULL, 0, lane_names[lane]);
             memset(lp->lane_of + i, lane, (size_t)k);
@@ -192,7 +196,8 @@ static void check_lane_reader(sl_log *log, const lane_plan *lp, int64_t from, co
         while (want < lp->n && lane && strcmp(lane_names[(int)lp->lane_of[want]], lane) != 0)
             want++;
         rc = sl_log_reader_next(r, &rec, &err);
-        if (rc) break;
+        if (rc)
+            break;
         if (rec.offset != want)
             fail_msg("lane \"%s\" from %lld: got %lld, want %lld", lane ? lane : "(all)",
                      (long long)from, (long long)rec.offset, (long long)want);
@@ -218,7 +223,8 @@ static void damage_lanes(const char *dir, const tu_disk *d, unsigned mask)
     for (size_t i = 0; i < d->nb; i++) {
         const tu_dbatch *b = &d->b[i];
         int li = lane_index(b->lane);
-        if (!(mask & (1u << li))) continue;
+        if (!(mask & (1u << li)))
+            continue;
         char p[4200];
         tu_seg_path(p, sizeof p, dir, d->segs[b->seg].base, ".log");
         int fd = open(p, O_RDWR | O_CLOEXEC);
@@ -301,7 +307,8 @@ static void test_lanes(void **state)
     tu_append_batch(log, &b, lp.n + 10, 5, 80, NULL, 0, "c");
     sl_batch_builder_free(&b);
     for (int64_t want = lp.n; want < lp.n + 15; want++) {
-        if (want == lp.n + 5) want += 5;
+        if (want == lp.n + 5)
+            want += 5;
         assert_int_equal(sl_log_reader_next(r, &rec, &err), 0);
         assert_int_equal(rec.offset, want);
         assert_int_equal(rec.lane_len, 1);
@@ -341,7 +348,8 @@ static void test_lanes(void **state)
     sl_log_verify_report rep;
     sl_error verr = {0};
     assert_int_equal(sl_log_verify(dir, &rep, &verr), 0);
-    if (rep.damaged) fail_msg("verify: %s", rep.where);
+    if (rep.damaged)
+        fail_msg("verify: %s", rep.where);
     assert_int_equal(rep.records, lp.n);
     assert_int_equal(rep.first_offset, 0);
     assert_int_equal(rep.next_offset, lp.n);
@@ -406,7 +414,8 @@ typedef struct tail_reader {
 
 static void tail_fail(tail_reader *t, const char *fmt, long long a, long long b)
 {
-    if (!t->why[0]) snprintf(t->why, sizeof t->why, fmt, a, b);
+    if (!t->why[0])
+        snprintf(t->why, sizeof t->why, fmt, a, b);
     atomic_fetch_add(&t->sh->failures, 1);
 }
 
@@ -456,7 +465,8 @@ static void *tail_reader_main(void *arg)
                       (long long)want);
             break;
         }
-        if (want >= sh->n) break;
+        if (want >= sh->n)
+            break;
         t->caught_up++;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
@@ -505,7 +515,8 @@ static void *tail_writer_main(void *arg)
     int64_t i = 0;
     for (int k = 0; i < sh->n; k++) {
         int cnt = TAIL_BATCH(k);
-        if (cnt > sh->n - i) cnt = (int)(sh->n - i);
+        if (cnt > sh->n - i)
+            cnt = (int)(sh->n - i);
         sl_batch_builder_reset(&b, TAIL_LANE(k));
         for (int j = 0; j < cnt; j++) {
             size_t len = tu_value(v, 100, i + j);
@@ -521,7 +532,8 @@ static void *tail_writer_main(void *arg)
             break;
         }
         i += cnt;
-        if (k % 16 == 0) sched_yield();
+        if (k % 16 == 0)
+            sched_yield();
     }
     sl_batch_builder_free(&b);
     atomic_store(&sh->writer_done, true);
@@ -540,7 +552,8 @@ static void *tail_syncer_main(void *arg)
     while (!atomic_load(&s->sh->writer_done)) {
         sl_error err;
         int rc = sl_log_sync(s->sh->log, &err);
-        if (rc && !s->rc) s->rc = rc;
+        if (rc && !s->rc)
+            s->rc = rc;
         s->syncs++;
         usleep(2000);
     }
@@ -562,7 +575,8 @@ static void test_tailing_readers(void **state)
     int64_t nx = 0;
     for (int64_t i = 0, k = 0; i < sh.n; k++) {
         int cnt = TAIL_BATCH(k);
-        if (cnt > sh.n - i) cnt = (int)(sh.n - i);
+        if (cnt > sh.n - i)
+            cnt = (int)(sh.n - i);
         sh.boundary[i] = 1;
         if (TAIL_LANE(k)[0]) {
             memset(sh.is_x + i, 1, (size_t)cnt);
@@ -595,9 +609,11 @@ static void test_tailing_readers(void **state)
     for (int i = 0; i < NREADERS + 2; i++)
         assert_int_equal(pthread_join(th[i], NULL), 0);
 
-    if (w.why[0]) fail_msg("writer: %s", w.why);
+    if (w.why[0])
+        fail_msg("writer: %s", w.why);
     for (int i = 0; i < NREADERS; i++)
-        if (rd[i].why[0]) fail_msg("reader %d: %s", i, rd[i].why);
+        if (rd[i].why[0])
+            fail_msg("reader %d: %s", i, rd[i].why);
     assert_int_equal(atomic_load(&sh.failures), 0);
     assert_int_equal(sy.rc, 0);
     assert_true(sy.syncs > 0);
@@ -622,7 +638,8 @@ static void check_slice(sl_log *log, const tu_disk *d, int64_t offset, const cha
     sl_log_slice sl;
     sl_error err = {0};
     int rc = sl_log_slice_get(log, offset, lane, max_bytes, &sl, &err);
-    if (rc) fail_msg("slice at %lld: %s", (long long)offset, err.msg);
+    if (rc)
+        fail_msg("slice at %lld: %s", (long long)offset, err.msg);
     /* The first batch of the lane holding offset or after it. */
     size_t first = 0;
     while (first < d->nb && (d->b[first].base + d->b[first].lod < offset ||
@@ -652,7 +669,8 @@ static void check_slice(sl_log *log, const tu_disk *d, int64_t offset, const cha
         assert_int_equal(sl_batch_size(&in), d->b[i].size);
         char bl[SL_LANE_MAX + 1];
         assert_int_equal(sl_batch_lane(&br, buf + at, d->b[i].size, bl, &err), 0);
-        if (lane) assert_string_equal(bl, lane);
+        if (lane)
+            assert_string_equal(bl, lane);
         compressed |= (in.attributes & 7) != 0;
         at += d->b[i].size;
         i++;
@@ -662,7 +680,8 @@ static void check_slice(sl_log *log, const tu_disk *d, int64_t offset, const cha
     size_t nbatches = i - first;
     assert_int_equal(sl.next_offset, d->b[i - 1].base + d->b[i - 1].lod + 1);
     assert_int_equal(sl.compressed, compressed);
-    if (nbatches > 1) assert_true(sl.len <= max_bytes);
+    if (nbatches > 1)
+        assert_true(sl.len <= max_bytes);
     /* As much as fits: the next batch is in another segment or lane, or too big. */
     if (i < d->nb && d->b[i].seg == fb->seg && (!lane || !strcmp(d->b[i].lane, lane)))
         assert_true(sl.len + d->b[i].size > max_bytes);

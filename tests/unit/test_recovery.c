@@ -64,11 +64,11 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-
 static void write_file(const char *path, const void *data, size_t len)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) fail_msg("create %s: %s", path, strerror(errno));
+    if (fd < 0)
+        fail_msg("create %s: %s", path, strerror(errno));
     assert_int_equal(write(fd, data, len), (ssize_t)len);
     close(fd);
 }
@@ -76,14 +76,16 @@ static void write_file(const char *path, const void *data, size_t len)
 static void append_file(const char *path, const void *data, size_t len)
 {
     int fd = open(path, O_WRONLY | O_APPEND);
-    if (fd < 0) fail_msg("open %s: %s", path, strerror(errno));
+    if (fd < 0)
+        fail_msg("open %s: %s", path, strerror(errno));
     assert_int_equal(write(fd, data, len), (ssize_t)len);
     close(fd);
 }
 
 static void truncate_file(const char *path, int64_t size)
 {
-    if (truncate(path, (off_t)size) != 0) fail_msg("truncate %s: %s", path, strerror(errno));
+    if (truncate(path, (off_t)size) != 0)
+        fail_msg("truncate %s: %s", path, strerror(errno));
 }
 
 static void flip_bit(const char *path, uint64_t pos, int bit)
@@ -104,7 +106,8 @@ static void copy_dir(const char *src, const char *dst)
     assert_non_null(d);
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' && strcmp(e->d_name, ".clean") != 0) continue;
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".clean") != 0)
+            continue;
         char from[PATH_MAX_LEN], to[PATH_MAX_LEN];
         snprintf(from, sizeof from, "%s/%s", src, e->d_name);
         snprintf(to, sizeof to, "%s/%s", dst, e->d_name);
@@ -121,7 +124,8 @@ static int64_t *list_bases(const char *dir, size_t *n)
 {
     int64_t *bases = NULL;
     sl_error err = {0};
-    if (sl__log_list_bases(dir, &bases, n, &err)) fail_msg("list %s: %s", dir, err.msg);
+    if (sl__log_list_bases(dir, &bases, n, &err))
+        fail_msg("list %s: %s", dir, err.msg);
     return bases;
 }
 
@@ -160,8 +164,6 @@ static batch_loc *scan_batches(const char *path, size_t *n)
 
 /* ---- an independent look at the companions -------------------------------- */
 
-
-
 /* ---- log helpers --------------------------------------------------------- */
 
 /* The damage being tested, named in failure messages. */
@@ -182,13 +184,15 @@ static void on_notify(void *ctx, const char *msg)
 
 static sl_log *open_log(const char *dir, const sl_log_config *cfg, bool full, notes *nt)
 {
-    if (nt) memset(nt, 0, sizeof *nt);
+    if (nt)
+        memset(nt, 0, sizeof *nt);
     sl_log_open_options o = {
         .create = true, .full_recovery = full, .notify = nt ? on_notify : NULL, .notify_ctx = nt};
     sl_log *log = NULL;
     sl_error err = {0};
     int rc = sl_log_open(dir, cfg, &o, &log, &err);
-    if (rc) fail_msg("open %s: %s (%s)", dir, err.msg, sl_strerror(rc));
+    if (rc)
+        fail_msg("open %s: %s (%s)", dir, err.msg, sl_strerror(rc));
     return log;
 }
 
@@ -198,7 +202,8 @@ static sl_log_verify_report verify_dir(const char *dir)
     memset(&rep, 0, sizeof rep);
     sl_error err = {0};
     int rc = sl_log_verify(dir, &rep, &err);
-    if (rc) fail_msg("verify %s: %s (%s)", dir, err.msg, sl_strerror(rc));
+    if (rc)
+        fail_msg("verify %s: %s (%s)", dir, err.msg, sl_strerror(rc));
     return rep;
 }
 
@@ -206,7 +211,8 @@ static sl_log_verify_report verify_dir(const char *dir)
 static sl_log_verify_report verify_clean(const char *dir)
 {
     sl_log_verify_report rep = verify_dir(dir);
-    if (rep.damaged) fail_msg("%s: verify reports damage: %s", g_case, rep.where);
+    if (rep.damaged)
+        fail_msg("%s: verify reports damage: %s", g_case, rep.where);
     tu_check_companions(dir, g_case);
     return rep;
 }
@@ -225,7 +231,8 @@ static void expect_records(sl_log *log, int64_t offset, int64_t n)
     sl_log_reader *r;
     sl_error err = {0};
     int rc = sl_log_reader_open(log, offset, NULL, &r, &err);
-    if (rc) fail_msg("%s: reader_open(%" PRId64 "): %s", g_case, offset, err.msg);
+    if (rc)
+        fail_msg("%s: reader_open(%" PRId64 "): %s", g_case, offset, err.msg);
     char v[VSIZE + 64];
     for (int64_t i = 0; i < n; i++) {
         sl_record rec;
@@ -246,7 +253,8 @@ static void expect_time(sl_log *log, int64_t ts, int64_t want)
     int64_t got = -1;
     sl_error err = {0};
     int rc = sl_log_offset_for_time(log, ts, &got, &err);
-    if (rc) fail_msg("%s: offset_for_time(%" PRId64 "): %s", g_case, ts, err.msg);
+    if (rc)
+        fail_msg("%s: offset_for_time(%" PRId64 "): %s", g_case, ts, err.msg);
     if (got != want)
         fail_msg("%s: offset_for_time(%" PRId64 ") = %" PRId64 ", expected %" PRId64, g_case, ts,
                  got, want);
@@ -291,7 +299,8 @@ static void torn_tail(sl_codec codec, uint32_t index_interval)
         seg_file(log_path, sizeof log_path, work, 0, ".log");
         truncate_file(log_path, (int64_t)k);
         bool crash = (k - last->pos) % 2 == 1;
-        if (crash) remove_clean(work);
+        if (crash)
+            remove_clean(work);
         snprintf(g_case, sizeof g_case, "%s log, index interval %u, cut at byte %" PRIu64 " (%s)",
                  sl_codec_name(codec), index_interval, k, crash ? "crash" : "clean");
 
@@ -324,7 +333,8 @@ static void torn_tail(sl_codec codec, uint32_t index_interval)
         sl_log_close(log);
 
         sl_log_verify_report rep = verify_dir(work);
-        if (rep.damaged) fail_msg("%s: verify after recovery: %s", g_case, rep.where);
+        if (rep.damaged)
+            fail_msg("%s: verify after recovery: %s", g_case, rep.where);
         tu_check_companions(work, g_case);
         assert_int_equal(rep.next_offset, TORN_LAST_BASE + 7);
         assert_int_equal(rep.records, TORN_LAST_BASE + 7);
@@ -427,7 +437,8 @@ static void test_garbage_after_last_batch(void **state)
             snprintf(g_case, sizeof g_case, "%s after the last batch (%s)", garbage_names[kind],
                      crash ? "crash" : "clean");
             assert_true(tu_file_size(log_path) > good_size);
-            if (crash) remove_clean(work);
+            if (crash)
+                remove_clean(work);
             sl_log_verify_report rep = verify_dir(work);
             if (!rep.damaged)
                 fail_msg("%s: verify did not notice the garbage", garbage_names[kind]);
@@ -525,7 +536,8 @@ static void flip_in_last_segment(sl_codec codec)
     }
     assert_int_equal(rc, SL_ECORRUPT);
     assert_int_equal(n, victim.base);
-    if (!strstr(err.msg, want)) fail_msg("reader error \"%s\" does not name \"%s\"", err.msg, want);
+    if (!strstr(err.msg, want))
+        fail_msg("reader error \"%s\" does not name \"%s\"", err.msg, want);
     /* Asking again does not skip the damage. */
     assert_int_equal(sl_log_reader_next(r, &rec, &err), SL_ECORRUPT);
     sl_log_reader_close(r);
@@ -539,7 +551,8 @@ static void flip_in_last_segment(sl_codec codec)
     /* Full recovery cuts at the damaged batch. */
     log = open_log(dir, &cfg, true, &nt);
     assert_true(nt.n > 0);
-    if (!strstr(nt.all, want)) fail_msg("notifications do not name \"%s\": %s", want, nt.all);
+    if (!strstr(nt.all, want))
+        fail_msg("notifications do not name \"%s\": %s", want, nt.all);
     assert_int_equal(sl_log_end_offset(log), victim.base);
     assert_int_equal(tu_file_size(log_path), (int64_t)victim.pos);
     assert_int_equal(tu_read_all(log, 0, NULL, VSIZE), victim.base);
@@ -707,7 +720,8 @@ static void test_deleted_companions_rebuilt(void **state)
     for (int crash = 0; crash < 2; crash++) {
         char *dir = tu_tmpdir();
         copy_dir(pristine, dir);
-        if (crash) remove_clean(dir);
+        if (crash)
+            remove_clean(dir);
         snprintf(g_case, sizeof g_case, "companions deleted (%s)", crash ? "crash" : "clean");
         saved_file *saved = calloc(nseg * 3, sizeof *saved);
         assert_non_null(saved);
@@ -725,7 +739,8 @@ static void test_deleted_companions_rebuilt(void **state)
         for (size_t i = 0; i < nseg; i++) {
             for (int e = 0; e < 3; e++) {
                 seg_file(p, sizeof p, dir, bases[i], companions[e]);
-                if (!file_exists(p)) fail_msg("%s was not rebuilt", p);
+                if (!file_exists(p))
+                    fail_msg("%s was not rebuilt", p);
             }
         }
         assert_true(strstr(nt.all, "rebuilt") != NULL);
@@ -795,7 +810,8 @@ static void damaged_companion(const char *ext)
         for (int crash = 0; crash < 2; crash++) {
             char *dir = tu_tmpdir();
             copy_dir(pristine, dir);
-            if (crash) remove_clean(dir);
+            if (crash)
+                remove_clean(dir);
             char p[PATH_MAX_LEN];
             for (size_t i = 0; i < nseg; i++) {
                 seg_file(p, sizeof p, dir, bases[i], ext);
@@ -808,7 +824,8 @@ static void damaged_companion(const char *ext)
             check_lookups(log, end, &lc, 3);
             sl_log_close(log);
             sl_log_verify_report rep = verify_dir(dir);
-            if (rep.damaged) fail_msg("%s: verify after reopen: %s", g_case, rep.where);
+            if (rep.damaged)
+                fail_msg("%s: verify after reopen: %s", g_case, rep.where);
             tu_check_companions(dir, g_case);
             assert_int_equal(rep.next_offset, end);
 
@@ -884,7 +901,8 @@ static void test_snapshots_of_live_log(void **state)
             sl_error err = {0};
             assert_int_equal(sl_log_roll(log, &err), 0); /* an empty active segment */
         }
-        if (i % 2 == 0 && i % 7 != 6) continue;
+        if (i % 2 == 0 && i % 7 != 6)
+            continue;
         for (int lost = 0; lost < 2; lost++) {
             char *snap = tu_tmpdir();
             copy_dir(dir, snap);
@@ -954,7 +972,8 @@ static void test_empty_active_segment(void **state)
         char p[PATH_MAX_LEN];
         seg_file(p, sizeof p, dir, 50, ".log");
         assert_int_equal(tu_file_size(p), 0);
-        if (crash) remove_clean(dir);
+        if (crash)
+            remove_clean(dir);
         snprintf(g_case, sizeof g_case, "empty active segment (%s)", crash ? "crash" : "clean");
 
         log = open_log(dir, &cfg, false, NULL);
@@ -990,7 +1009,8 @@ static void test_active_log_emptied(void **state)
         char p[PATH_MAX_LEN];
         seg_file(p, sizeof p, dir, 0, ".log");
         truncate_file(p, 0);
-        if (crash) remove_clean(dir);
+        if (crash)
+            remove_clean(dir);
         snprintf(g_case, sizeof g_case, "active .log emptied (%s)", crash ? "crash" : "clean");
 
         log = open_log(dir, &cfg, false, NULL);
@@ -1008,7 +1028,8 @@ static void test_active_log_emptied(void **state)
         expect_time(log, TS0 + 5003, 3);
         sl_log_close(log);
         sl_log_verify_report rep = verify_dir(dir);
-        if (rep.damaged) fail_msg("%s: verify: %s", g_case, rep.where);
+        if (rep.damaged)
+            fail_msg("%s: verify: %s", g_case, rep.where);
         tu_check_companions(dir, g_case);
         tu_rmdir(dir);
     }
@@ -1032,7 +1053,8 @@ static void test_stray_segment_after_last(void **state)
         char p[PATH_MAX_LEN];
         seg_file(p, sizeof p, dir, stray, ".log");
         write_file(p, "", 0);
-        if (crash) remove_clean(dir);
+        if (crash)
+            remove_clean(dir);
         snprintf(g_case, sizeof g_case, "stray segment at %" PRId64 " (%s)", stray,
                  crash ? "crash" : "clean");
 
@@ -1106,7 +1128,8 @@ static void test_dir_with_only_lock(void **state)
         sl_log *log = NULL;
         sl_error err = {0};
         int rc = sl_log_open(dir, &cfg, NULL, &log, &err);
-        if (rc) fail_msg("open: %s", err.msg);
+        if (rc)
+            fail_msg("open: %s", err.msg);
         assert_int_equal(sl_log_start_offset(log), 0);
         assert_int_equal(sl_log_end_offset(log), 0);
         assert_int_equal(sl_log_segment_count(log), 1);

@@ -104,11 +104,10 @@ static int64_t now_ms(void)
 /* Compares every field of two configurations, naming the first difference. */
 static void assert_config_equal(const sl_set_config *a, const sl_set_config *b)
 {
-#define SAME(f)                                                                   \
-    do {                                                                          \
-        if ((int64_t)a->f != (int64_t)b->f)                                       \
-            fail_msg("config field %s: %lld != %lld", #f, (long long)a->f,        \
-                     (long long)b->f);                                            \
+#define SAME(f)                                                                                    \
+    do {                                                                                           \
+        if ((int64_t)a->f != (int64_t)b->f)                                                        \
+            fail_msg("config field %s: %lld != %lld", #f, (long long)a->f, (long long)b->f);       \
     } while (0)
     SAME(partitions);
     SAME(ack);
@@ -163,8 +162,8 @@ static void test_name_valid(void **state)
     max[SL_SET_NAME_MAX + 1] = '\0';
     assert_int_equal(sl_set_name_valid(max), 0); /* 129 characters */
 
-    static const char *const bad[] = {"", ".", "..", "a/b", "../x", "a b", "\xc3\xa9", "a\tb",
-                                      "a:b", "a\\b", "/", "a\nb"};
+    static const char *const bad[] = {"",         ".",    "..",  "a/b",  "../x", "a b",
+                                      "\xc3\xa9", "a\tb", "a:b", "a\\b", "/",    "a\nb"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         if (sl_set_name_valid(bad[i]))
             fail_msg("\"%s\" accepted as a set name", bad[i]);
@@ -176,9 +175,10 @@ static void test_parse_duration(void **state)
     static const struct {
         const char *s;
         int64_t ms;
-    } ok[] = {{"7d", 7 * 86400000ll}, {"12h", 12 * 3600000ll}, {"30m", 30 * 60000ll},
-              {"10s", 10000},         {"250ms", 250},          {"1.5s", 1500},
-              {"100", 100},           {"0", 0},                {"2w", 14 * 86400000ll}};
+    } ok[] = {
+        {"7d", 7 * 86400000ll}, {"12h", 12 * 3600000ll}, {"30m", 30 * 60000ll}, {"10s", 10000},
+        {"250ms", 250},         {"1.5s", 1500},          {"100", 100},          {"0", 0},
+        {"2w", 14 * 86400000ll}};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         int64_t ms = -42;
         if (sl_parse_duration_ms(ok[i].s, &ms) != 0)
@@ -187,8 +187,8 @@ static void test_parse_duration(void **state)
             fail_msg("\"%s\" parsed as %lld, want %lld", ok[i].s, (long long)ms,
                      (long long)ok[i].ms);
     }
-    static const char *const bad[] = {"", "x", "-1s", "5y", "10 s", "s", "1e400", "10sec",
-                                      "inf", "5ms5"};
+    static const char *const bad[] = {"",  "x",     "-1s",   "5y",  "10 s",
+                                      "s", "1e400", "10sec", "inf", "5ms5"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int64_t ms = -42;
         if (sl_parse_duration_ms(bad[i], &ms) != SL_EINVAL)
@@ -214,8 +214,8 @@ static void test_parse_bytes(void **state)
             fail_msg("\"%s\" parsed as %llu, want %llu", ok[i].s, (unsigned long long)b,
                      (unsigned long long)ok[i].b);
     }
-    static const char *const bad[] = {"", "x", "-1", "-1KiB", "10XB", "MiB", "10 MiB",
-                                      "1kib", "100000PB", "inf"};
+    static const char *const bad[] = {"",    "x",      "-1",   "-1KiB",    "10XB",
+                                      "MiB", "10 MiB", "1kib", "100000PB", "inf"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         uint64_t b = 42;
         if (sl_parse_bytes(bad[i], &b) != SL_EINVAL)
@@ -477,8 +477,7 @@ static void test_reopen_keeps_config_and_data(void **state)
 
 /* Defines set name with a set.json holding text, then checks that opening
  * the registry fails with a message naming the file (and key, if given). */
-static void expect_open_fails(const char *dir, const char *name, const char *text,
-                              const char *key)
+static void expect_open_fails(const char *dir, const char *name, const char *text, const char *key)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/sets/%s", dir, name);
@@ -544,8 +543,12 @@ static void test_set_json_wrong_types_refused(void **state)
 {
     const char *dir = *state;
     static const char *const texts[] = {
-        "{\"linger_ms\":\"x\"}",   "{\"linger_ms\":true}",      "{\"linger_ms\":1.5}",
-        "{\"ack\":\"bufer\"}",     "[1, 2]",                    "{\"segment_ms\":\"x\"}",
+        "{\"linger_ms\":\"x\"}",
+        "{\"linger_ms\":true}",
+        "{\"linger_ms\":1.5}",
+        "{\"ack\":\"bufer\"}",
+        "[1, 2]",
+        "{\"segment_ms\":\"x\"}",
     };
     char accepted[2048] = "";
     sl_sets_options o = opts_for(dir);
@@ -762,8 +765,8 @@ static void test_define_existing_updates_config(void **state)
         reopened.linger_ms != want.linger_ms || reopened.ack != want.ack)
         fail_msg("sl_sets_define on an existing set did not apply the new settings: "
                  "linger_ms %u (after reopen %u), want %u; ack %d (after reopen %d), want %d",
-                 now.linger_ms, reopened.linger_ms, want.linger_ms, (int)now.ack,
-                 (int)reopened.ack, (int)want.ack);
+                 now.linger_ms, reopened.linger_ms, want.linger_ms, (int)now.ack, (int)reopened.ack,
+                 (int)want.ack);
     assert_config_equal(&now, &want);
     assert_config_equal(&reopened, &want);
     assert_int_equal(nparts, 4);

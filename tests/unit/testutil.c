@@ -139,7 +139,8 @@ typedef struct batch_meta {
 uint8_t *tu_read_file(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY);
-    if (fd < 0) fail_msg("open %s: %s", path, strerror(errno));
+    if (fd < 0)
+        fail_msg("open %s: %s", path, strerror(errno));
     struct stat st;
     assert_int_equal(fstat(fd, &st), 0);
     uint8_t *buf = malloc((size_t)st.st_size + 1);
@@ -200,7 +201,8 @@ void tu_check_companions(const char *dir, const char *when)
                 assert_non_null(bm);
             }
             batch_meta *m = &bm[nb++];
-            if (in.max_ts > run_max) run_max = in.max_ts;
+            if (in.max_ts > run_max)
+                run_max = in.max_ts;
             m->pos = pos;
             m->base = in.base_offset;
             m->last = in.base_offset + in.last_offset_delta;
@@ -246,7 +248,8 @@ void tu_check_companions(const char *dir, const char *when)
         /* Lane sidecar: exactly one entry per run of batches with one lane. */
         size_t r = 0;
         for (size_t k = 0; k < nb; k++) {
-            if (k && strcmp(bm[k].lane, bm[k - 1].lane) == 0) continue;
+            if (k && strcmp(bm[k].lane, bm[k - 1].lane) == 0)
+                continue;
             uint8_t want[SL_LANES_ENTRY] = {0};
             size_t ll = strlen(bm[k].lane);
             sl_be32_put(want, (uint32_t)(bm[k].base - bases[s]));
@@ -311,7 +314,8 @@ sl_log *tu_open_log(const char *dir, const sl_log_config *cfg)
     sl_log *log = NULL;
     sl_error err = {0};
     int rc = sl_log_open(dir, cfg, &o, &log, &err);
-    if (rc) fail_msg("open %s: %s", dir, err.msg);
+    if (rc)
+        fail_msg("open %s: %s", dir, err.msg);
     return log;
 }
 
@@ -331,7 +335,8 @@ int tu_seg_exists(const char *dir, int64_t base, const char *ext)
 uint8_t *tu_slurp(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return NULL;
+    if (fd < 0)
+        return NULL;
     struct stat st;
     assert_int_equal(fstat(fd, &st), 0);
     uint8_t *buf = malloc((size_t)st.st_size + 1);
@@ -365,7 +370,8 @@ void tu_disk_scan(const char *dir, tu_disk *d)
     size_t cap = 0;
     while ((e = readdir(dh))) {
         size_t n = strlen(e->d_name);
-        if (n < 4 || strcmp(e->d_name + n - 4, ".log") != 0) continue;
+        if (n < 4 || strcmp(e->d_name + n - 4, ".log") != 0)
+            continue;
         assert_int_equal(n, 24);
         int64_t base = 0;
         for (int i = 0; i < 20; i++) {
@@ -394,15 +400,19 @@ void tu_disk_scan(const char *dir, tu_disk *d)
         uint8_t *buf = tu_slurp(p, &len);
         assert_non_null(buf);
         d->segs[s].size = len;
-        if (next >= 0 && len) assert_int_equal(d->segs[s].base, next);
+        if (next >= 0 && len)
+            assert_int_equal(d->segs[s].base, next);
         size_t pos = 0;
         while (pos < len) {
             sl_batch_info in;
             sl_error err = {0};
             int rc = sl_batch_check(buf + pos, len - pos, &in, &err);
-            if (rc) fail_msg("%s: byte %zu: %d %s", p, pos, rc, err.msg);
-            if (pos == 0) assert_int_equal(in.base_offset, d->segs[s].base);
-            if (next >= 0) assert_int_equal(in.base_offset, next);
+            if (rc)
+                fail_msg("%s: byte %zu: %d %s", p, pos, rc, err.msg);
+            if (pos == 0)
+                assert_int_equal(in.base_offset, d->segs[s].base);
+            if (next >= 0)
+                assert_int_equal(in.base_offset, next);
             next = in.base_offset + in.last_offset_delta + 1;
             if (d->nb == bcap) {
                 bcap = bcap ? bcap * 2 : 256;
@@ -496,7 +506,8 @@ void tu_check_sidecars(const char *dir, const tu_disk *d)
         for (size_t i = 0; i < d->nb; i++) {
             const tu_dbatch *b = &d->b[i];
             if (b->seg != s || (prev && strcmp(prev, b->lane) == 0)) {
-                if (b->seg == s) prev = b->lane;
+                if (b->seg == s)
+                    prev = b->lane;
                 continue;
             }
             prev = b->lane;

@@ -218,6 +218,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->h = h;
         r->conn = conn;
         r->post = strcmp(method, "POST") == 0;
+        r->start_ns = sl_clock_mono_ns();
         atomic_init(&r->refs, 1);
         pthread_mutex_init(&r->lock, NULL);
         *con_cls = r;
@@ -231,6 +232,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_size) { /* more body */
+        /* The idle timeout cannot catch a client that trickles a byte now
+         * and then: the whole body has a deadline too. */
+        if (sl_clock_mono_ns() - r->start_ns > (int64_t)h->opts.request_timeout_s * 1000000000)
+            return MHD_NO; /* closes the connection; nothing was stored */
         if (!r->too_big && r->body.len + *upload_size > h->opts.max_request_bytes)
             r->too_big = true;
         /* Bodies are bounded server-wide too: many large uploads at once get
@@ -375,6 +380,8 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         h->opts.max_connections = 4096;
     if (!h->opts.idle_timeout_s)
         h->opts.idle_timeout_s = 30;
+    if (!h->opts.request_timeout_s)
+        h->opts.request_timeout_s = 60;
     if (!h->opts.max_body_memory)
         h->opts.max_body_memory = 256u << 20;
     h->sets = sets;

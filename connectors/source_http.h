@@ -25,6 +25,7 @@ typedef struct sl_http_options {
     unsigned threads;           /* handler threads; default: number of CPUs */
     unsigned max_connections;   /* default 4096 */
     unsigned idle_timeout_s;    /* idle or slow connections are closed; default 30 */
+    unsigned request_timeout_s; /* a body must arrive within this; default 60 */
     uint64_t max_body_memory;   /* all request bodies in memory at once; default 256 MiB */
 } sl_http_options;
 

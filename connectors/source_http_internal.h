@@ -46,6 +46,7 @@ struct sl_http_req {
     bool too_big;
     bool overloaded;      /* the server-wide body memory cap was reached */
     bool close;           /* close the connection after the answer */
+    int64_t start_ns;     /* when the headers were complete */
     _Atomic int refs;     /* MHD's, plus one while the Databus holds it */
     pthread_mutex_t lock; /* orders suspend before resume */
     bool suspended;

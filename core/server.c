@@ -21,7 +21,8 @@ static const char serve_usage[] =
     "usage: sluice serve [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
     "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
     "                    [--buffer-bytes SIZE] [--linger-ms N] [--max-request SIZE]\n"
-    "                    [--idle-timeout S] [--max-event SIZE] [--generate-ids]\n"
+    "                    [--idle-timeout S] [--request-timeout S] [--max-event SIZE]\n"
+    "                    [--generate-ids]\n"
     "  --data DIR          where event sets live (default ./sluice-data)\n"
     "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
     "  --partitions N      partitions of sets created on first publish (default 4)\n"
@@ -32,6 +33,7 @@ static const char serve_usage[] =
     "  --linger-ms N       how long the Databus waits to fill a batch (default 2)\n"
     "  --max-request SIZE  largest request body (default 10MiB; larger gets 413)\n"
     "  --idle-timeout S    close idle or stalled connections after S seconds (default 30)\n"
+    "  --request-timeout S a request body must arrive within S seconds (default 60)\n"
     "  --max-event SIZE    largest stored event of new sets (default 1MiB)\n"
     "  --generate-ids      new sets give events without an id a UUIDv7 instead of refusing\n"
     "Set options apply to sets created from now on; existing sets keep their set.json.\n";
@@ -133,6 +135,12 @@ int sl_cli_serve_main(int argc, char **argv)
             if (s < 1 || s > 3600)
                 return usage("--idle-timeout %s: want 1..3600 seconds", v);
             ho.idle_timeout_s = (unsigned)s;
+            i++;
+        } else if (strcmp(a, "--request-timeout") == 0) {
+            int s = atoi(v);
+            if (s < 1 || s > 3600)
+                return usage("--request-timeout %s: want 1..3600 seconds", v);
+            ho.request_timeout_s = (unsigned)s;
             i++;
         } else if (strcmp(a, "--compression") == 0) {
             if (sl_codec_parse(v, &so.defaults.compression))

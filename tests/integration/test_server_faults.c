@@ -772,6 +772,42 @@ static int raw_connect(int port, const char *send_first)
     return fd;
 }
 
+/* A client that trickles its body a byte every half second is never idle
+ * long enough for the idle timeout; the request deadline cuts it. */
+static void test_trickling_client_cut(void **state)
+{
+    it_server *s = *state;
+    it_srv_start(s, "--idle-timeout", "2", "--request-timeout", "3", NULL);
+    int fd = raw_connect(s->port, "POST /v1/sets/trickle/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                  "Content-Type: application/x-ndjson\r\nContent-Length: 1000\r\n"
+                                  "\r\n{");
+    if (fd < 0)
+        fail_msg("connect: %s", strerror(errno));
+    double t0 = it_mono(), closed = -1;
+    while (closed < 0 && it_mono() - t0 < 15) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, 500) > 0) {
+            char buf[512];
+            ssize_t got = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                closed = it_mono() - t0;
+                break;
+            }
+        }
+        if (send(fd, " ", 1, MSG_NOSIGNAL) < 0) /* a byte of whitespace, every 0.5 s */
+            closed = it_mono() - t0;
+    }
+    close(fd);
+    printf("trickling client cut after %.2f s (request timeout 3 s)\n", closed);
+    if (closed < 2.5 || closed > 8)
+        fail_msg("trickling client cut after %.2f s, want around 3 s", closed);
+    it_resp r = it_get(s, "/v1/sets/trickle");
+    it_expect_error(&r, 404, "NoSuchSet");
+    it_resp_free(&r);
+    assert_int_equal(it_status_of(s->port, "/healthz"), 200);
+    s->passed = true;
+}
+
 /* Half-sent requests and idle connections are closed after --idle-timeout;
  * meanwhile, and with 200 idle connections open, others are served at once. */
 static void test_slow_and_idle_clients(void **state)
@@ -875,6 +911,7 @@ int main(void)
         T(test_sigkill_durable_loop),
         T(test_backpressure),
         T(test_slow_and_idle_clients),
+        T(test_trickling_client_cut),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -253,6 +253,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    if (r->ready && r->post) { /* resumed after a durable wait: answer it before any
+                                * admission check, its events are stored */
+        if (r->wait_status)    /* not 503: that would promise nothing was stored */
+            return sl__http_error(r, 500, "NotConfirmed",
+                                  "the events were queued but not "
+                                  "confirmed on disk (%s); they may or may not be stored",
+                                  sl_strerror(r->wait_status));
+        return sl__http_reply(r, (unsigned)r->resp_status, &r->resp, "application/json", 0);
+    }
     if (atomic_load(&h->conns) > (int)h->opts.max_connections) {
         r->close = true; /* answer, then free the connection slot */
         return sl__http_error(r, 503, "TooManyConnections",
@@ -269,14 +278,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return sl__http_error(r, 503, "Backpressure",
                               "the server holds too many request "
                               "bodies right now; nothing was stored, retry after a second");
-    if (r->ready && r->post) { /* resumed after a durable wait */
-        if (r->wait_status)    /* not 503: that would promise nothing was stored */
-            return sl__http_error(r, 500, "NotConfirmed",
-                                  "the events were queued but not "
-                                  "confirmed on disk (%s); they may or may not be stored",
-                                  sl_strerror(r->wait_status));
-        return sl__http_reply(r, (unsigned)r->resp_status, &r->resp, "application/json", 0);
-    }
     return route(r, method, url);
 }
 
@@ -416,8 +417,12 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : opts->port;
-    if (pthread_create(&h->timer, NULL, timer_main, h) == 0)
-        h->timer_started = true;
+    int e = pthread_create(&h->timer, NULL, timer_main, h);
+    if (e) { /* without it, long-polls would never time out or be resumed */
+        sl_http_stop(h);
+        return sl_error_errno(err, e, "start the HTTP poll timer");
+    }
+    h->timer_started = true;
     *out = h;
     return 0;
 }
@@ -429,7 +434,14 @@ uint16_t sl_http_port(const sl_http *h)
 
 void sl_http_quiesce(sl_http *h)
 {
-    if (h && h->d) {
+    if (!h)
+        return;
+    /* From now on /healthz says "stopping" and long-polls are answered. */
+    pthread_mutex_lock(&h->poll_lock);
+    h->stopping = true;
+    pthread_cond_signal(&h->poll_cond);
+    pthread_mutex_unlock(&h->poll_lock);
+    if (h->d) {
         MHD_socket s = MHD_quiesce_daemon(h->d);
         if (s != MHD_INVALID_SOCKET)
             close(s);

@@ -90,7 +90,10 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         return sl__http_error(r, rc == SL_EINVAL ? 400 : 404,
                               rc == SL_EINVAL ? "InvalidSetName" : "NoSuchSet", "%s", err.msg);
     int64_t part, max, wait_ms;
-    if (int_arg(r, "partition", 0, INT32_MAX, &part) || part >= set->nparts)
+    if (int_arg(r, "partition", 0, INT32_MAX, &part))
+        return sl__http_error(r, 400, "InvalidParameter", "partition must be a number 0..%d",
+                              set->nparts - 1);
+    if (part >= set->nparts)
         return sl__http_error(r, 404, "NoSuchPartition", "set %s has partitions 0..%d", set->name,
                               set->nparts - 1);
     if (int_arg(r, "max", READ_DEFAULT_MAX, READ_LIMIT_MAX, &max) || max == 0)
@@ -126,7 +129,10 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         void *rd;
         if ((rc = sl_store_reader_open(log, offset, lane, &rd, &err))) {
             sl_buf_free(&b);
-            return sl__http_error(r, 416, "OffsetOutOfRange", "%s", err.msg);
+            if (rc == SL_ERANGE) /* retention moved the start meanwhile */
+                return sl__http_error(r, 416, "OffsetOutOfRange", "%s", err.msg);
+            return sl__http_error(r, 500, "ReadFailed", "%s",
+                                  err.msg[0] ? err.msg : sl_strerror(rc));
         }
         sl_record rec;
         while (n < max && b.len < READ_MAX_BYTES &&

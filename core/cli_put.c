@@ -252,9 +252,9 @@ static bool read_results(put_ctx *c, size_t a, size_t b)
     return true;
 }
 
-/* True for a 503 that does not promise "nothing was stored": the server's
- * NotDurable means the events were queued but their fsync failed, so
- * sending them again could store them twice. */
+/* True for an answer that does not promise "nothing was stored": the
+ * server's 500 NotConfirmed means the events were queued but their fsync
+ * failed, so sending them again could store them twice. */
 static bool stored_maybe(const sl_cli_http *h)
 {
     sl_json_tok doc, code;
@@ -264,7 +264,7 @@ static bool stored_maybe(const sl_cli_http *h)
         !sl_cli_http_json_get(&doc, "error", &code))
         return false;
     sl_cli_http_json_str(&code, text, sizeof text);
-    return strcmp(text, "NotDurable") == 0;
+    return strcmp(text, "NotConfirmed") == 0;
 }
 
 /* POSTs entries [a, b) of the batch: retries 503, halves the range on 413.
@@ -291,7 +291,7 @@ static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
                 c->maybe_stored = true;
             }
             return;
-        } else if (f == SL_CLI_HTTP_OK && c->http.status == 503 && stored_maybe(&c->http)) {
+        } else if (f == SL_CLI_HTTP_OK && c->http.status == 500 && stored_maybe(&c->http)) {
             char d[400];
             sl_cli_http_describe(c->http.status, &c->http.body, d, sizeof d);
             set_fatal(c, why, cap,

@@ -692,7 +692,7 @@ int sl_event_decorate(const char *stored, size_t len, const char *set, int32_t p
     if (len < 2 || stored[0] != '{' || stored[len - 1] != '}')
         return SL_EINVAL;
     size_t mark = out->len;
-    char tail[64];
+    char tail[96]; /* 36 bytes of text + an int32 + an int64 always fit */
     int rc = sl_buf_append(out, stored, len - 1);
     if (!rc)
         rc = sl_buf_append(out, len > 2 ? ",\"sluiceset\":" : "\"sluiceset\":", len > 2 ? 13 : 12);

@@ -288,8 +288,8 @@ static void test_request_errors(void **state)
     r = it_get(s, "/v1/sets/errs/events?partition=4");
     it_expect_error(&r, 404, "NoSuchPartition");
     it_resp_free(&r);
-    r = it_get(s, "/v1/sets/errs/events?partition=-1");
-    it_expect_error(&r, 404, "NoSuchPartition");
+    r = it_get(s, "/v1/sets/errs/events?partition=-1"); /* not a partition number */
+    it_expect_error(&r, 400, "InvalidParameter");
     it_resp_free(&r);
     r = it_get(s, "/v1/sets/errs/events?partition=%d&offset=%lld", p, (long long)o + 2);
     it_expect_error(&r, 416, "OffsetOutOfRange");

@@ -446,6 +446,13 @@ static void test_decorate(void **state)
                     "9007199254740993}";
     assert_int_equal(out.len, strlen(w));
     assert_memory_equal(out.data, w, out.len);
+    /* The widest numbers fit whole (this once over-read a 64-byte buffer). */
+    out.len = 0;
+    assert_int_equal(sl_event_decorate("{}", 2, "s", INT32_MIN, INT64_MIN, &out), 0);
+    const char *wide = "{\"sluiceset\":\"s\",\"sluicepartition\":-2147483648,"
+                       "\"sluiceoffset\":-9223372036854775808}";
+    assert_int_equal(out.len, strlen(wide));
+    assert_memory_equal(out.data, wide, out.len);
     size_t keep = out.len;
     assert_int_equal(sl_event_decorate("[1]", 3, "s", 0, 0, &out), SL_EINVAL);
     assert_int_equal(sl_event_decorate("{", 1, "s", 0, 0, &out), SL_EINVAL);

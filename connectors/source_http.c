@@ -432,15 +432,21 @@ uint16_t sl_http_port(const sl_http *h)
     return h->port;
 }
 
-void sl_http_quiesce(sl_http *h)
+/* From now on /healthz says "stopping", no request starts a long-poll, and
+ * the timer answers those waiting and exits. */
+static void begin_stopping(sl_http *h)
 {
-    if (!h)
-        return;
-    /* From now on /healthz says "stopping" and long-polls are answered. */
     pthread_mutex_lock(&h->poll_lock);
     h->stopping = true;
     pthread_cond_signal(&h->poll_cond);
     pthread_mutex_unlock(&h->poll_lock);
+}
+
+void sl_http_quiesce(sl_http *h)
+{
+    if (!h)
+        return;
+    begin_stopping(h);
     if (h->d) {
         MHD_socket s = MHD_quiesce_daemon(h->d);
         if (s != MHD_INVALID_SOCKET)
@@ -452,10 +458,7 @@ void sl_http_stop(sl_http *h)
 {
     if (!h)
         return;
-    pthread_mutex_lock(&h->poll_lock);
-    h->stopping = true;
-    pthread_cond_signal(&h->poll_cond);
-    pthread_mutex_unlock(&h->poll_lock);
+    begin_stopping(h);
     if (h->timer_started)
         pthread_join(h->timer, NULL);
     /* Give resumed requests a moment to be answered before closing. */

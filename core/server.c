@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +39,14 @@ static const char serve_usage[] =
     "  --generate-ids      new sets give events without an id a UUIDv7 instead of refusing\n"
     "Set options apply to sets created from now on; existing sets keep their set.json.\n";
 
-static int usage(const char *msg, const char *arg)
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "sluice serve: ");
-    fprintf(stderr, msg, arg);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
     fprintf(stderr, "\n%s", serve_usage);
     return 2;
 }
@@ -130,17 +135,11 @@ int sl_cli_serve_main(int argc, char **argv)
             if (sl_parse_bytes(v, &ho.max_request_bytes) || ho.max_request_bytes < 1024)
                 return usage("--max-request %s: want a size of at least 1KiB", v);
             i++;
-        } else if (strcmp(a, "--idle-timeout") == 0) {
+        } else if (strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--request-timeout") == 0) {
             int s = atoi(v);
             if (s < 1 || s > 3600)
-                return usage("--idle-timeout %s: want 1..3600 seconds", v);
-            ho.idle_timeout_s = (unsigned)s;
-            i++;
-        } else if (strcmp(a, "--request-timeout") == 0) {
-            int s = atoi(v);
-            if (s < 1 || s > 3600)
-                return usage("--request-timeout %s: want 1..3600 seconds", v);
-            ho.request_timeout_s = (unsigned)s;
+                return usage("%s %s: want 1..3600 seconds", a, v);
+            *(a[2] == 'i' ? &ho.idle_timeout_s : &ho.request_timeout_s) = (unsigned)s;
             i++;
         } else if (strcmp(a, "--compression") == 0) {
             if (sl_codec_parse(v, &so.defaults.compression))

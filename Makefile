@@ -29,7 +29,8 @@ endif
 
 # Everything in these folders is library code; main.c is the program.
 LIB_SRC  := $(filter-out core/main.c,$(wildcard core/*.c connectors/*.c rules/*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/lua_embed.o
+LUA_SRC  := $(wildcard lua/*.lua)
 TEST_SRC := $(wildcard tests/unit/test_*.c)  # testutil.c is linked into each
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
 BENCH_SRC := $(wildcard bench/*_bench.c)
@@ -49,6 +50,14 @@ bin/sluice: $(B)/core/main.o $(B)/libsluice.a
 $(B)/libsluice.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
+
+# lua/*.lua are compiled into the binary (rules/lua_embed.h declares them).
+$(B)/gen/lua_embed.c: $(LUA_SRC) scripts/embed-lua.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-lua.sh $@ $(LUA_SRC)
+
+$(B)/gen/lua_embed.o: $(B)/gen/lua_embed.c
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)

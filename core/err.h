@@ -29,7 +29,9 @@
     XX(ECLOSED, "handle is closed")                                                                \
     XX(EFULL, "buffer is full, retry later")                                                       \
     XX(ESHUTDOWN, "shutting down")                                                                 \
-    XX(ETIMEDOUT, "timed out")
+    XX(ETIMEDOUT, "timed out")                                                                     \
+    XX(ESCRIPT, "Lua error")                                                                       \
+    XX(EBUDGET, "Lua instruction budget exceeded")
 
 typedef enum sl_errno {
     SL_OK = 0,

@@ -1,0 +1,1 @@
+-- lua/prelude.lua — the config vocabulary (placeholder)

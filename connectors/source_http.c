@@ -183,6 +183,15 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
         known = true;
         if (get)
             return sl__http_metrics(r);
+    } else if (n == 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0) {
+        known = true;
+        if (get)
+            return sl__http_rules(r);
+    } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "patterns") == 0 &&
+               strcmp(seg[2], "test") == 0) {
+        known = true;
+        if (post)
+            return sl__http_pattern_test(r);
     } else if (n >= 2 && n <= 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sets") == 0) {
         if (n == 2) {
             known = true;
@@ -440,6 +449,11 @@ static void begin_stopping(sl_http *h)
     h->stopping = true;
     pthread_cond_signal(&h->poll_cond);
     pthread_mutex_unlock(&h->poll_lock);
+}
+
+void sl_http_set_hooks(sl_http *h, const sl_http_hooks *hooks)
+{
+    h->hooks = *hooks;
 }
 
 void sl_http_quiesce(sl_http *h)

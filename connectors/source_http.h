@@ -31,6 +31,25 @@ typedef struct sl_http_options {
 
 typedef struct sl_http sl_http;
 
+struct sl_event;
+
+/* What the server beyond the HTTP layer provides (the config and the rule
+ * runner, which can change on reload). Every hook may be NULL. */
+typedef struct sl_http_hooks {
+    void *ctx;
+    /* Checks an event bound for set against its type's schema: 0, or
+     * SL_EINVAL with err naming the JSON pointer and the reason. Called by
+     * ingest threads for every event. */
+    int (*validate)(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
+    /* The body of GET /v1/rules. */
+    int (*rules_json)(void *ctx, sl_buf *out);
+    /* Extra /metrics lines. */
+    int (*metrics)(void *ctx, sl_buf *out);
+} sl_http_hooks;
+
+/* Installs hooks; call before traffic flows (they are read without a lock). */
+void sl_http_set_hooks(sl_http *h, const sl_http_hooks *hooks);
+
 /* Starts listening. Returns 0 or an SL_E… code with err (e.g. the port is
  * taken). sets and bus must outlive the server. */
 int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, sl_http **out,

@@ -71,6 +71,9 @@ static int add_event(ingest *in, const char *json, size_t len)
     sl_event_status st = sl_event_parse(json, len, &in->lim, &in->ev, &err);
     if (st == SL_EVENT_OK)
         st = sl_event_apply_lane(&in->ev, in->lane, &err);
+    const sl_http_hooks *hk = &in->r->h->hooks;
+    if (st == SL_EVENT_OK && hk->validate && hk->validate(hk->ctx, in->set, &in->ev, &err))
+        st = SL_EVENT_SCHEMA_VIOLATION;
     if (st != SL_EVENT_OK) {
         fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
         return 0;

@@ -30,6 +30,7 @@ struct sl_http {
     _Atomic uint64_t body_bytes; /* request bodies held in memory right now */
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
     _Atomic uint64_t rejected[16]; /* per sl_event_status (source_http_ingest.c) */
+    sl_http_hooks hooks;
     /* Suspended long-polls, woken by appends or their deadline. */
     pthread_mutex_t poll_lock;
     pthread_cond_t poll_cond;
@@ -80,6 +81,10 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name);
 enum MHD_Result sl__http_list_sets(sl_http_req *r);
 enum MHD_Result sl__http_show_set(sl_http_req *r, const char *set_name);
 enum MHD_Result sl__http_metrics(sl_http_req *r);
+
+/* GET /v1/rules and POST /v1/patterns/test (source_http_rules.c). */
+enum MHD_Result sl__http_rules(sl_http_req *r);
+enum MHD_Result sl__http_pattern_test(sl_http_req *r);
 
 /* Drops a request reference; frees it at zero. */
 void sl__http_req_release(sl_http_req *r);

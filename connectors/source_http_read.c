@@ -318,5 +318,7 @@ enum MHD_Result sl__http_metrics(sl_http_req *r)
         if (v)
             sl_buf_printf(&b, "sluice_http_requests_total{code=\"%d\"} %" PRIu64 "\n", code, v);
     }
+    if (h->hooks.metrics)
+        h->hooks.metrics(h->hooks.ctx, &b);
     return sl__http_reply(r, 200, &b, "text/plain; version=0.0.4", 0);
 }

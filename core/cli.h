@@ -20,4 +20,14 @@ int sl_cli_put_main(int argc, char **argv);
 /* sluice tail SET …: print events as NDJSON. */
 int sl_cli_tail_main(int argc, char **argv);
 
+/* sluice schema infer SET …: print the schemas of a set's event types. */
+int sl_cli_schema_main(int argc, char **argv);
+
+/* sluice check CONFIG.lua: check a config file without starting anything. */
+int sl_cli_check_main(int argc, char **argv);
+
+/* sluice test CONFIG.lua TESTS.lua: feed test events into rules and check what
+ * their targets would receive, without starting anything (docs/testing.md). */
+int sl_cli_test_main(int argc, char **argv);
+
 #endif

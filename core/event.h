@@ -61,7 +61,8 @@
     XX(TOO_LARGE, "TooLarge")                 /* over sl_event_limits.max_bytes */                 \
     XX(INVALID_LANE, "InvalidLane")           /* lane not "" or [a-z0-9-]{1,32} */                 \
     XX(LANE_CONFLICT, "LaneConflict")         /* event lane differs from the request's */          \
-    XX(NO_MEMORY, "NoMemory")                 /* allocation failed (binary mode only) */
+    XX(NO_MEMORY, "NoMemory")                 /* allocation failed (binary mode only) */       \
+    XX(SCHEMA_VIOLATION, "SchemaViolation")   /* data does not fit its type's schema */
 
 typedef enum sl_event_status {
 #define XX(code, _) SL_EVENT_##code,

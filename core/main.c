@@ -14,6 +14,8 @@ static void usage(FILE *f)
           "\n"
           "commands:\n"
           "  serve [--data DIR] [--listen HOST:PORT]  run the server (see serve --help)\n"
+          "  check CONFIG.lua           check a config file; FILE:LINE: message per mistake\n"
+          "  test CONFIG.lua TESTS.lua  run rule tests: feed events to rules, check the output\n"
           "  put SET [FILE]             publish NDJSON events over HTTP\n"
           "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
@@ -38,10 +40,16 @@ int main(int argc, char **argv)
         return sl_cli_log_main(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0)
         return sl_cli_serve_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0)
+        return sl_cli_check_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "test") == 0)
+        return sl_cli_test_main(argc - 1, argv + 1);
     if (strcmp(cmd, "put") == 0)
         return sl_cli_put_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tail") == 0)
         return sl_cli_tail_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "schema") == 0)
+        return sl_cli_schema_main(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return sl_cli_demo_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

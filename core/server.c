@@ -7,7 +7,9 @@
 #include "connectors/source_http.h"
 #include "core/cli.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/databus.h"
+#include "core/router.h"
 #include "core/set.h"
 
 #include <errno.h>
@@ -19,11 +21,12 @@
 #include <time.h>
 
 static const char serve_usage[] =
-    "usage: sluice serve [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
+    "usage: sluice serve [-c CONFIG.lua] [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
     "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
     "                    [--buffer-bytes SIZE] [--linger-ms N] [--max-request SIZE]\n"
     "                    [--idle-timeout S] [--request-timeout S] [--max-event SIZE]\n"
     "                    [--generate-ids]\n"
+    "  -c, --config FILE   the Lua config (docs/config.md); SIGHUP reloads it\n"
     "  --data DIR          where event sets live (default ./sluice-data)\n"
     "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
     "  --partitions N      partitions of sets created on first publish (default 4)\n"
@@ -37,7 +40,8 @@ static const char serve_usage[] =
     "  --request-timeout S a request body must arrive within S seconds (default 60)\n"
     "  --max-event SIZE    largest stored event of new sets (default 1MiB)\n"
     "  --generate-ids      new sets give events without an id a UUIDv7 instead of refusing\n"
-    "Set options apply to sets created from now on; existing sets keep their set.json.\n";
+    "Set options apply to sets created from now on; existing sets keep their set.json.\n"
+    "Flags win over the config file's server { … } block.\n";
 
 static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage(const char *fmt, ...)
@@ -78,6 +82,61 @@ static int parse_listen(const char *s, char *host, size_t hsize, uint16_t *port)
     return 0;
 }
 
+/* Wakes long-polls and rules after every append. */
+typedef struct appenders {
+    sl_http *http;
+    sl_router *router;
+} appenders;
+
+static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+{
+    appenders *a = ctx;
+    sl_http_on_append(a->http, set, partition, end);
+    if (a->router)
+        sl_router_on_append(a->router, set, partition, end);
+}
+
+/* Loads the config named by -c/--config, if any. Returns 0, 1 (with the
+ * mistakes printed) or 2 (usage). */
+static int load_config(int argc, char **argv, sl_config **cfg)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-c") && strcmp(argv[i], "--config"))
+            continue;
+        if (i + 1 >= argc)
+            return usage("%s needs a file", argv[i]);
+        sl_buf diag = SL_BUF_INIT;
+        int rc = sl_config_load(argv[i + 1], cfg, &diag);
+        if (rc)
+            fprintf(stderr, "sluice serve: %s refused:\n%.*s", argv[i + 1], (int)diag.len,
+                    diag.data ? (const char *)diag.data : "");
+        sl_buf_free(&diag);
+        return rc ? 1 : 0;
+    }
+    return 0;
+}
+
+static void reload(sl_router *router, const char *path)
+{
+    if (!router) {
+        fprintf(stderr, "sluice: SIGHUP: no config file to reload (the embedded default is "
+                        "running)\n");
+        return;
+    }
+    sl_config *cfg = NULL;
+    sl_buf diag = SL_BUF_INIT;
+    sl_error err = {0};
+    if (sl_config_load(path, &cfg, &diag))
+        fprintf(stderr, "sluice: reload of %s refused; the running config stays:\n%.*s", path,
+                (int)diag.len, diag.data ? (const char *)diag.data : "");
+    else if (sl_router_reload(router, cfg, &err))
+        fprintf(stderr, "sluice: reload of %s failed, the previous rules run again: %s\n", path,
+                err.msg);
+    else
+        fprintf(stderr, "sluice: reloaded %s\n", path);
+    sl_buf_free(&diag);
+}
+
 int sl_cli_serve_main(int argc, char **argv)
 {
     const char *data = "./sluice-data";
@@ -86,9 +145,30 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_sets_options so = {.auto_create = true, .notify = log_notice};
     sl_set_config_default(&so.defaults);
     sl_http_options ho = {.host = host, .port = port};
+    sl_config *cfg = NULL;
+    int lrc = load_config(argc, argv, &cfg);
+    if (lrc)
+        return lrc;
+    if (cfg) { /* the file first, then the flags over it */
+        if (cfg->data_dir)
+            data = cfg->data_dir;
+        if (cfg->listen && parse_listen(cfg->listen, host, sizeof host, &port)) {
+            fprintf(stderr, "sluice serve: %s: server.listen %s: want HOST:PORT\n", cfg->path,
+                    cfg->listen);
+            sl_config_free(cfg);
+            return 1;
+        }
+        if (cfg->auto_create >= 0)
+            so.auto_create = cfg->auto_create;
+        if (cfg->max_request_bytes)
+            ho.max_request_bytes = cfg->max_request_bytes;
+        so.defaults = cfg->set_defaults;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
+            i++;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(serve_usage, stdout);
             return 0;
         } else if (strcmp(a, "--no-auto-create") == 0) {
@@ -149,7 +229,12 @@ int sl_cli_serve_main(int argc, char **argv)
             return usage("unknown option %s", a);
         }
     }
-    so.data_dir = data;
+    char data_dir[4096]; /* the config (which may hold it) goes to the router */
+    snprintf(data_dir, sizeof data_dir, "%s", data);
+    data = so.data_dir = data_dir;
+    char cfg_path[4096] = "";
+    if (cfg)
+        snprintf(cfg_path, sizeof cfg_path, "%s", cfg->path);
 
     /* Signals are taken synchronously by this thread; every thread started
      * below inherits the mask. */
@@ -165,6 +250,7 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_databus *bus = NULL;
     sl_sets *sets = NULL;
     sl_http *http = NULL;
+    sl_router *router = NULL;
     sl_databus_options bo = {0};
     int rc = sl_databus_start(&bo, &bus, &err);
     if (!rc) {
@@ -173,6 +259,10 @@ int sl_cli_serve_main(int argc, char **argv)
         so.ctx = bus;
         rc = sl_sets_open(&so, &sets, &err);
     }
+    if (!rc && cfg) { /* sets are declared before any traffic */
+        rc = sl_router_start(cfg, sets, bus, data, &router, &err);
+        cfg = NULL;
+    }
     ho.host = host;
     ho.port = port;
     if (!rc)
@@ -180,12 +270,20 @@ int sl_cli_serve_main(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "sluice serve: %s\n", err.msg[0] ? err.msg : sl_strerror(rc));
         sl_http_stop(http);
+        sl_router_stop(router);
         sl_databus_free(bus);
         sl_sets_close(sets);
+        sl_config_free(cfg);
         return 1;
     }
-    /* Appends wake long-polls; the bus was started before the server existed. */
-    sl_databus_set_on_append(bus, sl_http_on_append, http);
+    if (router) {
+        sl_http_hooks hooks;
+        sl_router_http_hooks(router, &hooks);
+        sl_http_set_hooks(http, &hooks);
+    }
+    /* Appends wake long-polls and rules; the bus was started before both. */
+    appenders app = {http, router};
+    sl_databus_set_on_append(bus, on_append, &app);
     bool loopback = strncmp(host, "127.", 4) == 0;
     fprintf(stderr, "sluice: listening on http://%s:%u%s, data in %s (%zu sets)\n", host,
             sl_http_port(http), loopback ? " (loopback only)" : "", data, sl_sets_count(sets));
@@ -196,13 +294,16 @@ int sl_cli_serve_main(int argc, char **argv)
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)
-            fprintf(stderr, "sluice: SIGHUP: no config file to reload (the embedded "
-                            "default is running)\n");
+            reload(router, cfg_path);
         if (sig < 0 && errno == EAGAIN)
             sl_sets_retain(sets, sl_clock_now_ms());
     }
     fprintf(stderr, "sluice: stopping: draining buffers\n");
     sl_http_quiesce(http);
+    /* Rules finish their batches while the bus still takes target.set
+     * writes; then the bus drains. */
+    sl_router_stop(router);
+    sl_databus_set_on_append(bus, sl_http_on_append, http);
     sl_databus_stop(bus);
     sl_http_stop(http);
     sl_databus_free(bus);

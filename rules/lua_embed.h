@@ -12,5 +12,7 @@ extern const char sl_lua_src_sluice[]; /* lua/sluice.lua: sluice.json, .time, .s
 extern const size_t sl_lua_src_sluice_len;
 extern const char sl_lua_src_prelude[]; /* lua/prelude.lua: the config vocabulary */
 extern const size_t sl_lua_src_prelude_len;
+extern const char sl_lua_src_testing[]; /* lua/testing.lua: the `sluice test` vocabulary */
+extern const size_t sl_lua_src_testing_len;
 
 #endif

@@ -11,18 +11,91 @@
  * pattern as OR, arrays in the event (a field matches when any element does),
  * nested objects, "$or", and the operators prefix, suffix (both also with
  * {"equals-ignore-case": s}), anything-but (a value, a list of strings or of
- * numbers, {"prefix": s}, {"suffix": s}, {"equals-ignore-case": s | [s…]},
- * {"wildcard": s | [s…]}), numeric (=, <, <=, >, >= and two-sided ranges),
- * exists, equals-ignore-case, wildcard and cidr (IPv4 and IPv6).
+ * numbers, {"prefix": s | [s…]}, {"suffix": s | [s…]},
+ * {"equals-ignore-case": s | [s…]}, {"wildcard": s | [s…]}), numeric (=, <,
+ * <=, >, >= and two-sided ranges), exists, equals-ignore-case, wildcard and
+ * cidr (IPv4 and IPv6).
  *
- * Semantics, as EventBridge documents them: every field of a pattern object
- * must match (AND); the values listed for one field are alternatives (OR);
- * strings only match strings and numbers only numbers ("3" is not 3), and
- * numbers compare as doubles (3, 3.0 and 3e0 are equal); a field missing from
- * the event fails every matcher except {"exists": false}; exists looks at
- * leaf values only, so a field holding an object, or an array without leaf
- * values, counts as not existing. Case folding for equals-ignore-case is
- * ASCII only.
+ * Semantics. Quotes are from the EventBridge user guide ("Event patterns",
+ * "Content filtering", "Matching null values and empty strings", "Arrays")
+ * and from the README and rule compiler of aws/event-ruler, the library
+ * EventBridge matches with ("ruler" below).
+ *
+ *  - Every field of a pattern object must match (AND); the values listed for
+ *    one field are alternatives (OR). "For an event pattern to match an
+ *    event, the event must contain all the field names listed in the event
+ *    pattern ... with the same nesting structure"; other event fields are
+ *    ignored.
+ *  - Strings: "exact character-by-character matching without case-folding or
+ *    any other string normalization" (escapes are decoded first, on both
+ *    sides). Strings only match strings ("3" is not 3), null only null, and
+ *    "" only "" ("Null values and empty strings are not interchangeable").
+ *  - Numbers as exact values: "For numbers, EventBridge uses string
+ *    representation. For example, 300, 300.0, and 3.0e2 are not considered
+ *    equal." So [300] matches the event text 300 and not 300.0 or 3e2; use
+ *    {"numeric": ["=", 300]} to compare by value.
+ *  - numeric compares by value (as doubles): ["=", 3.018e2] matches 301.8.
+ *    "Numeric matching ... is limited to values between -5.0e9 and +5.0e9
+ *    inclusive": an operand outside that range is refused, and an event
+ *    number outside it matches no numeric operator. As in ruler, a range has
+ *    at most one lower bound (> or >=) given first and one upper bound (< or
+ *    <=), "=" stands alone, and the lower bound must be less than the upper
+ *    one, a missing bound being the limit itself (so [">", 5, "<", 5],
+ *    [">=", 5e9] and ["<", -5e9] are refused). Operands with more than six
+ *    decimals are accepted and compared as doubles.
+ *  - anything-but "matches anything except what's provided in the rule":
+ *    every present leaf value that is not excluded matches, whatever its
+ *    type (so {"anything-but": "a"} matches true, null and 5, and a list of
+ *    numbers matches every string), but a missing field does not. Numbers
+ *    in anything-but compare by value and must lie within -5e9..5e9. Lists
+ *    hold "only strings, or only numbers" and must not be empty; prefix,
+ *    suffix, equals-ignore-case and wildcard take a string or a non-empty
+ *    list of strings (ruler accepts lists for all four); an empty prefix or
+ *    suffix is refused ("Null prefix/suffix not allowed" in ruler).
+ *  - prefix, suffix, equals-ignore-case, wildcard and cidr only match
+ *    strings. An empty prefix or suffix matches every string.
+ *  - Case folding (equals-ignore-case, and prefix/suffix with it) is done
+ *    per character as ruler does: an event character matches a pattern
+ *    character written as is, lower-cased or upper-cased (Unicode simple
+ *    case mapping, so "CAFÉ" matches "café"; ASCII operands compare ASCII
+ *    letters only, so "k" does not match the Kelvin sign).
+ *  - wildcard: '*' matches any run of characters; "\*" is a literal star and
+ *    "\\" a literal backslash; a backslash before anything else and
+ *    "consecutive wildcard characters are not allowed" (both refused).
+ *  - cidr needs "address/length" (a bare address is refused, as in ruler:
+ *    "Malformed CIDR, one '/' required"); IPv4 lengths 0-32, IPv6 0-128;
+ *    host bits in the pattern are ignored (10.0.0.7/8 is 10.0.0.0/8). An
+ *    event string matches when it is an address of the same family inside
+ *    the block; IPv6 written with a dotted IPv4 tail is not an address here
+ *    (ruler's IPv6 syntax has no dots).
+ *  - exists: "Exists matching only works on leaf nodes." A field holding an
+ *    object, or an array without leaf values ([] or [{…}]), does not exist;
+ *    null is a value, so it exists. {"exists": false} also matches when an
+ *    enclosing object is missing.
+ *  - Arrays in the event: a leaf matches when any element (at any depth of
+ *    nested arrays) does. An object pattern matches an array when one
+ *    element matches the whole object, so two fields never match from
+ *    different elements of the same array (ruler's "array consistency").
+ *  - "$or" takes an array of at least two non-empty pattern objects (ruler
+ *    README: "There are 2+ objects in the "$or" array"); inside them, ruler's
+ *    reserved words (prefix, numeric, exists, ... and =, <, >, the full list
+ *    is in pattern.c) cannot be field names. $or may sit at any level and
+ *    nest.
+ *  - Refused: a pattern that is not an object; empty objects anywhere
+ *    ("Empty objects are not allowed" in ruler), so {} too; a field whose
+ *    value is not an object or an array ({"source": "x"}); empty arrays;
+ *    arrays nested in a leaf array; operator objects with zero or several
+ *    keys; unknown operators; operands of the wrong type; more than 64
+ *    fields in one object; nesting deeper than 64 objects.
+ *  - Duplicate keys in the pattern text: "if you include a key more than
+ *    once the last reference will be the one used to evaluate events" — the
+ *    last occurrence replaces the earlier ones whole (ruler merges duplicate
+ *    objects path by path; sluice follows the guide's sentence). Duplicate
+ *    keys in the event are all looked at: a field matches when any
+ *    occurrence does.
+ *  - A key with a dot is just a name: {"a.b": [1]} does not match
+ *    {"a": {"b": 1}} (ruler flattens both to "a.b"; its README says not to
+ *    rely on that).
  */
 #ifndef SL_PATTERN_H
 #define SL_PATTERN_H

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "rules/pattern.h"
 
@@ -28,14 +30,23 @@ static const mcase cases[] = {
     {"{\"source\":[\"aws.ec2\"]}", "{\"other\":\"aws.ec2\"}", false},
     {"{\"source\":[\"aws.ec2\",\"aws.fsx\"]}", "{\"source\":\"aws.fsx\"}", true},
     {"{\"source\":[\"aws.ec2\",\"aws.fsx\"]}", "{\"source\":\"aws.s3\"}", false},
+    /* numbers match by their text: "300, 300.0, and 3.0e2 are not considered equal" */
     {"{\"n\":[3]}", "{\"n\":3}", true},
-    {"{\"n\":[3]}", "{\"n\":3.0}", true},
-    {"{\"n\":[3]}", "{\"n\":3e0}", true},
-    {"{\"n\":[3.0]}", "{\"n\":3}", true},
+    {"{\"n\":[3]}", "{\"n\":3.0}", false},
+    {"{\"n\":[3]}", "{\"n\":3e0}", false},
+    {"{\"n\":[3.0]}", "{\"n\":3}", false},
+    {"{\"n\":[300]}", "{\"n\":3.0e2}", false},
+    {"{\"n\":[3.0e2]}", "{\"n\":3.0e2}", true},
+    {"{\"n\":[300.0]}", "{\"n\":300.0}", true},
+    {"{\"n\":[1E3]}", "{\"n\":1e3}", false},
+    {"{\"n\":[-0]}", "{\"n\":0}", false},
+    {"{\"n\":[123456789012]}", "{\"n\":123456789012}", true},
+    {"{\"n\":[123456789012]}", "{\"n\":[1,123456789012]}", true},
     {"{\"n\":[3]}", "{\"n\":\"3\"}", false},
     {"{\"n\":[\"3\"]}", "{\"n\":3}", false},
     {"{\"n\":[3]}", "{\"n\":4}", false},
-    {"{\"n\":[-1.5]}", "{\"n\":-15e-1}", true},
+    {"{\"n\":[-1.5]}", "{\"n\":-15e-1}", false},
+    {"{\"n\":[-1.5]}", "{\"n\":-1.5}", true},
     {"{\"b\":[true]}", "{\"b\":true}", true},
     {"{\"b\":[true]}", "{\"b\":false}", false},
     {"{\"b\":[true]}", "{\"b\":\"true\"}", false},
@@ -52,7 +63,27 @@ static const mcase cases[] = {
     {"{\"a\":[\"x\"],\"b\":[\"y\"]}", "{\"a\":\"x\",\"b\":\"y\"}", true},
     {"{\"a\":[\"x\"],\"b\":[\"y\"]}", "{\"a\":\"x\",\"b\":\"z\"}", false},
     {"{\"a\":[\"x\"],\"b\":[\"y\"]}", "{\"a\":\"x\"}", false},
-    {"{}", "{\"a\":1}", true},
+    /* duplicate keys: "the last reference will be the one used" */
+    {"{\"a\":[1],\"a\":[2]}", "{\"a\":2}", true},
+    {"{\"a\":[1],\"a\":[2]}", "{\"a\":1}", false},
+    {"{\"detail\":{\"location\":[{\"prefix\":\"us-\"}],\"location\":[{\"anything-but\":"
+     "\"us-east\"}]}}",
+     "{\"detail\":{\"location\":\"eu-west\"}}", true},
+    {"{\"detail\":{\"location\":[{\"prefix\":\"us-\"}],\"location\":[{\"anything-but\":"
+     "\"us-east\"}]}}",
+     "{\"detail\":{\"location\":\"us-east\"}}", false},
+    {"{\"a\":{\"x\":[1]},\"a\":{\"y\":[2]}}", "{\"a\":{\"x\":5,\"y\":2}}", true},
+    {"{\"a\":{\"x\":[1]},\"a\":[{\"exists\":true}]}", "{\"a\":{\"x\":1}}", false},
+    {"{\"$or\":[{\"a\":[1]},{\"b\":[1]}],\"$or\":[{\"c\":[1]},{\"d\":[1]}]}", "{\"a\":1}", false},
+    {"{\"$or\":[{\"a\":[1]},{\"b\":[1]}],\"$or\":[{\"c\":[1]},{\"d\":[1]}]}", "{\"d\":1}", true},
+    {"{\"typ\\u0065\":[\"x\"],\"type\":[\"y\"]}", "{\"type\":\"y\"}", true},
+    /* duplicate keys in the event: any occurrence may match */
+    {"{\"a\":[1]}", "{\"a\":2,\"a\":1}", true},
+    /* a dot in a key is part of the name */
+    {"{\"a.b\":[1]}", "{\"a\":{\"b\":1}}", false},
+    {"{\"a.b\":[1]}", "{\"a.b\":1}", true},
+    /* ruler's reserved words are ordinary field names outside $or */
+    {"{\"prefix\":[\"a\"],\"numeric\":[1]}", "{\"prefix\":\"a\",\"numeric\":1}", true},
     /* escaped key in the event */
     {"{\"type\":[\"t\"]}", "{\"typ\\u0065\":\"t\"}", true},
     /* ---- arrays in the event ---- */
@@ -139,7 +170,34 @@ static const mcase cases[] = {
      "{\"FilePath\":\"/usr/bin/x\"}", true},
     {"{\"s\":[{\"anything-but\":[\"a\"]}]}", "{\"s\":[\"a\",\"b\"]}", true},
     {"{\"s\":[{\"anything-but\":[\"a\"]}]}", "{\"s\":[\"a\"]}", false},
-    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{\"s\":true}", false},
+    /* anything-but matches every other value, whatever its type */
+    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{\"s\":true}", true},
+    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{\"s\":null}", true},
+    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{\"s\":5}", true},
+    {"{\"s\":[{\"anything-but\":\"5\"}]}", "{\"s\":5}", true},
+    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{}", false},
+    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{\"s\":[]}", false},
+    {"{\"s\":[{\"anything-but\":\"a\"}]}", "{\"s\":{\"x\":\"b\"}}", false},
+    {"{\"n\":[{\"anything-but\":[100,200]}]}", "{\"n\":\"100\"}", true},
+    {"{\"n\":[{\"anything-but\":[100,200]}]}", "{\"n\":1e2}", false},
+    {"{\"n\":[{\"anything-but\":[100,200]}]}", "{\"n\":false}", true},
+    {"{\"n\":[{\"anything-but\":100}]}", "{\"n\":100.0}", false},
+    {"{\"s\":[{\"anything-but\":{\"prefix\":\"init\"}}]}", "{\"s\":5}", true},
+    {"{\"s\":[{\"anything-but\":{\"prefix\":\"init\"}}]}", "{\"s\":null}", true},
+    {"{\"s\":[{\"anything-but\":{\"suffix\":\".txt\"}}]}", "{\"s\":true}", true},
+    {"{\"s\":[{\"anything-but\":{\"equals-ignore-case\":\"a\"}}]}", "{\"s\":1}", true},
+    {"{\"s\":[{\"anything-but\":{\"wildcard\":\"*\"}}]}", "{\"s\":1}", true},
+    {"{\"s\":[{\"anything-but\":{\"wildcard\":\"*\"}}]}", "{\"s\":\"\"}", false},
+    /* lists of prefixes, suffixes, wildcards */
+    {"{\"s\":[{\"anything-but\":{\"prefix\":[\"init\",\"stop\"]}}]}", "{\"s\":\"stopped\"}", false},
+    {"{\"s\":[{\"anything-but\":{\"prefix\":[\"init\",\"stop\"]}}]}", "{\"s\":\"initial\"}", false},
+    {"{\"s\":[{\"anything-but\":{\"prefix\":[\"init\",\"stop\"]}}]}", "{\"s\":\"running\"}", true},
+    {"{\"f\":[{\"anything-but\":{\"suffix\":[\".txt\",\".rtf\"]}}]}", "{\"f\":\"a.rtf\"}", false},
+    {"{\"f\":[{\"anything-but\":{\"suffix\":[\".txt\",\".rtf\"]}}]}", "{\"f\":\"a.png\"}", true},
+    {"{\"f\":[{\"anything-but\":{\"wildcard\":[\"*/lib/*\",\"*/bin/*\"]}}]}",
+     "{\"f\":\"/usr/bin/x\"}", false},
+    {"{\"f\":[{\"anything-but\":{\"wildcard\":[\"*/lib/*\",\"*/bin/*\"]}}]}",
+     "{\"f\":\"/usr/sbin2/x\"}", true},
     /* ---- numeric ---- */
     {"{\"detail\":{\"c-count\":[{\"numeric\":[\">\",0,\"<=\",5]}]}}",
      "{\"detail\":{\"c-count\":5}}", true},
@@ -163,8 +221,18 @@ static const mcase cases[] = {
     {"{\"n\":[{\"numeric\":[\"<=\",0]}]}", "{\"n\":-0.0}", true},
     {"{\"n\":[{\"numeric\":[\">\",100]}]}",
      "{\"n\":100.00000000000000000000000000000000000000000000000000000000000000000001}", false},
+    /* numeric matching is limited to -5e9..5e9, on both sides */
     {"{\"n\":[{\"numeric\":[\">\",100]}]}",
-     "{\"n\":100000000000000000000000000000000000000000000000000000000000000000000000.5}", true},
+     "{\"n\":100000000000000000000000000000000000000000000000000000000000000000000000.5}", false},
+    {"{\"n\":[{\"numeric\":[\">\",100]}]}", "{\"n\":5e9}", true},
+    {"{\"n\":[{\"numeric\":[\">\",100]}]}", "{\"n\":5000000000.5}", false},
+    {"{\"n\":[{\"numeric\":[\"<\",0]}]}", "{\"n\":-6e9}", false},
+    {"{\"n\":[{\"numeric\":[\"<=\",5e9]}]}", "{\"n\":5000000000}", true},
+    {"{\"n\":[{\"numeric\":[\">=\",-5e9,\"<=\",5e9]}]}", "{\"n\":-5e9}", true},
+    {"{\"n\":[{\"numeric\":[\"=\",300]}]}", "{\"n\":3.0e2}", true},
+    {"{\"n\":[{\"numeric\":[\"=\",300]}]}", "{\"n\":300.0}", true},
+    {"{\"n\":[{\"numeric\":[\"=\",-0]}]}", "{\"n\":0}", true},
+    {"{\"n\":[{\"numeric\":[\">\",0.1234567]}]}", "{\"n\":0.12345671}", true},
     {"{\"n\":[{\"numeric\":[\">\",1]}]}", "{\"n\":null}", false},
     /* ---- exists ---- */
     {"{\"detail\":{\"state\":[{\"exists\":true}]}}", "{\"detail\":{\"state\":\"x\"}}", true},
@@ -186,6 +254,23 @@ static const mcase cases[] = {
      "{\"detail-type\":\"EC2 Instance State-change Notification\"}", true},
     {"{\"detail-type\":[{\"equals-ignore-case\":\"ec2\"}]}", "{\"detail-type\":\"ec2x\"}", false},
     {"{\"detail-type\":[{\"equals-ignore-case\":\"ec2\"}]}", "{\"detail-type\":\"ec\"}", false},
+    /* Unicode case mapping, per character */
+    {"{\"s\":[{\"equals-ignore-case\":\"café\"}]}", "{\"s\":\"CAFÉ\"}", true},
+    {"{\"s\":[{\"equals-ignore-case\":\"CAFÉ\"}]}", "{\"s\":\"caf\\u00e9\"}", true},
+    {"{\"s\":[{\"equals-ignore-case\":\"café\"}]}", "{\"s\":\"CAFE\"}", false},
+    {"{\"s\":[{\"equals-ignore-case\":\"café\"}]}", "{\"s\":\"CAFÉS\"}", false},
+    {"{\"s\":[{\"equals-ignore-case\":\"ΣΟΦΙΑ\"}]}", "{\"s\":\"σοφια\"}", true},
+    {"{\"s\":[{\"equals-ignore-case\":\"ⱥb\"}]}", "{\"s\":\"ȺB\"}", true},
+    {"{\"s\":[{\"equals-ignore-case\":\"k\"}]}", "{\"s\":\"\\u212a\"}", false},
+    {"{\"s\":[{\"prefix\":{\"equals-ignore-case\":\"ÉT\"}}]}", "{\"s\":\"été\"}", true},
+    {"{\"s\":[{\"prefix\":{\"equals-ignore-case\":\"ÉTÉS\"}}]}", "{\"s\":\"été\"}", false},
+    {"{\"s\":[{\"suffix\":{\"equals-ignore-case\":\".ÉTÉ\"}}]}", "{\"s\":\"x.été\"}", true},
+    {"{\"s\":[{\"suffix\":{\"equals-ignore-case\":\"ⱥ\"}}]}", "{\"s\":\"xȺ\"}", true},
+    {"{\"s\":[{\"suffix\":{\"equals-ignore-case\":\"ⱥⱥ\"}}]}", "{\"s\":\"Ⱥ\"}", false},
+    {"{\"s\":[{\"anything-but\":{\"equals-ignore-case\":[\"ÉTÉ\",\"x\"]}}]}", "{\"s\":\"été\"}",
+     false},
+    {"{\"s\":[{\"anything-but\":{\"equals-ignore-case\":[\"ÉTÉ\",\"x\"]}}]}", "{\"s\":\"ete\"}",
+     true},
     /* ---- wildcard ---- */
     {"{\"EventBusArn\":[{\"wildcard\":\"arn:aws:events:us-east-1:*:event-bus/*\"}]}",
      "{\"EventBusArn\":\"arn:aws:events:us-east-1:123456789012:event-bus/default\"}", true},
@@ -216,8 +301,13 @@ static const mcase cases[] = {
     {"{\"ip\":[{\"cidr\":\"192.168.1.0/25\"}]}", "{\"ip\":\"192.168.1.127\"}", true},
     {"{\"ip\":[{\"cidr\":\"192.168.1.0/25\"}]}", "{\"ip\":\"192.168.1.128\"}", false},
     {"{\"ip\":[{\"cidr\":\"0.0.0.0/0\"}]}", "{\"ip\":\"8.8.8.8\"}", true},
-    {"{\"ip\":[{\"cidr\":\"1.2.3.4\"}]}", "{\"ip\":\"1.2.3.4\"}", true},
-    {"{\"ip\":[{\"cidr\":\"1.2.3.4\"}]}", "{\"ip\":\"1.2.3.5\"}", false},
+    {"{\"ip\":[{\"cidr\":\"1.2.3.4/32\"}]}", "{\"ip\":\"1.2.3.4\"}", true},
+    {"{\"ip\":[{\"cidr\":\"1.2.3.4/32\"}]}", "{\"ip\":\"1.2.3.5\"}", false},
+    {"{\"ip\":[{\"cidr\":\"::1/128\"}]}", "{\"ip\":\"0:0:0:0:0:0:0:1\"}", true},
+    {"{\"ip\":[{\"cidr\":\"::/96\"}]}", "{\"ip\":\"::1.2.3.4\"}", false},
+    {"{\"ip\":[{\"cidr\":\"10.0.0.0/8\"}]}", "{\"ip\":10}", false},
+    /* an exact string is not an address: no normalization */
+    {"{\"ip\":[\"::1\"]}", "{\"ip\":\"0::1\"}", false},
     {"{\"ip\":[{\"cidr\":\"2001:db8::/32\"}]}", "{\"ip\":\"2001:db8:1234::1\"}", true},
     {"{\"ip\":[{\"cidr\":\"2001:db8::/32\"}]}", "{\"ip\":\"2001:db9::1\"}", false},
     {"{\"ip\":[{\"cidr\":\"2001:db8::/32\"}]}", "{\"ip\":\"10.0.0.1\"}", false},
@@ -328,14 +418,72 @@ static const bcase bad_cases[] = {
     {"{\"ip\":[{\"cidr\":\"10.0.0.0/\"}]}", SL_EINVAL, "ip: cidr"},
     {"{\"ip\":[{\"cidr\":\"10.0.0.0/x\"}]}", SL_EINVAL, "ip: cidr"},
     {"{\"ip\":[{\"cidr\":1}]}", SL_EINVAL, "ip: cidr needs a string"},
-    {"{\"$or\":[]}", SL_EINVAL, "$or needs a non-empty array"},
+    {"{\"$or\":[]}", SL_EINVAL, "$or: $or needs an array of at least two pattern objects"},
+    {"{\"$or\":[{\"a\":[1]}]}", SL_EINVAL, "$or: $or needs an array of at least two"},
+    {"{\"$or\":[{\"a\":[1]},{}]}", SL_EINVAL, "(pattern): empty objects are not allowed"},
+    {"{\"$or\":[{\"prefix\":[\"a\"]},{\"b\":[1]}]}", SL_EINVAL,
+     "prefix: \"prefix\" is a reserved word and cannot be a field name in $or"},
+    {"{\"$or\":[{\"a\":{\"numeric\":[1]}},{\"b\":[1]}]}", SL_EINVAL,
+     "a.numeric: \"numeric\" is a reserved word"},
+    {"{\"$or\":[{\"a\":[1]},{\"b\":{\"$or\":[{\">=\":[1]},{\"c\":[1]}]}}]}", SL_EINVAL,
+     "b.>=: \">=\" is a reserved word"},
+    {"{}", SL_EINVAL, "(pattern): empty objects are not allowed"},
+    {"{\"a\":{}}", SL_EINVAL, "a: empty objects are not allowed"},
+    {"{\"a\":{\"b\":[1]},\"c\":{\"d\":{}}}", SL_EINVAL, "c.d: empty objects are not allowed"},
+    {"{\"source\":5}", SL_EINVAL, "source: pattern leaf must be an array"},
+    {"{\"source\":null}", SL_EINVAL, "source: pattern leaf must be an array"},
+    {"{\"a\":[{\"contains\":\"x\"}]}", SL_EINVAL, "a: unknown operator \"contains\""},
+    {"{\"a\":[{\"exactly\":\"x\"}]}", SL_EINVAL, "a: unknown operator \"exactly\""},
+    /* numeric limits and ranges */
+    {"{\"a\":[{\"numeric\":[\">\",5000000001]}]}", SL_EINVAL,
+     "a: numeric value 5000000001 is outside the range -5e9 to 5e9"},
+    {"{\"a\":[{\"numeric\":[\"=\",-5.1e9]}]}", SL_EINVAL, "numeric value -5.1e9 is outside"},
+    {"{\"a\":[{\"numeric\":[\"<\",1e400]}]}", SL_EINVAL, "numeric value 1e400 is outside"},
+    {"{\"a\":[{\"numeric\":[\">=\",5e9]}]}", SL_EINVAL,
+     "a: numeric: the lower bound must be less than the upper bound"},
+    {"{\"a\":[{\"numeric\":[\"<\",-5e9]}]}", SL_EINVAL, "the lower bound must be less"},
+    {"{\"a\":[{\"numeric\":[\">\",5,\"<\",5]}]}", SL_EINVAL, "the lower bound must be less"},
+    {"{\"a\":[{\"numeric\":[\">=\",5,\"<=\",5]}]}", SL_EINVAL, "the lower bound must be less"},
+    {"{\"a\":[{\"numeric\":[\">\",6,\"<=\",5]}]}", SL_EINVAL, "the lower bound must be less"},
+    {"{\"a\":[{\"numeric\":[\">\",1,\"<\",2,\"<\",3]}]}", SL_EINVAL, "a: numeric needs"},
+    /* anything-but */
+    {"{\"a\":[{\"anything-but\":{\"prefix\":\"\"}}]}", SL_EINVAL,
+     "a: anything-but prefix must not be empty"},
+    {"{\"a\":[{\"anything-but\":{\"suffix\":[\"x\",\"\"]}}]}", SL_EINVAL,
+     "a: anything-but suffix must not be empty"},
+    {"{\"a\":[{\"anything-but\":{\"prefix\":[]}}]}", SL_EINVAL,
+     "a: anything-but list must not be empty"},
+    {"{\"a\":[{\"anything-but\":{\"prefix\":[1]}}]}", SL_EINVAL,
+     "a: anything-but prefix needs a string or a list of strings"},
+    {"{\"a\":[{\"anything-but\":{\"equals-ignore-case\":[\"x\",null]}}]}", SL_EINVAL,
+     "a: anything-but equals-ignore-case needs a string"},
+    {"{\"a\":[{\"anything-but\":{\"wildcard\":[\"a**\"]}}]}", SL_EINVAL,
+     "a: wildcard \"a**\": consecutive"},
+    {"{\"a\":[{\"anything-but\":6e9}]}", SL_EINVAL, "a: numeric value 6e9 is outside"},
+    {"{\"a\":[{\"anything-but\":[1,-6e9]}]}", SL_EINVAL, "a: numeric value -6e9 is outside"},
+    {"{\"a\":[{\"anything-but\":[null]}]}", SL_EINVAL, "a: anything-but needs"},
+    {"{\"a\":[{\"anything-but\":[[\"x\"]]}]}", SL_EINVAL, "a: anything-but needs"},
+    {"{\"a\":[{\"anything-but\":{\"exists\":true}}]}", SL_EINVAL,
+     "a: unknown anything-but operator \"exists\""},
+    {"{\"a\":[{\"anything-but\":{\"numeric\":[\">\",1]}}]}", SL_EINVAL,
+     "a: unknown anything-but operator \"numeric\""},
+    {"{\"a\":[{\"prefix\":{\"equals-ignore-case\":\"x\",\"y\":1}}]}", SL_EINVAL,
+     "a: prefix needs a string"},
+    {"{\"a\":[{\"suffix\":{\"prefix\":\"x\"}}]}", SL_EINVAL, "a: suffix needs a string"},
+    /* cidr */
+    {"{\"ip\":[{\"cidr\":\"1.2.3.4\"}]}", SL_EINVAL,
+     "ip: cidr: \"1.2.3.4\" is not an address/prefix-length"},
+    {"{\"ip\":[{\"cidr\":\"::ffff:1.2.3.4/96\"}]}", SL_EINVAL, "ip: cidr: \"::ffff:1.2.3.4/96\""},
+    {"{\"ip\":[{\"cidr\":\"10.0.0.0/8/8\"}]}", SL_EINVAL, "ip: cidr"},
+    {"{\"ip\":[{\"cidr\":\"10.0.0.0/-1\"}]}", SL_EINVAL, "ip: cidr"},
     {"{\"$or\":{\"a\":[1]}}", SL_EINVAL, "$or needs"},
     {"{\"d\":{\"$or\":[{\"a\":[1]},5]}}", SL_EINVAL, "d.$or: $or needs"},
     {"{\"$or\":[{\"a\":[1]},{\"b\":{\"c\":[{\"nope\":1}]}}]}", SL_EINVAL,
      "b.c: unknown operator \"nope\""},
     {"[\"a\"]", SL_EINVAL, "a pattern must be a JSON object"},
     {"{\"a\":[1]", SL_EPARSE, "not valid JSON"},
-    {"{\"a\":[1],\"a\":[2]}", SL_EPARSE, "not valid JSON"},
+    {"{\"a\":[1]} x", SL_EPARSE, "not valid JSON"},
+    {"{\"a\":[\"\\x\"]}", SL_EPARSE, "not valid JSON"},
     {"", SL_EPARSE, "not valid JSON"},
 };
 
@@ -403,11 +551,12 @@ static void test_long_values(void **state)
         e += sprintf(e, i % 100 == 0 ? "\\u0041" : "b");
         *q++ = i % 100 == 0 ? 'A' : 'b';
     }
-    e += sprintf(e, "\",\"n\":1");
+    /* A long number within the numeric limits: 4999999999.000…001. */
+    e += sprintf(e, "\",\"n\":4999999999.");
     for (size_t i = 0; i < 300; i++)
         *e++ = '0';
-    e += sprintf(e, "}");
-    q += sprintf(q, "\"],\"n\":[{\"numeric\":[\">\",1e299]}]}");
+    e += sprintf(e, "1}");
+    q += sprintf(q, "\"],\"n\":[{\"numeric\":[\">\",4999999998.5]}]}");
     sl_pattern *p = NULL;
     sl_error err = {0};
     assert_int_equal(sl_pattern_compile(pat, (size_t)(q - pat), &p, &err), 0);
@@ -453,6 +602,31 @@ static void test_deep_arrays(void **state)
         sl_pattern_free(p);
     }
     free(ev);
+}
+
+/* Every case of the table again, with the event right before a PROT_NONE
+ * page: a one-byte over-read while matching crashes the test. */
+static void test_guard_page(void **state)
+{
+    (void)state;
+    long pg = sysconf(_SC_PAGESIZE);
+    char *map =
+        mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(map != MAP_FAILED);
+    assert_int_equal(mprotect(map + pg, (size_t)pg, PROT_NONE), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_pattern *p = NULL;
+        if (sl_pattern_compile(cases[i].pattern, strlen(cases[i].pattern), &p, NULL))
+            continue; /* reported by test_match_table */
+        size_t n = strlen(cases[i].event);
+        assert_true(n <= (size_t)pg);
+        memcpy(map + pg - n, cases[i].event, n);
+        bool m = !cases[i].match;
+        assert_int_equal(sl_pattern_match(p, map + pg - n, n, &m, NULL), 0);
+        assert_int_equal(m, cases[i].match);
+        sl_pattern_free(p);
+    }
+    munmap(map, (size_t)pg * 2);
 }
 
 /* Counting allocator: with glibc and without ASan (which owns malloc), the
@@ -521,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_match_table),    cmocka_unit_test(test_invalid_patterns),
         cmocka_unit_test(test_invalid_events), cmocka_unit_test(test_long_values),
         cmocka_unit_test(test_no_alloc),       cmocka_unit_test(test_deep_arrays),
+        cmocka_unit_test(test_guard_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,168 @@
+/*
+ * connectors/target_file.c — target.file: payloads appended as NDJSON lines,
+ * fdatasync'ed before they count as delivered, with rotation by size
+ * (PATH -> PATH.1 -> PATH.2 …, `keep` files kept).
+ */
+#include "core/connector.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct file_target {
+    char *path;
+    uint64_t rotate_bytes;
+    int64_t keep;
+    int fd;
+    uint64_t size;
+    pthread_mutex_t lock; /* deliveries of one instance never interleave */
+    sl_buf line;          /* the lines of one deliver() call */
+} file_target;
+
+static int open_file(file_target *t, sl_error *err)
+{
+    t->fd = open(t->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (t->fd < 0)
+        return sl_error_errno(err, errno, "target.file %s: open", t->path);
+    struct stat st;
+    t->size = fstat(t->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+    return 0;
+}
+
+static int file_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+                     sl_error *err)
+{
+    (void)env;
+    file_target *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(cfg->path))) {
+        free(t);
+        return sl_error_set(err, SL_ENOMEM, "target.file: out of memory");
+    }
+    t->rotate_bytes = cfg->rotate_bytes;
+    t->keep = cfg->keep > 0 ? cfg->keep : 5;
+    pthread_mutex_init(&t->lock, NULL);
+    int rc = open_file(t, err);
+    if (rc) {
+        pthread_mutex_destroy(&t->lock);
+        free(t->path);
+        free(t);
+        return rc;
+    }
+    *impl = t;
+    return 0;
+}
+
+/* PATH.(keep-1) -> PATH.keep, …, PATH -> PATH.1; then a fresh PATH. */
+static int rotate(file_target *t, sl_error *err)
+{
+    size_t n = strlen(t->path) + 24;
+    char *from = malloc(n), *to = malloc(n);
+    int rc = 0;
+    if (!from || !to) {
+        rc = sl_error_set(err, SL_ENOMEM, "target.file: out of memory");
+        goto out;
+    }
+    for (int64_t i = t->keep - 1; i >= 1; i--) {
+        snprintf(from, n, "%s.%lld", t->path, (long long)i);
+        snprintf(to, n, "%s.%lld", t->path, (long long)i + 1);
+        if (rename(from, to) && errno != ENOENT) {
+            rc = sl_error_errno(err, errno, "target.file: rename %s", from);
+            goto out;
+        }
+    }
+    snprintf(to, n, "%s.1", t->path);
+    if (rename(t->path, to)) {
+        rc = sl_error_errno(err, errno, "target.file: rename %s", t->path);
+        goto out;
+    }
+    close(t->fd);
+    rc = open_file(t, err);
+out:
+    free(from);
+    free(to);
+    return rc;
+}
+
+static int write_all(file_target *t, const uint8_t *p, size_t n, sl_error *err)
+{
+    uint64_t before = t->size;
+    int rc = 0;
+    while (n && !rc) {
+        ssize_t w = write(t->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            rc = sl_error_errno(err, errno, "target.file %s: write", t->path);
+            break;
+        }
+        p += w;
+        n -= (size_t)w;
+        t->size += (uint64_t)w;
+    }
+    if (!rc && fdatasync(t->fd))
+        rc = sl_error_errno(err, errno, "target.file %s: fdatasync", t->path);
+    /* A failed batch is delivered again: cut what it half wrote, so the
+     * retry does not follow a torn line. */
+    if (rc && ftruncate(t->fd, (off_t)before) == 0)
+        t->size = before;
+    return rc;
+}
+
+static void file_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
+                         void *ctx)
+{
+    file_target *t = impl;
+    sl_error err = {0};
+    int rc = 0;
+    pthread_mutex_lock(&t->lock);
+    if (t->fd < 0)
+        rc = open_file(t, &err);
+    t->line.len = 0;
+    for (size_t i = 0; !rc && i < n; i++) {
+        size_t at = t->line.len;
+        if ((rc = sl_buf_append(&t->line, d[i].data, d[i].len)) ||
+            (rc = sl_buf_append(&t->line, "\n", 1)))
+            break;
+        /* One payload, one line: a JSON text can only hold raw line breaks
+         * as whitespace, so they become spaces (templates may have them). */
+        for (size_t k = at; k < t->line.len - 1; k++)
+            if (t->line.data[k] == '\n' || t->line.data[k] == '\r')
+                t->line.data[k] = ' ';
+    }
+    if (!rc)
+        rc = write_all(t, t->line.data, t->line.len, &err);
+    if (!rc && t->rotate_bytes && t->size >= t->rotate_bytes)
+        rotate(t, &err); /* the lines are on disk; a failed rotation retries next time */
+    if (t->line.cap > (1u << 20))
+        sl_buf_free(&t->line);
+    pthread_mutex_unlock(&t->lock);
+    for (size_t i = 0; i < n; i++)
+        done(ctx, i, rc, rc ? err.msg : NULL);
+}
+
+static void file_close(void *impl)
+{
+    file_target *t = impl;
+    if (!t)
+        return;
+    if (t->fd >= 0)
+        close(t->fd);
+    pthread_mutex_destroy(&t->lock);
+    sl_buf_free(&t->line);
+    free(t->path);
+    free(t);
+}
+
+const sl_target_ops sl__target_file_ops = {
+    .abi_version = SL_CONNECTOR_ABI_VERSION,
+    .name = "file",
+    .open = file_open,
+    .deliver = file_deliver,
+    .close = file_close,
+};

@@ -1,0 +1,159 @@
+/*
+ * connectors/target_set.c — target.set: payloads appended to another event
+ * set through the Databus, with the source event's lane. A payload must be a
+ * CloudEvent (a transform's output is checked like an HTTP ingest entry);
+ * it counts as delivered when the target set's ack mode says so (after the
+ * fsync for durable sets).
+ */
+#include "core/connector.h"
+#include "core/clock.h"
+#include "core/event.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct set_target {
+    sl_set *set;
+    sl_databus *bus;
+    pthread_mutex_t lock; /* guards ev and the arena */
+    sl_event ev;
+} set_target;
+
+/* A publish waiting for its fsync: the indices of the payloads it holds. */
+typedef struct pending {
+    sl_deliver_done_fn *done;
+    void *ctx;
+    size_t n;
+    size_t idx[];
+} pending;
+
+static int set_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+                    sl_error *err)
+{
+    if (!env->sets || !env->bus)
+        return sl_error_set(err, SL_EUNSUPPORTED, "target.set needs a running server");
+    set_target *t = calloc(1, sizeof *t);
+    if (!t)
+        return sl_error_set(err, SL_ENOMEM, "target.set: out of memory");
+    int rc = sl_sets_get(env->sets, cfg->set, true, &t->set, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    t->bus = env->bus;
+    pthread_mutex_init(&t->lock, NULL);
+    *impl = t;
+    return 0;
+}
+
+static void complete(pending *p, int status, const char *reason)
+{
+    for (size_t i = 0; i < p->n; i++)
+        p->done(p->ctx, p->idx[i], status, status ? reason : NULL);
+}
+
+static void publish_done(void *ctx, int status)
+{
+    pending *p = ctx;
+    complete(p, status, sl_strerror(status));
+    free(p);
+}
+
+/* Where one checked payload sits in the arena (the arena may move while it
+ * grows, so pointers are made after the loop). */
+typedef struct staged {
+    size_t off, len, key_off, key_len;
+    bool has_key;
+    const char *lane;
+} staged;
+
+static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
+                        void *ctx)
+{
+    set_target *t = impl;
+    sl_buf arena = SL_BUF_INIT;
+    staged *sv = calloc(n ? n : 1, sizeof *sv);
+    sl_databus_event *evs = calloc(n ? n : 1, sizeof *evs);
+    sl_databus_result *res = calloc(n ? n : 1, sizeof *res);
+    pending *p = calloc(1, sizeof *p + (n ? n : 1) * sizeof(size_t));
+    sl_error err = {0};
+    int rc = sv && evs && res && p ? 0 : sl_error_set(&err, SL_ENOMEM, "out of memory");
+    sl_event_limits lim = {.max_bytes = t->set->cfg.max_event_bytes,
+                           .generate_ids = t->set->cfg.generate_ids};
+    int64_t now = sl_clock_now_ms();
+    if (p)
+        *p = (pending){.done = done, .ctx = ctx};
+    size_t i = 0;
+    pthread_mutex_lock(&t->lock);
+    for (; !rc && i < n; i++) {
+        sl_error e = {0};
+        sl_event_status st = sl_event_parse(d[i].data, d[i].len, &lim, &t->ev, &e);
+        if (st == SL_EVENT_OK)
+            st = sl_event_apply_lane(&t->ev, d[i].lane, &e);
+        if (st != SL_EVENT_OK) {
+            /* Not an event: delivering it again cannot help. */
+            char msg[SL_ERROR_MAX + 64];
+            snprintf(msg, sizeof msg, "not a valid CloudEvent for set %s: %s (%s)", t->set->name,
+                     e.msg, sl_event_status_name(st));
+            done(ctx, i, SL_EINVAL, msg);
+            continue;
+        }
+        staged *s = &sv[p->n];
+        s->off = arena.len;
+        if ((rc = sl_event_encode(&t->ev, &(sl_event_fill){.now_ms = now}, &arena)))
+            break; /* i stays: completed below with the error */
+        s->len = arena.len - s->off;
+        s->has_key = t->ev.key != NULL;
+        s->key_off = arena.len;
+        s->key_len = t->ev.key_len;
+        if (s->has_key && (rc = sl_buf_append(&arena, t->ev.key, t->ev.key_len)))
+            break;
+        s->lane = d[i].lane ? d[i].lane : "";
+        p->idx[p->n++] = i;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (rc) {
+        sl_error_set(&err, rc, "target.set %s: out of memory", t->set->name);
+        for (; i < n; i++) /* payloads the loop did not reach */
+            done(ctx, i, rc, err.msg);
+    }
+    for (size_t g = 0; !rc && g < p->n; g++) {
+        evs[g] = (sl_databus_event){.value = arena.data + sv[g].off,
+                                    .value_len = sv[g].len,
+                                    .key = sv[g].has_key ? arena.data + sv[g].key_off : NULL,
+                                    .key_len = sv[g].key_len,
+                                    .lane = sv[g].lane,
+                                    .ts_ms = now};
+    }
+    if (!rc && p->n)
+        rc = sl_databus_publish(t->bus, t->set, evs, p->n, res, publish_done, p, &err);
+    if (rc == 1) {
+        p = NULL; /* publish_done completes and frees it */
+    } else if (p) {
+        complete(p, rc, err.msg[0] ? err.msg : sl_strerror(rc));
+    }
+    free(p);
+    sl_buf_free(&arena);
+    free(sv);
+    free(evs);
+    free(res);
+}
+
+static void set_close(void *impl)
+{
+    set_target *t = impl;
+    if (!t)
+        return;
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+const sl_target_ops sl__target_set_ops = {
+    .abi_version = SL_CONNECTOR_ABI_VERSION,
+    .name = "set",
+    .open = set_open,
+    .deliver = set_deliver,
+    .close = set_close,
+};

@@ -1,0 +1,960 @@
+/*
+ * core/config.c — loads a Lua config file and checks every declaration
+ * against the key tables below (Fluent Bit's config_map idea: one table per
+ * block validates, fills the struct and prints the docs).
+ */
+#include "core/config.h"
+
+#include "core/clock.h"
+#include "core/metrics.h"
+#include "rules/lua_embed.h"
+#include "rules/luajson.h"
+#include "rules/sandbox.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <lauxlib.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- key tables ----------------------------------------------------------- */
+
+typedef enum key_type {
+    K_STRING,   /* char * */
+    K_BOOL,     /* bool */
+    K_TRISTATE, /* int: -1 unset, 0, 1 */
+    K_INT,      /* integer of `size` bytes within [min, max] */
+    K_SIZE,     /* "128MiB" or an integer number of bytes, `size` bytes */
+    K_DURATION, /* "7d", "250ms" or an integer number of ms, `size` bytes; "forever" = -1 */
+    K_ACK,      /* "buffer" | "durable" */
+    K_CODEC,    /* "none" | "zstd" */
+    K_START,    /* "beginning" | "end" -> bool from_beginning */
+    K_FUNCTION, /* a Lua function: only its presence is kept (bool) */
+    K_PATTERN,  /* a Lua table or a JSON string */
+    K_INPUT,    /* "$.path" or { paths = {…}, template = "…" } */
+    K_TARGETS,  /* a target, or a list of targets */
+    K_SCHEMAS,  /* { ["type"] = "file.json" | { … } } */
+    K_SETBODY,  /* a table of set keys (server.set_defaults) */
+} key_type;
+
+typedef struct key {
+    const char *name;
+    key_type type;
+    size_t off, size;
+    int64_t min, max;
+    const char *dflt; /* for the docs */
+    const char *doc;
+} key;
+
+#define FIELD(T, f) offsetof(T, f), sizeof(((T *)0)->f)
+
+static const key server_keys[] = {
+    {"listen", K_STRING, FIELD(sl_config, listen), 0, 0, "\"127.0.0.1:8080\"",
+     "HTTP address HOST:PORT (the `--listen` flag wins over it)"},
+    {"data_dir", K_STRING, FIELD(sl_config, data_dir), 0, 0, "\"./sluice-data\"",
+     "where event sets and rule cursors live (relative to the config file)"},
+    {"auto_create", K_TRISTATE, FIELD(sl_config, auto_create), 0, 0, "true",
+     "create sets on their first event; false answers 404 for undeclared sets"},
+    {"max_request", K_SIZE, FIELD(sl_config, max_request_bytes), 1024, INT64_MAX, "\"10MiB\"",
+     "largest HTTP request body"},
+    {"workers", K_INT, FIELD(sl_config, workers), 1, 256, "CPUs",
+     "rule worker threads (each has its own Lua state)"},
+    {"lua_memory", K_SIZE, FIELD(sl_config, lua_memory), 1 << 20, INT64_MAX, "\"64MiB\"",
+     "memory cap of each Lua state"},
+    {"lua_instructions", K_INT, FIELD(sl_config, lua_instructions), 1000, INT64_MAX, "10000000",
+     "instruction budget of each Lua call"},
+    {"set_defaults", K_SETBODY, FIELD(sl_config, set_defaults), 0, 0, "",
+     "set keys (as in `set`) for sets created on first use"},
+};
+
+static const key set_keys[] = {
+    {"partitions", K_INT, FIELD(sl_set_config, partitions), 1, 1024, "4",
+     "partitions (fixed once the set exists)"},
+    {"ack", K_ACK, FIELD(sl_set_config, ack), 0, 0, "\"durable\"",
+     "\"durable\": answer after fdatasync; \"buffer\": once in the Databus buffer"},
+    {"compression", K_CODEC, FIELD(sl_set_config, compression), 0, 0, "\"none\"",
+     "batch compression: \"none\" or \"zstd\""},
+    {"retention", K_DURATION, FIELD(sl_set_config, log.retention_ms), -1, INT64_MAX, "\"7d\"",
+     "delete segments older than this; \"forever\" keeps them"},
+    {"retention_bytes", K_SIZE, FIELD(sl_set_config, log.retention_bytes), -1, INT64_MAX,
+     "unlimited", "delete the oldest segments of a partition past this size"},
+    {"segment_bytes", K_SIZE, FIELD(sl_set_config, log.segment_bytes), 1024, UINT32_MAX,
+     "\"128MiB\"", "roll to a new segment past this size"},
+    {"segment_age", K_DURATION, FIELD(sl_set_config, log.segment_ms), 0, INT64_MAX, "\"7d\"",
+     "roll to a new segment when the active one is older"},
+    {"max_event", K_SIZE, FIELD(sl_set_config, max_event_bytes), 256, 16 << 20, "\"1MiB\"",
+     "largest event accepted"},
+    {"generate_ids", K_BOOL, FIELD(sl_set_config, generate_ids), 0, 0, "false",
+     "give events without an id a UUIDv7 instead of refusing them"},
+    {"linger", K_DURATION, FIELD(sl_set_config, linger_ms), 0, 60000, "\"2ms\"",
+     "how long the Databus waits to fill a batch"},
+    {"batch_bytes", K_SIZE, FIELD(sl_set_config, batch_bytes), 1024, 64 << 20, "\"1MiB\"",
+     "largest batch the Databus writes"},
+    {"buffer_bytes", K_SIZE, FIELD(sl_set_config, buffer_bytes), 1024, INT64_MAX, "\"8MiB\"",
+     "Databus buffer per partition; beyond it publishers get 503"},
+    {"schemas", K_SCHEMAS, 0, 0, 0, 0, "none",
+     "`{ [\"type\"] = \"file.json\" | { …schema… } }`: JSON Schemas checked at ingest "
+     "(docs/schemas.md)"},
+};
+
+static const key rule_keys[] = {
+    {"set", K_STRING, FIELD(sl_rule_config, set), 0, 0, "required",
+     "the event set the rule reads (declared with `set`)"},
+    {"description", K_STRING, FIELD(sl_rule_config, description), 0, 0, "", "free text"},
+    {"match", K_PATTERN, FIELD(sl_rule_config, match_json), 0, 0, "every event",
+     "an EventBridge event pattern, as a Lua table or a JSON string"},
+    {"filter", K_FUNCTION, FIELD(sl_rule_config, filter), 0, 0, "",
+     "`function(e) return true|false end`, after match"},
+    {"transform", K_FUNCTION, FIELD(sl_rule_config, transform), 0, 0, "",
+     "`function(e) return e | {e1, e2} | nil end`: change, fan out or drop"},
+    {"transform_batch", K_FUNCTION, FIELD(sl_rule_config, transform_batch), 0, 0, "",
+     "`function(events) return {…} end`: one call per batch instead of per event"},
+    {"input", K_INPUT, FIELD(sl_rule_config, input), 0, 0, "the event",
+     "`\"$.data\"` or `{ paths = { name = \"$.x\" }, template = [[…<name>…]] }`"},
+    {"target", K_TARGETS, 0, 0, 0, 0, "", "where matched events go (`target.file`, `target.set`)"},
+    {"targets", K_TARGETS, 0, 0, 0, 0, "", "a list of targets; each gets every event"},
+    {"start", K_START, FIELD(sl_rule_config, from_beginning), 0, 0, "\"end\"",
+     "where a new rule starts reading: \"end\" or \"beginning\""},
+    {"enabled", K_BOOL, FIELD(sl_rule_config, enabled), 0, 0, "true",
+     "false keeps the rule (and its cursor) but delivers nothing"},
+};
+
+static const key file_target_keys[] = {
+    {"path", K_STRING, FIELD(sl_target_config, path), 0, 0, "required",
+     "the NDJSON file (relative to the config file)"},
+    {"rotate_bytes", K_SIZE, FIELD(sl_target_config, rotate_bytes), 0, INT64_MAX, "never",
+     "rename the file to PATH.1 (PATH.1 to PATH.2, …) once it passes this size"},
+    {"keep", K_INT, FIELD(sl_target_config, keep), 1, 1000, "5", "rotated files kept"},
+};
+
+static const key set_target_keys[] = {
+    {"set", K_STRING, FIELD(sl_target_config, set), 0, 0, "required",
+     "the event set to append to (declared with `set`); events keep their lane"},
+};
+
+typedef struct target_kind {
+    const char *name;
+    sl_target_kind kind;
+    const key *keys;
+    size_t nkeys;
+    const char *doc;
+} target_kind;
+
+#define KEYS(k) k, sizeof k / sizeof *k
+
+static const target_kind target_kinds[] = {
+    {"file", SL_TARGET_FILE, KEYS(file_target_keys), "append events as NDJSON lines to a file"},
+    {"set", SL_TARGET_SET, KEYS(set_target_keys), "append events to another event set"},
+};
+
+/* ---- the loader ----------------------------------------------------------- */
+
+typedef struct loader {
+    sl_config *cfg;
+    lua_State *L;
+    sl_buf *diag;
+    const char *name; /* the file name in messages */
+    int nerrors;
+    int oom;
+} loader;
+
+static void problem(loader *ld, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void problem(loader *ld, int line, const char *fmt, ...)
+{
+    ld->nerrors++;
+    if (!ld->diag)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (sl_buf_printf(ld->diag, "%s:%d: %s\n", ld->name, line, msg))
+        ld->oom = 1;
+}
+
+/* The line where `key =` first appears at or after the block's line: Lua
+ * keeps no line numbers for table fields, but the source text does. Falls
+ * back to the block's line. */
+static int key_line(const loader *ld, int block_line, const char *keyname)
+{
+    const char *s = ld->cfg->source, *end = s + ld->cfg->source_len;
+    int line = 1;
+    size_t kl = strlen(keyname);
+    for (const char *p = s; p < end; p++) {
+        if (line >= block_line && (size_t)(end - p) > kl && memcmp(p, keyname, kl) == 0 &&
+            (p == s || !(isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '"'))) {
+            const char *q = p + kl;
+            if (*q == '"' && p > s && p[-1] == '"')
+                q++;
+            while (q < end && (*q == ' ' || *q == '\t' || *q == ']'))
+                q++;
+            if (q < end && *q == '=' && (q + 1 == end || q[1] != '='))
+                return line;
+        }
+        if (*p == '\n')
+            line++;
+    }
+    return block_line;
+}
+
+static char *dup_string(loader *ld, const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) {
+        ld->oom = 1;
+        return NULL;
+    }
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* Resolves a path relative to the config file's folder. */
+static char *resolve_path(loader *ld, const char *p)
+{
+    if (p[0] == '/' || !ld->cfg->dir[0])
+        return dup_string(ld, p, strlen(p));
+    size_t n = strlen(ld->cfg->dir) + strlen(p) + 2;
+    char *d = malloc(n);
+    if (!d) {
+        ld->oom = 1;
+        return NULL;
+    }
+    snprintf(d, n, "%s/%s", ld->cfg->dir, p);
+    return d;
+}
+
+static void put_int(void *field, size_t size, int64_t v)
+{
+    if (size == 8) {
+        memcpy(field, &v, 8);
+    } else if (size == 4) {
+        int32_t x = (int32_t)v;
+        memcpy(field, &x, 4);
+    } else if (size == 2) {
+        int16_t x = (int16_t)v;
+        memcpy(field, &x, 2);
+    }
+}
+
+typedef struct block {
+    const char *what; /* 'rule "big-orders"' */
+    int line;
+    void *obj;
+} block;
+
+static void check_block(loader *ld, int idx, const key *keys, size_t nkeys, const block *b,
+                        void *extra);
+
+static void read_set_body(loader *ld, int idx, sl_set_config *sc, const block *b, void *decl);
+
+/* Encodes the Lua value at idx as JSON text (a pattern or an inline schema). */
+static char *lua_to_json(loader *ld, int idx, int line, const char *what)
+{
+    sl_buf b = SL_BUF_INIT;
+    sl_error err = {0};
+    if (sl_luajson_encode(ld->L, idx, &b, &err) || sl_buf_append(&b, "", 1)) {
+        problem(ld, line, "%s: %s", what, err.msg[0] ? err.msg : "cannot be encoded as JSON");
+        sl_buf_free(&b);
+        return NULL;
+    }
+    return (char *)b.data;
+}
+
+static void read_pattern(loader *ld, int idx, const key *k, const block *b, sl_rule_config *r)
+{
+    int line = key_line(ld, b->line, k->name);
+    char *json;
+    if (lua_type(ld->L, idx) == LUA_TSTRING) {
+        size_t n;
+        const char *s = lua_tolstring(ld->L, idx, &n);
+        json = dup_string(ld, s, n);
+    } else if (lua_istable(ld->L, idx)) {
+        json = lua_to_json(ld, idx, line, "match");
+    } else {
+        problem(ld, line, "%s: match must be a table or a JSON string, not a %s", b->what,
+                luaL_typename(ld->L, idx));
+        return;
+    }
+    if (!json)
+        return;
+    sl_error err = {0};
+    if (sl_pattern_compile(json, strlen(json), &r->pattern, &err)) {
+        problem(ld, line, "%s: match: %s", b->what, err.msg[0] ? err.msg : "invalid pattern");
+        free(json);
+        return;
+    }
+    r->match_json = json;
+}
+
+static void read_input(loader *ld, int idx, const key *k, const block *b, sl_rule_config *r)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    sl_error err = {0};
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        if (sl_input_compile_path(lua_tostring(L, idx), &r->input, &err))
+            problem(ld, line, "%s: input: %s", b->what, err.msg);
+        return;
+    }
+    if (!lua_istable(L, idx)) {
+        problem(ld, line, "%s: input must be a path string like \"$.data\" or "
+                          "{ paths = {…}, template = \"…\" }", b->what);
+        return;
+    }
+    const char *names[64], *paths[64];
+    size_t n = 0;
+    const char *tmpl = NULL;
+    bool ok = true;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *kn = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+        if (strcmp(kn, "template") == 0 && lua_type(L, -1) == LUA_TSTRING) {
+            tmpl = lua_tostring(L, -1);
+        } else if (strcmp(kn, "paths") == 0 && lua_istable(L, -1)) {
+            lua_pushnil(L);
+            while (lua_next(L, -2)) {
+                if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING) {
+                    problem(ld, line, "%s: input.paths maps names to path strings", b->what);
+                    ok = false;
+                } else if (n == 64) {
+                    problem(ld, line, "%s: input.paths: at most 64 paths", b->what);
+                    ok = false;
+                } else {
+                    names[n] = lua_tostring(L, -2);
+                    paths[n++] = lua_tostring(L, -1);
+                }
+                lua_pop(L, 1);
+            }
+        } else {
+            problem(ld, line, "%s: input: unknown key or wrong type \"%s\" (want paths, template)",
+                    b->what, kn);
+            ok = false;
+        }
+        lua_pop(L, 1);
+    }
+    if (!tmpl) {
+        problem(ld, line, "%s: input: a template string is required", b->what);
+        ok = false;
+    }
+    if (ok && sl_input_compile_template(names, paths, n, tmpl, &r->input, &err))
+        problem(ld, line, "%s: input: %s", b->what, err.msg);
+}
+
+static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_config *r)
+{
+    lua_State *L = ld->L;
+    lua_getglobal(L, "__sluice_is_target");
+    lua_pushvalue(L, idx);
+    lua_call(L, 1, 1);
+    bool is = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (!is) {
+        problem(ld, line, "%s: a target must be made with target.file { … } or target.set { … }",
+                b->what);
+        return;
+    }
+    lua_getfield(L, idx, "kind");
+    const char *kind = lua_tostring(L, -1);
+    lua_getfield(L, idx, "line");
+    int tline = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    const target_kind *tk = NULL;
+    for (size_t i = 0; kind && i < sizeof target_kinds / sizeof *target_kinds; i++)
+        if (strcmp(target_kinds[i].name, kind) == 0)
+            tk = &target_kinds[i];
+    if (!tk) {
+        problem(ld, tline, "%s: unknown target kind target.%s (known: file, set)", b->what,
+                kind ? kind : "?");
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    sl_target_config *grown = realloc(r->targets, (r->ntargets + 1) * sizeof *grown);
+    if (!grown) {
+        ld->oom = 1;
+        return;
+    }
+    r->targets = grown;
+    sl_target_config *t = &r->targets[r->ntargets++];
+    memset(t, 0, sizeof *t);
+    t->kind = tk->kind;
+    t->line = tline;
+    t->keep = 5;
+    char what[200];
+    snprintf(what, sizeof what, "%s: target.%s", b->what, tk->name);
+    block tb = {what, tline, t};
+    lua_getfield(L, idx, "body");
+    check_block(ld, lua_gettop(L), tk->keys, tk->nkeys, &tb, NULL);
+    lua_pop(L, 1);
+    if (t->kind == SL_TARGET_FILE && t->path) {
+        char *abs = resolve_path(ld, t->path);
+        free(t->path);
+        t->path = abs;
+    }
+}
+
+static void read_targets(loader *ld, int idx, const key *k, const block *b, sl_rule_config *r)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    if (!lua_istable(L, idx)) {
+        problem(ld, line, "%s: %s must be a target or a list of targets", b->what, k->name);
+        return;
+    }
+    lua_getglobal(L, "__sluice_is_target");
+    lua_pushvalue(L, idx);
+    lua_call(L, 1, 1);
+    bool single = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (single) {
+        read_target(ld, idx, b, line, r);
+        return;
+    }
+    lua_Integer n = luaL_len(L, idx);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, idx, i);
+        read_target(ld, lua_gettop(L), b, line, r);
+        lua_pop(L, 1);
+    }
+}
+
+static void read_schemas(loader *ld, int idx, const key *k, const block *b, sl_set_decl *d)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    if (!lua_istable(L, idx)) {
+        problem(ld, line, "%s: schemas must map event types to schema files", b->what);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        int vi = lua_gettop(L);
+        if (lua_type(L, -2) != LUA_TSTRING) {
+            problem(ld, line, "%s: schemas: keys are event types (strings)", b->what);
+            lua_pop(L, 1);
+            continue;
+        }
+        const char *type = lua_tostring(L, -2);
+        sl_schema *s = NULL;
+        sl_error err = {0};
+        int rc = 0;
+        if (lua_type(L, vi) == LUA_TSTRING) {
+            char *p = resolve_path(ld, lua_tostring(L, vi));
+            rc = p ? sl_schema_compile_file(p, &s, &err) : SL_ENOMEM;
+            free(p);
+        } else if (lua_istable(L, vi)) {
+            char *json = lua_to_json(ld, vi, line, "schema");
+            rc = json ? sl_schema_compile(json, strlen(json), &s, &err) : SL_EINVAL;
+            free(json);
+        } else {
+            rc = sl_error_set(&err, SL_EINVAL, "want a file name or a schema table");
+        }
+        if (rc) {
+            problem(ld, line, "%s: schema for \"%s\": %s", b->what, type,
+                    err.msg[0] ? err.msg : sl_strerror(rc));
+        } else {
+            sl_schema_entry *g = realloc(d->schemas, (d->nschemas + 1) * sizeof *g);
+            char *t = dup_string(ld, type, strlen(type));
+            if (!g || !t) {
+                if (g)
+                    d->schemas = g;
+                free(t);
+                sl_schema_free(s);
+                ld->oom = 1;
+            } else {
+                d->schemas = g;
+                d->schemas[d->nschemas++] = (sl_schema_entry){t, s};
+            }
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* Reads one key's value (at the top of the stack) into the block's struct. */
+static void read_key(loader *ld, const key *k, const block *b, void *extra)
+{
+    lua_State *L = ld->L;
+    int idx = lua_gettop(L);
+    char *field = (char *)b->obj + k->off;
+    int line = key_line(ld, b->line, k->name);
+    int t = lua_type(L, idx);
+    switch (k->type) {
+    case K_STRING:
+        if (t != LUA_TSTRING) {
+            problem(ld, line, "%s: %s must be a string, not a %s", b->what, k->name,
+                    luaL_typename(L, idx));
+        } else {
+            size_t n;
+            const char *s = lua_tolstring(L, idx, &n);
+            char **dst = (char **)field;
+            free(*dst);
+            *dst = dup_string(ld, s, n);
+        }
+        return;
+    case K_BOOL:
+    case K_TRISTATE:
+        if (t != LUA_TBOOLEAN) {
+            problem(ld, line, "%s: %s must be true or false, not a %s", b->what, k->name,
+                    luaL_typename(L, idx));
+        } else if (k->type == K_BOOL) {
+            *(bool *)field = lua_toboolean(L, idx);
+        } else {
+            *(int *)field = lua_toboolean(L, idx);
+        }
+        return;
+    case K_INT:
+    case K_SIZE:
+    case K_DURATION: {
+        int64_t v = 0;
+        bool ok = false;
+        if (t == LUA_TNUMBER && lua_isinteger(L, idx)) {
+            v = lua_tointeger(L, idx);
+            ok = true;
+        } else if (t == LUA_TSTRING && k->type == K_SIZE) {
+            uint64_t u;
+            ok = sl_parse_bytes(lua_tostring(L, idx), &u) == 0 && u <= INT64_MAX;
+            v = (int64_t)u;
+        } else if (t == LUA_TSTRING && k->type == K_DURATION) {
+            const char *s = lua_tostring(L, idx);
+            ok = strcmp(s, "forever") == 0 ? (v = -1, k->min < 0)
+                                           : sl_parse_duration_ms(s, &v) == 0;
+        }
+        static const char *const want[] = {[K_INT] = "an integer",
+                                           [K_SIZE] = "a size like \"128MiB\" or a number of bytes",
+                                           [K_DURATION] = "a duration like \"7d\", \"30s\", "
+                                                          "\"250ms\" or a number of ms"};
+        if (!ok)
+            problem(ld, line, "%s: %s must be %s", b->what, k->name, want[k->type]);
+        else if (v < k->min || v > k->max)
+            problem(ld, line, "%s: %s = %lld is out of range (%lld..%lld)", b->what, k->name,
+                    (long long)v, (long long)k->min, (long long)k->max);
+        else
+            put_int(field, k->size, v);
+        return;
+    }
+    case K_ACK:
+    case K_CODEC:
+    case K_START: {
+        const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        if (k->type == K_ACK && (strcmp(s, "durable") == 0 || strcmp(s, "buffer") == 0))
+            *(sl_ack *)field = s[0] == 'd' ? SL_ACK_DURABLE : SL_ACK_BUFFER;
+        else if (k->type == K_CODEC && sl_codec_parse(s, (sl_codec *)field) == 0)
+            ;
+        else if (k->type == K_START && (strcmp(s, "beginning") == 0 || strcmp(s, "end") == 0))
+            *(bool *)field = s[0] == 'b';
+        else
+            problem(ld, line, "%s: %s must be %s", b->what, k->name,
+                    k->type == K_ACK     ? "\"durable\" or \"buffer\""
+                    : k->type == K_CODEC ? "\"none\" or \"zstd\""
+                                         : "\"beginning\" or \"end\"");
+        return;
+    }
+    case K_FUNCTION:
+        if (t != LUA_TFUNCTION)
+            problem(ld, line, "%s: %s must be a function, not a %s", b->what, k->name,
+                    luaL_typename(L, idx));
+        else
+            *(bool *)field = true;
+        return;
+    case K_PATTERN:
+        read_pattern(ld, idx, k, b, b->obj);
+        return;
+    case K_INPUT:
+        read_input(ld, idx, k, b, b->obj);
+        return;
+    case K_TARGETS:
+        read_targets(ld, idx, k, b, b->obj);
+        return;
+    case K_SCHEMAS:
+        read_schemas(ld, idx, k, b, extra);
+        return;
+    case K_SETBODY: {
+        if (t != LUA_TTABLE) {
+            problem(ld, line, "%s: %s must be a table of set keys", b->what, k->name);
+            return;
+        }
+        block sb = {"server.set_defaults", line, field};
+        read_set_body(ld, idx, (sl_set_config *)field, &sb, NULL);
+        return;
+    }
+    }
+}
+
+/* Walks the table at idx: every key must be in keys. */
+static void check_block(loader *ld, int idx, const key *keys, size_t nkeys, const block *b,
+                        void *extra)
+{
+    lua_State *L = ld->L;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING) {
+            problem(ld, b->line, "%s: every entry needs a name (name = value); found a "
+                                 "positional %s", b->what, luaL_typename(L, -1));
+            lua_pop(L, 1);
+            continue;
+        }
+        const char *name = lua_tostring(L, -2);
+        const key *k = NULL;
+        for (size_t i = 0; !k && i < nkeys; i++)
+            if (strcmp(keys[i].name, name) == 0)
+                k = &keys[i];
+        if (!k) {
+            char known[512] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < nkeys && o < sizeof known; i++)
+                o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "",
+                                      keys[i].name);
+            problem(ld, key_line(ld, b->line, name), "%s: unknown key \"%s\" (known: %s)",
+                    b->what, name, known);
+        } else {
+            read_key(ld, k, b, extra);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+static void read_set_body(loader *ld, int idx, sl_set_config *sc, const block *b, void *decl)
+{
+    if (decl) {
+        check_block(ld, idx, set_keys, sizeof set_keys / sizeof *set_keys, b, decl);
+        return;
+    }
+    /* set_defaults: schemas belong to declared sets only */
+    check_block(ld, idx, set_keys, sizeof set_keys / sizeof *set_keys - 1, b, NULL);
+    (void)sc;
+}
+
+static void *grow(loader *ld, void *arr, size_t n, size_t size)
+{
+    void *g = realloc(arr, (n + 1) * size);
+    if (!g)
+        ld->oom = 1;
+    else
+        memset((char *)g + n * size, 0, size);
+    return g;
+}
+
+static const sl_set_decl *find_set(const sl_config *cfg, const char *name)
+{
+    for (size_t i = 0; name && i < cfg->nsets; i++)
+        if (strcmp(cfg->sets[i].name, name) == 0)
+            return &cfg->sets[i];
+    return NULL;
+}
+
+static void read_decl(loader *ld, int idx)
+{
+    lua_State *L = ld->L;
+    lua_getfield(L, idx, "kind");
+    lua_getfield(L, idx, "name");
+    lua_getfield(L, idx, "line");
+    lua_getfield(L, idx, "body");
+    const char *kind = lua_tostring(L, -4);
+    const char *name = lua_tostring(L, -3);
+    int line = (int)lua_tointeger(L, -2);
+    int body = lua_gettop(L);
+    char what[200];
+    sl_config *cfg = ld->cfg;
+    if (strcmp(kind, "server") == 0) {
+        block b = {"server", line, cfg};
+        check_block(ld, body, server_keys, sizeof server_keys / sizeof *server_keys, &b, NULL);
+    } else if (strcmp(kind, "set") == 0) {
+        snprintf(what, sizeof what, "set \"%s\"", name);
+        if (!sl_set_name_valid(name))
+            problem(ld, line, "%s: a set name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+        else if (find_set(cfg, name))
+            problem(ld, line, "%s is declared twice", what);
+        sl_set_decl *g = grow(ld, cfg->sets, cfg->nsets, sizeof *g);
+        if (g) {
+            cfg->sets = g;
+            sl_set_decl *d = &cfg->sets[cfg->nsets++];
+            d->name = dup_string(ld, name, strlen(name));
+            d->line = line;
+            d->cfg = cfg->set_defaults;
+            block b = {what, line, &d->cfg};
+            read_set_body(ld, body, &d->cfg, &b, d);
+        }
+    } else if (strcmp(kind, "rule") == 0) {
+        snprintf(what, sizeof what, "rule \"%s\"", name);
+        if (!sl_set_name_valid(name))
+            problem(ld, line, "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)",
+                    what);
+        else if (sl_config_rule(cfg, name))
+            problem(ld, line, "%s is declared twice", what);
+        sl_rule_config *g = grow(ld, cfg->rules, cfg->nrules, sizeof *g);
+        if (g) {
+            cfg->rules = g;
+            sl_rule_config *r = &cfg->rules[cfg->nrules++];
+            r->name = dup_string(ld, name, strlen(name));
+            r->line = line;
+            r->enabled = true;
+            block b = {what, line, r};
+            check_block(ld, body, rule_keys, sizeof rule_keys / sizeof *rule_keys, &b, NULL);
+        }
+    }
+    lua_pop(L, 4);
+}
+
+/* Checks what needs the whole file: references between blocks. */
+static void cross_check(loader *ld)
+{
+    sl_config *cfg = ld->cfg;
+    for (size_t i = 0; i < cfg->nrules; i++) {
+        sl_rule_config *r = &cfg->rules[i];
+        if (!r->set)
+            problem(ld, r->line, "rule \"%s\": set is required (the event set it reads)",
+                    r->name);
+        else if (!find_set(cfg, r->set))
+            problem(ld, key_line(ld, r->line, "set"),
+                    "rule \"%s\": set \"%s\" is not declared (add set \"%s\" { })", r->name,
+                    r->set, r->set);
+        if (!r->ntargets)
+            problem(ld, r->line, "rule \"%s\": a target is required (target = target.file { … })",
+                    r->name);
+        if (r->transform && r->transform_batch)
+            problem(ld, r->line, "rule \"%s\": use transform or transform_batch, not both",
+                    r->name);
+        for (size_t t = 0; t < r->ntargets; t++) {
+            sl_target_config *tc = &r->targets[t];
+            if (tc->kind == SL_TARGET_FILE && !tc->path)
+                problem(ld, tc->line, "rule \"%s\": target.file needs a path", r->name);
+            if (tc->kind == SL_TARGET_SET && !tc->set)
+                problem(ld, tc->line, "rule \"%s\": target.set needs a set", r->name);
+            else if (tc->kind == SL_TARGET_SET && !find_set(cfg, tc->set))
+                problem(ld, tc->line,
+                        "rule \"%s\": target.set: set \"%s\" is not declared (add set \"%s\" { })",
+                        r->name, tc->set, tc->set);
+            else if (tc->kind == SL_TARGET_SET && r->set && strcmp(tc->set, r->set) == 0)
+                problem(ld, tc->line,
+                        "rule \"%s\": target.set into the set it reads would loop forever",
+                        r->name);
+        }
+    }
+}
+
+/* Reads the whole file into cfg->source. */
+static int read_file(sl_config *cfg, sl_buf *diag)
+{
+    FILE *f = fopen(cfg->path, "rb");
+    if (!f) {
+        int e = errno;
+        if (diag)
+            sl_buf_printf(diag, "%s: cannot read: %s\n", cfg->path, strerror(e));
+        return e == ENOENT ? SL_ENOENT : SL_EIO;
+    }
+    sl_buf b = SL_BUF_INIT;
+    char chunk[65536];
+    size_t n;
+    int rc = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if ((rc = sl_buf_append(&b, chunk, n)))
+            break;
+    if (!rc && ferror(f))
+        rc = SL_EIO;
+    fclose(f);
+    if (!rc)
+        rc = sl_buf_append(&b, "", 1);
+    if (rc) {
+        sl_buf_free(&b);
+        return rc;
+    }
+    cfg->source = (char *)b.data;
+    cfg->source_len = b.len - 1;
+    return 0;
+}
+
+int sl_config_load(const char *path, sl_config **out, sl_buf *diag)
+{
+    sl_config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return SL_ENOMEM;
+    cfg->auto_create = -1;
+    sl_set_config_default(&cfg->set_defaults);
+    cfg->path = strdup(path);
+    const char *slash = strrchr(path, '/');
+    cfg->dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup("");
+    if (!cfg->path || !cfg->dir) {
+        sl_config_free(cfg);
+        return SL_ENOMEM;
+    }
+    int rc = read_file(cfg, diag);
+    if (rc) {
+        sl_config_free(cfg);
+        return rc;
+    }
+    loader ld = {.cfg = cfg, .diag = diag, .name = path};
+    char chunkname[4096];
+    snprintf(chunkname, sizeof chunkname, "@%s", path);
+    sl_sandbox_options so = {.privileged_src = sl_lua_src_prelude,
+                             .privileged_len = sl_lua_src_prelude_len,
+                             .privileged_name = "=prelude"};
+    sl_error err = {0};
+    if ((rc = sl_sandbox_new(&so, &ld.L, &err))) {
+        if (diag)
+            sl_buf_printf(diag, "%s: %s\n", path, err.msg);
+        sl_config_free(cfg);
+        return rc;
+    }
+    lua_State *L = ld.L;
+    if ((rc = sl_sandbox_load(L, cfg->source, cfg->source_len, chunkname, &err)) ||
+        (rc = sl_sandbox_call(L, 0, 0, &err))) {
+        /* The message already reads "FILE:LINE: …" for syntax and runtime
+         * errors; budget and memory errors say so. */
+        ld.nerrors++;
+        if (diag)
+            sl_buf_printf(diag, "%s\n", err.msg[0] ? err.msg : sl_strerror(rc));
+    }
+    /* Mistakes the prelude recorded while the file ran. */
+    lua_getglobal(L, "__sluice_errors");
+    lua_call(L, 0, 1);
+    for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
+        lua_geti(L, -1, i);
+        lua_getfield(L, -1, "line");
+        lua_getfield(L, -2, "msg");
+        problem(&ld, (int)lua_tointeger(L, -2), "%s", lua_tostring(L, -1));
+        lua_pop(L, 3);
+    }
+    lua_pop(L, 1);
+    if (!rc) {
+        lua_getglobal(L, "__sluice_decls");
+        lua_call(L, 0, 1);
+        int decls = lua_gettop(L);
+        int servers = 0;
+        /* The server block first: set_defaults applies to every set. */
+        for (int pass = 0; pass < 2; pass++) {
+            for (lua_Integer i = 1, n = luaL_len(L, decls); i <= n; i++) {
+                lua_geti(L, decls, i);
+                lua_getfield(L, -1, "kind");
+                bool is_server = strcmp(lua_tostring(L, -1), "server") == 0;
+                lua_pop(L, 1);
+                if (is_server == (pass == 0)) {
+                    if (is_server && servers++) {
+                        lua_getfield(L, -1, "line");
+                        problem(&ld, (int)lua_tointeger(L, -1),
+                                "server is declared twice (one server block per file)");
+                        lua_pop(L, 1);
+                    } else {
+                        read_decl(&ld, lua_gettop(L));
+                    }
+                }
+                lua_pop(L, 1);
+            }
+        }
+        lua_pop(L, 1);
+        cross_check(&ld);
+    }
+    if (cfg->data_dir && cfg->data_dir[0] != '/') {
+        char *abs = resolve_path(&ld, cfg->data_dir);
+        free(cfg->data_dir);
+        cfg->data_dir = abs;
+    }
+    sl_sandbox_close(L);
+    if (ld.oom) {
+        sl_config_free(cfg);
+        return SL_ENOMEM;
+    }
+    if (ld.nerrors || rc) {
+        sl_config_free(cfg);
+        return SL_EINVAL;
+    }
+    *out = cfg;
+    return 0;
+}
+
+const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->nrules; i++)
+        if (cfg->rules[i].name && strcmp(cfg->rules[i].name, name) == 0)
+            return &cfg->rules[i];
+    return NULL;
+}
+
+const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size_t type_len)
+{
+    for (size_t i = 0; i < set->nschemas; i++)
+        if (strlen(set->schemas[i].type) == type_len &&
+            memcmp(set->schemas[i].type, type, type_len) == 0)
+            return set->schemas[i].schema;
+    return NULL;
+}
+
+static const char *const type_names[] = {
+    [K_STRING] = "string",      [K_BOOL] = "boolean",      [K_TRISTATE] = "boolean",
+    [K_INT] = "integer",        [K_SIZE] = "size",         [K_DURATION] = "duration",
+    [K_ACK] = "string",         [K_CODEC] = "string",      [K_START] = "string",
+    [K_FUNCTION] = "function",  [K_PATTERN] = "pattern",   [K_INPUT] = "string or table",
+    [K_TARGETS] = "target(s)",  [K_SCHEMAS] = "table",     [K_SETBODY] = "table",
+};
+
+static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
+{
+    int rc = sl_buf_printf(out, "\n### %s\n\n| key | type | default | meaning |\n|---|---|---|---|\n",
+                           title);
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = sl_buf_printf(out, "| `%s` | %s | %s | %s |\n", keys[i].name,
+                           type_names[keys[i].type], keys[i].dflt[0] ? keys[i].dflt : "—",
+                           keys[i].doc);
+    return rc;
+}
+
+int sl_config_keys_markdown(sl_buf *out)
+{
+    int rc = keys_table(out, "server { … }", KEYS(server_keys));
+    if (!rc)
+        rc = keys_table(out, "set \"NAME\" { … }", KEYS(set_keys));
+    if (!rc)
+        rc = keys_table(out, "rule \"NAME\" { … }", KEYS(rule_keys));
+    for (size_t i = 0; !rc && i < sizeof target_kinds / sizeof *target_kinds; i++) {
+        char title[64];
+        snprintf(title, sizeof title, "target.%s { … }", target_kinds[i].name);
+        rc = keys_table(out, title, target_kinds[i].keys, target_kinds[i].nkeys);
+        if (!rc)
+            rc = sl_buf_printf(out, "\n%s.\n", target_kinds[i].doc);
+    }
+    return rc;
+}
+
+static void free_rule(sl_rule_config *r)
+{
+    free(r->name);
+    free(r->set);
+    free(r->description);
+    free(r->match_json);
+    sl_pattern_free(r->pattern);
+    sl_input_free(r->input);
+    for (size_t t = 0; t < r->ntargets; t++) {
+        free(r->targets[t].path);
+        free(r->targets[t].set);
+    }
+    free(r->targets);
+}
+
+void sl_config_free(sl_config *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < cfg->nrules; i++)
+        free_rule(&cfg->rules[i]);
+    free(cfg->rules);
+    for (size_t i = 0; i < cfg->nsets; i++) {
+        free(cfg->sets[i].name);
+        for (size_t s = 0; s < cfg->sets[i].nschemas; s++) {
+            free(cfg->sets[i].schemas[s].type);
+            sl_schema_free(cfg->sets[i].schemas[s].schema);
+        }
+        free(cfg->sets[i].schemas);
+    }
+    free(cfg->sets);
+    free(cfg->path);
+    free(cfg->dir);
+    free(cfg->source);
+    free(cfg->listen);
+    free(cfg->data_dir);
+    free(cfg);
+}

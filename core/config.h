@@ -1,0 +1,110 @@
+/*
+ * core/config.h — the Lua config file (ISSUE 4 §1, docs/config.md).
+ *
+ * The file runs once in a sandboxed Lua state (rules/sandbox.h) with the
+ * vocabulary of lua/prelude.lua, which records every declaration with its
+ * line. This module then checks each declaration against one key table per
+ * block (server, set, rule, each target kind): unknown keys, wrong types,
+ * bad durations/sizes, bad patterns, missing schema files, unknown sets and
+ * targets are all reported, each as "FILE:LINE: message", not just the
+ * first. The same key tables print the reference in docs/config.md
+ * (`sluice check --keys`), so code and docs cannot drift.
+ *
+ * Lua functions (filter, transform, transform_batch) are only type-checked
+ * here; each rule worker runs the same source text again in its own state to
+ * get them (rules/rule.h), so a config keeps its source.
+ */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/set.h"
+#include "rules/input.h"
+#include "rules/pattern.h"
+#include "rules/schema.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sl_target_kind {
+    SL_TARGET_FILE, /* NDJSON lines appended to a file */
+    SL_TARGET_SET,  /* events appended to another event set */
+} sl_target_kind;
+
+typedef struct sl_target_config {
+    sl_target_kind kind;
+    int line;
+    char *path;            /* file: where (relative paths: to the config's folder) */
+    uint64_t rotate_bytes; /* file: rename to PATH.1 … past this size; 0 never */
+    int64_t keep;          /* file: rotated files kept */
+    char *set;             /* set: the event set to append to */
+} sl_target_config;
+
+typedef struct sl_rule_config {
+    char *name;
+    int line;
+    char *set;
+    char *description;
+    char *match_json;    /* the pattern as JSON text; NULL matches everything */
+    sl_pattern *pattern; /* compiled match_json */
+    bool filter, transform, transform_batch; /* which Lua functions it has */
+    sl_input *input;                         /* input transformer; NULL none */
+    sl_target_config *targets;
+    size_t ntargets;
+    bool from_beginning; /* start = "beginning": a new rule reads the whole set */
+    bool enabled;
+} sl_rule_config;
+
+typedef struct sl_schema_entry {
+    char *type; /* event type */
+    sl_schema *schema;
+} sl_schema_entry;
+
+typedef struct sl_set_decl {
+    char *name;
+    int line;
+    sl_set_config cfg;
+    sl_schema_entry *schemas;
+    size_t nschemas;
+} sl_set_decl;
+
+typedef struct sl_config {
+    char *path;   /* the file, as given */
+    char *dir;    /* its folder: relative paths in the config resolve here */
+    char *source; /* its text, run again by every rule worker */
+    size_t source_len;
+    /* server { … } */
+    char *listen;   /* "HOST:PORT"; NULL: the command line or default */
+    char *data_dir; /* NULL: the command line or default */
+    int auto_create; /* -1 unset, else 0/1 */
+    uint64_t max_request_bytes; /* 0 unset */
+    unsigned workers;           /* rule worker threads; 0 = number of CPUs */
+    uint64_t lua_memory;        /* per Lua state; 0 = default */
+    uint64_t lua_instructions;  /* per Lua call; 0 = default */
+    sl_set_config set_defaults; /* what sets created on first use get */
+    sl_set_decl *sets;
+    size_t nsets;
+    sl_rule_config *rules;
+    size_t nrules;
+} sl_config;
+
+/* Loads and checks the config file at path. Returns 0 and *out (free with
+ * sl_config_free()); or SL_EINVAL with every mistake appended to diag as
+ * "FILE:LINE: message\n" lines (*out untouched), SL_ENOENT/SL_EIO when the
+ * file cannot be read, SL_ENOMEM. diag may be NULL. */
+int sl_config_load(const char *path, sl_config **out, sl_buf *diag);
+
+/* The rule called name, or NULL. */
+const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name);
+
+/* The schema for events of type in set decl, or NULL. */
+const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size_t type_len);
+
+/* Appends the key reference of every block (Markdown tables) to out. */
+int sl_config_keys_markdown(sl_buf *out);
+
+void sl_config_free(sl_config *cfg);
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * core/router.c — the running config and its reload (see router.h).
+ */
+#include "core/router.h"
+
+#include "core/event.h"
+#include "rules/runner.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sl_router {
+    sl_sets *sets;
+    sl_databus *bus;
+    char *data_dir;
+    /* cfg and runner are read by HTTP and Databus threads under the read
+     * lock; a reload swaps them under the write lock. The runner is stopped
+     * outside the lock: its batches may wait for the Databus, whose writer
+     * calls on_append. */
+    pthread_rwlock_t lock;
+    sl_config *cfg;
+    sl_runner *runner;
+};
+
+/* Declares the sets of cfg; live sets keep their settings unless starting. */
+static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_error *err)
+{
+    for (size_t i = 0; i < cfg->nsets; i++) {
+        const sl_set_decl *d = &cfg->sets[i];
+        sl_set *s = NULL;
+        bool exists = sl_sets_get(r->sets, d->name, false, &s, NULL) == 0;
+        if (exists && !starting) {
+            if (memcmp(&s->cfg, &d->cfg, sizeof s->cfg))
+                fprintf(stderr, "sluice: reload: set %s: changed settings apply on the next "
+                                "restart\n", d->name);
+            continue;
+        }
+        if (exists && s->nparts != d->cfg.partitions)
+            fprintf(stderr, "sluice: set %s keeps its %d partitions (the config says %d; "
+                            "partitions are fixed once a set exists)\n",
+                    d->name, s->nparts, d->cfg.partitions);
+        int rc = sl_sets_define(r->sets, d->name, &d->cfg, &s, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
+{
+    sl_runner_options ro = {.cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir};
+    return sl_runner_start(&ro, out, err);
+}
+
+int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *data_dir,
+                    sl_router **out, sl_error *err)
+{
+    sl_router *r = calloc(1, sizeof *r);
+    if (!r || !(r->data_dir = strdup(data_dir))) {
+        free(r);
+        sl_config_free(cfg);
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    }
+    r->sets = sets;
+    r->bus = bus;
+    r->cfg = cfg;
+    pthread_rwlock_init(&r->lock, NULL);
+    int rc = declare_sets(r, cfg, true, err);
+    if (!rc)
+        rc = start_runner(r, cfg, &r->runner, err);
+    if (rc) {
+        sl_router_stop(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
+{
+    int rc = declare_sets(r, cfg, false, err);
+    if (rc) {
+        sl_config_free(cfg);
+        return rc;
+    }
+    pthread_rwlock_wrlock(&r->lock);
+    sl_runner *old = r->runner;
+    r->runner = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_runner_stop(old);
+    sl_runner *fresh = NULL;
+    sl_config *keep = cfg;
+    if ((rc = start_runner(r, cfg, &fresh, err))) {
+        keep = r->cfg; /* the old rules run again */
+        sl_error e2 = {0};
+        if (start_runner(r, keep, &fresh, &e2))
+            fprintf(stderr, "sluice: reload: the old rules could not restart either: %s\n",
+                    e2.msg);
+    }
+    pthread_rwlock_wrlock(&r->lock);
+    sl_config *drop = keep == cfg ? r->cfg : cfg;
+    r->cfg = keep;
+    r->runner = fresh;
+    pthread_rwlock_unlock(&r->lock);
+    sl_config_free(drop);
+    return rc;
+}
+
+static const sl_set_decl *find_decl(const sl_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->nsets; i++)
+        if (cfg->sets[i].nschemas && strcmp(cfg->sets[i].name, name) == 0)
+            return &cfg->sets[i];
+    return NULL;
+}
+
+static int validate(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err)
+{
+    sl_router *r = ctx;
+    int rc = 0;
+    pthread_rwlock_rdlock(&r->lock);
+    const sl_set_decl *d = find_decl(r->cfg, set->name);
+    const sl_schema *s = NULL;
+    if (d && ev->type.type == SL_JSON_STRING) {
+        char type[256];
+        size_t tl = 0;
+        if (sl_json_unescape(&ev->type, type, sizeof type, &tl) == 0)
+            s = sl_config_schema(d, type, tl);
+    }
+    if (s) {
+        if (ev->data_base64.type != SL_JSON_NONE)
+            rc = sl_error_set(err, SL_EINVAL, "/data: binary data (data_base64) cannot be "
+                                              "checked against the schema of its type");
+        else if (ev->data.type == SL_JSON_NONE)
+            rc = sl_error_set(err, SL_EINVAL, "/data: missing, and the event's type has a "
+                                              "schema");
+        else
+            rc = sl_schema_validate(s, ev->data.p, ev->data.len, err);
+    }
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int rules_json(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_rules_json(r->runner, out)
+                       : sl_buf_append(out, "{\"rules\":[]}\n", 13);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int metrics(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_metrics(r->runner, out) : 0;
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
+{
+    *out = (sl_http_hooks){
+        .ctx = r, .validate = validate, .rules_json = rules_json, .metrics = metrics};
+}
+
+void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    if (r->runner)
+        sl_runner_on_append(r->runner, set, partition, end);
+    pthread_rwlock_unlock(&r->lock);
+}
+
+void sl_router_stop(sl_router *r)
+{
+    if (!r)
+        return;
+    sl_runner_stop(r->runner);
+    sl_config_free(r->cfg);
+    pthread_rwlock_destroy(&r->lock);
+    free(r->data_dir);
+    free(r);
+}

@@ -25,8 +25,30 @@ typedef struct file_target {
     sl_buf line;          /* the lines of one deliver() call */
 } file_target;
 
+/* Creates the folders above path, as `mkdir -p` would. */
+static int make_parents(const char *path, sl_error *err)
+{
+    char *p = strdup(path);
+    if (!p)
+        return sl_error_set(err, SL_ENOMEM, "target.file: out of memory");
+    int rc = 0;
+    for (char *s = p + 1; *s && !rc; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0755) && errno != EEXIST)
+            rc = sl_error_errno(err, errno, "target.file: mkdir %s", p);
+        *s = '/';
+    }
+    free(p);
+    return rc;
+}
+
 static int open_file(file_target *t, sl_error *err)
 {
+    int rc = make_parents(t->path, err);
+    if (rc)
+        return rc;
     t->fd = open(t->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (t->fd < 0)
         return sl_error_errno(err, errno, "target.file %s: open", t->path);

@@ -104,28 +104,6 @@ static int grow(tester *t, size_t n)
     return 0;
 }
 
-/* The schema check of HTTP ingest: an event whose type has a schema in its
- * set must carry JSON data that fits it. */
-static int check_schema(const sl_set_decl *set, const sl_event *ev, sl_error *err)
-{
-    if (!set || !set->nschemas || ev->type.type != SL_JSON_STRING)
-        return 0;
-    char type[256];
-    size_t tl = 0;
-    if (sl_json_unescape(&ev->type, type, sizeof type, &tl) != 0)
-        return 0;
-    const sl_schema *s = sl_config_schema(set, type, tl);
-    if (!s)
-        return 0;
-    if (ev->data_base64.type != SL_JSON_NONE)
-        return sl_error_set(err, SL_EINVAL,
-                            "/data: binary data (data_base64) cannot be "
-                            "checked against the schema of its type");
-    if (ev->data.type == SL_JSON_NONE)
-        return sl_error_set(err, SL_EINVAL, "/data: missing, and the event's type has a schema");
-    return sl_schema_validate(s, ev->data.p, ev->data.len, err);
-}
-
 /* Takes one test event (JSON text) through ingest into t->evs as the rule
  * will read it, with offset as its offset. Returns 0; SL_EINVAL with err
  * saying why the server would refuse it; SL_ENOMEM. */
@@ -140,7 +118,7 @@ static int ingest(tester *t, const sl_rule_config *rc, const sl_set_decl *set, c
                            .generate_ids = sc->generate_ids};
     sl_error e = {0};
     sl_event_status st = sl_event_parse(json, len, &lim, &t->ev, &e);
-    if (st == SL_EVENT_OK && check_schema(set, &t->ev, &e))
+    if (st == SL_EVENT_OK && sl_config_check_event(set, &t->ev, &e))
         st = SL_EVENT_SCHEMA_VIOLATION;
     if (st != SL_EVENT_OK)
         return sl_error_set(err, SL_EINVAL, "refused at ingest: %s: %s", sl_event_status_name(st),

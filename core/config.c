@@ -6,6 +6,7 @@
 #include "core/config.h"
 
 #include "core/clock.h"
+#include "core/event.h"
 #include "core/metrics.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
@@ -160,6 +161,7 @@ typedef struct loader {
     const char *name; /* the file name in messages */
     int nerrors;
     int oom;
+    bool ran; /* the file ran to its end: its declarations are complete */
 } loader;
 
 static void problem(loader *ld, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -417,6 +419,12 @@ static void read_targets(loader *ld, int idx, const key *k, const block *b, sl_r
         return;
     }
     lua_Integer n = luaL_len(L, idx);
+    if (n == 0 && (lua_pushnil(L), lua_next(L, idx))) { /* neither a target nor a list */
+        lua_pop(L, 2);
+        problem(ld, line, "%s: a target must be made with target.file { … } or target.set { … }",
+                b->what);
+        return;
+    }
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, idx, i);
         read_target(ld, lua_gettop(L), b, line, r);
@@ -738,6 +746,52 @@ static void cross_check(loader *ld)
     }
 }
 
+/* Reads what the file declared (lua_CFunction; the loader is argument 1). */
+static int walk(lua_State *L)
+{
+    loader *ld = lua_touserdata(L, 1);
+    /* Mistakes the prelude recorded while the file ran. */
+    lua_getglobal(L, "__sluice_errors");
+    lua_call(L, 0, 1);
+    for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
+        lua_geti(L, -1, i);
+        lua_getfield(L, -1, "line");
+        lua_getfield(L, -2, "msg");
+        problem(ld, (int)lua_tointeger(L, -2), "%s", lua_tostring(L, -1));
+        lua_pop(L, 3);
+    }
+    lua_pop(L, 1);
+    if (!ld->ran)
+        return 0;
+    lua_getglobal(L, "__sluice_decls");
+    lua_call(L, 0, 1);
+    int decls = lua_gettop(L);
+    int servers = 0;
+    /* The server block first: set_defaults applies to every set. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (lua_Integer i = 1, n = luaL_len(L, decls); i <= n; i++) {
+            lua_geti(L, decls, i);
+            lua_getfield(L, -1, "kind");
+            bool is_server = strcmp(lua_tostring(L, -1), "server") == 0;
+            lua_pop(L, 1);
+            if (is_server == (pass == 0)) {
+                if (is_server && servers++) {
+                    lua_getfield(L, -1, "line");
+                    problem(ld, (int)lua_tointeger(L, -1),
+                            "server is declared twice (one server block per file)");
+                    lua_pop(L, 1);
+                } else {
+                    read_decl(ld, lua_gettop(L));
+                }
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    cross_check(ld);
+    return 0;
+}
+
 /* Reads the whole file into cfg->source. */
 static int read_file(sl_config *cfg, sl_buf *diag)
 {
@@ -810,45 +864,13 @@ int sl_config_load(const char *path, sl_config **out, sl_buf *diag)
         if (diag)
             sl_buf_printf(diag, "%s\n", err.msg[0] ? err.msg : sl_strerror(rc));
     }
-    /* Mistakes the prelude recorded while the file ran. */
-    lua_getglobal(L, "__sluice_errors");
-    lua_call(L, 0, 1);
-    for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
-        lua_geti(L, -1, i);
-        lua_getfield(L, -1, "line");
-        lua_getfield(L, -2, "msg");
-        problem(&ld, (int)lua_tointeger(L, -2), "%s", lua_tostring(L, -1));
-        lua_pop(L, 3);
-    }
-    lua_pop(L, 1);
-    if (!rc) {
-        lua_getglobal(L, "__sluice_decls");
-        lua_call(L, 0, 1);
-        int decls = lua_gettop(L);
-        int servers = 0;
-        /* The server block first: set_defaults applies to every set. */
-        for (int pass = 0; pass < 2; pass++) {
-            for (lua_Integer i = 1, n = luaL_len(L, decls); i <= n; i++) {
-                lua_geti(L, decls, i);
-                lua_getfield(L, -1, "kind");
-                bool is_server = strcmp(lua_tostring(L, -1), "server") == 0;
-                lua_pop(L, 1);
-                if (is_server == (pass == 0)) {
-                    if (is_server && servers++) {
-                        lua_getfield(L, -1, "line");
-                        problem(&ld, (int)lua_tointeger(L, -1),
-                                "server is declared twice (one server block per file)");
-                        lua_pop(L, 1);
-                    } else {
-                        read_decl(&ld, lua_gettop(L));
-                    }
-                }
-                lua_pop(L, 1);
-            }
-        }
-        lua_pop(L, 1);
-        cross_check(&ld);
-    }
+    /* The walk reads tables the file made, which may carry metatables
+     * whose methods raise errors or loop: it runs protected, with the budget. */
+    ld.ran = rc == 0;
+    lua_pushcfunction(L, walk);
+    lua_pushlightuserdata(L, &ld);
+    if (sl_sandbox_call(L, 1, 0, &err))
+        problem(&ld, 0, "while checking the declarations: %s", err.msg);
     if (cfg->data_dir && cfg->data_dir[0] != '/') {
         char *abs = resolve_path(&ld, cfg->data_dir);
         free(cfg->data_dir);
@@ -882,6 +904,30 @@ const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size
             memcmp(set->schemas[i].type, type, type_len) == 0)
             return set->schemas[i].schema;
     return NULL;
+}
+
+const sl_set_decl *sl_config_set(const sl_config *cfg, const char *name)
+{
+    return find_set(cfg, name);
+}
+
+int sl_config_check_event(const sl_set_decl *set, const struct sl_event *ev, sl_error *err)
+{
+    if (!set || !set->nschemas || ev->type.type != SL_JSON_STRING)
+        return 0;
+    char type[256];
+    size_t tl = 0;
+    if (sl_json_unescape(&ev->type, type, sizeof type, &tl) != 0)
+        return 0; /* longer than any registered type */
+    const sl_schema *s = sl_config_schema(set, type, tl);
+    if (!s)
+        return 0;
+    if (ev->data_base64.type != SL_JSON_NONE)
+        return sl_error_set(err, SL_EINVAL, "/data: binary data (data_base64) cannot be "
+                                            "checked against the schema of its type");
+    if (ev->data.type == SL_JSON_NONE)
+        return sl_error_set(err, SL_EINVAL, "/data: missing, and the event's type has a schema");
+    return sl_schema_validate(s, ev->data.p, ev->data.len, err);
 }
 
 static const char *const type_names[] = {

@@ -102,6 +102,16 @@ const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name);
 /* The schema for events of type in set decl, or NULL. */
 const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size_t type_len);
 
+struct sl_event;
+
+/* The schema check of ingest: an event whose type has a schema in set decl
+ * (may be NULL) must carry JSON data that fits it. Returns 0, or SL_EINVAL
+ * with err naming the JSON pointer and the reason. */
+int sl_config_check_event(const sl_set_decl *set, const struct sl_event *ev, sl_error *err);
+
+/* The declaration of set name, or NULL. */
+const sl_set_decl *sl_config_set(const sl_config *cfg, const char *name);
+
 /* Appends the key reference of every block (Markdown tables) to out. */
 int sl_config_keys_markdown(sl_buf *out);
 

@@ -16,6 +16,7 @@ static void usage(FILE *f)
           "  serve [--data DIR] [--listen HOST:PORT]  run the server (see serve --help)\n"
           "  check CONFIG.lua           check a config file; FILE:LINE: message per mistake\n"
           "  test CONFIG.lua TESTS.lua  run rule tests: feed events to rules, check the output\n"
+          "  schema infer SET           print JSON Schemas inferred from a set's events\n"
           "  put SET [FILE]             publish NDJSON events over HTTP\n"
           "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"

@@ -32,7 +32,7 @@ static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_er
         sl_set *s = NULL;
         bool exists = sl_sets_get(r->sets, d->name, false, &s, NULL) == 0;
         if (exists && !starting) {
-            if (memcmp(&s->cfg, &d->cfg, sizeof s->cfg))
+            if (!sl_set_config_equal(&s->cfg, &d->cfg))
                 fprintf(stderr, "sluice: reload: set %s: changed settings apply on the next "
                                 "restart\n", d->name);
             continue;
@@ -108,37 +108,11 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
     return rc;
 }
 
-static const sl_set_decl *find_decl(const sl_config *cfg, const char *name)
-{
-    for (size_t i = 0; i < cfg->nsets; i++)
-        if (cfg->sets[i].nschemas && strcmp(cfg->sets[i].name, name) == 0)
-            return &cfg->sets[i];
-    return NULL;
-}
-
 static int validate(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err)
 {
     sl_router *r = ctx;
-    int rc = 0;
     pthread_rwlock_rdlock(&r->lock);
-    const sl_set_decl *d = find_decl(r->cfg, set->name);
-    const sl_schema *s = NULL;
-    if (d && ev->type.type == SL_JSON_STRING) {
-        char type[256];
-        size_t tl = 0;
-        if (sl_json_unescape(&ev->type, type, sizeof type, &tl) == 0)
-            s = sl_config_schema(d, type, tl);
-    }
-    if (s) {
-        if (ev->data_base64.type != SL_JSON_NONE)
-            rc = sl_error_set(err, SL_EINVAL, "/data: binary data (data_base64) cannot be "
-                                              "checked against the schema of its type");
-        else if (ev->data.type == SL_JSON_NONE)
-            rc = sl_error_set(err, SL_EINVAL, "/data: missing, and the event's type has a "
-                                              "schema");
-        else
-            rc = sl_schema_validate(s, ev->data.p, ev->data.len, err);
-    }
+    int rc = sl_config_check_event(sl_config_set(r->cfg, set->name), ev, err);
     pthread_rwlock_unlock(&r->lock);
     return rc;
 }

@@ -170,6 +170,14 @@ static void key_set(sl_set_config *c, const set_key *k, int64_t v)
     }
 }
 
+bool sl_set_config_equal(const sl_set_config *a, const sl_set_config *b)
+{
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (key_get(a, &keys[i]) != key_get(b, &keys[i]))
+            return false;
+    return true;
+}
+
 static json_t *config_to_json(const sl_set_config *c)
 {
     json_t *j = json_object();

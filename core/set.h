@@ -45,6 +45,9 @@ typedef struct sl_set_config {
  * no generated ids, linger 2 ms, 1 MiB batches, 8 MiB buffer per partition. */
 void sl_set_config_default(sl_set_config *cfg);
 
+/* True when a and b hold the same settings (padding aside). */
+bool sl_set_config_equal(const sl_set_config *a, const sl_set_config *b);
+
 typedef struct sl_set sl_set;
 
 /* Per-set counters, updated with relaxed atomics; read by /metrics. */

@@ -27,6 +27,17 @@ typedef struct path {
     size_t n;
 } path;
 
+/* The used paths of a template merged into a trie, so one walk of the event
+ * resolves them all. Children are at most SL_INPUT_MAX_VARS (each comes
+ * from a distinct path), which the walk tracks in a 128-bit mask. */
+typedef struct tnode {
+    const step *st; /* the step that leads here (NULL at the root) */
+    struct tnode *kids;
+    size_t nkids;
+    size_t *vars; /* the paths that end here */
+    size_t nvars;
+} tnode;
+
 typedef enum pkind {
     P_LIT,   /* literal template text */
     P_VAR,   /* a declared path */
@@ -57,6 +68,7 @@ struct sl_input {
     path *paths;
     size_t npaths;
     bool *used; /* used[i]: paths[i] appears in the template */
+    tnode trie; /* the used paths */
 };
 
 /* ---- freeing ------------------------------------------------------------- */
@@ -68,10 +80,19 @@ static void path_clear(path *p)
     free(p->steps);
 }
 
+static void tnode_clear(tnode *t)
+{
+    for (size_t i = 0; i < t->nkids; i++)
+        tnode_clear(&t->kids[i]);
+    free(t->kids);
+    free(t->vars);
+}
+
 void sl_input_free(sl_input *in)
 {
     if (!in)
         return;
+    tnode_clear(&in->trie);
     for (size_t i = 0; i < in->npaths; i++)
         path_clear(&in->paths[i]);
     free(in->paths);
@@ -355,6 +376,37 @@ static int split_template(sl_input *in, const char *const *names, sl_error *err)
     return 0;
 }
 
+static bool same_step(const step *a, const step *b)
+{
+    if (!a->key || !b->key)
+        return !a->key && !b->key && a->index == b->index;
+    return a->klen == b->klen && memcmp(a->key, b->key, a->klen) == 0;
+}
+
+/* Adds path number var to the trie. Returns 0 or SL_ENOMEM. */
+static int trie_add(tnode *t, const path *pa, size_t var)
+{
+    for (size_t i = 0; i < pa->n; i++) {
+        size_t k = 0;
+        while (k < t->nkids && !same_step(t->kids[k].st, &pa->steps[i]))
+            k++;
+        if (k == t->nkids) {
+            tnode *kids = realloc(t->kids, (t->nkids + 1) * sizeof *kids);
+            if (!kids)
+                return SL_ENOMEM;
+            t->kids = kids;
+            t->kids[t->nkids++] = (tnode){.st = &pa->steps[i]};
+        }
+        t = &t->kids[k];
+    }
+    size_t *vars = realloc(t->vars, (t->nvars + 1) * sizeof *vars);
+    if (!vars)
+        return SL_ENOMEM;
+    t->vars = vars;
+    t->vars[t->nvars++] = var;
+    return 0;
+}
+
 int sl_input_compile_template(const char *const *names, const char *const *paths, size_t n,
                               const char *tmpl, sl_input **out, sl_error *err)
 {
@@ -398,6 +450,12 @@ int sl_input_compile_template(const char *const *names, const char *const *paths
     rc = split_template(in, names, err);
     if (rc)
         goto fail;
+    for (size_t i = 0; i < n; i++) {
+        if (in->used[i] && trie_add(&in->trie, &in->paths[i], i)) {
+            rc = SL_ENOMEM;
+            goto fail;
+        }
+    }
     *out = in;
     return 0;
 fail:
@@ -465,6 +523,49 @@ static bool resolve(const path *pa, const sl_json_tok *root, sl_json_tok *val)
     }
     *val = cur;
     return true;
+}
+
+/* Resolves every path of the trie below t, tok being where t is: one pass
+ * over each container on the way, which stops as soon as every child has
+ * been found. The first occurrence of a repeated member name is used. */
+static void walk(const tnode *t, const sl_json_tok *tok, sl_json_tok *vals, bool *found)
+{
+    for (size_t i = 0; i < t->nvars; i++) {
+        vals[t->vars[i]] = *tok;
+        found[t->vars[i]] = true;
+    }
+    if (!t->nkids || (tok->type != SL_JSON_OBJECT && tok->type != SL_JSON_ARRAY))
+        return;
+    uint64_t done[2] = {0, 0};
+    size_t left = 0; /* children of the right kind not found yet */
+    for (size_t c = 0; c < t->nkids; c++)
+        left += (t->kids[c].st->key != NULL) == (tok->type == SL_JSON_OBJECT);
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, tok);
+    if (tok->type == SL_JSON_OBJECT) {
+        while (left && sl_json_iter_member(&it, &k, &v)) {
+            for (size_t c = 0; c < t->nkids; c++) {
+                const step *st = t->kids[c].st;
+                if (!st->key || (done[c / 64] >> (c % 64) & 1) ||
+                    !key_equals(&k, st->key, st->klen))
+                    continue;
+                done[c / 64] |= (uint64_t)1 << (c % 64);
+                left--;
+                walk(&t->kids[c], &v, vals, found);
+            }
+        }
+        return;
+    }
+    for (size_t j = 0; left && sl_json_iter_elem(&it, &v); j++) {
+        for (size_t c = 0; c < t->nkids; c++) {
+            const step *st = t->kids[c].st;
+            if (st->key || st->index != j)
+                continue;
+            left--;
+            walk(&t->kids[c], &v, vals, found);
+        }
+    }
 }
 
 /* The JSON text of a value, minified when it holds whitespace. */
@@ -560,11 +661,10 @@ int sl_input_apply(const sl_input *in, const char *event_json, size_t len, const
         rc = resolve(&in->paths[0], &root, &v) ? put_json(out, &v) : put_missing(out, C_VALUE);
         goto done;
     }
-    /* Each used path is resolved once, however often it appears. */
+    /* Every used path is resolved once, all in one walk of the event. */
     sl_json_tok vals[SL_INPUT_MAX_VARS];
-    bool found[SL_INPUT_MAX_VARS];
-    for (size_t i = 0; i < in->npaths; i++)
-        found[i] = in->used[i] && resolve(&in->paths[i], &root, &vals[i]);
+    bool found[SL_INPUT_MAX_VARS] = {false};
+    walk(&in->trie, &root, vals, found);
     for (size_t i = 0; i < in->npieces && rc == 0; i++) {
         const piece *pc = &in->pieces[i];
         switch (pc->kind) {

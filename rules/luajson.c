@@ -116,6 +116,34 @@ static const unsigned char lj_plain[256] = {
     [0x20] = 1, [0x21] = 1, [0x23 ... 0x5b] = 1, [0x5d ... 0x7e] = 1, [0x7f] = 1,
 };
 
+/* The first byte in [q, end) that is not plain (lj_plain), or end. Eight
+ * bytes at a time: a byte is flagged when it is below 0x20, has its high bit
+ * set, or equals '"' or '\\' (the classic "has zero byte" bit trick; flags
+ * above the first true one may be wrong, the lowest one never is). */
+static inline const unsigned char *lj_scan_plain(const unsigned char *q, const unsigned char *end)
+{
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    while (end - q >= 8) {
+        uint64_t x;
+        memcpy(&x, q, 8);
+        uint64_t quote = x ^ (ones * '"'), bslash = x ^ (ones * '\\');
+        uint64_t t = ((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) |
+                     ((bslash - ones) & ~bslash) | x;
+        t &= highs;
+        if (t) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return q + (__builtin_ctzll(t) >> 3);
+#else
+            break;
+#endif
+        }
+        q += 8;
+    }
+    while (q < end && lj_plain[*q])
+        q++;
+    return q;
+}
+
 static int lj_fail(lj_parser *P, const unsigned char *at, const char *why)
 {
     P->why = why;
@@ -280,8 +308,7 @@ static int lj_string(lj_parser *P)
     lua_State *L = P->L;
     const unsigned char *s = P->p + 1, *q = s, *end = P->end;
     for (;;) {
-        while (q < end && lj_plain[*q])
-            q++;
+        q = lj_scan_plain(q, end);
         if (q >= end)
             return lj_fail(P, P->p, "unterminated string");
         unsigned c = *q;
@@ -420,27 +447,31 @@ static int lj_number(lj_parser *P)
 static int lj_value(lj_parser *P, int depth);
 
 /* Moves the n key/value pairs (or n values when array) stored from slot base
- * into a new table of exact size, which replaces them at base. */
+ * into a new table of exact size (plus extra), which replaces them at base.
+ * Pairs are copied in order so that a repeated key keeps its last value. */
 static void lj_collect(lua_State *L, int base, int n, bool array, int extra)
 {
-    luaL_checkstack(L, 3, "JSON");
-    lua_createtable(L, array ? n + extra : 0, array ? 0 : n + extra);
-    int t = lua_gettop(L);
     if (array) {
-        for (int i = 0; i < n; i++) {
-            lua_pushvalue(L, base + i);
-            lua_rawseti(L, t, i + 1);
-        }
-    } else {
-        for (int i = 0; i < n; i++) {
-            lua_pushvalue(L, base + 2 * i);
-            lua_pushvalue(L, base + 2 * i + 1);
-            lua_rawset(L, t);
-        }
+        lua_createtable(L, n + extra, 0);
+        lua_rotate(L, base, 1); /* the table below its elements */
+        for (int i = n; i > 0; i--)
+            lua_rawseti(L, base, i);
+        return;
+    }
+    lua_createtable(L, 0, n + extra);
+    int t = lua_gettop(L);
+    for (int i = 0; i < n; i++) {
+        lua_pushvalue(L, base + 2 * i);
+        lua_pushvalue(L, base + 2 * i + 1);
+        lua_rawset(L, t);
     }
     lua_replace(L, base);
     lua_settop(L, base);
 }
+
+/* Stack room is checked once per LJ_CHECK members: enough for that many
+ * pairs plus what lj_collect() pushes. */
+#define LJ_CHECK 16
 
 static int lj_object(lj_parser *P, int depth)
 {
@@ -454,8 +485,9 @@ static int lj_object(lj_parser *P, int depth)
     }
     int base = lua_gettop(L) + 1, n = 0;
     bool flushed = false;
-    for (;;) {
-        luaL_checkstack(L, 4, "JSON object");
+    for (int i = 0;; i++) {
+        if (i % LJ_CHECK == 0)
+            luaL_checkstack(L, 2 * LJ_CHECK + 4, "JSON object");
         if (P->p >= end || *P->p != '"')
             return lj_fail(P, P->p, "expected a string key");
         if (lj_string(P))
@@ -499,7 +531,8 @@ static int lj_array(lj_parser *P, int depth)
     } else {
         bool flushed = false;
         for (;;) {
-            luaL_checkstack(L, 3, "JSON array");
+            if (n % LJ_CHECK == 0)
+                luaL_checkstack(L, LJ_CHECK + 4, "JSON array");
             if (lj_value(P, depth))
                 return -1;
             n++;
@@ -670,11 +703,6 @@ typedef struct lj_enc {
     lj_path path[LJ_MAX_DEPTH + 1];
 } lj_enc;
 
-/* Bytes a string can hold without any escape or UTF-8 check. */
-static const unsigned char lj_enc_plain[256] = {
-    [0x20] = 1, [0x21] = 1, [0x23 ... 0x5b] = 1, [0x5d ... 0x7f] = 1,
-};
-
 /* Records an encoding error; err gets "$.path: reason". Returns SL_EINVAL. */
 static int lj_enc_fail(lj_enc *E, const char *fmt, const char *arg)
 {
@@ -744,8 +772,7 @@ static int lj_enc_string(lj_enc *E, const char *s, size_t len)
     b->data[b->len++] = '"';
     for (;;) {
         const unsigned char *r = u;
-        while (u < e && lj_enc_plain[*u])
-            u++;
+        u = lj_scan_plain(u, e);
         /* Plain runs are copied at once; room for them was reserved above
          * (escapes below reserve their own extra bytes). */
         memcpy(b->data + b->len, r, (size_t)(u - r));

@@ -23,6 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #define WAIT_S 20.0 /* every wait gives up after this long */
 
 static char g_sluice[PATH_MAX]; /* bin/sluice, found as itest.c finds it */
@@ -244,6 +248,52 @@ static void wait_caught_up(it_server *s)
     fail_msg("the rules did not catch up within %.0f s: %s", WAIT_S, last ? last : "");
 }
 
+/* Lines of the server log that contain text. Never asserts. */
+static int log_count(const it_server *s, const char *text)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* The server prints this once it is completely wired (rules woken by
+ * appends, schemas checked). /healthz answers 200 a little earlier: see
+ * test_ready_means_wired, which shows what that costs; the other tests wait
+ * for this line so that they test one thing at a time. */
+#define READY_LINE "sluice: listening on"
+
+/* Waits until the server log has more than `before` READY_LINE lines. */
+static void wait_ready(const it_server *s, int before)
+{
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
+        if (log_count(s, READY_LINE) > before)
+            return;
+    fail_msg("the server did not log \"%s\" within %.0f s", READY_LINE, WAIT_S);
+}
+
+/* Starts the server on the config file (a string that outlives s) and waits
+ * until it is wired. */
+static void start_cfg(it_server *s, const char *cfg)
+{
+    int before = log_count(s, READY_LINE);
+    start_cfg(s, cfg);
+    wait_ready(s, before);
+}
+
+/* Restarts the server with the same arguments and waits until it is wired. */
+static void restart(it_server *s)
+{
+    int before = log_count(s, READY_LINE);
+    restart(s);
+    wait_ready(s, before);
+}
+
 /* Waits until the server log has a line containing text. */
 static void wait_log(const it_server *s, const char *text)
 {
@@ -302,7 +352,7 @@ static void test_routing(void **state)
     path_in(cfg, s, "sluice.lua");
     path_in(out, s, "out/big.ndjson");
     write_file(cfg, big_orders_cfg, "out/big.ndjson"); /* relative to the config's folder */
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
 
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 200; i++) {
@@ -372,7 +422,7 @@ static void test_file_target_new_folder(void **state)
     path_in(cfg, s, "sluice.lua");
     path_in(out, s, "out/big.ndjson");
     write_file(cfg, big_orders_cfg, "out/big.ndjson");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "n1", "order.created", "{\"amount\":500}", "");
     json_decref(post_all(s, "orders", NULL, &b, 1));
@@ -424,7 +474,7 @@ static void test_fanout_drop_filter(void **state)
                "  end,\n"
                "  target = target.file { path = \"batch.ndjson\" },\n"
                "}\n");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 30; i++) {
         char id[16], data[32];
@@ -523,7 +573,7 @@ static void test_sandbox_holds(void **state)
     sl_buf_printf(&c, "rule \"good\" { set = \"s\", target = target.file { path = \"good.ndjson\" } }\n");
     write_file(cfg, "%.*s", (int)c.len, (const char *)c.data);
     sl_buf_free(&c);
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
 
     for (int round = 0; round < 2; round++) {
         sl_buf b = SL_BUF_INIT;
@@ -582,7 +632,7 @@ static void test_rules_api(void **state)
                     "}\n"
                     "rule \"all\" { set = \"orders\", targets = { target.file { path = "
                     "\"all1.ndjson\" }, target.file { path = \"all2.ndjson\" } } }\n");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
 
     /* Before any event: cursors at 0, no lag. */
     json_t *j = get_rules(s);
@@ -678,7 +728,7 @@ static void test_target_set(void **state)
                     "  match = { type = { \"order.created\" } },\n"
                     "  target = target.set { set = \"audit\" },\n"
                     "}\n");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 4; i++) {
         char id[16], data[32];
@@ -774,7 +824,7 @@ static void test_input_transformer(void **state)
                     "            template = [[{\n  \"who\": \"<who>\",\n  \"n\": <n>\n}]] },\n"
                     "  target = target.file { path = \"multi.ndjson\" },\n"
                     "}\n");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     static const char *const datas[] = {"{\"user\":\"ann\",\"n\":1}",
                                         "{\"user\":\"bob\",\"n\":2,\"tags\":[\"x\",null]}",
                                         "{\"user\":\"q\\\"uote\",\"n\":3}"};
@@ -888,7 +938,7 @@ static void test_start_beginning(void **state)
                                  "rule \"a\" { set = \"s\", target = target.file { path = "
                                  "\"a.ndjson\" } }\n";
     write_file(cfg, "%s", rule_a);
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     post_ids(s, "s", "old", 0, 10);
     wait_caught_up(s);
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
@@ -899,7 +949,7 @@ static void test_start_beginning(void **state)
                "  target = target.file { path = \"b.ndjson\" } }\n"
                "rule \"c\" { set = \"s\", target = target.file { path = \"c.ndjson\" } }\n",
                rule_a);
-    it_srv_restart(s);
+    restart(s);
     post_ids(s, "s", "new", 0, 5);
     wait_caught_up(s);
     expect_ids(fa, {"old", 0, 10}, {"new", 0, 5});
@@ -909,7 +959,7 @@ static void test_start_beginning(void **state)
     /* Where a rule starts is decided once: b does not start over after a
      * restart. */
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
-    it_srv_restart(s);
+    restart(s);
     post_ids(s, "s", "new", 5, 6);
     wait_caught_up(s);
     expect_ids(fb, {"old", 0, 10}, {"new", 0, 6});
@@ -965,7 +1015,7 @@ static void test_cursor_kill9(void **state)
                     "return e end,\n"
                     "  target = target.file { path = \"all.ndjson\" },\n"
                     "}\n");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     const int n = 3000;
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < n; i++) {
@@ -982,7 +1032,7 @@ static void test_cursor_kill9(void **state)
     before = count_lines(out);
     printf("kill -9 with %zu of %d events in the file\n", before, n);
 
-    it_srv_restart(s);
+    restart(s);
     wait_caught_up(s);
     int dups[2];
     size_t lines;
@@ -994,7 +1044,7 @@ static void test_cursor_kill9(void **state)
 
     /* A clean restart delivers nothing twice. */
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
-    it_srv_restart(s);
+    restart(s);
     wait_caught_up(s);
     assert_int_equal(count_lines(out), lines);
     b = (sl_buf)SL_BUF_INIT;
@@ -1007,7 +1057,7 @@ static void test_cursor_kill9(void **state)
     sl_buf_free(&b);
     wait_caught_up(s);
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
-    it_srv_restart(s);
+    restart(s);
     wait_caught_up(s);
     int dups2[2];
     size_t lines2;
@@ -1038,7 +1088,7 @@ static void test_sighup_reload(void **state)
                                  "  target = target.file { path = \"b.ndjson\" },\n"
                                  "}\n";
     write_file(cfg, "%s", rule_a);
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     post_ids(s, "s", "p", 0, 10);
     wait_caught_up(s);
 
@@ -1106,7 +1156,7 @@ static void test_schemas(void **state)
                     "  partitions = 1,\n"
                     "  schemas = { [\"order.created\"] = \"schemas/order.json\" },\n"
                     "}\n");
-    it_srv_start(s, "-c", cfg, NULL);
+    start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "v0", "order.created", "{\"amount\":5}", "");
     add_event(&b, "x1", "order.created", "{\"amount\":-1}", "");
@@ -1367,6 +1417,131 @@ static void test_check(void **state)
     s->passed = true;
 }
 
+/* ---- 13. ready means wired ---------------------------------------------------------------- */
+
+/* A free loopback port (bound to 0, then released). */
+static int pick_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &len))
+        fail_msg("cannot find a free port: %s", strerror(errno));
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Starts `sluice serve -c cfg --data data --listen 127.0.0.1:port` without
+ * waiting for anything (output appended to s->log); s->pid is set so the
+ * teardown kills it. */
+static void spawn_raw(it_server *s, const char *cfg, const char *data, int port)
+{
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(g_sluice, g_sluice, "serve", "-c", cfg, "--data", data, "--listen", listen,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(fd);
+    assert_true(pid > 0);
+    s->pid = pid;
+    s->port = port;
+}
+
+/* When /healthz (or any request) is answered, the server must already check
+ * schemas and wake rules on appends. sl_cli_serve_main() installs both hooks
+ * (sl_http_set_hooks(), sl_databus_set_on_append()) only after
+ * sl_http_start() has opened the port: a request that arrives in between is
+ * stored without its schema check, and its append never wakes the rules
+ * (they stall until the next append). This posts as soon as the port opens,
+ * over several starts, to land in that window. */
+static void test_ready_means_wired(void **state)
+{
+    it_server *s = *state;
+    char schema[PATH_MAX];
+    make_dir(s, "schemas");
+    path_in(schema, s, "schemas/order.json");
+    write_file(schema, "{\"type\":\"object\",\"required\":[\"amount\"],"
+                       "\"properties\":{\"amount\":{\"type\":\"number\",\"minimum\":0}}}\n");
+    static const char body[] =
+        "{\"specversion\":\"1.0\",\"id\":\"bad\",\"source\":\"/s\",\"type\":\"order.created\","
+        "\"data\":{\"amount\":-1}}\n"
+        "{\"specversion\":\"1.0\",\"id\":\"good\",\"source\":\"/s\",\"type\":\"order.created\","
+        "\"data\":{\"amount\":1}}\n";
+    int attempts = 0, unchecked = 0, stalled = 0;
+    char first_unchecked[512] = "", first_stall[1024] = "";
+    double until = it_mono() + 15;
+    for (; attempts < 40 && it_mono() < until && !(unchecked && stalled); attempts++) {
+        char cfg[PATH_MAX], data[PATH_MAX], name[64];
+        snprintf(name, sizeof name, "race%d.lua", attempts);
+        path_in(cfg, s, name);
+        snprintf(name, sizeof name, "data%d", attempts);
+        path_in(data, s, name);
+        write_file(cfg,
+                   "set \"orders\" { partitions = 1,\n"
+                   "  schemas = { [\"order.created\"] = \"schemas/order.json\" } }\n"
+                   "rule \"all\" { set = \"orders\", target = target.file { path = "
+                   "\"race%d.ndjson\" } }\n",
+                   attempts);
+        spawn_raw(s, cfg, data, pick_port());
+        /* Post as soon as the port takes connections. */
+        it_resp r = {0};
+        it_call k = {.path = "/v1/sets/orders/events",
+                     .ctype = IT_CT_NDJSON,
+                     .body = body,
+                     .len = sizeof body - 1,
+                     .timeout_ms = 5000};
+        bool answered = false;
+        for (double end = it_mono() + WAIT_S; !answered && it_mono() < end;) {
+            if (it_http(NULL, s->port, &k, &r) == 0 && r.status)
+                answered = true;
+            else
+                it_resp_free(&r);
+        }
+        if (!answered)
+            fail_msg("attempt %d: the server never answered a POST", attempts);
+        json_t *a = it_parse_json(&r);
+        if (json_integer_value(json_object_get(a, "accepted")) != 1) {
+            if (!unchecked++)
+                snprintf(first_unchecked, sizeof first_unchecked, "%s", it_body(&r));
+        }
+        json_decref(a);
+        it_resp_free(&r);
+        /* The append must reach the rule without any further event. */
+        bool caught_up = false;
+        char last[1024] = "";
+        for (double end = it_mono() + 3; !caught_up && it_mono() < end; it_sleep_ms(20)) {
+            it_resp g = it_get(s, "/v1/rules");
+            json_t *j = json_loads(it_body(&g), 0, NULL);
+            json_t *rl = rule_of(j, "all");
+            caught_up = rl && json_integer_value(json_object_get(rl, "lag")) == 0 &&
+                        json_integer_value(json_object_get(rl, "read")) > 0;
+            snprintf(last, sizeof last, "%s", it_body(&g));
+            json_decref(j);
+            it_resp_free(&g);
+        }
+        if (!caught_up && !stalled++)
+            snprintf(first_stall, sizeof first_stall, "%s", last);
+        it_srv_stop(s, SIGKILL, 5);
+    }
+    printf("ready-means-wired: %d starts, %d stored a schema-violating event, %d stalled rules\n",
+           attempts, unchecked, stalled);
+    if (unchecked || stalled)
+        fail_msg("a request answered right after the port opened bypassed the wiring: %d/%d "
+                 "starts skipped the schema check (first answer: %s), %d/%d left the rule "
+                 "stalled with lag > 0 for 3 s (GET /v1/rules: %s)",
+                 unchecked, attempts, first_unchecked, stalled, attempts, first_stall);
+    s->passed = true;
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 /* bin/sluice, looked for as itest.c does. */
@@ -1415,6 +1590,7 @@ int main(void)
         T(test_schemas),
         T(test_pattern_test_api),
         T(test_check),
+        T(test_ready_means_wired),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -1,0 +1,430 @@
+/*
+ * tests/unit/test_config.c — the Lua config loader (core/config.h): every
+ * key kind, every mistake reported with FILE:LINE, all mistakes at once,
+ * paths relative to the file, and the rule cursors (rules/cursor.h).
+ */
+#include "testutil.h"
+
+#include "core/config.h"
+#include "rules/cursor.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct fixture {
+    char *dir;
+    char path[512];
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    f->dir = tu_tmpdir();
+    snprintf(f->path, sizeof f->path, "%s/sluice.lua", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    tu_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+/* Loads text; returns the code and the diagnostics (caller frees). */
+static int load(fixture *f, const char *text, sl_config **cfg, char **diag)
+{
+    write_file(f->path, text);
+    sl_buf d = SL_BUF_INIT;
+    int rc = sl_config_load(f->path, cfg, &d);
+    sl_buf_append(&d, "", 1);
+    *diag = (char *)d.data;
+    return rc;
+}
+
+/* Asserts that loading text fails with a diagnostic "sluice.lua:LINE: …"
+ * containing want. */
+static void expect_mistake(fixture *f, const char *text, int line, const char *want)
+{
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f, text, &cfg, &diag);
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "sluice.lua:%d:", line);
+    if (rc != SL_EINVAL || !strstr(diag, prefix) || !strstr(diag, want))
+        fail_msg("want %s … %s, got rc %d:\n%s", prefix, want, rc, diag);
+    assert_null(cfg);
+    free(diag);
+}
+
+#define GOOD_RULE_TAIL "  target = target.file { path = \"out.ndjson\" },\n}\n"
+
+static void test_full_config(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "server { listen = \"127.0.0.1:9999\", data_dir = \"data\", workers = 3,\n"
+                  "         lua_memory = \"16MiB\", lua_instructions = 50000, auto_create = false,\n"
+                  "         max_request = \"2MiB\", set_defaults = { partitions = 2 } }\n"
+                  "set \"orders\" { partitions = 8, retention = \"2d\", ack = \"buffer\",\n"
+                  "  compression = \"zstd\", retention_bytes = \"1GiB\", segment_bytes = 65536,\n"
+                  "  segment_age = \"1h\", max_event = \"64KiB\", generate_ids = true,\n"
+                  "  linger = \"5ms\", batch_bytes = \"256KiB\", buffer_bytes = \"4MiB\",\n"
+                  "  schemas = { ['order.created'] = { type = 'object', required = { 'amount' } } } }\n"
+                  "set \"copy\" { retention = \"forever\" }\n"
+                  "rule \"r1\" {\n"
+                  "  set = \"orders\", description = \"big ones\",\n"
+                  "  match = { type = { \"order.created\" } },\n"
+                  "  filter = function(e) return true end,\n"
+                  "  transform = function(e) return e end,\n"
+                  "  input = \"$.data\",\n"
+                  "  start = \"beginning\", enabled = false,\n"
+                  "  targets = { target.file { path = \"out/a.ndjson\", rotate_bytes = \"1MiB\", "
+                  "keep = 3 },\n"
+                  "              target.set { set = \"copy\" } },\n"
+                  "}\n"
+                  "rule \"r2\" { set = \"orders\", match = [[{\"source\": [{\"prefix\": \"/s\"}]}]],\n"
+                  "  transform_batch = function(es) return es end,\n"
+                  "  input = { paths = { who = \"$.data.who\" }, template = [[{\"w\": <who>}]] },\n" GOOD_RULE_TAIL,
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    assert_string_equal(cfg->listen, "127.0.0.1:9999");
+    char want[600];
+    snprintf(want, sizeof want, "%s/data", f->dir);
+    assert_string_equal(cfg->data_dir, want);
+    assert_int_equal(cfg->workers, 3);
+    assert_int_equal(cfg->lua_memory, 16u << 20);
+    assert_int_equal(cfg->lua_instructions, 50000);
+    assert_int_equal(cfg->auto_create, 0);
+    assert_int_equal(cfg->max_request_bytes, 2u << 20);
+    assert_int_equal(cfg->set_defaults.partitions, 2);
+    assert_int_equal(cfg->nsets, 2);
+    const sl_set_decl *o = sl_config_set(cfg, "orders");
+    assert_non_null(o);
+    assert_int_equal(o->cfg.partitions, 8);
+    assert_int_equal(o->cfg.log.retention_ms, 2 * 86400000LL);
+    assert_int_equal(o->cfg.ack, SL_ACK_BUFFER);
+    assert_int_equal(o->cfg.compression, SL_CODEC_ZSTD);
+    assert_int_equal(o->cfg.log.retention_bytes, 1LL << 30);
+    assert_int_equal(o->cfg.log.segment_bytes, 65536);
+    assert_int_equal(o->cfg.log.segment_ms, 3600000);
+    assert_int_equal(o->cfg.max_event_bytes, 65536);
+    assert_true(o->cfg.generate_ids);
+    assert_int_equal(o->cfg.linger_ms, 5);
+    assert_int_equal(o->cfg.batch_bytes, 256 << 10);
+    assert_int_equal(o->cfg.buffer_bytes, 4u << 20);
+    assert_int_equal(o->nschemas, 1);
+    assert_non_null(sl_config_schema(o, "order.created", 13));
+    assert_null(sl_config_schema(o, "order.other", 11));
+    const sl_set_decl *c = sl_config_set(cfg, "copy");
+    assert_int_equal(c->cfg.partitions, 2); /* from set_defaults */
+    assert_int_equal(c->cfg.log.retention_ms, -1);
+    assert_int_equal(cfg->nrules, 2);
+    const sl_rule_config *r1 = sl_config_rule(cfg, "r1");
+    assert_string_equal(r1->set, "orders");
+    assert_string_equal(r1->description, "big ones");
+    assert_non_null(r1->pattern);
+    assert_string_equal(r1->match_json, "{\"type\":[\"order.created\"]}");
+    assert_true(r1->filter && r1->transform && !r1->transform_batch);
+    assert_non_null(r1->input);
+    assert_true(r1->from_beginning);
+    assert_false(r1->enabled);
+    assert_int_equal(r1->ntargets, 2);
+    assert_int_equal(r1->targets[0].kind, SL_TARGET_FILE);
+    snprintf(want, sizeof want, "%s/out/a.ndjson", f->dir);
+    assert_string_equal(r1->targets[0].path, want);
+    assert_int_equal(r1->targets[0].rotate_bytes, 1u << 20);
+    assert_int_equal(r1->targets[0].keep, 3);
+    assert_int_equal(r1->targets[1].kind, SL_TARGET_SET);
+    assert_string_equal(r1->targets[1].set, "copy");
+    const sl_rule_config *r2 = sl_config_rule(cfg, "r2");
+    assert_true(r2->transform_batch && r2->enabled && !r2->from_beginning);
+    assert_int_equal(r2->targets[0].keep, 5);
+    assert_null(sl_config_rule(cfg, "r3"));
+    sl_config_free(cfg);
+}
+
+static void test_defaults(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    assert_int_equal(load(f, "-- nothing declared\n", &cfg, &diag), 0);
+    free(diag);
+    assert_null(cfg->listen);
+    assert_null(cfg->data_dir);
+    assert_int_equal(cfg->auto_create, -1);
+    assert_int_equal(cfg->nsets + cfg->nrules, 0);
+    sl_set_config d;
+    sl_set_config_default(&d);
+    assert_true(sl_set_config_equal(&d, &cfg->set_defaults));
+    sl_config_free(cfg);
+}
+
+static void test_unknown_key_line(void **state)
+{
+    fixture *f = *state;
+    /* the acceptance check's case: the line of the key, not of the block */
+    expect_mistake(f,
+                   "set \"x\" { partitions = 2 }\n\nrule \"r\" {\n  set = \"x\",\n  colour = "
+                   "\"blue\",\n" GOOD_RULE_TAIL,
+                   5, "unknown key \"colour\"");
+    expect_mistake(f, "set \"x\" { partitons = 2 }\n", 1, "unknown key \"partitons\"");
+    expect_mistake(f, "server {\n  listen = \"x\",\n  data = \"d\" }\n", 3,
+                   "unknown key \"data\" (known: listen, data_dir");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.file {\n    path "
+                   "= \"o\",\n    colour = 1 } }\n",
+                   5, "target.file: unknown key \"colour\"");
+}
+
+static void test_wrong_types(void **state)
+{
+    fixture *f = *state;
+    expect_mistake(f, "set \"x\" {\n partitions = \"four\" }\n", 2,
+                   "partitions must be an integer");
+    expect_mistake(f, "set \"x\" { partitions = 2.5 }\n", 1, "partitions must be an integer");
+    expect_mistake(f, "set \"x\" { partitions = 0 }\n", 1, "out of range (1..1024)");
+    expect_mistake(f, "set \"x\" { partitions = 5000 }\n", 1, "out of range");
+    expect_mistake(f, "set \"x\" { retention = \"7 days\" }\n", 1, "a duration like");
+    expect_mistake(f, "set \"x\" { segment_bytes = \"12 parsecs\" }\n", 1, "a size like");
+    expect_mistake(f, "set \"x\" { ack = \"sometimes\" }\n", 1, "\"durable\" or \"buffer\"");
+    expect_mistake(f, "set \"x\" { compression = \"lz4\" }\n", 1, "\"none\" or \"zstd\"");
+    expect_mistake(f, "set \"x\" { generate_ids = 1 }\n", 1, "must be true or false");
+    expect_mistake(f, "set \"x\" { segment_age = \"forever\" }\n", 1, "a duration like");
+    expect_mistake(f, "server { listen = 8080 }\n", 1, "listen must be a string, not a number");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\", filter = true,\n" GOOD_RULE_TAIL, 2,
+                   "filter must be a function, not a boolean");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\", start = \"middle\",\n" GOOD_RULE_TAIL,
+                   2, "\"beginning\" or \"end\"");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\", match = 42,\n" GOOD_RULE_TAIL, 2,
+                   "match must be a table or a JSON string");
+    expect_mistake(f, "set \"x\" { 1, 2 }\n", 1, "found a positional number");
+    expect_mistake(f, "set(42) { }\n", 1, "the name must be a string");
+    expect_mistake(f, "set \"x\" \"y\"\n", 1, "the body must be a table");
+}
+
+static void test_rule_mistakes(void **state)
+{
+    fixture *f = *state;
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  match = { a = \"b\" },\n" GOOD_RULE_TAIL,
+                   3, "match:");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  match = [[{nope]],\n" GOOD_RULE_TAIL,
+                   3, "match:");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" {\n  set = \"y\",\n" GOOD_RULE_TAIL, 3,
+                   "set \"y\" is not declared");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\" }\n", 2, "a target is required");
+    expect_mistake(f, "rule \"r\" { target = target.file { path = \"o\" } }\n", 1,
+                   "set is required");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.nope { } }\n", 3,
+                   "unknown target kind target.nope");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = { path = \"o\" } }\n",
+                   3, "a target must be made with target.file");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.file { } }\n",
+                   3, "target.file needs a path");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"x\" } }\n",
+                   3, "would loop forever");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"z\" } }\n",
+                   3, "set \"z\" is not declared");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\", transform = function() end,\n"
+                   "  transform_batch = function() end,\n" GOOD_RULE_TAIL,
+                   2, "not both");
+    expect_mistake(f, "set \"x\" { }\nset \"x\" { }\n", 2, "declared twice");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL
+                      "rule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL,
+                   5, "rule \"r\" is declared twice");
+    expect_mistake(f, "set \"../etc\" { }\n", 1, "a set name is");
+    expect_mistake(f, "set \"x\" { }\nrule \"a/b\" { set = \"x\",\n" GOOD_RULE_TAIL, 2,
+                   "a rule name is");
+    expect_mistake(f, "server { }\nserver { }\n", 2, "server is declared twice");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  input = { paths = { a = \"$.a\" }, "
+                   "template = \"<b>\" },\n" GOOD_RULE_TAIL,
+                   3, "input:");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  input = { paths = {} },\n" GOOD_RULE_TAIL,
+                   3, "a template string is required");
+}
+
+static void test_schema_mistakes(void **state)
+{
+    fixture *f = *state;
+    expect_mistake(f, "set \"x\" {\n  schemas = { t = \"missing.json\" } }\n", 2,
+                   "schema for \"t\"");
+    char schema[600];
+    snprintf(schema, sizeof schema, "%s/bad.json", f->dir);
+    write_file(schema, "{\"type\": \"object\", \"propertees\": {}}");
+    expect_mistake(f, "set \"x\" {\n  schemas = { t = \"bad.json\" } }\n", 2, "propertees");
+    expect_mistake(f, "set \"x\" {\n  schemas = { t = 42 } }\n", 2,
+                   "want a file name or a schema table");
+    expect_mistake(f, "server { set_defaults = { schemas = {} } }\n", 1,
+                   "unknown key \"schemas\"");
+}
+
+static void test_lua_errors(void **state)
+{
+    fixture *f = *state;
+    expect_mistake(f, "set \"x\" { }\n\nrule \"r\" {\n  set = \n", 5, "");  /* syntax, at EOF */
+    expect_mistake(f, "local t = nil\nset \"x\" { }\nprint(t.x)\n", 3, "attempt to index");
+    expect_mistake(f, "io.open(\"/etc/passwd\")\n", 1, "io");
+    expect_mistake(f, "while true do end\n", 1, "");
+    /* tables with hostile metatables cannot crash or hang the checker */
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  targets = setmetatable({}, "
+                   "{ __len = function() error(\"boom\") end }) }\n",
+                   0, "boom");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  targets = setmetatable({}, "
+                   "{ __len = function() while true do end end }) }\n",
+                   0, "budget");
+}
+
+static void test_env(void **state)
+{
+    fixture *f = *state;
+    setenv("SLUICE_TEST_DIR", "from-env", 1);
+    unsetenv("SLUICE_TEST_UNSET");
+    sl_config *cfg = NULL;
+    char *diag;
+    assert_int_equal(load(f,
+                          "server { data_dir = env \"SLUICE_TEST_DIR\",\n"
+                          "  listen = env(\"SLUICE_TEST_UNSET\", \"127.0.0.1:1\") }\n",
+                          &cfg, &diag),
+                     0);
+    free(diag);
+    assert_non_null(strstr(cfg->data_dir, "/from-env"));
+    assert_string_equal(cfg->listen, "127.0.0.1:1");
+    sl_config_free(cfg);
+    expect_mistake(f, "server {\n  listen = env \"SLUICE_TEST_UNSET\" }\n", 2,
+                   "environment variable SLUICE_TEST_UNSET is not set");
+}
+
+/* Every mistake of the file is reported, not only the first. */
+static void test_all_mistakes_at_once(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "set \"x\" { partitions = 0 }\n"
+                  "set \"y\" { colour = 1 }\n"
+                  "rule \"r\" { set = \"nope\",\n"
+                  "  target = target.nope { } }\n"
+                  "server { listen = env \"SLUICE_TEST_UNSET\" }\n",
+                  &cfg, &diag);
+    assert_int_equal(rc, SL_EINVAL);
+    assert_non_null(strstr(diag, "sluice.lua:1: set \"x\": partitions"));
+    assert_non_null(strstr(diag, "sluice.lua:2: set \"y\": unknown key \"colour\""));
+    assert_non_null(strstr(diag, "sluice.lua:3: rule \"r\": set \"nope\" is not declared"));
+    assert_non_null(strstr(diag, "sluice.lua:4: rule \"r\": unknown target kind"));
+    assert_non_null(strstr(diag, "sluice.lua:5: environment variable"));
+    free(diag);
+}
+
+static void test_missing_file(void **state)
+{
+    fixture *f = *state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/nope.lua", f->dir);
+    sl_config *cfg = NULL;
+    sl_buf d = SL_BUF_INIT;
+    assert_int_equal(sl_config_load(path, &cfg, &d), SL_ENOENT);
+    sl_buf_append(&d, "", 1);
+    assert_non_null(strstr((char *)d.data, "nope.lua: cannot read"));
+    sl_buf_free(&d);
+}
+
+static void test_keys_markdown(void **state)
+{
+    (void)state;
+    sl_buf b = SL_BUF_INIT;
+    assert_int_equal(sl_config_keys_markdown(&b), 0);
+    sl_buf_append(&b, "", 1);
+    const char *s = (const char *)b.data;
+    assert_non_null(strstr(s, "### rule \"NAME\" { … }"));
+    assert_non_null(strstr(s, "| `retention` | duration |"));
+    assert_non_null(strstr(s, "### target.file { … }"));
+    sl_buf_free(&b);
+}
+
+/* ---- cursors --------------------------------------------------------------- */
+
+static void test_cursor_roundtrip(void **state)
+{
+    fixture *f = *state;
+    sl_cursor c;
+    bool found = true;
+    assert_int_equal(sl_cursor_open(&c, f->dir, "rule", "set", 3, &found, NULL), 0);
+    assert_false(found);
+    for (int64_t o = 1; o <= 5; o++)
+        assert_int_equal(sl_cursor_commit(&c, o * 100, 0, NULL), 0);
+    sl_cursor_close(&c);
+    assert_int_equal(sl_cursor_open(&c, f->dir, "rule", "set", 3, &found, NULL), 0);
+    assert_true(found);
+    assert_int_equal(c.offset, 500);
+    sl_cursor_close(&c);
+    /* another partition is another file */
+    assert_int_equal(sl_cursor_open(&c, f->dir, "rule", "set", 4, &found, NULL), 0);
+    assert_false(found);
+    sl_cursor_close(&c);
+}
+
+/* A torn latest slot falls back to the previous commit: earlier, never
+ * later, so at-least-once holds. */
+static void test_cursor_torn_slot(void **state)
+{
+    fixture *f = *state;
+    sl_cursor c;
+    bool found;
+    assert_int_equal(sl_cursor_open(&c, f->dir, "r", "s", 0, &found, NULL), 0);
+    assert_int_equal(sl_cursor_commit(&c, 10, 0, NULL), 0); /* seq 1 -> slot 1 */
+    assert_int_equal(sl_cursor_commit(&c, 20, 0, NULL), 0); /* seq 2 -> slot 0 */
+    sl_cursor_close(&c);
+    char path[700];
+    snprintf(path, sizeof path, "%s/rules/r/s/0.cursor", f->dir);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "\xff", 1, 14), 1); /* damage slot 0's offset */
+    close(fd);
+    assert_int_equal(sl_cursor_open(&c, f->dir, "r", "s", 0, &found, NULL), 0);
+    assert_true(found);
+    assert_int_equal(c.offset, 10);
+    sl_cursor_close(&c);
+    /* both slots damaged: no position (the rule decides where to start) */
+    fd = open(path, O_RDWR);
+    assert_int_equal(pwrite(fd, "XXXX", 4, 32), 4);
+    close(fd);
+    assert_int_equal(sl_cursor_open(&c, f->dir, "r", "s", 0, &found, NULL), 0);
+    assert_false(found);
+    sl_cursor_close(&c);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_full_config),       T(test_defaults),      T(test_unknown_key_line),
+        T(test_wrong_types),       T(test_rule_mistakes), T(test_schema_mistakes),
+        T(test_lua_errors),        T(test_env),           T(test_all_mistakes_at_once),
+        T(test_missing_file),      T(test_keys_markdown), T(test_cursor_roundtrip),
+        T(test_cursor_torn_slot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -129,9 +129,9 @@ typedef struct sl_input_ctx {
  * appends the result to out. For a path input the result is the value's
  * minified JSON, or "null" when the path matches nothing. ctx may be NULL.
  * Returns 0; SL_EPARSE when the event is not one complete JSON value;
- * SL_EINVAL when ctx->rule is used but is not valid UTF-8; SL_ENOMEM. On
- * error out->len is what it was (out's capacity may have grown) and err
- * says why. Does not allocate except to grow out. */
+ * SL_EINVAL when ctx->rule goes into a JSON template but is not UTF-8;
+ * SL_ENOMEM. On error out->len is what it was (out's capacity may have
+ * grown) and err says why. Does not allocate except to grow out. */
 int sl_input_apply(const sl_input *in, const char *event_json, size_t len, const sl_input_ctx *ctx,
                    sl_buf *out, sl_error *err);
 

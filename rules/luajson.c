@@ -370,6 +370,8 @@ static int lj_number(lj_parser *P)
     }
     if (q < end && *q == '0') {
         q++;
+        if (q < end && *q >= '0' && *q <= '9')
+            return lj_fail(P, q - 1, "invalid number: leading zero");
     } else if (q < end && *q >= '1' && *q <= '9') {
         for (; q < end && *q >= '0' && *q <= '9'; q++) {
             if (sig++ < 19)
@@ -698,7 +700,8 @@ typedef struct lj_enc {
     lua_State *L;
     sl_buf *out;
     sl_error *err;
-    int null_idx, array_idx; /* absolute stack slots (nil when never created) */
+    const void *null_ptr, *array_ptr; /* looked up on first need (NULL: never created) */
+    bool have_null, have_array;
     int depth;
     lj_path path[LJ_MAX_DEPTH + 1];
 } lj_enc;
@@ -918,6 +921,20 @@ static int lj_enc_float(lj_enc *E, double d)
 
 static int lj_enc_value(lj_enc *E, int idx);
 
+/* The address of sluice.null or the array metatable (registry key), read
+ * once per encoding (a raw registry read allocates nothing); NULL when the
+ * state never created them. */
+static const void *lj_enc_ref(lj_enc *E, const char *key, bool *have, const void **ptr)
+{
+    if (!*have) {
+        lua_rawgetp(E->L, LUA_REGISTRYINDEX, key);
+        *ptr = lua_topointer(E->L, -1);
+        lua_pop(E->L, 1);
+        *have = true;
+    }
+    return *ptr;
+}
+
 /* Encodes the value on top of the stack (then pops it) as path entry p. */
 static int lj_enc_member(lj_enc *E)
 {
@@ -973,7 +990,7 @@ static int lj_enc_table(lj_enc *E, int idx)
         return lj_enc_oom(E);
     bool marked = false;
     if (lua_getmetatable(L, idx)) {
-        marked = lua_rawequal(L, -1, E->array_idx);
+        marked = lua_topointer(L, -1) == lj_enc_ref(E, &lj_array_key, &E->have_array, &E->array_ptr);
         lua_pop(L, 1);
     }
     size_t start = E->out->len;
@@ -1055,7 +1072,7 @@ static int lj_enc_value(lj_enc *E, int idx)
         return rc;
     }
     case LUA_TUSERDATA:
-        if (lua_rawequal(L, idx, E->null_idx))
+        if (lua_topointer(L, idx) == lj_enc_ref(E, &lj_null_key, &E->have_null, &E->null_ptr))
             return lj_put(E, "null", 4);
         return lj_enc_fail(E, "%s cannot be encoded (only sluice.null)", "a userdata");
     default:
@@ -1074,11 +1091,7 @@ int sl_luajson_encode(lua_State *L, int idx, sl_buf *out, sl_error *err)
     if (!lua_checkstack(L, 4))
         return sl_error_set(err, SL_ENOMEM, "JSON encoding: Lua stack: out of memory");
     int top = lua_gettop(L);
-    /* Raw registry reads allocate nothing; nil when never created. */
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &lj_null_key);
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &lj_array_key);
-    E.null_idx = top + 1;
-    E.array_idx = top + 2;
+    E.have_null = E.have_array = false;
     sl_error local;
     if (!err)
         E.err = &local;

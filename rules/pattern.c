@@ -1020,210 +1020,368 @@ static bool matcher_scalar(const matcher *m, const scalar *v)
     return false;
 }
 
-/* Decodes tok (a scalar) into v; *heap receives a buffer to free, if any.
- * Returns 0 or SL_ENOMEM. */
-static int decode(const sl_json_tok *tok, scalar *v, char *sbuf, char **heap)
+/* ---- parsed events ------------------------------------------------------ */
+
+#define NONE UINT32_MAX
+
+static void pe_reset(sl_pattern_event *ev)
 {
-    v->type = tok->type;
-    if (tok->type == SL_JSON_STRING) {
-        size_t raw = tok->len - 2;
-        if (!(tok->flags & SL_JSON_ESCAPED)) {
-            v->s = tok->p + 1;
-            v->len = raw;
-            return 0;
-        }
-        char *out = sbuf;
-        if (raw > STACK_STR) {
-            out = *heap = malloc(raw);
-            if (!out)
-                return SL_ENOMEM;
-        }
-        sl_json_unescape(tok, out, raw > STACK_STR ? raw : STACK_STR, &v->len);
-        v->s = out;
-    } else if (tok->type == SL_JSON_NUMBER) {
-        v->s = tok->p;
-        v->len = tok->len;
-        char nb[STACK_NUM], *b = nb;
-        if (tok->len >= STACK_NUM) {
-            b = *heap = malloc(tok->len + 1);
-            if (!b)
-                return SL_ENOMEM;
-        }
-        memcpy(b, tok->p, tok->len);
-        b[tok->len] = '\0';
-        v->num = strtod(b, NULL);
+    if (!ev->v) {
+        ev->v = ev->inline_v;
+        ev->cap = SL_PATTERN_EVENT_INLINE;
     }
-    return 0;
+    ev->n = 0;
+    ev->scratch_len = 0;
 }
 
-/* The non-exists matchers of f against one scalar. Kept out of line so the
- * decode buffer is not part of every frame of the recursions below (event
- * arrays may nest up to SL_JSON_DEPTH_LIMIT deep). 1, 0 or SL_ENOMEM. */
-__attribute__((noinline)) static int leaf_scalar(const field *f, const sl_json_tok *tok)
+void sl_pattern_event_init(sl_pattern_event *ev)
 {
-    char sbuf[STACK_STR], *heap = NULL;
-    scalar v;
-    if (decode(tok, &v, sbuf, &heap))
-        return SL_ENOMEM;
-    int hit = 0;
-    for (size_t i = 0; i < f->nm && !hit; i++)
-        if (f->m[i].kind != M_EXISTS && matcher_scalar(&f->m[i], &v))
-            hit = 1;
-    free(heap);
-    return hit;
+    memset(ev, 0, offsetof(sl_pattern_event, inline_v));
+    pe_reset(ev);
 }
 
-/* Whether any non-exists matcher of f matches a leaf of tok (arrays are
- * searched element by element, nested arrays too); *has_leaf is set when tok
- * holds a leaf value. 1, 0 or SL_ENOMEM. */
-static int leaf_any(const field *f, const sl_json_tok *tok, bool *has_leaf)
+void sl_pattern_event_free(sl_pattern_event *ev)
 {
-    if (tok->type == SL_JSON_OBJECT)
-        return 0;
-    if (tok->type == SL_JSON_ARRAY) {
-        sl_json_iter it;
-        sl_json_tok el;
-        sl_json_iter_init(&it, tok);
-        while (sl_json_iter_elem(&it, &el)) {
-            int rc = leaf_any(f, &el, has_leaf);
-            if (rc)
-                return rc;
-        }
-        return 0;
+    if (ev->v && ev->v != ev->inline_v)
+        free(ev->v);
+    free(ev->scratch);
+    sl_pattern_event_init(ev);
+}
+
+static uint32_t pe_new(sl_pattern_event *ev)
+{
+    if (ev->n == ev->cap) {
+        size_t cap = ev->cap * 2;
+        sl_pattern_value *g = ev->v == ev->inline_v ? malloc(cap * sizeof *g)
+                                                    : realloc(ev->v, cap * sizeof *g);
+        if (!g)
+            return NONE;
+        if (ev->v == ev->inline_v)
+            memcpy(g, ev->inline_v, ev->n * sizeof *g);
+        ev->v = g;
+        ev->cap = cap;
     }
-    *has_leaf = true;
-    return leaf_scalar(f, tok);
+    sl_pattern_value *v = &ev->v[ev->n];
+    v->first = v->next = NONE;
+    v->key = NULL;
+    v->klen = 0;
+    return (uint32_t)ev->n++;
 }
 
-/* A leaf field against tok, or against a missing field when tok is NULL. */
-static int leaf_eval(const field *f, const sl_json_tok *tok)
+static const char *skip_ws(const char *p, const char *end)
 {
-    bool has_leaf = false;
-    if (tok) {
-        int rc = leaf_any(f, tok, &has_leaf);
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* A string starting at p (at its quote): sets s and len to its decoded bytes
+ * (in place when it has no escapes, else in the scratch space, which was
+ * sized for the whole input). Returns the byte after it, or NULL. */
+static const char *pe_string(sl_pattern_event *ev, const char *p, const char *end,
+                             const char **s, uint32_t *len)
+{
+    const char *q = p + 1;
+    bool escaped = false;
+    for (;;) {
+        while (q < end && *q != '"' && *q != '\\')
+            q++;
+        if (q >= end)
+            return NULL;
+        if (*q == '"')
+            break;
+        escaped = true;
+        q += 2; /* the escaped character (a \u escape's digits are plain) */
+    }
+    if (!escaped) {
+        *s = p + 1;
+        *len = (uint32_t)(q - p - 1);
+        return q + 1;
+    }
+    sl_json_tok t = {SL_JSON_STRING, SL_JSON_ESCAPED, p, (size_t)(q + 1 - p)};
+    char *out = ev->scratch + ev->scratch_len;
+    size_t n = 0;
+    sl_json_unescape(&t, out, t.len - 2, &n);
+    ev->scratch_len += n;
+    *s = out;
+    *len = (uint32_t)n;
+    return q + 1;
+}
+
+/* The value of a number token: plain integers of up to 15 digits directly,
+ * everything else with strtod (on a copy when the number ends the input). */
+static double pe_number(const char *p, size_t len)
+{
+    const char *q = p;
+    bool neg = *q == '-';
+    q += neg;
+    if (len - (size_t)neg <= 15) {
+        uint64_t v = 0;
+        const char *e = p + len;
+        while (q < e && *q >= '0' && *q <= '9')
+            v = v * 10 + (uint64_t)(*q++ - '0');
+        if (q == e)
+            return neg ? -(double)v : (double)v;
+    }
+    char buf[STACK_NUM];
+    if (len < sizeof buf) {
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        return strtod(buf, NULL);
+    }
+    char *h = malloc(len + 1);
+    if (!h)
+        return strtod(p, NULL); /* stops at the delimiter after the number */
+    memcpy(h, p, len);
+    h[len] = '\0';
+    double d = strtod(h, NULL);
+    free(h);
+    return d;
+}
+
+/* Parses one value at p into node idx; returns the byte after it, or NULL
+ * when the text is not JSON (or too deep, or out of memory). Bounds are
+ * checked everywhere, so unvalidated input cannot make it over-read. */
+static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
+                            int depth)
+{
+    p = skip_ws(p, end);
+    if (p >= end)
+        return NULL;
+    sl_pattern_value *v = &ev->v[idx];
+    char c = *p;
+    if (c == '{' || c == '[') {
+        if (depth > SL_JSON_DEPTH_LIMIT)
+            return NULL;
+        bool obj = c == '{';
+        v->type = obj ? SL_JSON_OBJECT : SL_JSON_ARRAY;
+        uint32_t last = NONE;
+        p = skip_ws(p + 1, end);
+        if (p < end && *p == (obj ? '}' : ']'))
+            return p + 1;
+        for (;;) {
+            uint32_t child = pe_new(ev);
+            if (child == NONE)
+                return NULL;
+            if (obj) {
+                p = skip_ws(p, end);
+                const char *k;
+                uint32_t kl;
+                if (p >= end || *p != '"' || !(p = pe_string(ev, p, end, &k, &kl)))
+                    return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':')
+                    return NULL;
+                p++;
+                ev->v[child].key = k;
+                ev->v[child].klen = kl;
+            }
+            if (!(p = pe_value(ev, p, end, child, depth + 1)))
+                return NULL;
+            /* ev->v may have moved: index, never keep pointers */
+            if (last == NONE)
+                ev->v[idx].first = child;
+            else
+                ev->v[last].next = child;
+            last = child;
+            p = skip_ws(p, end);
+            if (p >= end)
+                return NULL;
+            if (*p == ',') {
+                p++;
+                continue;
+            }
+            if (*p != (obj ? '}' : ']'))
+                return NULL;
+            return p + 1;
+        }
+    }
+    if (c == '"') {
+        v->type = SL_JSON_STRING;
+        const char *s;
+        uint32_t len;
+        p = pe_string(ev, p, end, &s, &len);
+        v = &ev->v[idx];
+        v->s = s;
+        v->len = len;
+        return p;
+    }
+    static const struct {
+        const char *lit;
+        size_t len;
+        sl_json_type type;
+    } lits[] = {{"true", 4, SL_JSON_TRUE}, {"false", 5, SL_JSON_FALSE}, {"null", 4, SL_JSON_NULL}};
+    for (size_t i = 0; i < 3; i++)
+        if (c == lits[i].lit[0]) {
+            if ((size_t)(end - p) < lits[i].len || memcmp(p, lits[i].lit, lits[i].len))
+                return NULL;
+            v->type = lits[i].type;
+            return p + lits[i].len;
+        }
+    const char *q = p;
+    while (q < end && (*q == '-' || *q == '+' || *q == '.' || *q == 'e' || *q == 'E' ||
+                       (*q >= '0' && *q <= '9')))
+        q++;
+    if (q == p)
+        return NULL;
+    v->type = SL_JSON_NUMBER;
+    v->s = p;
+    v->len = (uint32_t)(q - p);
+    v->num = pe_number(p, (size_t)(q - p));
+    return q;
+}
+
+int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, bool validate,
+                           sl_error *err)
+{
+    if (!ev->v)
+        pe_reset(ev);
+    if (validate) {
+        sl_json_tok tok;
+        int rc = sl_json_validate(json, len, SL_JSON_DEPTH_LIMIT, &tok, err);
         if (rc)
             return rc;
+        if (tok.type != SL_JSON_OBJECT)
+            return sl_error_set(err, SL_EINVAL, "event must be a JSON object, not %s",
+                                sl_json_type_name(tok.type));
     }
+    pe_reset(ev);
+    if (len > UINT32_MAX)
+        return sl_error_set(err, SL_ETOOBIG, "event over 4 GiB");
+    /* Decoded strings never outgrow the text they come from. */
+    if (ev->scratch_cap < len) {
+        char *g = realloc(ev->scratch, len);
+        if (!g && len)
+            return sl_error_set(err, SL_ENOMEM, "out of memory parsing the event");
+        ev->scratch = g;
+        ev->scratch_cap = len;
+    }
+    uint32_t root = pe_new(ev);
+    const char *end = json + len;
+    const char *p = root == NONE ? NULL : pe_value(ev, json, end, root, 1);
+    if (!p || skip_ws(p, end) != end) {
+        if (ev->n == ev->cap || root == NONE)
+            return sl_error_set(err, SL_ENOMEM, "out of memory parsing the event");
+        return sl_error_set(err, SL_EPARSE, "the event is not valid JSON");
+    }
+    if (ev->v[root].type != SL_JSON_OBJECT)
+        return sl_error_set(err, SL_EINVAL, "event must be a JSON object");
+    return 0;
+}
+
+/* ---- matching over a parsed event ---------------------------------------- */
+
+static bool leaf_scalar(const field *f, const sl_pattern_value *pv)
+{
+    scalar v = {pv->type, pv->s, pv->len, pv->num};
     for (size_t i = 0; i < f->nm; i++)
-        if (f->m[i].kind == M_EXISTS && f->m[i].exists == has_leaf)
-            return 1;
-    return 0;
+        if (f->m[i].kind != M_EXISTS && matcher_scalar(&f->m[i], &v))
+            return true;
+    return false;
 }
 
-static int node_eval(const node *n, const sl_json_tok *tok);
-
-static int field_eval(const field *f, const sl_json_tok *tok)
+/* Whether a non-exists matcher of f matches a leaf of value i (arrays are
+ * searched element by element, nested arrays too); *has_leaf is set when
+ * the value holds a leaf. */
+static bool leaf_any(const field *f, const sl_pattern_event *ev, uint32_t i, bool *has_leaf)
 {
-    return f->child ? node_eval(f->child, tok) : leaf_eval(f, tok);
+    const sl_pattern_value *v = &ev->v[i];
+    if (v->type == SL_JSON_OBJECT)
+        return false;
+    if (v->type == SL_JSON_ARRAY) {
+        for (uint32_t c = v->first; c != NONE; c = ev->v[c].next)
+            if (leaf_any(f, ev, c, has_leaf))
+                return true;
+        return false;
+    }
+    *has_leaf = true;
+    return leaf_scalar(f, v);
 }
 
-static const field *find_field(const node *n, const char *k, size_t klen)
+/* A leaf field against value i, or against a missing field (NONE). */
+static bool leaf_eval(const field *f, const sl_pattern_event *ev, uint32_t i)
 {
-    size_t lo = 0, hi = n->nf;
-    field key = {.key = (char *)(uintptr_t)k, .klen = klen};
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        int c = field_cmp(&key, &n->f[mid]);
-        if (c == 0)
-            return &n->f[mid];
-        if (c < 0)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return NULL;
+    bool has_leaf = false;
+    if (i != NONE && leaf_any(f, ev, i, &has_leaf))
+        return true;
+    for (size_t k = 0; k < f->nm; k++)
+        if (f->m[k].kind == M_EXISTS && f->m[k].exists == has_leaf)
+            return true;
+    return false;
 }
 
-/* The field of n named by the key token k (or NULL); out of line for the
- * same reason as leaf_scalar(). Returns 0 or SL_ENOMEM. */
-__attribute__((noinline)) static int lookup_key(const node *n, const sl_json_tok *k,
-                                                const field **f)
+static bool node_eval(const node *n, const sl_pattern_event *ev, uint32_t i);
+
+static bool field_eval(const field *f, const sl_pattern_event *ev, uint32_t i)
 {
-    char kb[STACK_STR], *heap = NULL;
-    scalar ks;
-    if (decode(k, &ks, kb, &heap))
-        return SL_ENOMEM;
-    *f = find_field(n, ks.s, ks.len);
-    free(heap);
-    return 0;
+    return f->child ? node_eval(f->child, ev, i) : leaf_eval(f, ev, i);
 }
 
-/* An object pattern against tok: an object is walked once; an array matches
- * when one of its elements does; anything else (or NULL) is a missing
- * object, which only patterns made of exists:false can match. */
-static int node_eval(const node *n, const sl_json_tok *tok)
+/* The first member named key from member c on (siblings), or NONE. */
+static uint32_t find_member(const sl_pattern_event *ev, const char *key, size_t klen, uint32_t c)
 {
-    if (tok && tok->type == SL_JSON_ARRAY) {
-        sl_json_iter it;
-        sl_json_tok el;
-        bool any = false;
-        sl_json_iter_init(&it, tok);
-        while (sl_json_iter_elem(&it, &el)) {
-            any = true;
-            int rc = node_eval(n, &el);
-            if (rc)
-                return rc;
-        }
-        return any ? 0 : node_eval(n, NULL);
+    for (; c != NONE; c = ev->v[c].next)
+        if (ev->v[c].klen == klen && memcmp(ev->v[c].key, key, klen) == 0)
+            return c;
+    return NONE;
+}
+
+/* An object pattern against value i: an array matches when one of its
+ * elements does (so two fields never match from different elements);
+ * anything but an object (or NONE) is a missing object, which only patterns
+ * made of exists:false can match. */
+static bool node_eval(const node *n, const sl_pattern_event *ev, uint32_t i)
+{
+    if (i != NONE && ev->v[i].type == SL_JSON_ARRAY) {
+        if (ev->v[i].first == NONE)
+            return node_eval(n, ev, NONE);
+        for (uint32_t c = ev->v[i].first; c != NONE; c = ev->v[c].next)
+            if (node_eval(n, ev, c))
+                return true;
+        return false;
     }
-    if (tok && tok->type != SL_JSON_OBJECT)
-        tok = NULL;
-    uint64_t found = 0, ok = 0;
-    if (tok) {
-        sl_json_iter it;
-        sl_json_tok k, v;
-        sl_json_iter_init(&it, tok);
-        while (sl_json_iter_member(&it, &k, &v)) {
-            const field *f;
-            if (lookup_key(n, &k, &f))
-                return SL_ENOMEM;
-            if (!f)
-                continue;
-            uint64_t bit = (uint64_t)1 << (f - n->f);
-            found |= bit;
-            if (ok & bit)
-                continue;
-            int rc = field_eval(f, &v);
-            if (rc < 0)
-                return rc;
-            if (rc)
-                ok |= bit;
-        }
+    if (i != NONE && ev->v[i].type != SL_JSON_OBJECT)
+        i = NONE;
+    for (size_t k = 0; k < n->nf; k++) {
+        const field *f = &n->f[k];
+        uint32_t m = i == NONE ? NONE : find_member(ev, f->key, f->klen, ev->v[i].first);
+        bool ok = field_eval(f, ev, m);
+        /* A name repeated in the event: any of its values may match. */
+        while (!ok && m != NONE && (m = find_member(ev, f->key, f->klen, ev->v[m].next)) != NONE)
+            ok = field_eval(f, ev, m);
+        if (!ok)
+            return false;
     }
-    for (size_t i = 0; i < n->nf; i++) {
-        uint64_t bit = (uint64_t)1 << i;
-        if (ok & bit)
-            continue;
-        if (found & bit)
-            return 0;
-        int rc = field_eval(&n->f[i], NULL);
-        if (rc <= 0)
-            return rc;
-    }
-    if (n->nors) {
-        for (size_t i = 0; i < n->nors; i++) {
-            int rc = node_eval(&n->ors[i], tok);
-            if (rc)
-                return rc;
-        }
-        return 0;
-    }
-    return 1;
+    if (!n->nors)
+        return true;
+    for (size_t k = 0; k < n->nors; k++)
+        if (node_eval(&n->ors[k], ev, i))
+            return true;
+    return false;
+}
+
+bool sl_pattern_match_event(const sl_pattern *p, const sl_pattern_event *ev)
+{
+    return ev->n && node_eval(&p->root, ev, 0);
 }
 
 int sl_pattern_match(const sl_pattern *p, const char *event_json, size_t len, bool *matched,
                      sl_error *err)
 {
-    sl_json_tok tok;
-    int rc = sl_json_validate(event_json, len, SL_JSON_DEPTH_LIMIT, &tok, err);
-    if (rc)
-        return rc;
-    if (tok.type != SL_JSON_OBJECT)
-        return sl_error_set(err, SL_EINVAL, "event must be a JSON object, not %s",
-                            sl_json_type_name(tok.type));
-    rc = node_eval(&p->root, &tok);
-    if (rc < 0)
-        return sl_error_set(err, rc, "out of memory decoding a long event value");
-    *matched = rc == 1;
-    return 0;
+    sl_pattern_event ev;
+    sl_pattern_event_init(&ev);
+    /* A small event needs no allocation: the nodes fit the inline array and
+     * the scratch space only matters for escaped strings. */
+    char scratch[1024];
+    if (len <= sizeof scratch) {
+        ev.scratch = scratch;
+        ev.scratch_cap = sizeof scratch;
+    }
+    int rc = sl_pattern_event_parse(&ev, event_json, len, true, err);
+    if (!rc)
+        *matched = sl_pattern_match_event(p, &ev);
+    if (ev.scratch == scratch)
+        ev.scratch = NULL;
+    sl_pattern_event_free(&ev);
+    return rc;
 }

@@ -19,6 +19,7 @@ typedef struct rule_refs {
 struct sl_rule_vm {
     const sl_config *cfg;
     lua_State *L;
+    sl_pattern_event pev; /* reused for every event */
     rule_refs *refs; /* one per cfg->rules[i] */
 };
 
@@ -40,6 +41,7 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
         return sl_error_set(err, SL_ENOMEM, "rule worker: out of memory");
     }
     vm->cfg = cfg;
+    sl_pattern_event_init(&vm->pev);
     for (size_t i = 0; i < cfg->nrules; i++)
         vm->refs[i] = (rule_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF};
     sl_sandbox_options so = {.mem_bytes = cfg->lua_memory,
@@ -90,6 +92,7 @@ void sl_rule_vm_free(sl_rule_vm *vm)
     if (!vm)
         return;
     sl_sandbox_close(vm->L);
+    sl_pattern_event_free(&vm->pev);
     free(vm->refs);
     free(vm);
 }
@@ -222,11 +225,11 @@ static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs
                  const char *event, size_t len, sl_rule_outcome *outcome, sl_error *err)
 {
     if (rc->pattern) {
-        bool m = false;
-        int r = sl_pattern_match(rc->pattern, event, len, &m, err);
+        /* Events reach rules from the log, where ingest validated them. */
+        int r = sl_pattern_event_parse(&vm->pev, event, len, false, err);
         if (r)
             return r;
-        if (!m) {
+        if (!sl_pattern_match_event(rc->pattern, &vm->pev)) {
             *outcome = SL_RULE_NO_MATCH;
             return 0;
         }

@@ -4,28 +4,29 @@
  * fan-out, drops and filters, the sandbox, GET /v1/rules and the rule
  * metrics, input transformers, where new rules start, cursors across
  * crashes and clean restarts, SIGHUP reloads, schemas at ingest, POST
- * /v1/patterns/test and `sluice check` (issue 4). The harness is itest.h.
+ * /v1/patterns/test, `sluice check`, and that a server answering requests
+ * already checks schemas and wakes rules (issue 4). The harness is itest.h.
  */
 #include "itest.h"
 
 #include "core/metrics.h" /* sl_buf_printf() */
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #define WAIT_S 20.0 /* every wait gives up after this long */
 
@@ -41,7 +42,8 @@ static void path_in(char *out, const it_server *s, const char *name)
 
 /* Writes the printf-formatted text to path (replacing it); fails the test
  * when it cannot. */
-static void write_file(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void write_file(const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void write_file(const char *path, const char *fmt, ...)
 {
     /* Written to a temporary name and renamed, so a reload never reads half
@@ -73,8 +75,8 @@ typedef struct outlines {
     char **text;
     json_t **obj;
     size_t n;
-    size_t bad;       /* lines that are not one JSON object */
-    bool unfinished;  /* the file does not end with a line break */
+    size_t bad;      /* lines that are not one JSON object */
+    bool unfinished; /* the file does not end with a line break */
 } outlines;
 
 static void out_free(outlines *o)
@@ -141,7 +143,7 @@ static size_t count_lines(const char *path)
     return n;
 }
 
-/* The string at a dotted path of a line ("data.user"), or NULL. */
+/* The value at a dotted path of a line ("data.user"), or NULL. */
 static json_t *jpath(json_t *j, const char *path)
 {
     char buf[256];
@@ -179,8 +181,7 @@ static void add_event(sl_buf *b, const char *id, const char *type, const char *d
 
 /* POSTs NDJSON to set (hdrs may be NULL), asserts every entry was accepted
  * and returns the answer (caller frees with json_decref()). */
-static json_t *post_all(it_server *s, const char *set, const char *const *hdrs, sl_buf *b,
-                        size_t n)
+static json_t *post_all(it_server *s, const char *set, const char *const *hdrs, sl_buf *b, size_t n)
 {
     it_resp r = it_post(s, set, IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
     json_t *a = it_expect_results(&r, n, 0);
@@ -282,7 +283,7 @@ static void wait_ready(const it_server *s, int before)
 static void start_cfg(it_server *s, const char *cfg)
 {
     int before = log_count(s, READY_LINE);
-    start_cfg(s, cfg);
+    it_srv_start(s, "-c", cfg, NULL);
     wait_ready(s, before);
 }
 
@@ -290,7 +291,7 @@ static void start_cfg(it_server *s, const char *cfg)
 static void restart(it_server *s)
 {
     int before = log_count(s, READY_LINE);
-    restart(s);
+    it_srv_restart(s);
     wait_ready(s, before);
 }
 
@@ -313,8 +314,8 @@ static void expect_counts(it_server *s, const char *name, json_int_t read, json_
     json_t *r = rule_of(j, name);
     if (!r)
         fail_msg("GET /v1/rules does not list rule %s", name);
-    static const char *const f[] = {"read", "matched", "filtered", "dropped", "failed",
-                                    "delivered"};
+    static const char *const f[] = {"read",    "matched", "filtered",
+                                    "dropped", "failed",  "delivered"};
     json_int_t want[] = {read, matched, filtered, dropped, failed, delivered};
     for (size_t i = 0; i < 6; i++) {
         if (want[i] < 0)
@@ -570,7 +571,8 @@ static void test_sandbox_holds(void **state)
                       "  target = target.file { path = \"%s.ndjson\" },\n}\n",
                       bad[i].name, body, bad[i].name);
     }
-    sl_buf_printf(&c, "rule \"good\" { set = \"s\", target = target.file { path = \"good.ndjson\" } }\n");
+    sl_buf_printf(
+        &c, "rule \"good\" { set = \"s\", target = target.file { path = \"good.ndjson\" } }\n");
     write_file(cfg, "%.*s", (int)c.len, (const char *)c.data);
     sl_buf_free(&c);
     start_cfg(s, cfg);
@@ -596,8 +598,7 @@ static void test_sandbox_holds(void **state)
             fail_msg("rule %s: want 20 failed, none matched or delivered: %s", bad[i].name, t);
         const char *le = jstr(r, "last_error");
         if (!le || !strstr(le, bad[i].reason))
-            fail_msg("rule %s: last_error does not name \"%s\": %s", bad[i].name, bad[i].reason,
-                     t);
+            fail_msg("rule %s: last_error does not name \"%s\": %s", bad[i].name, bad[i].reason, t);
         free(t);
         char p[PATH_MAX], file[64];
         snprintf(file, sizeof file, "%s.ndjson", bad[i].name);
@@ -1062,8 +1063,7 @@ static void test_cursor_kill9(void **state)
     int dups2[2];
     size_t lines2;
     count_dups(out, n + 100, dups2, &lines2);
-    printf("after two clean restarts: %zu lines, %d + %d duplicates\n", lines2, dups2[0],
-           dups2[1]);
+    printf("after two clean restarts: %zu lines, %d + %d duplicates\n", lines2, dups2[0], dups2[1]);
     if (lines2 != lines + 100 || dups2[0] != dups[0] || dups2[1] != dups[1])
         fail_msg("a clean restart delivered events twice: %zu lines (want %zu), duplicates %d + "
                  "%d (were %d + %d)",
@@ -1187,13 +1187,14 @@ static void test_schemas(void **state)
     it_evs_free(&e);
     json_decref(a);
     r = it_get(s, "/metrics");
-    assert_true(it_metric(it_body(&r), "sluice_events_rejected_total{reason=\"SchemaViolation\"}") ==
-                4);
+    assert_true(
+        it_metric(it_body(&r), "sluice_events_rejected_total{reason=\"SchemaViolation\"}") == 4);
     it_resp_free(&r);
     s->passed = true;
 }
 
-/* ---- 11. POST /v1/patterns/test ----------------------------------------------------------------- */
+/* ---- 11. POST /v1/patterns/test -----------------------------------------------------------------
+ */
 
 static it_resp pattern_test(it_server *s, const char *body)
 {
@@ -1215,7 +1216,8 @@ static void test_pattern_test_api(void **state)
         const char *body;
         bool match;
     } ok[] = {
-        {"{\"pattern\":{\"type\":[\"order.created\"]},\"event\":{\"type\":\"order.created\"}}", true},
+        {"{\"pattern\":{\"type\":[\"order.created\"]},\"event\":{\"type\":\"order.created\"}}",
+         true},
         {"{\"pattern\":{\"type\":[\"order.created\"]},\"event\":{\"type\":\"order.cancelled\"}}",
          false},
         {"{\"pattern\":{\"data\":{\"amount\":[{\"numeric\":[\">\",100]}]}},"
@@ -1224,7 +1226,8 @@ static void test_pattern_test_api(void **state)
         {"{\"pattern\":{\"data\":{\"amount\":[{\"numeric\":[\">\",100]}]}},"
          "\"event\":{\"data\":{\"amount\":100}}}",
          false},
-        {"{\"event\":{\"source\":\"/shop\"},\"pattern\":{\"source\":[{\"prefix\":\"/sh\"}]}}", true},
+        {"{\"event\":{\"source\":\"/shop\"},\"pattern\":{\"source\":[{\"prefix\":\"/sh\"}]}}",
+         true},
         /* the pattern, and the event, as JSON strings */
         {"{\"pattern\":\"{\\\"type\\\":[\\\"a\\\"]}\",\"event\":{\"type\":\"a\"}}", true},
         {"{\"pattern\":\"{\\\"type\\\":[\\\"a\\\"]}\",\"event\":{\"type\":\"b\"}}", false},
@@ -1252,8 +1255,7 @@ static void test_pattern_test_api(void **state)
     for (size_t i = 0; i < sizeof invalid / sizeof *invalid; i++) {
         it_resp r = pattern_test(s, invalid[i]);
         if (r.status != 400)
-            fail_msg("%s: want 400 InvalidPattern, got %ld: %s", invalid[i], r.status,
-                     it_body(&r));
+            fail_msg("%s: want 400 InvalidPattern, got %ld: %s", invalid[i], r.status, it_body(&r));
         it_expect_error(&r, 400, "InvalidPattern");
         it_resp_free(&r);
     }
@@ -1267,7 +1269,8 @@ static void test_pattern_test_api(void **state)
     s->passed = true;
 }
 
-/* ---- 12. sluice check ------------------------------------------------------------------------- */
+/* ---- 12. sluice check -------------------------------------------------------------------------
+ */
 
 /* Runs `sluice check path`; its stdout and stderr go to *out (caller frees).
  * Returns the exit status, or -1 when it did not exit normally in time. */
@@ -1350,13 +1353,10 @@ static void test_check(void **state)
          "set \"x\" { }\n\nrule \"r\" {\n  set = \"x\"\n  target = target.file { path = "
          "\"x.ndjson\" },\n}\n",
          5, "expected", NULL},
-        {"wrong-type",
-         "set \"x\" {\n  partitions = \"many\",\n}\n", 2, "partitions", "integer"},
-        {"bad-duration",
-         "set \"x\" {\n  partitions = 1,\n  retention = \"7 fortnights\",\n}\n", 3, "retention",
-         NULL},
-        {"runtime-error",
-         "set \"x\" { }\nlocal t = nil\nlocal y = t.field\n", 3, NULL, NULL},
+        {"wrong-type", "set \"x\" {\n  partitions = \"many\",\n}\n", 2, "partitions", "integer"},
+        {"bad-duration", "set \"x\" {\n  partitions = 1,\n  retention = \"7 fortnights\",\n}\n", 3,
+         "retention", NULL},
+        {"runtime-error", "set \"x\" { }\nlocal t = nil\nlocal y = t.field\n", 3, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char path[PATH_MAX], file[64], where[PATH_MAX + 16];
@@ -1456,13 +1456,41 @@ static void spawn_raw(it_server *s, const char *cfg, const char *data, int port)
     s->port = port;
 }
 
+#define RACERS 4
+
+/* One client posting until the server answers (in its own thread: never
+ * asserts). */
+typedef struct racer {
+    int port;
+    const char *body;
+    size_t len;
+    it_resp r;
+} racer;
+
+static void *racer_main(void *arg)
+{
+    racer *rc = arg;
+    it_call k = {.path = "/v1/sets/orders/events",
+                 .ctype = IT_CT_NDJSON,
+                 .body = rc->body,
+                 .len = rc->len,
+                 .timeout_ms = 5000};
+    for (double end = it_mono() + WAIT_S; it_mono() < end;) {
+        if (it_http(NULL, rc->port, &k, &rc->r) == 0 && rc->r.status)
+            return NULL;
+        it_resp_free(&rc->r);
+        memset(&rc->r, 0, sizeof rc->r);
+    }
+    return NULL;
+}
+
 /* When /healthz (or any request) is answered, the server must already check
  * schemas and wake rules on appends. sl_cli_serve_main() installs both hooks
  * (sl_http_set_hooks(), sl_databus_set_on_append()) only after
  * sl_http_start() has opened the port: a request that arrives in between is
  * stored without its schema check, and its append never wakes the rules
  * (they stall until the next append). This posts as soon as the port opens,
- * over several starts, to land in that window. */
+ * from several clients over several starts, to land in that window. */
 static void test_ready_means_wired(void **state)
 {
     it_server *s = *state;
@@ -1492,29 +1520,30 @@ static void test_ready_means_wired(void **state)
                    "\"race%d.ndjson\" } }\n",
                    attempts);
         spawn_raw(s, cfg, data, pick_port());
-        /* Post as soon as the port takes connections. */
-        it_resp r = {0};
-        it_call k = {.path = "/v1/sets/orders/events",
-                     .ctype = IT_CT_NDJSON,
-                     .body = body,
-                     .len = sizeof body - 1,
-                     .timeout_ms = 5000};
-        bool answered = false;
-        for (double end = it_mono() + WAIT_S; !answered && it_mono() < end;) {
-            if (it_http(NULL, s->port, &k, &r) == 0 && r.status)
-                answered = true;
-            else
-                it_resp_free(&r);
+        /* Several clients post as soon as the port takes connections. */
+        racer rc[RACERS];
+        pthread_t th[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            rc[i] = (racer){.port = s->port, .body = body, .len = sizeof body - 1};
+            if (pthread_create(&th[i], NULL, racer_main, &rc[i]))
+                fail_msg("pthread_create failed");
         }
-        if (!answered)
-            fail_msg("attempt %d: the server never answered a POST", attempts);
-        json_t *a = it_parse_json(&r);
-        if (json_integer_value(json_object_get(a, "accepted")) != 1) {
-            if (!unchecked++)
-                snprintf(first_unchecked, sizeof first_unchecked, "%s", it_body(&r));
+        for (int i = 0; i < RACERS; i++)
+            pthread_join(th[i], NULL);
+        bool skipped = false;
+        for (int i = 0; i < RACERS; i++) {
+            if (!rc[i].r.status)
+                fail_msg("attempt %d: the server never answered a POST", attempts);
+            json_t *a = it_parse_json(&rc[i].r);
+            if (json_integer_value(json_object_get(a, "accepted")) != 1 && !skipped) {
+                skipped = true;
+                if (!unchecked)
+                    snprintf(first_unchecked, sizeof first_unchecked, "%s", it_body(&rc[i].r));
+            }
+            json_decref(a);
+            it_resp_free(&rc[i].r);
         }
-        json_decref(a);
-        it_resp_free(&r);
+        unchecked += skipped;
         /* The append must reach the rule without any further event. */
         bool caught_up = false;
         char last[1024] = "";
@@ -1542,7 +1571,8 @@ static void test_ready_means_wired(void **state)
     s->passed = true;
 }
 
-/* ---- main ------------------------------------------------------------------------------------- */
+/* ---- main -------------------------------------------------------------------------------------
+ */
 
 /* bin/sluice, looked for as itest.c does. */
 static int find_sluice(void)

@@ -396,6 +396,9 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         h->opts.max_body_memory = 256u << 20;
     h->sets = sets;
     h->bus = bus;
+    if (opts->hooks)
+        h->hooks = *opts->hooks;
+    h->opts.hooks = NULL;
     pthread_mutex_init(&h->poll_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -449,11 +452,6 @@ static void begin_stopping(sl_http *h)
     h->stopping = true;
     pthread_cond_signal(&h->poll_cond);
     pthread_mutex_unlock(&h->poll_lock);
-}
-
-void sl_http_set_hooks(sl_http *h, const sl_http_hooks *hooks)
-{
-    h->hooks = *hooks;
 }
 
 void sl_http_quiesce(sl_http *h)

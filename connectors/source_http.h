@@ -18,19 +18,6 @@
 
 #include <stdint.h>
 
-typedef struct sl_http_options {
-    const char *host;           /* listen address, e.g. "127.0.0.1" */
-    uint16_t port;              /* 0 picks a free port (see sl_http_port) */
-    uint64_t max_request_bytes; /* larger bodies get 413; default 10 MiB */
-    unsigned threads;           /* handler threads; default: number of CPUs */
-    unsigned max_connections;   /* default 4096 */
-    unsigned idle_timeout_s;    /* idle or slow connections are closed; default 30 */
-    unsigned request_timeout_s; /* a body must arrive within this; default 60 */
-    uint64_t max_body_memory;   /* all request bodies in memory at once; default 256 MiB */
-} sl_http_options;
-
-typedef struct sl_http sl_http;
-
 struct sl_event;
 
 /* What the server beyond the HTTP layer provides (the config and the rule
@@ -47,8 +34,20 @@ typedef struct sl_http_hooks {
     int (*metrics)(void *ctx, sl_buf *out);
 } sl_http_hooks;
 
-/* Installs hooks; call before traffic flows (they are read without a lock). */
-void sl_http_set_hooks(sl_http *h, const sl_http_hooks *hooks);
+typedef struct sl_http_options {
+    const char *host;           /* listen address, e.g. "127.0.0.1" */
+    uint16_t port;              /* 0 picks a free port (see sl_http_port) */
+    uint64_t max_request_bytes; /* larger bodies get 413; default 10 MiB */
+    unsigned threads;           /* handler threads; default: number of CPUs */
+    unsigned max_connections;   /* default 4096 */
+    unsigned idle_timeout_s;    /* idle or slow connections are closed; default 30 */
+    unsigned request_timeout_s; /* a body must arrive within this; default 60 */
+    uint64_t max_body_memory;   /* all request bodies in memory at once; default 256 MiB */
+    const struct sl_http_hooks *hooks; /* may be NULL; copied, in place before the port opens */
+} sl_http_options;
+
+typedef struct sl_http sl_http;
+
 
 /* Starts listening. Returns 0 or an SL_E… code with err (e.g. the port is
  * taken). sets and bus must outlive the server. */

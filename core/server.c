@@ -263,6 +263,14 @@ int sl_cli_serve_main(int argc, char **argv)
         rc = sl_router_start(cfg, sets, bus, data, &router, &err);
         cfg = NULL;
     }
+    /* The hooks are in place before the port opens: no request may slip
+     * past the schemas. Appends that happen before the runner hears of
+     * them are found by its periodic lag check. */
+    sl_http_hooks hooks;
+    if (router) {
+        sl_router_http_hooks(router, &hooks);
+        ho.hooks = &hooks;
+    }
     ho.host = host;
     ho.port = port;
     if (!rc)
@@ -275,11 +283,6 @@ int sl_cli_serve_main(int argc, char **argv)
         sl_sets_close(sets);
         sl_config_free(cfg);
         return 1;
-    }
-    if (router) {
-        sl_http_hooks hooks;
-        sl_router_http_hooks(router, &hooks);
-        sl_http_set_hooks(http, &hooks);
     }
     /* Appends wake long-polls and rules; the bus was started before both. */
     appenders app = {http, router};

@@ -153,7 +153,8 @@ static int lj_fail(lj_parser *P, const unsigned char *at, const char *why)
 
 static inline const unsigned char *lj_skip_ws(const unsigned char *p, const unsigned char *end)
 {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+    /* Everything above ' ' ends it at once: one test in the common case. */
+    while (p < end && *p <= ' ' && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
     return p;
 }

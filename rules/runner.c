@@ -94,7 +94,7 @@ struct sl_runner {
     pthread_cond_t cond;
     consumer *head, *tail;
     bool stopping;
-    int64_t retry_scan_ns; /* when due_retries last ran */
+    int64_t retry_scan_ns; /* when periodic() last ran */
     worker *workers;
     unsigned nworkers, started;
 };
@@ -127,14 +127,19 @@ static consumer *pop(sl_runner *r)
     return c;
 }
 
-/* Queues consumers whose back-off is over. */
-static void due_retries(sl_runner *r, int64_t now)
+/* Queues consumers whose back-off is over, and idle ones that lag (an
+ * append they were not told about, e.g. before the bus knew the runner:
+ * wake-ups are an optimisation, this check is the guarantee). */
+static void periodic(sl_runner *r, int64_t now)
 {
     for (size_t i = 0; i < r->nrules; i++)
         for (int32_t p = 0; p < r->rules[i].nparts; p++) {
             consumer *c = &r->rules[i].cons[p];
             if (c->retry_at_ns && now >= c->retry_at_ns) {
                 c->retry_at_ns = 0;
+                push(r, c);
+            } else if (!c->retry_at_ns && !c->queued && !c->running &&
+                       atomic_load(&c->committed) < sl_store_end_offset(&r->rules[i].set->parts[p])) {
                 push(r, c);
             }
         }
@@ -487,14 +492,14 @@ static void *worker_main(void *arg)
                 ts.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&r->cond, &r->lock, &ts);
-            due_retries(r, sl_clock_mono_ns());
+            periodic(r, sl_clock_mono_ns());
         }
         if (r->stopping)
             break;
         int64_t now = sl_clock_mono_ns();
         if (now - r->retry_scan_ns > 100000000) { /* busy queues must not starve retries */
             r->retry_scan_ns = now;
-            due_retries(r, now);
+            periodic(r, now);
         }
         consumer *c = pop(r);
         c->running = true;

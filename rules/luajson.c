@@ -46,6 +46,21 @@ static int lj_null_tostring(lua_State *L)
     return 1;
 }
 
+/* Removes a __gc field a script may have put into the array metatable (a
+ * table it can reach as sluice.array): the tables we mark with it would get a
+ * finalizer, and finalizers run with hooks off, out of the sandbox's budget.
+ * Expects the metatable on top. */
+static void lj_array_no_gc(lua_State *L)
+{
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, -2) != LUA_TNIL) {
+        lua_pushliteral(L, "__gc");
+        lua_pushnil(L);
+        lua_rawset(L, -4);
+    }
+    lua_pop(L, 1);
+}
+
 /* sluice.array(t): marks t (or a new table) as an array and returns it. */
 static int lj_array_call(lua_State *L)
 {
@@ -60,12 +75,13 @@ static int lj_array_call(lua_State *L)
             return luaL_error(L, "cannot change a protected metatable");
     }
     lua_pushvalue(L, 1);
+    lj_array_no_gc(L);
     lua_setmetatable(L, 2);
     return 1;
 }
 
-/* Creates the two values once per state and keeps them in the registry. */
-static void lj_create_refs(lua_State *L)
+/* Creates sluice.null and pushes it. */
+static void lj_create_null(lua_State *L)
 {
     lua_newuserdatauv(L, 0, 0);
     lua_createtable(L, 0, 3);
@@ -76,8 +92,11 @@ static void lj_create_refs(lua_State *L)
     lua_pushliteral(L, "sluice.null"); /* getmetatable(sluice.null) gives this */
     lua_setfield(L, -2, "__metatable");
     lua_setmetatable(L, -2);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &lj_null_key);
+}
 
+/* Creates the array metatable and pushes it. */
+static void lj_create_array(lua_State *L)
+{
     lua_createtable(L, 0, 1);
     lua_pushliteral(L, "sluice.array");
     lua_setfield(L, -2, "__name");
@@ -85,19 +104,27 @@ static void lj_create_refs(lua_State *L)
     lua_pushcfunction(L, lj_array_call);
     lua_setfield(L, -2, "__call");
     lua_setmetatable(L, -2);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &lj_array_key);
+}
+
+/* Pushes the value at registry key, creating it once per state (each on its
+ * own, so a memory error between the two leaves nothing half made). */
+static void lj_push_ref(lua_State *L, const char *key, void (*create)(lua_State *))
+{
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, key) == LUA_TNIL) {
+        lua_pop(L, 1);
+        create(L);
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, key);
+    }
 }
 
 /* Pushes sluice.null and the array metatable, creating them when missing
  * (may raise a memory error). */
 static void lj_push_refs(lua_State *L)
 {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &lj_null_key) == LUA_TNIL) {
-        lua_pop(L, 1);
-        lj_create_refs(L);
-        lua_rawgetp(L, LUA_REGISTRYINDEX, &lj_null_key);
-    }
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &lj_array_key);
+    lj_push_ref(L, &lj_null_key, lj_create_null);
+    lj_push_ref(L, &lj_array_key, lj_create_array);
+    lj_array_no_gc(L);
 }
 
 /* ---- decoding ------------------------------------------------------------ */
@@ -127,8 +154,8 @@ static inline const unsigned char *lj_scan_plain(const unsigned char *q, const u
         uint64_t x;
         memcpy(&x, q, 8);
         uint64_t quote = x ^ (ones * '"'), bslash = x ^ (ones * '\\');
-        uint64_t t = ((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) |
-                     ((bslash - ones) & ~bslash) | x;
+        uint64_t t =
+            ((x - ones * 0x20) & ~x) | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) | x;
         t &= highs;
         if (t) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -672,8 +699,8 @@ int sl_luajson_push(lua_State *L, const char *json, size_t len, sl_error *err)
     }
     if (a.rc) {
         lua_pop(L, 1);
-        return sl_error_set(err, SL_EPARSE, "JSON: byte %zu: %s",
-                            (size_t)(a.P.at - a.P.start), a.P.why);
+        return sl_error_set(err, SL_EPARSE, "JSON: byte %zu: %s", (size_t)(a.P.at - a.P.start),
+                            a.P.why);
     }
     return 0;
 }
@@ -724,7 +751,8 @@ static int lj_enc_fail(lj_enc *E, const char *fmt, const char *arg)
             bool ident = p->klen > 0 && !(p->key[0] >= '0' && p->key[0] <= '9');
             for (size_t j = 0; j < p->klen && ident; j++) {
                 unsigned char c = (unsigned char)p->key[j];
-                ident = c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+                ident =
+                    c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
             }
             int kl = p->klen > 64 ? 64 : (int)p->klen;
             w = ident ? snprintf(path + n, sizeof path - n, ".%.*s", kl, p->key)
@@ -956,7 +984,8 @@ static int lj_enc_array_slow(lj_enc *E, int idx)
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TNUMBER || !lua_isinteger(L, -1)) {
-            return lj_enc_fail(E, "table mixes integer keys with %s keys (neither array nor object)",
+            return lj_enc_fail(E,
+                               "table mixes integer keys with %s keys (neither array nor object)",
                                luaL_typename(L, -1));
         }
         if (lua_tointeger(L, -1) < 1)
@@ -991,7 +1020,8 @@ static int lj_enc_table(lj_enc *E, int idx)
         return lj_enc_oom(E);
     bool marked = false;
     if (lua_getmetatable(L, idx)) {
-        marked = lua_topointer(L, -1) == lj_enc_ref(E, &lj_array_key, &E->have_array, &E->array_ptr);
+        marked =
+            lua_topointer(L, -1) == lj_enc_ref(E, &lj_array_key, &E->have_array, &E->array_ptr);
         lua_pop(L, 1);
     }
     size_t start = E->out->len;
@@ -1005,8 +1035,9 @@ static int lj_enc_table(lj_enc *E, int idx)
         bool first = true;
         do {
             if (lua_type(L, -2) != LUA_TSTRING) {
-                return lj_enc_fail(E, "table mixes string keys with %s keys (neither array nor object)",
-                                   luaL_typename(L, -2));
+                return lj_enc_fail(
+                    E, "table mixes string keys with %s keys (neither array nor object)",
+                    luaL_typename(L, -2));
             }
             size_t kl;
             const char *k = lua_tolstring(L, -2, &kl);

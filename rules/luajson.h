@@ -7,15 +7,21 @@
  *  - a JSON integer becomes a Lua integer, any other number a Lua float, and
  *    they encode back the same way (3 stays 3, 3.0 stays 3.0; integers beyond
  *    the int64 range become floats);
- *  - null becomes sluice.null (a unique light userdata), never nil, so a key
- *    holding null survives the round trip;
+ *  - null becomes sluice.null (a unique full userdata; tostring gives
+ *    "null"), never nil, so a key holding null survives the round trip;
  *  - arrays get the sluice.array metatable, so [] stays [] (a plain empty
  *    table encodes as {}); a table whose keys are exactly 1..n encodes as an
  *    array, any other table as an object (non-string keys are refused);
  *  - strings are bytes: \u escapes are decoded to UTF-8 (surrogate pairs
- *    joined), and encoding escapes only what JSON requires.
- * Floats encode in the shortest form that reads back to the same double;
- * NaN and infinities are refused (JSON has no such numbers).
+ *    joined), and encoding escapes only what JSON requires ('"', '\' and
+ *    controls); both ways refuse strings that are not valid UTF-8.
+ * Floats encode in the shortest form that reads back to the same double
+ * (the fewest fraction digits between 1e-5 and 1e15, else the shortest of
+ * %.15g/%.16g/%.17g), always with a '.' or an exponent; NaN and infinities
+ * are refused (JSON has no such numbers).
+ *
+ * sluice.null and the array metatable are created once per state, in the
+ * registry, by whichever function below needs them first; any state works.
  */
 #ifndef SL_LUAJSON_H
 #define SL_LUAJSON_H
@@ -26,20 +32,29 @@
 #include <lua.h>
 #include <stddef.h>
 
-/* Decodes [json, json + len) and pushes the value. Returns 0, or SL_EPARSE
- * (err says where) / SL_ENOMEM with nothing pushed. Nesting deeper than 128
- * is refused. Needs the sandbox's sluice helpers (for sluice.null and
- * sluice.array) to be loaded in L. */
+/* Decodes [json, json + len) (strict RFC 8259, no trailing data; reads no
+ * byte outside the range) and pushes the value. Returns 0, or SL_EPARSE
+ * (err: "JSON: byte N: reason") / SL_ENOMEM with nothing pushed. Nesting
+ * deeper than 128 is refused. A repeated object key keeps its last value.
+ * Runs in protected mode: never raises a Lua error. */
 int sl_luajson_push(lua_State *L, const char *json, size_t len, sl_error *err);
 
-/* Appends the JSON text of the value at idx to out. Returns 0, or SL_EINVAL
- * (err names the path and the reason: a function, NaN, a cycle, a mixed
- * table, nesting over 128) / SL_ENOMEM; out may hold a partial text on
- * error. */
+/* Appends the compact JSON text of the value at idx to out (object members
+ * in lua_next() order). Reads tables raw: no metamethod runs, and
+ * metatables other than sluice.array are ignored; never raises a Lua error
+ * and leaves the stack as it was. Returns 0, or SL_EINVAL (err:
+ * "$.path[3].to: reason" for a function, thread or userdata, NaN or an
+ * infinity, a table mixing key kinds or with holes, a non-string key, a
+ * string that is not UTF-8, nesting over 128 — which is how a cycle ends) /
+ * SL_ENOMEM; out may hold a partial text on error. */
 int sl_luajson_encode(lua_State *L, int idx, sl_buf *out, sl_error *err);
 
-/* Registers sluice.json.encode / sluice.json.decode (Lua-callable wrappers
- * of the two functions above) into the table at the top of the stack. */
+/* Fills the `sluice` table at the top of the stack (left there): json (a
+ * table with encode and decode, Lua-callable wrappers of the two functions
+ * above that raise "json.encode: …" / "json.decode: …" errors), null and
+ * array (the array metatable, also callable: sluice.array(t) marks t and
+ * returns it). Raises a Lua error on memory failure: call it in protected
+ * mode. */
 void sl_luajson_register(lua_State *L);
 
 #endif

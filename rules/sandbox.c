@@ -44,14 +44,14 @@
 #define SB_STEP 1000
 
 typedef struct sb_state {
-    size_t used, cap;   /* bytes held by the Lua state, and the cap */
-    uint64_t budget;    /* instructions per outermost call */
-    int64_t remaining;  /* of the budget, in the current call */
-    int step;           /* hook count while not killed */
-    int depth;          /* nested sl_sandbox_call()s running */
-    bool killed;        /* the current call ran out of budget */
-    bool refused;       /* the allocator refused a request in this call */
-    char where[160];    /* "chunk:line: instruction budget … exceeded" */
+    size_t used, cap;  /* bytes held by the Lua state, and the cap */
+    uint64_t budget;   /* instructions per outermost call */
+    int64_t remaining; /* of the budget, in the current call */
+    int step;          /* hook count while not killed */
+    int depth;         /* nested sl_sandbox_call()s running */
+    bool killed;       /* the current call ran out of budget */
+    bool refused;      /* the allocator refused a request in this call */
+    char where[160];   /* "chunk:line: instruction budget … exceeded" */
 } sb_state;
 
 static sb_state *sb_get(lua_State *L)
@@ -150,8 +150,7 @@ static int sb_script_error(lua_State *L, int code, sl_error *err)
     if (m == NULL)
         return sl_error_set(err, code, "(error object is a %s value)", luaL_typename(L, -1));
     const char *tb = NULL, *end = m + len;
-    for (const char *p = m; (p = memmem(p, (size_t)(end - p), mark, sizeof mark - 1)) != NULL;
-         p++)
+    for (const char *p = m; (p = memmem(p, (size_t)(end - p), mark, sizeof mark - 1)) != NULL; p++)
         tb = p;
     if (tb == NULL)
         return sl_error_set(err, code, "%s", m);
@@ -229,8 +228,7 @@ int sl_sandbox_call(lua_State *L, int nargs, int nresults, sl_error *err)
     return sb_pcall(L, nargs, nresults, true, err);
 }
 
-int sl_sandbox_load(lua_State *L, const char *src, size_t len, const char *chunkname,
-                    sl_error *err)
+int sl_sandbox_load(lua_State *L, const char *src, size_t len, const char *chunkname, sl_error *err)
 {
     if (!lua_checkstack(L, 1))
         return sl_error_set(err, SL_ENOMEM, "Lua stack: out of memory");
@@ -259,8 +257,8 @@ static int sb_collectgarbage(lua_State *L)
 {
     const char *opt = luaL_optstring(L, 1, "collect");
     if (strcmp(opt, "count") != 0)
-        return luaL_error(L, "collectgarbage(\"%s\") is not allowed in the sandbox (only \"count\")",
-                          opt);
+        return luaL_error(
+            L, "collectgarbage(\"%s\") is not allowed in the sandbox (only \"count\")", opt);
     int kb = lua_gc(L, LUA_GCCOUNT), b = lua_gc(L, LUA_GCCOUNTB);
     lua_pushnumber(L, (lua_Number)kb + (lua_Number)b / 1024);
     return 1;
@@ -424,14 +422,16 @@ static int sb_open(lua_State *L)
 {
     const sl_sandbox_options *o = lua_touserdata(L, 1);
     static const luaL_Reg base[] = {
-        {LUA_GNAME, luaopen_base},          {LUA_COLIBNAME, luaopen_coroutine},
-        {LUA_TABLIBNAME, luaopen_table},    {LUA_OSLIBNAME, luaopen_os},
-        {LUA_STRLIBNAME, luaopen_string},   {LUA_MATHLIBNAME, luaopen_math},
-        {LUA_UTF8LIBNAME, luaopen_utf8},    {NULL, NULL},
+        {LUA_GNAME, luaopen_base},        {LUA_COLIBNAME, luaopen_coroutine},
+        {LUA_TABLIBNAME, luaopen_table},  {LUA_OSLIBNAME, luaopen_os},
+        {LUA_STRLIBNAME, luaopen_string}, {LUA_MATHLIBNAME, luaopen_math},
+        {LUA_UTF8LIBNAME, luaopen_utf8},  {NULL, NULL},
     };
     static const luaL_Reg full[] = {
-        {LUA_LOADLIBNAME, luaopen_package}, {LUA_IOLIBNAME, luaopen_io},
-        {LUA_DBLIBNAME, luaopen_debug},     {NULL, NULL},
+        {LUA_LOADLIBNAME, luaopen_package},
+        {LUA_IOLIBNAME, luaopen_io},
+        {LUA_DBLIBNAME, luaopen_debug},
+        {NULL, NULL},
     };
     for (const luaL_Reg *r = base; r->name; r++) {
         luaL_requiref(L, r->name, r->func, 1);
@@ -462,11 +462,11 @@ static int sb_open(lua_State *L)
 /* Removes what sandboxed code must not reach. Protected. */
 static int sb_seal(lua_State *L)
 {
-    static const char *const removed[] = {"io",      "debug",    "package", "require",
-                                          "dofile",  "loadfile", NULL};
+    static const char *const removed[] = {"io",     "debug",    "package", "require",
+                                          "dofile", "loadfile", NULL};
     static const luaL_Reg replaced[] = {
-        {"load", sb_load},           {"collectgarbage", sb_collectgarbage},
-        {"xpcall", sb_xpcall},       {"setmetatable", sb_setmetatable},
+        {"load", sb_load},     {"collectgarbage", sb_collectgarbage},
+        {"xpcall", sb_xpcall}, {"setmetatable", sb_setmetatable},
         {NULL, NULL},
     };
     lua_pushglobaltable(L);

@@ -91,8 +91,7 @@ static char *round_trip(lua_State *L, const char *s, size_t n)
 static void run(lua_State *L, const char *src)
 {
     sl_error err = {0};
-    if (sl_sandbox_load(L, src, strlen(src), "=test", &err) ||
-        sl_sandbox_call(L, 0, 1, &err))
+    if (sl_sandbox_load(L, src, strlen(src), "=test", &err) || sl_sandbox_call(L, 0, 1, &err))
         fail_msg("%s", err.msg);
 }
 
@@ -167,7 +166,8 @@ static const struct {
     {"\"\\u0000\\u001f\\u0020\\u007f\"", "\"\\u0000\\u001f \x7f\""},
     {"\"\\u00e9\\u20AC\\ud83d\\ude00\\uDBFF\\uDFFF\"",
      "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\""},
-    {"\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""},
+    {"\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
+     "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""},
     {"\"a long plain string that crosses several eight-byte words\"",
      "\"a long plain string that crosses several eight-byte words\""},
     {"{\"k\\u0041\":\"\\n\"}", "{\"kA\":\"\\n\"}"},
@@ -195,47 +195,48 @@ static void test_canonical(void **state)
 static void test_lua_side(void **state)
 {
     lua_State *L = *state;
-    run(L, "local d, e = sluice.json.decode, sluice.json.encode\n"
-           "assert(math.type(d('3')) == 'integer')\n"
-           "assert(math.type(d('3.0')) == 'float')\n"
-           "assert(math.type(d('1e2')) == 'float')\n"
-           "assert(math.type(d('-0')) == 'integer')\n"
-           "assert(1 / d('-0.0') == -math.huge)\n"
-           "assert(d('9223372036854775807') == math.maxinteger)\n"
-           "assert(d('-9223372036854775808') == math.mininteger)\n"
-           "assert(math.type(d('9223372036854775808')) == 'float')\n"
-           "assert(d('null') == sluice.null and rawequal(d('null'), sluice.null))\n"
-           "assert(d('{\"a\":null}').a == sluice.null)\n"
-           "assert(type(sluice.null) == 'userdata' and tostring(sluice.null) == 'null')\n"
-           "assert(getmetatable(sluice.null) == 'sluice.null')\n"
-           "assert(getmetatable(d('[]')) == sluice.array)\n"
-           "assert(getmetatable(d('[1]')) == sluice.array)\n"
-           "assert(getmetatable(d('{}')) == nil)\n"
-           "assert(#d('[1,2,3]') == 3 and d('[1,2,3]')[3] == 3)\n"
-           "assert(d('{\"a\":1,\"a\":2}').a == 2)\n"
-           "assert(d('\"\\\\u0000\"') == '\\0')\n"
-           "assert(e({}) == '{}' and e(sluice.array()) == '[]')\n"
-           "local a = {1, 2}\n"
-           "assert(sluice.array(a) == a and getmetatable(a) == sluice.array)\n"
-           "assert(e(sluice.array{1, 2}) == '[1,2]' and e({1, 2}) == '[1,2]')\n"
-           "assert(e(3) == '3' and e(3.0) == '3.0' and e(-0.0) == '-0.0')\n"
-           "assert(e(nil) == 'null' and e(true) == 'true' and e(sluice.null) == 'null')\n"
-           "assert(e('a\\0b\\1\"\\\\') == '\"a\\\\u0000b\\\\u0001\\\\\"\\\\\\\\\"')\n"
-           "local t = {} t[3] = 3 t[2] = 2 t[1] = 1\n"
-           "assert(e(t) == '[1,2,3]')\n"
-           "local ev = d('{\"id\":\"1\",\"data\":{\"n\":1.5,\"tags\":[],\"x\":null}}')\n"
-           "ev.data.n = ev.data.n * 2\n"
-           "local back = d(e(ev))\n"
-           "assert(back.data.n == 3.0 and math.type(back.data.n) == 'float')\n"
-           "assert(getmetatable(back.data.tags) == sluice.array and back.data.x == sluice.null)\n"
-           "local ok, msg = pcall(d, '[1,]')\n"
-           "assert(not ok and msg:find('json.decode: byte 3: unexpected character', 1, true), msg)\n"
-           "ok, msg = pcall(e, {f = print})\n"
-           "assert(not ok and msg:find('json.encode: $.f: a function cannot be encoded', 1, true),"
-           " msg)\n"
-           "ok, msg = pcall(d)\n"
-           "assert(not ok)\n"
-           "return true");
+    run(L,
+        "local d, e = sluice.json.decode, sluice.json.encode\n"
+        "assert(math.type(d('3')) == 'integer')\n"
+        "assert(math.type(d('3.0')) == 'float')\n"
+        "assert(math.type(d('1e2')) == 'float')\n"
+        "assert(math.type(d('-0')) == 'integer')\n"
+        "assert(1 / d('-0.0') == -math.huge)\n"
+        "assert(d('9223372036854775807') == math.maxinteger)\n"
+        "assert(d('-9223372036854775808') == math.mininteger)\n"
+        "assert(math.type(d('9223372036854775808')) == 'float')\n"
+        "assert(d('null') == sluice.null and rawequal(d('null'), sluice.null))\n"
+        "assert(d('{\"a\":null}').a == sluice.null)\n"
+        "assert(type(sluice.null) == 'userdata' and tostring(sluice.null) == 'null')\n"
+        "assert(getmetatable(sluice.null) == 'sluice.null')\n"
+        "assert(getmetatable(d('[]')) == sluice.array)\n"
+        "assert(getmetatable(d('[1]')) == sluice.array)\n"
+        "assert(getmetatable(d('{}')) == nil)\n"
+        "assert(#d('[1,2,3]') == 3 and d('[1,2,3]')[3] == 3)\n"
+        "assert(d('{\"a\":1,\"a\":2}').a == 2)\n"
+        "assert(d('\"\\\\u0000\"') == '\\0')\n"
+        "assert(e({}) == '{}' and e(sluice.array()) == '[]')\n"
+        "local a = {1, 2}\n"
+        "assert(sluice.array(a) == a and getmetatable(a) == sluice.array)\n"
+        "assert(e(sluice.array{1, 2}) == '[1,2]' and e({1, 2}) == '[1,2]')\n"
+        "assert(e(3) == '3' and e(3.0) == '3.0' and e(-0.0) == '-0.0')\n"
+        "assert(e(nil) == 'null' and e(true) == 'true' and e(sluice.null) == 'null')\n"
+        "assert(e('a\\0b\\1\"\\\\') == '\"a\\\\u0000b\\\\u0001\\\\\"\\\\\\\\\"')\n"
+        "local t = {} t[3] = 3 t[2] = 2 t[1] = 1\n"
+        "assert(e(t) == '[1,2,3]')\n"
+        "local ev = d('{\"id\":\"1\",\"data\":{\"n\":1.5,\"tags\":[],\"x\":null}}')\n"
+        "ev.data.n = ev.data.n * 2\n"
+        "local back = d(e(ev))\n"
+        "assert(back.data.n == 3.0 and math.type(back.data.n) == 'float')\n"
+        "assert(getmetatable(back.data.tags) == sluice.array and back.data.x == sluice.null)\n"
+        "local ok, msg = pcall(d, '[1,]')\n"
+        "assert(not ok and msg:find('json.decode: byte 3: unexpected character', 1, true), msg)\n"
+        "ok, msg = pcall(e, {f = print})\n"
+        "assert(not ok and msg:find('json.encode: $.f: a function cannot be encoded', 1, true),"
+        " msg)\n"
+        "ok, msg = pcall(d)\n"
+        "assert(not ok)\n"
+        "return true");
     assert_true(lua_toboolean(L, -1));
     lua_pop(L, 1);
 }
@@ -397,9 +398,22 @@ static json_t *rand_json(int depth)
         return json_real(rand_double());
     case 4:
     case 5: {
-        static const char *const pieces[] = {"a", "Z", " ", "\"", "\\", "/", "\n", "\t", "\x01",
-                                             "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac",
-                                             "\xf0\x9f\x98\x80", "0123456789", ""};
+        static const char *const pieces[] = {"a",
+                                             "Z",
+                                             " ",
+                                             "\"",
+                                             "\\",
+                                             "/",
+                                             "\n",
+                                             "\t",
+                                             "\x01",
+                                             "\x1f",
+                                             "\x7f",
+                                             "\xc3\xa9",
+                                             "\xe2\x82\xac",
+                                             "\xf0\x9f\x98\x80",
+                                             "0123456789",
+                                             ""};
         char s[256];
         size_t n = 0;
         int k = (int)(tu_rng() % 12);
@@ -678,8 +692,7 @@ static void test_encode_errors(void **state)
         sl_error err = {0};
         int rc = sl_luajson_encode(L, -1, &b, &err);
         if (rc != SL_EINVAL || !strstr(err.msg, enc_bad[i].msg))
-            fail_msg("%s: rc %d, \"%s\", want \"%s\"", enc_bad[i].src, rc, err.msg,
-                     enc_bad[i].msg);
+            fail_msg("%s: rc %d, \"%s\", want \"%s\"", enc_bad[i].src, rc, err.msg, enc_bad[i].msg);
         assert_int_equal(lua_gettop(L), 1);
         /* A NULL err is allowed. */
         assert_int_equal(sl_luajson_encode(L, -1, &b, NULL), SL_EINVAL);

@@ -129,12 +129,23 @@ static void test_forbidden_calls(void **state)
 {
     lua_State *L = *state;
     static const char *const calls[] = {
-        "io.open('/etc/passwd')",     "os.execute('true')", "os.exit(1)",
-        "os.getenv('HOME')",          "os.remove('/tmp/x')", "require('os')",
-        "require('io')",              "dofile('/etc/passwd')", "loadfile('/etc/passwd')",
-        "debug.getinfo(1)",           "debug.sethook()",    "string.dump(print)",
-        "package.loadlib('x', 'y')",  "collectgarbage('stop')", "collectgarbage()",
-        "collectgarbage('collect')",  "collectgarbage('step')",
+        "io.open('/etc/passwd')",
+        "os.execute('true')",
+        "os.exit(1)",
+        "os.getenv('HOME')",
+        "os.remove('/tmp/x')",
+        "require('os')",
+        "require('io')",
+        "dofile('/etc/passwd')",
+        "loadfile('/etc/passwd')",
+        "debug.getinfo(1)",
+        "debug.sethook()",
+        "string.dump(print)",
+        "package.loadlib('x', 'y')",
+        "collectgarbage('stop')",
+        "collectgarbage()",
+        "collectgarbage('collect')",
+        "collectgarbage('step')",
     };
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         char src[128];
@@ -213,6 +224,13 @@ static void test_metatables(void **state)
     fails(L, "setmetatable({}, {__gc = true})", SL_ESCRIPT, "__gc metamethods are not allowed");
     check(L, "local t = setmetatable({}, {__index = function(_, k) return k .. '!' end})\n"
              "return t.x == 'x!' and getmetatable(setmetatable({}, nil)) == nil");
+    /* sluice.array is reachable: a __gc put into it must not give the
+     * arrays made with it (by sluice.array() or by decoding) a finalizer. */
+    check(L, "rawset(sluice.array, '__gc', function() finalized = true end)\n"
+             "local a, b = sluice.array{}, sluice.json.decode('[[1]]')\n"
+             "a, b = nil, nil\n"
+             "for i = 1, 200000 do local t = {i} end\n"
+             "return finalized == nil and rawget(sluice.array, '__gc') == nil");
     check(L, "local p = setmetatable({}, {__metatable = 'locked'})\n"
              "local ok, m = pcall(setmetatable, p, {})\n"
              "return not ok and m:find('protected') ~= nil and getmetatable(p) == 'locked'");
@@ -293,8 +311,9 @@ static void test_budget_per_call(void **state)
      * counted, also one suspended while a call was killed. */
     check(L, "spin = coroutine.wrap(function() while true do end end) return true");
     fails(L, "spin()", SL_EBUDGET, NULL);
-    fails(L, "slow = coroutine.wrap(function() coroutine.yield() while true do end end)\n"
-             "slow() while true do end",
+    fails(L,
+          "slow = coroutine.wrap(function() coroutine.yield() while true do end end)\n"
+          "slow() while true do end",
           SL_EBUDGET, NULL);
     fails(L, "slow()", SL_EBUDGET, NULL);
     check(L, "spin, slow = nil, nil return true");
@@ -330,7 +349,8 @@ static void test_memory_cap(void **state)
         still_works(L);
     }
     /* Caught and not raised again: the call succeeds. */
-    check(L, "local ok, e = pcall(string.rep, 'x', 2^30) return not ok and e == 'not enough memory'");
+    check(L,
+          "local ok, e = pcall(string.rep, 'x', 2^30) return not ok and e == 'not enough memory'");
     /* Beyond what string.rep allows at all: refused before any allocation. */
     sl_error err = {0};
     int rc = run(L, "return string.rep('x', 1e10)", &err);
@@ -387,8 +407,8 @@ static void test_error_messages(void **state)
           "rule.lua:3: bad argument #1 to 'rep' (string expected, got no value)");
     fails(L, "error('plain', 0)", SL_ESCRIPT, "plain (at rule.lua:1: in main chunk)");
     fails(L, "error({})", SL_ESCRIPT, "(error object is a table value)");
-    fails(L, "error(setmetatable({}, {__tostring = function() return 'custom' end}))",
-          SL_ESCRIPT, "custom");
+    fails(L, "error(setmetatable({}, {__tostring = function() return 'custom' end}))", SL_ESCRIPT,
+          "custom");
     fails(L, "error()", SL_ESCRIPT, "(error object is a nil value)");
 
     sl_error err = {0};

@@ -15,8 +15,8 @@
 --       The metatable that marks a table as a JSON array, so that [] stays []
 --       (an unmarked empty table encodes as {}). Decoded arrays carry it:
 --       `getmetatable(t) == sluice.array` tests for one. It is also callable:
---       sluice.array(t) sets it on t and returns t; sluice.array() returns a
---       new empty array.
+--       sluice.array(t) sets it on t (a table) and returns t; sluice.array()
+--       returns a new empty array.
 --
 -- sluice.json
 --
@@ -36,10 +36,11 @@
 --   sluice.json.decode(s) -> value
 --       The value of the JSON text s (RFC 8259, strict: valid UTF-8, no
 --       trailing data, nesting up to 128). JSON integers in the 64-bit range
---       become Lua integers, other numbers floats; null becomes sluice.null;
+--       become Lua integers, other numbers floats (beyond the double range:
+--       ±math.huge, which encode refuses); null becomes sluice.null;
 --       arrays get the sluice.array metatable; \u escapes become UTF-8
---       (surrogate pairs joined). Raises "json.decode: byte N: reason" on
---       bad input.
+--       (surrogate pairs joined); a repeated key keeps its last value.
+--       Raises "json.decode: byte N: reason" on bad input (N counts from 0).
 --
 -- sluice.time (times are integers: milliseconds since the Unix epoch, UTC)
 --
@@ -81,26 +82,38 @@
 --       were replaced.
 --
 -- Lower and upper case are string.lower / string.upper (ASCII only).
+--
+-- The rest of the sandbox (rules/sandbox.h): the base library without
+-- dofile and loadfile (load takes text chunks only, and runs them in the
+-- same globals unless given an env), string without string.dump, table,
+-- math, utf8, coroutine, and os.time / os.clock / os.date. No io, require,
+-- package or debug; collectgarbage("count") only; getmetatable("") is
+-- false; setmetatable refuses a metatable with __gc. Each call has an
+-- instruction budget (10 million by default) that pcall cannot catch, and
+-- each state a memory cap (64 MiB by default). Lua patterns run in C,
+-- outside the budget: avoid many ".-"/".*" in one pattern on long text.
 
 local sluice = ...
 
+-- Everything is captured now, so scripts that replace globals (string.find,
+-- math.type…) cannot change what the helpers do.
 local type, error, tostring, setmetatable = type, error, tostring, setmetatable
-local find, sub = string.find, string.sub
-local match = string.match
+local find, sub, match, format = string.find, string.sub, string.match, string.format
+local math_type = math.type
 local concat = table.concat
 local array = sluice.array
 
 local function need_string(fname, i, v)
     if type(v) ~= "string" then
-        error(("sluice.str.%s: bad argument #%d (string expected, got %s)"):format(
-            fname, i, type(v)), 3)
+        error(format("sluice.str.%s: bad argument #%d (string expected, got %s)", fname, i,
+            type(v)), 3)
     end
 end
 
 local function need_count(fname, i, v)
-    if v ~= nil and (math.type(v) ~= "integer" or v < 1) then
-        error(("sluice.str.%s: bad argument #%d (integer >= 1 expected, got %s)"):format(
-            fname, i, tostring(v)), 3)
+    if v ~= nil and (math_type(v) ~= "integer" or v < 1) then
+        error(format("sluice.str.%s: bad argument #%d (integer >= 1 expected, got %s)", fname,
+            i, tostring(v)), 3)
     end
 end
 
@@ -127,20 +140,25 @@ function str.split(s, sep, max)
     return out
 end
 
+-- Each pattern below runs in linear time: find "%S" stops at the first
+-- non-space, and "^.*%S" anchored at one position backtracks once from the
+-- end. (The usual "^%s*(.-)%s*$" is quadratic on long runs of spaces, and
+-- pattern matching runs in C, outside the instruction budget.)
 function str.trim(s)
     need_string("trim", 1, s)
-    -- Greedy ".*%S" backtracks once from the end: linear, unlike "(.-)%s*$".
-    return match(s, "^%s*(.*%S)") or ""
+    local i = find(s, "%S")
+    return i and match(s, "^.*%S", i) or ""
 end
 
 function str.ltrim(s)
     need_string("ltrim", 1, s)
-    return match(s, "^%s*(.*)")
+    local i = find(s, "%S")
+    return i and sub(s, i) or ""
 end
 
 function str.rtrim(s)
     need_string("rtrim", 1, s)
-    return match(s, "^(.*%S)") or ""
+    return match(s, "^.*%S") or ""
 end
 
 function str.starts_with(s, prefix)

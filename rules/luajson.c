@@ -330,8 +330,9 @@ static long lj_unescape(lj_parser *P, const unsigned char *s, const unsigned cha
     return (long)(w - w0);
 }
 
-/* P->p is at the opening quote; pushes the string. */
-static int lj_string(lj_parser *P)
+/* P->p is at the opening quote; pushes the string. Never inlined: its
+ * buffers (about 1 KiB) would sit in every level of the recursive descent. */
+__attribute__((noinline)) static int lj_string(lj_parser *P)
 {
     lua_State *L = P->L;
     const unsigned char *s = P->p + 1, *q = s, *end = P->end;

@@ -6,7 +6,8 @@
  * userdata proxy). The mapping keeps what most routers lose:
  *  - a JSON integer becomes a Lua integer, any other number a Lua float, and
  *    they encode back the same way (3 stays 3, 3.0 stays 3.0; integers beyond
- *    the int64 range become floats);
+ *    the int64 range become floats, numbers beyond the double range ±inf,
+ *    which encoding refuses);
  *  - null becomes sluice.null (a unique full userdata; tostring gives
  *    "null"), never nil, so a key holding null survives the round trip;
  *  - arrays get the sluice.array metatable, so [] stays [] (a plain empty

@@ -22,10 +22,18 @@
  * makes an object finalizable) and the message handler of xpcall (called from
  * inside our hook when we raise the budget error; xpcall is replaced by one
  * whose handler is skipped once the call is killed).
+ *
+ * The hook cannot fire inside C functions either. Library functions whose C
+ * loops are bounded by neither the memory cap nor the stack are wrapped:
+ * string.rep with nothing to repeat returns "" at once, and table.move (its
+ * range) and table.insert/remove (a __len that claims any length) charge
+ * their work to the budget first. Pattern matching (string.find, match,
+ * gmatch, gsub) is not bounded: see rules/sandbox.h.
  */
 #include "rules/sandbox.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <lualib.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -96,6 +104,28 @@ static int sb_panic(lua_State *L)
 
 /* ---- instruction budget ---------------------------------------------------- */
 
+static void sb_hook(lua_State *L, lua_Debug *ar);
+
+/* Ends the current call (never returns): the budget error now, and again at
+ * every instruction of this thread (hook count 1) until the outermost call
+ * returns. ar describes where the budget ran out, for the message. */
+static void sb_kill(lua_State *L, sb_state *s, lua_Debug *ar)
+{
+    if (!s->killed) {
+        s->killed = true;
+        if (ar && lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+            snprintf(s->where, sizeof s->where, "%s:%d: instruction budget of %llu exceeded",
+                     ar->short_src, ar->currentline, (unsigned long long)s->budget);
+        else
+            snprintf(s->where, sizeof s->where, "instruction budget of %llu exceeded",
+                     (unsigned long long)s->budget);
+    }
+    if (lua_gethookcount(L) != 1)
+        lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
+    lua_pushstring(L, s->where);
+    lua_error(L);
+}
+
 static void sb_hook(lua_State *L, lua_Debug *ar)
 {
     sb_state *s = sb_get(L);
@@ -107,20 +137,24 @@ static void sb_hook(lua_State *L, lua_Debug *ar)
             lua_sethook(L, sb_hook, LUA_MASKCOUNT, s->step);
         return;
     }
-    if (!s->killed) {
-        s->killed = true;
-        lua_getinfo(L, "Sl", ar);
-        if (ar->currentline > 0)
-            snprintf(s->where, sizeof s->where, "%s:%d: instruction budget of %llu exceeded",
-                     ar->short_src, ar->currentline, (unsigned long long)s->budget);
-        else
-            snprintf(s->where, sizeof s->where, "instruction budget of %llu exceeded",
-                     (unsigned long long)s->budget);
+    sb_kill(L, s, ar);
+}
+
+/* Charges n units of work done in C to the budget (library functions that
+ * loop as long as their arguments say, where the hook cannot fire); raises
+ * the budget error when it runs out. Called from a C function: the message
+ * names its Lua caller. */
+static void sb_charge(lua_State *L, lua_Unsigned n)
+{
+    sb_state *s = sb_get(L);
+    if (s->depth == 0)
+        return;
+    if (!s->killed && n < (lua_Unsigned)s->remaining) {
+        s->remaining -= (int64_t)n;
+        return;
     }
-    if (count != 1)
-        lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
-    lua_pushstring(L, s->where);
-    lua_error(L);
+    lua_Debug ar;
+    sb_kill(L, s, lua_getstack(L, 1, &ar) ? &ar : NULL);
 }
 
 /* ---- calls and error messages ---------------------------------------------- */
@@ -370,12 +404,75 @@ static int sb_xpcall(lua_State *L)
     lua_pushvalue(L, 2);
     lua_pushcclosure(L, sb_xpcall_handler, 1);
     lua_replace(L, 2);
-    /* Stack: f, handler, args…; make it handler, true, f, args… */
+    /* Stack: f, handler, args…; make it f, handler, true, f, args… (the
+     * results go above "true"). */
     lua_pushboolean(L, 1);
     lua_pushvalue(L, 1);
     lua_rotate(L, 3, 2);
     int st = lua_pcallk(L, n - 2, LUA_MULTRET, 2, 2, sb_xpcall_done);
     return sb_xpcall_done(L, st, 2);
+}
+
+/* Calls the library function kept as upvalue 1 with this call's arguments
+ * and returns its results. */
+static int sb_call_original(lua_State *L)
+{
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* string.rep(s, n [, sep]): Lua loops n times even when there is nothing to
+ * copy (s and sep empty), in C, out of the budget's reach; that result is ""
+ * at once. Any other result is allocated first, so the memory cap bounds it. */
+static int sb_rep(lua_State *L)
+{
+    size_t l, lsep;
+    luaL_checklstring(L, 1, &l);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    luaL_optlstring(L, 3, "", &lsep);
+    if (n <= 0 || l + lsep == 0) {
+        lua_pushliteral(L, "");
+        return 1;
+    }
+    /* Lua's own limit, checked here so the message names the caller. */
+    if ((lua_Unsigned)n > (lua_Unsigned)INT_MAX / (l + lsep))
+        return luaL_error(L, "resulting string too large");
+    return sb_call_original(L);
+}
+
+/* table.move(a1, f, e, t [, a2]): one step per element of the range, charged
+ * first (an empty table can be "moved" a billion times, all in C). */
+static int sb_move(lua_State *L)
+{
+    lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
+    if (e >= f)
+        sb_charge(L, (lua_Unsigned)e - (lua_Unsigned)f + 1u);
+    return sb_call_original(L);
+}
+
+/* table.insert / table.remove shift up to #t elements in C; a __len
+ * metamethod can claim any length, so that length is charged first. */
+static int sb_shift(lua_State *L)
+{
+    if (luaL_getmetafield(L, 1, "__len") != LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_Integer n = luaL_len(L, 1);
+        if (n > 0)
+            sb_charge(L, (lua_Unsigned)n);
+    }
+    return sb_call_original(L);
+}
+
+/* Replaces field name of the table on top with fn, the old value as its
+ * upvalue. */
+static void sb_wrap(lua_State *L, const char *name, lua_CFunction fn)
+{
+    lua_getfield(L, -1, name);
+    lua_pushcclosure(L, fn, 1);
+    lua_setfield(L, -2, name);
 }
 
 /* ---- sluice.time ------------------------------------------------------------ */
@@ -495,6 +592,13 @@ static int sb_seal(lua_State *L)
     lua_getfield(L, loaded, LUA_STRLIBNAME);
     lua_pushnil(L);
     lua_setfield(L, -2, "dump");
+    sb_wrap(L, "rep", sb_rep);
+    lua_pop(L, 1);
+
+    lua_getfield(L, loaded, LUA_TABLIBNAME);
+    sb_wrap(L, "move", sb_move);
+    sb_wrap(L, "insert", sb_shift);
+    sb_wrap(L, "remove", sb_shift);
     lua_pop(L, 1);
 
     /* getmetatable("") gives false, and the metatable cannot be reached. */

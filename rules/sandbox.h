@@ -21,9 +21,12 @@
  *  - an instruction budget per call: a count hook raises an error that a
  *    pcall inside the script cannot catch (the hook keeps raising until the
  *    outermost call returns), in every coroutine too, and xpcall handlers
- *    are skipped once it fired. Lua's pattern functions (string.find,
- *    match, gmatch, gsub) run in C, where the hook cannot fire: a
- *    pathological pattern on a long subject is not bounded by the budget.
+ *    are skipped once it fired. Library loops in C are bounded by the
+ *    memory cap or charged to the budget (table.move, table.insert/remove
+ *    with a __len), except string searching (string.find, match, gmatch,
+ *    gsub): a pathological pattern on a long subject (e.g. many ".-" on a
+ *    few hundred bytes) or a plain search for a long, almost-matching
+ *    needle (O(n·m)) is not bounded by the budget.
  *
  * A state is used by one thread at a time.
  */

@@ -272,6 +272,11 @@ static void test_budget(void **state)
         "local t = setmetatable({}, {__index = function() while true do end end}) return t.x",
         "while true do local ok, e = pcall(function() while true do end end) error(e) end",
         "local f f = function() pcall(f) while true do end end f()",
+        /* Library loops in C, charged to the budget up front. */
+        "table.move({}, 1, 1e10, 1)",
+        "while true do table.move({}, 1, 1e5, 1) end",
+        "table.insert(setmetatable({}, {__len = function() return 1e15 end}), 1, 'x')",
+        "table.remove(setmetatable({}, {__len = function() return 1e15 end}), 1)",
     };
     for (size_t i = 0; i < sizeof loops / sizeof loops[0]; i++) {
         int64_t t0 = sl_clock_mono_ns();
@@ -284,6 +289,28 @@ static void test_budget(void **state)
     sl_error err = {0};
     assert_int_equal(run(L, "while true do end", &err), SL_EBUDGET);
     assert_non_null(strstr(err.msg, "rule.lua:1: instruction budget"));
+}
+
+/* The library functions wrapped for the budget still do their job. */
+static void test_wrapped_library(void **state)
+{
+    lua_State *L = *state;
+    check(L, "return string.rep('', 1e12) == '' and string.rep('', 1e12, '') == ''\n"
+             "  and ('ab'):rep(3, ',') == 'ab,ab,ab' and string.rep('x', 0) == ''\n"
+             "  and string.rep('x', -5) == '' and ('-'):rep(3) == '---'");
+    fails(L, "\nreturn ('x'):rep(1e12)", SL_ESCRIPT, "rule.lua:2: resulting string too large");
+    check(L, "local t = table.move({1, 2, 3}, 1, 3, 2)\n"
+             "local u = table.move({1, 2}, 1, 2, 1, {})\n"
+             "return t[1] == 1 and t[2] == 1 and t[4] == 3 and #u == 2 and u[2] == 2");
+    check(L, "local t = {1, 2, 3} table.insert(t, 1, 0) table.insert(t, 9)\n"
+             "local r = table.remove(t, 1) local last = table.remove(t)\n"
+             "return r == 0 and last == 9 and #t == 3 and t[1] == 1 and t[3] == 3");
+    check(L, "local n = 0 local t = setmetatable({}, {__len = function() n = n + 1 return 2 end})\n"
+             "table.insert(t, 'x') return rawget(t, 3) == 'x'");
+    fails(L, "string.rep()", SL_ESCRIPT, "bad argument #1 to 'rep'");
+    fails(L, "table.move({}, 'a')", SL_ESCRIPT, "bad argument #2 to 'move'");
+    fails(L, "table.insert(1, 2)", SL_ESCRIPT, "table expected");
+    still_works(L);
 }
 
 /* The budget is per call: each call gets all of it again. */
@@ -553,8 +580,14 @@ static void test_helpers(void **state)
     check(L, "return sluice.str.trim('  a b \\t\\n') == 'a b' and sluice.str.trim('   ') == ''\n"
              "  and sluice.str.ltrim('  a ') == 'a ' and sluice.str.rtrim('  a ') == '  a'\n"
              "  and sluice.str.rtrim(' ') == '' and sluice.str.ltrim('') == ''");
+    /* Linear: a quadratic pattern would take minutes on these (in C, where
+     * the budget cannot stop it). */
     check(L, "local s = string.rep(' ', 100000) .. 'x' .. string.rep(' ', 100000)\n"
-             "return sluice.str.trim(s) == 'x'");
+             "local sp = string.rep(' \\t\\n', 300000)\n"
+             "return sluice.str.trim(s) == 'x' and sluice.str.trim(sp) == ''\n"
+             "  and sluice.str.ltrim(sp) == '' and sluice.str.rtrim(sp) == ''\n"
+             "  and sluice.str.ltrim(s) == 'x' .. string.rep(' ', 100000)\n"
+             "  and sluice.str.rtrim(s) == string.rep(' ', 100000) .. 'x'");
     check(L, "local S = sluice.str\n"
              "return S.starts_with('order.created', 'order.') and not S.starts_with('o', 'order')\n"
              "  and S.starts_with('x', '') and S.ends_with('a.json', '.json')\n"
@@ -599,6 +632,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_metatables, state_setup, state_teardown),
         cmocka_unit_test_setup_teardown(test_budget, state_setup, state_teardown),
         cmocka_unit_test_setup_teardown(test_budget_per_call, state_setup, state_teardown),
+        cmocka_unit_test_setup_teardown(test_wrapped_library, state_setup, state_teardown),
         cmocka_unit_test_setup_teardown(test_memory_cap, state_setup, state_teardown),
         cmocka_unit_test_setup_teardown(test_recursion, state_setup, state_teardown),
         cmocka_unit_test_setup_teardown(test_error_messages, state_setup, state_teardown),

@@ -121,7 +121,8 @@ static const key rule_keys[] = {
     {"start", K_START, FIELD(sl_rule_config, from_beginning), 0, 0, "\"end\"",
      "where a new rule starts reading: \"end\" or \"beginning\""},
     {"enabled", K_BOOL, FIELD(sl_rule_config, enabled), 0, 0, "true",
-     "false keeps the rule (and its cursor) but delivers nothing"},
+     "false passes events over without delivering them (as a disabled EventBridge rule); "
+     "its cursor keeps moving"},
 };
 
 static const key file_target_keys[] = {
@@ -404,6 +405,7 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
 static void read_targets(loader *ld, int idx, const key *k, const block *b, sl_rule_config *r)
 {
     lua_State *L = ld->L;
+    r->target_given = true;
     int line = key_line(ld, b->line, k->name);
     if (!lua_istable(L, idx)) {
         problem(ld, line, "%s: %s must be a target or a list of targets", b->what, k->name);
@@ -722,7 +724,7 @@ static void cross_check(loader *ld)
             problem(ld, key_line(ld, r->line, "set"),
                     "rule \"%s\": set \"%s\" is not declared (add set \"%s\" { })", r->name,
                     r->set, r->set);
-        if (!r->ntargets)
+        if (!r->ntargets && !r->target_given)
             problem(ld, r->line, "rule \"%s\": a target is required (target = target.file { … })",
                     r->name);
         if (r->transform && r->transform_batch)

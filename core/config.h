@@ -54,6 +54,7 @@ typedef struct sl_rule_config {
     sl_target_config *targets;
     size_t ntargets;
     bool from_beginning; /* start = "beginning": a new rule reads the whole set */
+    bool target_given;   /* target(s) was written, even if refused */
     bool enabled;
 } sl_rule_config;
 

@@ -61,21 +61,10 @@ static void usage(FILE *f)
 
 static int read_whole(const char *path, sl_buf *out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "%s: cannot read: %s\n", path, strerror(errno));
-        return 1;
-    }
-    char chunk[65536];
-    size_t n;
-    int rc = 0;
-    while (!rc && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        rc = sl_buf_append(out, chunk, n);
-    if (!rc && ferror(f))
-        rc = SL_EIO;
-    fclose(f);
+    sl_error err = {0};
+    int rc = sl_buf_read_file(out, path, 64u << 20, &err);
     if (rc)
-        fprintf(stderr, "%s: cannot read: %s\n", path, sl_strerror(rc));
+        fprintf(stderr, "%s\n", err.msg);
     return rc ? 1 : 0;
 }
 

@@ -794,29 +794,17 @@ static int walk(lua_State *L)
     return 0;
 }
 
-/* Reads the whole file into cfg->source. */
+/* Reads the whole file into cfg->source (NUL-terminated). */
 static int read_file(sl_config *cfg, sl_buf *diag)
 {
-    FILE *f = fopen(cfg->path, "rb");
-    if (!f) {
-        int e = errno;
-        if (diag)
-            sl_buf_printf(diag, "%s: cannot read: %s\n", cfg->path, strerror(e));
-        return e == ENOENT ? SL_ENOENT : SL_EIO;
-    }
     sl_buf b = SL_BUF_INIT;
-    char chunk[65536];
-    size_t n;
-    int rc = 0;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if ((rc = sl_buf_append(&b, chunk, n)))
-            break;
-    if (!rc && ferror(f))
-        rc = SL_EIO;
-    fclose(f);
+    sl_error err = {0};
+    int rc = sl_buf_read_file(&b, cfg->path, 64u << 20, &err);
     if (!rc)
         rc = sl_buf_append(&b, "", 1);
     if (rc) {
+        if (diag)
+            sl_buf_printf(diag, "%s\n", err.msg[0] ? err.msg : sl_strerror(rc));
         sl_buf_free(&b);
         return rc;
     }

@@ -648,42 +648,13 @@ int sl_schema_compile(const char *json, size_t len, sl_schema **out, sl_error *e
 
 int sl_schema_compile_file(const char *path, sl_schema **out, sl_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sl_error_errno(err, errno, "%s", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return sl_error_errno(err, e, "%s", path);
-    }
-    if (!S_ISREG(st.st_mode) || st.st_size > (off_t)SCHEMA_FILE_MAX) {
-        close(fd);
-        return sl_error_set(err, S_ISREG(st.st_mode) ? SL_ETOOBIG : SL_EINVAL, "%s: %s", path,
-                            S_ISREG(st.st_mode) ? "larger than 16 MiB" : "not a regular file");
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    char *text = malloc(size ? size : 1);
-    if (!text) {
-        close(fd);
-        return sl_error_set(err, SL_ENOMEM, "%s: out of memory", path);
-    }
-    while (got < size) {
-        ssize_t r = read(fd, text + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            int e = r < 0 ? errno : EIO;
-            free(text);
-            close(fd);
-            return sl_error_errno(err, e, "%s: read", path);
-        }
-        got += (size_t)r;
-    }
-    close(fd);
+    sl_buf text = SL_BUF_INIT;
+    int rc = sl_buf_read_file(&text, path, SCHEMA_FILE_MAX, err);
+    if (rc)
+        return rc;
     sl_error e = {0};
-    int rc = sl_schema_compile(text, size, out, &e);
-    free(text);
+    rc = sl_schema_compile(text.data ? (const char *)text.data : "", text.len, out, &e);
+    sl_buf_free(&text);
     if (rc)
         return sl_error_set(err, rc, "%s: %s", path, e.msg);
     return 0;

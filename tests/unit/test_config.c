@@ -347,7 +347,7 @@ static void test_missing_file(void **state)
     sl_buf d = SL_BUF_INIT;
     assert_int_equal(sl_config_load(path, &cfg, &d), SL_ENOENT);
     sl_buf_append(&d, "", 1);
-    assert_non_null(strstr((char *)d.data, "nope.lua: cannot read"));
+    assert_non_null(strstr((char *)d.data, "nope.lua: No such file or directory"));
     sl_buf_free(&d);
 }
 

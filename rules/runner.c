@@ -71,6 +71,7 @@ typedef struct worker {
     size_t *ev_ends;   /* end of event i in ev */
     const char **evp;  /* pointers into ev, for transform_batch */
     size_t *evl;
+    int64_t *offs;                        /* offset of event i */
     char (*lanes)[SL_EVENT_LANE_MAX + 1]; /* lane of event i */
     size_t ev_cap;
     sl_rule_out out;
@@ -200,7 +201,10 @@ static int grow_worker(worker *w, size_t nev)
         char(*ln)[SL_EVENT_LANE_MAX + 1] = realloc(w->lanes, cap * sizeof *ln);
         if (ln)
             w->lanes = ln;
-        if (!e || !p || !l || !ln)
+        int64_t *o = realloc(w->offs, cap * sizeof *o);
+        if (o)
+            w->offs = o;
+        if (!e || !p || !l || !ln || !o)
             return SL_ENOMEM;
         w->ev_cap = cap;
     }
@@ -375,6 +379,7 @@ static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, si
         last_taken = rec.offset;
         w->ev_ends[nev] = w->ev.len;
         w->evl[nev] = w->ev.len - at;
+        w->offs[nev] = rec.offset;
         memcpy(w->lanes[nev], rec.lane, lane_len);
         w->lanes[nev][lane_len] = '\0';
         nev++;
@@ -417,8 +422,7 @@ static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, si
             int r = sl_rule_eval(w->vm, rr->idx, evj, w->evl[i], &ictx, &w->out, &oc, &e);
             if (r) {
                 atomic_fetch_add(&rr->failed, 1);
-                /* the offset of event i is not kept; the batch's first is */
-                rule_failure(rr, first, c->part, e.msg);
+                rule_failure(rr, w->offs[i], c->part, e.msg);
                 continue;
             }
             _Atomic uint64_t *ctr = oc == SL_RULE_MATCHED    ? &rr->matched
@@ -527,6 +531,7 @@ static void free_runner(sl_runner *r)
         free(w->ev_ends);
         free(w->evp);
         free(w->evl);
+        free(w->offs);
         free(w->lanes);
         free(w->out_lanes);
         free(w->dl);

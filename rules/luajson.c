@@ -34,9 +34,11 @@
 /* Numbers up to this many characters are converted from a C stack copy. */
 #define LJ_STACK_NUM 64
 
-/* Registry keys (their addresses) of sluice.null and the array metatable. */
+/* Registry keys (their addresses) of sluice.null, the array metatable and
+ * the userdata encoder (a light userdata). */
 static char lj_null_key;
 static char lj_array_key;
+static char lj_udata_key;
 
 /* ---- sluice.null and sluice.array ---------------------------------------- */
 
@@ -725,12 +727,13 @@ typedef struct lj_path {
     lua_Integer idx;
 } lj_path;
 
-typedef struct lj_enc {
+typedef struct sl_luajson_enc {
     lua_State *L;
     sl_buf *out;
     sl_error *err;
     const void *null_ptr, *array_ptr; /* looked up on first need (NULL: never created) */
-    bool have_null, have_array;
+    sl_luajson_udata *udata;          /* the state's userdata encoder, or NULL */
+    bool have_null, have_array, have_udata;
     int depth;
     lj_path path[LJ_MAX_DEPTH + 1];
 } lj_enc;
@@ -1107,6 +1110,24 @@ static int lj_enc_value(lj_enc *E, int idx)
     case LUA_TUSERDATA:
         if (lua_topointer(L, idx) == lj_enc_ref(E, &lj_null_key, &E->have_null, &E->null_ptr))
             return lj_put(E, "null", 4);
+        if (!E->have_udata) {
+            lua_rawgetp(L, LUA_REGISTRYINDEX, &lj_udata_key);
+            E->udata = lua_touserdata(L, -1);
+            lua_pop(L, 1);
+            E->have_udata = true;
+        }
+        if (E->udata) {
+            if (E->depth >= LJ_MAX_DEPTH)
+                return lj_enc_fail(E, "%s",
+                                   "nesting deeper than 128 (a table that contains itself?)");
+            if (!lua_checkstack(L, 8))
+                return lj_enc_oom(E);
+            int top = lua_gettop(L);
+            int rc = E->udata->encode(E->udata, E, L, lua_absindex(L, idx));
+            lua_settop(L, top);
+            if (rc != SL_EUNSUPPORTED)
+                return rc;
+        }
         return lj_enc_fail(E, "%s cannot be encoded (only sluice.null)", "a userdata");
     default:
         return lj_enc_fail(E, "a %s cannot be encoded", luaL_typename(L, idx));
@@ -1124,13 +1145,56 @@ int sl_luajson_encode(lua_State *L, int idx, sl_buf *out, sl_error *err)
     if (!lua_checkstack(L, 4))
         return sl_error_set(err, SL_ENOMEM, "JSON encoding: Lua stack: out of memory");
     int top = lua_gettop(L);
-    E.have_null = E.have_array = false;
+    E.have_null = E.have_array = E.have_udata = false;
+    E.udata = NULL;
     sl_error local;
     if (!err)
         E.err = &local;
     int rc = lj_enc_value(&E, idx);
     lua_settop(L, top);
     return rc;
+}
+
+/* ---- userdata encoders ------------------------------------------------------ */
+
+void sl_luajson_set_udata(lua_State *L, sl_luajson_udata *u)
+{
+    if (u)
+        lua_pushlightuserdata(L, u);
+    else
+        lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &lj_udata_key);
+}
+
+int sl_luajson_enc_raw(sl_luajson_enc *E, const char *s, size_t n)
+{
+    return lj_put(E, s, n);
+}
+
+int sl_luajson_enc_string(sl_luajson_enc *E, const char *s, size_t n)
+{
+    return lj_enc_string(E, s, n);
+}
+
+int sl_luajson_enc_member(sl_luajson_enc *E, const char *key, size_t klen, lua_Integer idx)
+{
+    E->path[E->depth] = (lj_path){key, klen, idx};
+    return lj_enc_member(E);
+}
+
+int sl_luajson_enc_value(sl_luajson_enc *E, int idx)
+{
+    return lj_enc_value(E, lua_absindex(E->L, idx));
+}
+
+int sl_luajson_enc_fail(sl_luajson_enc *E, const char *why)
+{
+    return lj_enc_fail(E, "%s", why);
+}
+
+int sl_luajson_enc_nomem(sl_luajson_enc *E)
+{
+    return lj_enc_oom(E);
 }
 
 /* ---- the Lua side ---------------------------------------------------------- */

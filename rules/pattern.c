@@ -1081,31 +1081,28 @@ static const char *skip_ws(const char *p, const char *end)
 static const char *pe_string(sl_pattern_event *ev, const char *p, const char *end,
                              const char **s, uint32_t *len)
 {
-    const char *q = p + 1;
-    bool escaped = false;
-    for (;;) {
-        while (q < end && *q != '"' && *q != '\\')
-            q++;
-        if (q >= end)
-            return NULL;
-        if (*q == '"')
-            break;
-        escaped = true;
-        q += 2; /* the escaped character (a \u escape's digits are plain) */
-    }
-    if (!escaped) {
-        *s = p + 1;
-        *len = (uint32_t)(q - p - 1);
+    const char *body = p + 1;
+    const char *q = memchr(body, '"', (size_t)(end - body));
+    if (!q)
+        return NULL;
+    if (!memchr(body, '\\', (size_t)(q - body))) { /* the common case: no escapes */
+        *s = body;
+        *len = (uint32_t)(q - body);
         return q + 1;
     }
-    sl_json_tok t = {SL_JSON_STRING, SL_JSON_ESCAPED, p, (size_t)(q + 1 - p)};
+    /* Escapes: the strict scanner finds the real end and checks them, so
+     * the decoder only ever sees a valid string. */
+    sl_json_tok t;
+    const char *next;
+    if (sl_json_value(p, end, 0, &t, &next, NULL) || t.type != SL_JSON_STRING)
+        return NULL;
     char *out = ev->scratch + ev->scratch_len;
     size_t n = 0;
     sl_json_unescape(&t, out, t.len - 2, &n);
     ev->scratch_len += n;
     *s = out;
     *len = (uint32_t)n;
-    return q + 1;
+    return next;
 }
 
 /* The value of a number token: plain integers of up to 15 digits directly,
@@ -1139,13 +1136,13 @@ static double pe_number(const char *p, size_t len)
     return d;
 }
 
-/* Parses one value at p into node idx; returns the byte after it, or NULL
- * when the text is not JSON (or too deep, or out of memory). Bounds are
- * checked everywhere, so unvalidated input cannot make it over-read. */
 static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
-                            int depth)
+                            int depth);
+
+/* The value starting at p (not whitespace) into node idx: see pe_value. */
+static const char *pe_value_at(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
+                               int depth)
 {
-    p = skip_ws(p, end);
     if (p >= end)
         return NULL;
     sl_pattern_value *v = &ev->v[idx];
@@ -1228,6 +1225,22 @@ static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end
     v->s = p;
     v->len = (uint32_t)(q - p);
     v->num = pe_number(p, (size_t)(q - p));
+    return q;
+}
+
+/* Parses one value at p into node idx, its text span included; returns the
+ * byte after it, or NULL when the text is not JSON (or too deep, or out of
+ * memory). Bounds are checked everywhere, so unvalidated input cannot make
+ * it over-read. */
+static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
+                            int depth)
+{
+    p = skip_ws(p, end);
+    const char *q = pe_value_at(ev, p, end, idx, depth);
+    if (q) {
+        ev->v[idx].raw = p;
+        ev->v[idx].raw_len = (uint32_t)(q - p);
+    }
     return q;
 }
 

@@ -137,8 +137,11 @@ typedef struct sl_pattern_value {
     uint8_t type;         /* sl_json_type */
     uint32_t first, next; /* first child, next sibling (UINT32_MAX: none) */
     uint32_t klen, len;
+    uint32_t raw_len;
     const char *key; /* member name, decoded */
     const char *s;   /* string (decoded) or the number's text */
+    const char *raw; /* the value's JSON text as written (quotes and brackets
+                        included): [raw, raw + raw_len) inside the parsed text */
     double num;
 } sl_pattern_value;
 

@@ -1,16 +1,30 @@
 /*
  * rules/rule.c — one rule applied to events inside a worker's Lua state.
+ *
+ * Each event is parsed once (sl_pattern_event, without validation: events
+ * come from the log, validated at ingest) for the rule's pattern and, by
+ * default, handed to the Lua functions as a proxy over that parse
+ * (rules/luaproxy.h); transform results are encoded before the proxies'
+ * generation moves on. sl_rule_vm_use_tables() switches to the older path
+ * that decodes the event into tables for every call (rules/luajson.h).
  */
 #include "rules/rule.h"
 
+#include "core/json.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
+#include "rules/luaproxy.h"
 #include "rules/sandbox.h"
 
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* transform_batch with proxies: a parsed event of the batch keeps at most
+ * this much room between batches. */
+#define BATCH_KEEP_VALUES 4096
+#define BATCH_KEEP_BYTES (64u << 10)
 
 typedef struct rule_refs {
     int filter, transform, batch; /* registry references or LUA_NOREF */
@@ -19,7 +33,15 @@ typedef struct rule_refs {
 struct sl_rule_vm {
     const sl_config *cfg;
     lua_State *L;
+    sl_luaproxy *px;      /* the state's event proxies */
+    bool tables;          /* events reach Lua as tables, not proxies */
     sl_pattern_event pev; /* reused for every event */
+    /* transform_batch with proxies: one parsed event per event that passed
+     * (allocated on first need, reused), and the index of that event. */
+    sl_pattern_event **bev;
+    size_t *bidx;
+    size_t bcap;
+    sl_buf enc;      /* encoding buffer, reused */
     rule_refs *refs; /* one per cfg->rules[i] */
 };
 
@@ -51,7 +73,13 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
                              .privileged_name = "=prelude"};
     char chunkname[4096];
     snprintf(chunkname, sizeof chunkname, "@%s", cfg->path);
+    const char *tables = getenv("SLUICE_LUA_TABLES");
+    vm->tables = tables && strcmp(tables, "1") == 0;
     int rc = sl_sandbox_new(&so, &vm->L, err);
+    /* Before the config runs, so that its functions see the proxy-aware
+     * type, next, rawget… even when they keep them in locals. */
+    if (!rc)
+        rc = sl_luaproxy_install(vm->L, &vm->px, err);
     if (!rc)
         rc = sl_sandbox_load(vm->L, cfg->source, cfg->source_len, chunkname, err);
     if (!rc)
@@ -93,8 +121,21 @@ void sl_rule_vm_free(sl_rule_vm *vm)
         return;
     sl_sandbox_close(vm->L);
     sl_pattern_event_free(&vm->pev);
+    for (size_t i = 0; i < vm->bcap; i++) {
+        if (vm->bev[i])
+            sl_pattern_event_free(vm->bev[i]);
+        free(vm->bev[i]);
+    }
+    free(vm->bev);
+    free(vm->bidx);
+    sl_buf_free(&vm->enc);
     free(vm->refs);
     free(vm);
+}
+
+void sl_rule_vm_use_tables(sl_rule_vm *vm, bool tables)
+{
+    vm->tables = tables;
 }
 
 void sl_rule_out_reset(sl_rule_out *o)
@@ -141,19 +182,22 @@ static int out_add(const sl_rule_config *rc, const char *json, size_t len,
     return rc2 ? rc2 : out_close(o);
 }
 
-/* Encodes the event table at idx and adds it. */
-static int out_add_lua(sl_rule_vm *vm, const sl_rule_config *rc, int idx,
-                       const sl_input_ctx *ictx, sl_rule_out *o, sl_buf *tmp, sl_error *err)
+/* Encodes the event table (or proxy) at idx and adds it. */
+static int out_add_lua(sl_rule_vm *vm, const sl_rule_config *rc, int idx, const sl_input_ctx *ictx,
+                       sl_rule_out *o, sl_error *err)
 {
+    sl_buf *tmp = &vm->enc;
     lua_State *L = vm->L;
-    if (!lua_istable(L, idx))
+    if (!lua_istable(L, idx) && !sl_luaproxy_kind(L, vm->px, idx))
         return sl_error_set(err, SL_EINVAL, "rule \"%s\": transform returned a %s, not an event "
                                             "table", rc->name, luaL_typename(L, idx));
     tmp->len = 0;
     int r = sl_luajson_encode(L, idx, tmp, err);
-    if (r)
-        return r;
-    return out_add(rc, (const char *)tmp->data, tmp->len, ictx, o, err);
+    if (!r)
+        r = out_add(rc, (const char *)tmp->data, tmp->len, ictx, o, err);
+    if (tmp->cap > ((size_t)1 << 20)) /* keep the room of usual events only */
+        sl_buf_free(tmp);
+    return r;
 }
 
 /* Adds what a transform returned (at the top of the stack): an event, a
@@ -165,11 +209,24 @@ static int take_transformed(sl_rule_vm *vm, const sl_rule_config *rc, const sl_i
     int top = lua_gettop(L);
     if (lua_isnil(L, top))
         return 0;
+    int kind = sl_luaproxy_kind(L, vm->px, top);
+    if (kind == SL_JSON_OBJECT)
+        return out_add_lua(vm, rc, top, ictx, o, err);
+    if (kind == SL_JSON_ARRAY) {
+        /* An array of the event, returned as a list of events. */
+        int r = sl_luaproxy_to_list(L, vm->px, top, err);
+        if (r && err) {
+            char msg[SL_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            sl_error_set(err, r, "rule \"%s\": transform: %s", rc->name, msg);
+        }
+        if (r)
+            return r;
+    }
     if (!lua_istable(L, top))
         return sl_error_set(err, SL_EINVAL, "rule \"%s\": transform returned a %s; want an "
                                             "event, a list of events or nil", rc->name,
                             luaL_typename(L, top));
-    sl_buf tmp = SL_BUF_INIT;
     int r = 0;
     lua_rawgeti(L, top, 1);
     bool list = !lua_isnil(L, -1);
@@ -183,13 +240,12 @@ static int take_transformed(sl_rule_vm *vm, const sl_rule_config *rc, const sl_i
     if (list) {
         for (lua_Integer i = 1, n = luaL_len(L, top); !r && i <= n; i++) {
             lua_rawgeti(L, top, i);
-            r = out_add_lua(vm, rc, lua_gettop(L), ictx, o, &tmp, err);
+            r = out_add_lua(vm, rc, lua_gettop(L), ictx, o, err);
             lua_pop(L, 1);
         }
     } else if (!empty) {
-        r = out_add_lua(vm, rc, top, ictx, o, &tmp, err);
+        r = out_add_lua(vm, rc, top, ictx, o, err);
     }
-    sl_buf_free(&tmp);
     return r;
 }
 
@@ -219,29 +275,60 @@ static int call_ref(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const cha
     return r;
 }
 
-/* Match and filter. Returns 0 with *outcome NO_MATCH, FILTERED or MATCHED
- * (passed). */
-static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs,
-                 const char *event, size_t len, sl_rule_outcome *outcome, sl_error *err)
+/* Calls the function behind ref with proxies of evs[0..n) (one proxy, or a
+ * list when list); leaves one result. */
+static int call_proxy(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const char *fn,
+                      const sl_pattern_event *const *evs, size_t n, bool list, sl_error *err)
 {
-    if (rc->pattern) {
+    lua_State *L = vm->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    int r = sl_luaproxy_call(L, vm->px, evs, n, list, err);
+    if (r && err) {
+        char msg[SL_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        sl_error_set(err, r, "rule \"%s\": %s: %s", rc->name, fn, msg);
+    }
+    return r;
+}
+
+/* Match and filter; with proxies, the event is parsed into pev (for the
+ * calls that follow too). Returns 0 with *outcome NO_MATCH, FILTERED or
+ * MATCHED (passed). */
+static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs, const char *event,
+                 size_t len, sl_pattern_event *pev, sl_rule_outcome *outcome, sl_error *err)
+{
+    bool lua =
+        refs->filter != LUA_NOREF || refs->transform != LUA_NOREF || refs->batch != LUA_NOREF;
+    if (rc->pattern || (lua && !vm->tables)) {
         /* Events reach rules from the log, where ingest validated them. */
-        int r = sl_pattern_event_parse(&vm->pev, event, len, false, err);
+        int r = sl_pattern_event_parse(pev, event, len, false, err);
+        if (r && err) {
+            char msg[SL_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            sl_error_set(err, r, "rule \"%s\": %s", rc->name, msg);
+        }
         if (r)
             return r;
-        if (!sl_pattern_match_event(rc->pattern, &vm->pev)) {
+        if (rc->pattern && !sl_pattern_match_event(rc->pattern, pev)) {
             *outcome = SL_RULE_NO_MATCH;
             return 0;
         }
     }
     if (refs->filter != LUA_NOREF) {
-        int r = push_event(vm, rc, event, len, err);
-        if (!r)
-            r = call_ref(vm, rc, refs->filter, "filter", err);
+        int r;
+        if (vm->tables) {
+            r = push_event(vm, rc, event, len, err);
+            if (!r)
+                r = call_ref(vm, rc, refs->filter, "filter", err);
+        } else {
+            const sl_pattern_event *one = pev;
+            r = call_proxy(vm, rc, refs->filter, "filter", &one, 1, false, err);
+        }
         if (r)
             return r;
         bool keep = lua_toboolean(vm->L, -1);
         lua_pop(vm->L, 1);
+        sl_luaproxy_release(vm->px);
         if (!keep) {
             *outcome = SL_RULE_FILTERED;
             return 0;
@@ -259,7 +346,7 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
     const rule_refs *refs = &vm->refs[rule];
     size_t n0 = out->n, len0 = out->data.len;
     sl_rule_outcome oc;
-    int r = admit(vm, rc, refs, event, len, &oc, err);
+    int r = admit(vm, rc, refs, event, len, &vm->pev, &oc, err);
     if (r || oc != SL_RULE_MATCHED) {
         if (!r)
             *outcome = oc;
@@ -267,12 +354,18 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
     }
     if (refs->transform != LUA_NOREF) {
         int top = lua_gettop(vm->L);
-        r = push_event(vm, rc, event, len, err);
-        if (!r)
-            r = call_ref(vm, rc, refs->transform, "transform", err);
+        if (vm->tables) {
+            r = push_event(vm, rc, event, len, err);
+            if (!r)
+                r = call_ref(vm, rc, refs->transform, "transform", err);
+        } else {
+            const sl_pattern_event *one = &vm->pev;
+            r = call_proxy(vm, rc, refs->transform, "transform", &one, 1, false, err);
+        }
         if (!r)
             r = take_transformed(vm, rc, ictx, out, err);
         lua_settop(vm->L, top);
+        sl_luaproxy_release(vm->px);
     } else {
         r = out_add(rc, event, len, ictx, out, err);
     }
@@ -283,6 +376,69 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
     }
     *outcome = out->n > n0 ? SL_RULE_MATCHED : SL_RULE_DROPPED;
     return 0;
+}
+
+/* Room for n parsed events of a batch. */
+static int batch_grow(sl_rule_vm *vm, size_t n)
+{
+    if (n <= vm->bcap)
+        return 0;
+    sl_pattern_event **g = realloc(vm->bev, n * sizeof *g);
+    if (!g)
+        return SL_ENOMEM;
+    vm->bev = g;
+    size_t *gi = realloc(vm->bidx, n * sizeof *gi);
+    if (!gi)
+        return SL_ENOMEM;
+    vm->bidx = gi;
+    for (; vm->bcap < n; vm->bcap++) {
+        if (!(vm->bev[vm->bcap] = malloc(sizeof **vm->bev)))
+            return SL_ENOMEM;
+        sl_pattern_event_init(vm->bev[vm->bcap]);
+    }
+    return 0;
+}
+
+/* sl_rule_eval_batch with proxies: each event that passes keeps its own
+ * parse, and transform_batch gets a list of proxies. */
+static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs,
+                              const char *const *events, const size_t *lens, size_t n,
+                              const sl_input_ctx *ictx, sl_rule_out *out, size_t *passed,
+                              sl_error *err)
+{
+    lua_State *L = vm->L;
+    int top = lua_gettop(L);
+    size_t np = 0;
+    int r = 0;
+    for (size_t i = 0; !r && i < n; i++) {
+        if ((r = batch_grow(vm, np + 1))) {
+            sl_error_set(err, r, "rule \"%s\": out of memory", rc->name);
+            break;
+        }
+        sl_rule_outcome oc;
+        r = admit(vm, rc, refs, events[i], lens[i], vm->bev[np], &oc, err);
+        if (!r && oc == SL_RULE_MATCHED)
+            vm->bidx[np++] = i;
+    }
+    if (!r && np && refs->batch != LUA_NOREF) {
+        r = call_proxy(vm, rc, refs->batch, "transform_batch",
+                       (const sl_pattern_event *const *)vm->bev, np, true, err);
+        if (!r)
+            r = take_transformed(vm, rc, ictx, out, err);
+    } else if (!r) {
+        for (size_t i = 0; !r && i < np; i++)
+            r = out_add(rc, events[vm->bidx[i]], lens[vm->bidx[i]], ictx, out, err);
+    }
+    lua_settop(L, top);
+    sl_luaproxy_release(vm->px);
+    /* Every slot would otherwise keep the room of the biggest event it ever
+     * held: big ones give it back (small events fit the inline array). */
+    for (size_t i = 0; i < np; i++)
+        if (vm->bev[i]->cap > BATCH_KEEP_VALUES || vm->bev[i]->scratch_cap > BATCH_KEEP_BYTES)
+            sl_pattern_event_free(vm->bev[i]);
+    if (!r)
+        *passed = np;
+    return r;
 }
 
 int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
@@ -297,11 +453,19 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
     int r = 0;
     if (!lua_checkstack(L, 4))
         return sl_error_set(err, SL_ENOMEM, "rule \"%s\": Lua stack", rc->name);
+    if (!vm->tables) {
+        r = eval_batch_proxies(vm, rc, refs, events, lens, n, ictx, out, passed, err);
+        if (r) {
+            out->n = n0;
+            out->data.len = len0;
+        }
+        return r;
+    }
     lua_createtable(L, (int)(n < 1024 ? n : 1024), 0);
     int list = lua_gettop(L);
     for (size_t i = 0; !r && i < n; i++) {
         sl_rule_outcome oc;
-        r = admit(vm, rc, refs, events[i], lens[i], &oc, err);
+        r = admit(vm, rc, refs, events[i], lens[i], &vm->pev, &oc, err);
         if (!r && oc == SL_RULE_MATCHED && !(r = push_event(vm, rc, events[i], lens[i], err)))
             lua_rawseti(L, list, (lua_Integer)++np);
     }
@@ -310,13 +474,11 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
         if (!r)
             r = take_transformed(vm, rc, ictx, out, err);
     } else if (!r && np) {
-        sl_buf tmp = SL_BUF_INIT;
         for (size_t i = 1; !r && i <= np; i++) {
             lua_rawgeti(L, list, (lua_Integer)i);
-            r = out_add_lua(vm, rc, lua_gettop(L), ictx, out, &tmp, err);
+            r = out_add_lua(vm, rc, lua_gettop(L), ictx, out, err);
             lua_pop(L, 1);
         }
-        sl_buf_free(&tmp);
     }
     lua_settop(L, top);
     if (r) {

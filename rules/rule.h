@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/err.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,13 @@ typedef struct sl_rule_vm sl_rule_vm;
  * functions referenced. Returns 0 and *out, or SL_ESCRIPT/SL_ENOMEM with err. */
 int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err);
 void sl_rule_vm_free(sl_rule_vm *vm);
+
+/* How events reach the rule's Lua functions: as lazy copy-on-write proxies
+ * over the event parsed once (rules/luaproxy.h; the default, measured
+ * faster in bench/rules_bench.c) or, when tables is true, as plain tables
+ * decoded and encoded whole (rules/luajson.h). A new VM uses tables when the
+ * environment has SLUICE_LUA_TABLES=1. For comparisons and benchmarks. */
+void sl_rule_vm_use_tables(sl_rule_vm *vm, bool tables);
 
 /* Output payloads of an evaluation, back to back in data. Reusable: clear it
  * with sl_rule_out_reset(), free it with sl_rule_out_free(). */

@@ -28,7 +28,10 @@
  * string.rep with nothing to repeat returns "" at once, and table.move (its
  * range) and table.insert/remove (a __len that claims any length) charge
  * their work to the budget first. Pattern matching (string.find, match,
- * gmatch, gsub) is not bounded: see rules/sandbox.h.
+ * gmatch, gsub) is replaced by rules/luapat.c, which charges its steps to
+ * the budget as it goes; it is installed as soon as the string library is
+ * open, so the helpers of lua/sluice.lua (which capture string.find and
+ * string.match when they load) and the privileged chunk get it too.
  */
 #include "rules/sandbox.h"
 
@@ -43,6 +46,7 @@
 #include "core/clock.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
+#include "rules/luapat.h"
 
 #define SB_DEFAULT_MEM ((size_t)64 << 20)
 #define SB_DEFAULT_INSTRUCTIONS 10000000u
@@ -534,6 +538,9 @@ static int sb_open(lua_State *L)
         luaL_requiref(L, r->name, r->func, 1);
         lua_pop(L, 1);
     }
+    lua_getglobal(L, LUA_STRLIBNAME); /* find, match, gmatch, gsub under the budget */
+    sl_luapat_install(L, -1, sb_charge);
+    lua_pop(L, 1);
     if (o->privileged_src) {
         for (const luaL_Reg *r = full; r->name; r++) {
             luaL_requiref(L, r->name, r->func, 1);

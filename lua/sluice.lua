@@ -18,6 +18,14 @@
 --       sluice.array(t) sets it on t (a table) and returns t; sluice.array()
 --       returns a new empty array.
 --
+--   sluice.table(v) -> table
+--       (rule functions only) The event a rule function receives is a lazy
+--       proxy that reads the stored JSON on demand and records changes; it
+--       behaves like a table for indexing, assignment, #, pairs, ipairs,
+--       next, type, rawget/rawset/rawlen and the table library. sluice.table
+--       turns it into plain tables (deep) for code that needs a real one;
+--       any other value is returned as it is.
+--
 -- sluice.json
 --
 --   sluice.json.encode(v) -> string

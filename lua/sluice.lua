@@ -98,8 +98,10 @@
 -- package or debug; collectgarbage("count") only; getmetatable("") is
 -- false; setmetatable refuses a metatable with __gc. Each call has an
 -- instruction budget (10 million by default) that pcall cannot catch, and
--- each state a memory cap (64 MiB by default). Lua patterns run in C,
--- outside the budget: avoid many ".-"/".*" in one pattern on long text.
+-- each state a memory cap (64 MiB by default). string.find/match/gmatch/gsub
+-- are sluice's own (rules/luapat.c): the same results as Lua's, with their
+-- matching steps charged to the budget, so a pattern that backtracks without
+-- end fails the event like an endless loop does.
 
 local sluice = ...
 

@@ -23,10 +23,9 @@
  *    outermost call returns), in every coroutine too, and xpcall handlers
  *    are skipped once it fired. Library loops in C are bounded by the
  *    memory cap or charged to the budget (table.move, table.insert/remove
- *    with a __len), except string searching (string.find, match, gmatch,
- *    gsub): a pathological pattern on a long subject (e.g. many ".-" on a
- *    few hundred bytes) or a plain search for a long, almost-matching
- *    needle (O(n·m)) is not bounded by the budget.
+ *    with a __len), and string.find/match/gmatch/gsub are rules/luapat.c's,
+ *    which charge their matching steps to the budget (16 steps per
+ *    instruction), so a pathological pattern fails like an endless loop.
  *
  * A state is used by one thread at a time.
  */

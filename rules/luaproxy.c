@@ -229,7 +229,7 @@ static void lp_push_number(lua_State *L, const sl_pattern_value *v)
     if (integer && m <= (uint64_t)INT64_MAX + neg)
         lua_pushinteger(L, neg ? (lua_Integer)(0 - m) : (lua_Integer)m);
     else
-        lua_pushnumber(L, (lua_Number)v->num);
+        lua_pushnumber(L, (lua_Number)sl_pattern_value_num(v));
 }
 
 static void lp_push_scalar(lua_State *L, const sl_pattern_value *v, int null_idx)

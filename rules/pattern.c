@@ -1224,7 +1224,6 @@ static const char *pe_value_at(sl_pattern_event *ev, const char *p, const char *
     v->type = SL_JSON_NUMBER;
     v->s = p;
     v->len = (uint32_t)(q - p);
-    v->num = pe_number(p, (size_t)(q - p));
     return q;
 }
 
@@ -1284,9 +1283,21 @@ int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, b
 
 /* ---- matching over a parsed event ---------------------------------------- */
 
+double sl_pattern_value_num(const sl_pattern_value *v)
+{
+    return pe_number(v->s, v->len);
+}
+
 static bool leaf_scalar(const field *f, const sl_pattern_value *pv)
 {
-    scalar v = {pv->type, pv->s, pv->len, pv->num};
+    scalar v = {pv->type, pv->s, pv->len, 0};
+    if (pv->type == SL_JSON_NUMBER) /* only numeric matchers need the value */
+        for (size_t i = 0; i < f->nm; i++)
+            if (f->m[i].kind == M_NUMERIC || f->m[i].kind == M_NUMVAL ||
+                (f->m[i].kind == M_ANYBUT && f->m[i].nsubs)) {
+                v.num = pe_number(pv->s, pv->len);
+                break;
+            }
     for (size_t i = 0; i < f->nm; i++)
         if (f->m[i].kind != M_EXISTS && matcher_scalar(&f->m[i], &v))
             return true;

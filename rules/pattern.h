@@ -142,8 +142,11 @@ typedef struct sl_pattern_value {
     const char *s;   /* string (decoded) or the number's text */
     const char *raw; /* the value's JSON text as written (quotes and brackets
                         included): [raw, raw + raw_len) inside the parsed text */
-    double num;
 } sl_pattern_value;
+
+/* The value of a number (type SL_JSON_NUMBER), as a double. Computed on
+ * demand: most numbers of an event are never compared. */
+double sl_pattern_value_num(const sl_pattern_value *v);
 
 typedef struct sl_pattern_event {
     sl_pattern_value *v; /* v[0] is the event object */

@@ -226,7 +226,7 @@ static int num_kind(const sl_pattern_value *v, long long *i, double *d)
             return 1;
         }
     }
-    *d = v->num;
+    *d = sl_pattern_value_num(v);
     return 2;
 }
 

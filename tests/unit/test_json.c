@@ -18,32 +18,6 @@
 
 #include "core/json.h"
 
-/* ---- guard page -------------------------------------------------------- */
-
-typedef struct guard {
-    char *map;
-    size_t size; /* readable bytes */
-    size_t page;
-} guard;
-
-/* Copies n bytes so that they end exactly at a PROT_NONE page. */
-static const char *guard_put(guard *g, const void *s, size_t n)
-{
-    if (!g->map || g->size < n) {
-        if (g->map)
-            munmap(g->map, g->size + g->page);
-        g->page = (size_t)sysconf(_SC_PAGESIZE);
-        g->size = (n / g->page + 1) * g->page;
-        g->map = mmap(NULL, g->size + g->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-        assert_true(g->map != MAP_FAILED);
-        assert_int_equal(mprotect(g->map + g->size, g->page, PROT_NONE), 0);
-    }
-    char *p = g->map + g->size - n;
-    memcpy(p, s, n);
-    return p;
-}
-
 /* ---- oracle ------------------------------------------------------------ */
 
 static json_t *jparse(const char *s, size_t n)
@@ -54,8 +28,8 @@ static json_t *jparse(const char *s, size_t n)
 
 static int check(const char *s, size_t n, int depth, sl_json_tok *tok, sl_error *err)
 {
-    static guard g;
-    const char *p = guard_put(&g, s, n);
+    static tu_guard g;
+    const char *p = tu_guard_put(&g, s, n);
     int rc = sl_json_validate(p, n, depth, tok, err);
     if (rc == 0) { /* the token must point into the guarded copy */
         assert_true(tok->p >= p && tok->p + tok->len <= p + n);
@@ -68,9 +42,9 @@ static int check(const char *s, size_t n, int depth, sl_json_tok *tok, sl_error 
  * operations under test (iterate, unescape, compact) run on this copy. */
 static sl_json_tok at_guard(const sl_json_tok *t)
 {
-    static guard g;
+    static tu_guard g;
     sl_json_tok c = *t;
-    c.p = guard_put(&g, t->p, t->len);
+    c.p = tu_guard_put(&g, t->p, t->len);
     return c;
 }
 

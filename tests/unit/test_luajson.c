@@ -25,38 +25,15 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-typedef struct guard {
-    char *map;
-    size_t size; /* readable bytes */
-    size_t page;
-} guard;
 
-/* Copies n bytes so that they end exactly at a PROT_NONE page. */
-static const char *guard_put(guard *g, const void *s, size_t n)
-{
-    if (!g->map || g->size < n) {
-        if (g->map)
-            munmap(g->map, g->size + g->page);
-        g->page = (size_t)sysconf(_SC_PAGESIZE);
-        g->size = (n / g->page + 1) * g->page;
-        g->map = mmap(NULL, g->size + g->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-        assert_true(g->map != MAP_FAILED);
-        assert_int_equal(mprotect(g->map + g->size, g->page, PROT_NONE), 0);
-    }
-    char *p = g->map + g->size - n;
-    memcpy(p, s, n);
-    return p;
-}
-
-static guard g_guard;
+static tu_guard g_guard;
 
 /* sl_luajson_push() of [s, s + n) placed before the guard page; checks that
  * exactly one value is pushed on success and nothing on failure. */
 static int push(lua_State *L, const char *s, size_t n, sl_error *err)
 {
     int top = lua_gettop(L);
-    int rc = sl_luajson_push(L, guard_put(&g_guard, s, n), n, err);
+    int rc = sl_luajson_push(L, tu_guard_put(&g_guard, s, n), n, err);
     assert_int_equal(lua_gettop(L), rc == 0 ? top + 1 : top);
     return rc;
 }

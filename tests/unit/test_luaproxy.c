@@ -32,34 +32,12 @@
 
 /* ---- fixture ---------------------------------------------------------------- */
 
-typedef struct guard {
-    char *map;
-    size_t size, page;
-} guard;
-
-/* Copies n bytes so that they end exactly at a PROT_NONE page. */
-static const char *guard_put(guard *g, const void *s, size_t n)
-{
-    if (!g->map || g->size < n) {
-        if (g->map)
-            munmap(g->map, g->size + g->page);
-        g->page = (size_t)sysconf(_SC_PAGESIZE);
-        g->size = (n / g->page + 1) * g->page;
-        g->map = mmap(NULL, g->size + g->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-        assert_true(g->map != MAP_FAILED);
-        assert_int_equal(mprotect(g->map + g->size, g->page, PROT_NONE), 0);
-    }
-    char *p = g->map + g->size - n;
-    memcpy(p, s, n);
-    return p;
-}
 
 typedef struct fx {
     lua_State *L;
     sl_luaproxy *px;
     sl_pattern_event ev[3];
-    guard g[3];
+    tu_guard g[3];
 } fx;
 
 static lua_State *new_state(size_t mem, sl_luaproxy **px)
@@ -90,8 +68,7 @@ static int fx_teardown(void **state)
     sl_sandbox_close(f->L);
     for (int i = 0; i < 3; i++) {
         sl_pattern_event_free(&f->ev[i]);
-        if (f->g[i].map)
-            munmap(f->g[i].map, f->g[i].size + f->g[i].page);
+        tu_guard_free(&f->g[i]);
     }
     free(f);
     return 0;
@@ -111,7 +88,7 @@ static void parse(fx *f, int slot, const char *json)
 {
     size_t n = strlen(json);
     sl_error err = {0};
-    const char *p = guard_put(&f->g[slot], json, n);
+    const char *p = tu_guard_put(&f->g[slot], json, n);
     if (sl_pattern_event_parse(&f->ev[slot], p, n, true, &err))
         fail_msg("parse %s: %s", json, err.msg);
 }

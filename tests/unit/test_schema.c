@@ -22,36 +22,7 @@
 #include "core/metrics.h" /* sl_buf_printf() */
 #include "rules/schema.h"
 
-/* ---- guard page ----------------------------------------------------------- */
-
-typedef struct guard {
-    char *map;
-    size_t size, page;
-} guard;
-
-/* Copies [s, s + n) so that it ends right before an inaccessible page. */
-static const char *guard_put(guard *g, const char *s, size_t n)
-{
-    if (!g->page)
-        g->page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t need = (n + g->page - 1) / g->page * g->page;
-    if (need == 0)
-        need = g->page;
-    if (need > g->size) {
-        if (g->map)
-            munmap(g->map, g->size + g->page);
-        g->size = need;
-        g->map = mmap(NULL, g->size + g->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-        assert_true(g->map != MAP_FAILED);
-        assert_int_equal(mprotect(g->map + g->size, g->page, PROT_NONE), 0);
-    }
-    char *p = g->map + g->size - n;
-    memcpy(p, s, n);
-    return p;
-}
-
-static guard data_guard;
+static tu_guard data_guard;
 
 static sl_schema *compile_ok(const char *schema)
 {
@@ -311,7 +282,7 @@ static void test_validate_table(void **state)
         snprintf(what, sizeof what, "case %zu: schema %s, data %s", i, c->schema, c->data);
         sl_schema *s = compile_ok(c->schema);
         size_t n = strlen(c->data);
-        const char *d = guard_put(&data_guard, c->data, n);
+        const char *d = tu_guard_put(&data_guard, c->data, n);
         sl_error err = {0};
         int rc = sl_schema_validate(s, d, n, &err);
         if (rc != c->rc)
@@ -361,11 +332,11 @@ static void test_long_escaped_string(void **state)
     for (int i = 0; i < 1000; i++)
         sl_buf_append(&b, "\\u0061b", 7);
     sl_buf_append(&b, "c\"", 2);
-    const char *d = guard_put(&data_guard, (char *)b.data, b.len);
+    const char *d = tu_guard_put(&data_guard, (char *)b.data, b.len);
     sl_error err = {0};
     assert_int_equal(sl_schema_validate(s, d, b.len, &err), 0);
     b.data[b.len - 2] = 'd';
-    d = guard_put(&data_guard, (char *)b.data, b.len);
+    d = tu_guard_put(&data_guard, (char *)b.data, b.len);
     assert_int_equal(sl_schema_validate(s, d, b.len, &err), SL_EINVAL);
     check_message(err.msg, "/data: string does not match the pattern*", "long string");
     sl_schema_free(s);
@@ -592,7 +563,7 @@ static json_t *infer(const char *const *samples, size_t n)
     assert_int_equal(sl_schema_infer_new(&inf), 0);
     for (size_t i = 0; i < n; i++) {
         sl_error err = {0};
-        const char *d = guard_put(&data_guard, samples[i], strlen(samples[i]));
+        const char *d = tu_guard_put(&data_guard, samples[i], strlen(samples[i]));
         if (sl_schema_infer_add(inf, d, strlen(samples[i]), &err))
             fail_msg("sample %s: %s", samples[i], err.msg);
     }

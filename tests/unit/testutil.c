@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -525,4 +526,28 @@ void tu_check_sidecars(const char *dir, const tu_disk *d)
         assert_int_equal(k * LANES_ENTRY, len);
         free(e);
     }
+}
+
+const char *tu_guard_put(tu_guard *g, const void *s, size_t n)
+{
+    if (!g->map || g->size < n) {
+        tu_guard_free(g);
+        g->page = (size_t)sysconf(_SC_PAGESIZE);
+        g->size = (n / g->page + 1) * g->page;
+        g->map = mmap(NULL, g->size + g->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+        assert_true(g->map != MAP_FAILED);
+        assert_int_equal(mprotect(g->map + g->size, g->page, PROT_NONE), 0);
+    }
+    char *p = g->map + g->size - n;
+    memcpy(p, s, n);
+    return p;
+}
+
+void tu_guard_free(tu_guard *g)
+{
+    if (g->map)
+        munmap(g->map, g->size + g->page);
+    g->map = NULL;
+    g->size = 0;
 }

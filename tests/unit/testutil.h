@@ -52,6 +52,22 @@ uint8_t *tu_read_file(const char *path, size_t *len);
  * names the situation in failure messages. */
 void tu_check_companions(const char *dir, const char *when);
 
+/* Bytes placed so that they end exactly at a PROT_NONE page, for parsers
+ * that must never read past their input (picohttpparser's trick): a
+ * one-byte over-read crashes the test. Start from {0}; reusable. */
+typedef struct tu_guard {
+    char *map;
+    size_t size; /* readable bytes */
+    size_t page;
+} tu_guard;
+
+/* Copies n bytes of s to end at the guard page; returns where they start
+ * (valid until the next call on g). Fails the test when mapping fails. */
+const char *tu_guard_put(tu_guard *g, const void *s, size_t n);
+
+/* Unmaps g (a zeroed g is fine); g is reusable after. */
+void tu_guard_free(tu_guard *g);
+
 /* Size of a file, or -1. */
 int64_t tu_file_size(const char *path);
 

@@ -1078,14 +1078,34 @@ static const char *skip_ws(const char *p, const char *end)
 /* A string starting at p (at its quote): sets s and len to its decoded bytes
  * (in place when it has no escapes, else in the scratch space, which was
  * sized for the whole input). Returns the byte after it, or NULL. */
+/* The first '"' or '\\' in [p, end), or end: eight bytes at a time (most
+ * strings of an event are short, where a memchr call costs more). */
+static const char *quote_or_backslash(const char *p, const char *end)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+        /* a zero byte of q or b marks a hit; the lowest flag is exact */
+        uint64_t hit = ((q - ones) & ~q & highs) | ((b - ones) & ~b & highs);
+        if (hit)
+            return p + (__builtin_ctzll(hit) >> 3);
+        p += 8;
+    }
+    while (p < end && *p != '"' && *p != '\\')
+        p++;
+    return p;
+}
+
 static const char *pe_string(sl_pattern_event *ev, const char *p, const char *end,
                              const char **s, uint32_t *len)
 {
     const char *body = p + 1;
-    const char *q = memchr(body, '"', (size_t)(end - body));
-    if (!q)
+    const char *q = quote_or_backslash(body, end);
+    if (q == end)
         return NULL;
-    if (!memchr(body, '\\', (size_t)(q - body))) { /* the common case: no escapes */
+    if (*q == '"') { /* the common case: no escapes */
         *s = body;
         *len = (uint32_t)(q - body);
         return q + 1;

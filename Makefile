@@ -38,6 +38,9 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=build/rel/bench/%)
 # Integration tests: C programs in tests/integration/ that drive bin/sluice.
 ITEST_SRC := $(wildcard tests/integration/test_*.c)
 ITEST_BIN := $(ITEST_SRC:tests/integration/%.c=build/rel/itests/%)
+# Programs the tests start (tests/tools/*.c), e.g. the Kafka mock cluster.
+TOOL_SRC := $(wildcard tests/tools/*.c)
+TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=build/rel/tools/%)
 
 .PRECIOUS: $(B)/tests/%.o
 .PHONY: all run test unit itests bench soak format clean
@@ -99,7 +102,11 @@ test:
 	@$(MAKE) -s SANITIZE=address,undefined unit
 	@scripts/run-tests.sh build/rel/tests build/san/tests build/rel/itests
 
-itests: $(ITEST_BIN)
+itests: $(ITEST_BIN) $(TOOL_BIN)
+
+build/rel/tools/%: tests/tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
 bench: $(BENCH_BIN) bin/sluice
 	@for b in $(BENCH_BIN) $(wildcard bench/*_bench.sh); do $$b || exit 1; done

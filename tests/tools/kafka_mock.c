@@ -1,0 +1,127 @@
+/*
+ * tests/tools/kafka_mock.c — a Kafka cluster for tests: librdkafka's mock
+ * cluster (several brokers, real Kafka protocol, 127.0.0.1 only) in a small
+ * program that tests and benchmarks start and steer.
+ *
+ *   build/rel/tools/kafka_mock [--brokers N] [--topic NAME:PARTITIONS]…
+ *
+ * Prints one line "bootstrap HOST:PORT,…" on stdout once the cluster is up,
+ * then reads commands from stdin, one per line, answering "ok" or
+ * "error: …" to each:
+ *
+ *   down ID     take broker ID (1..N) down: its connections fail
+ *   up ID       bring it back
+ *   topic NAME PARTITIONS   create a topic
+ *   quit        stop (so does the end of stdin, or SIGTERM/SIGINT)
+ *
+ * Nothing is written to disk: the cluster lives in memory and dies with the
+ * process, so a test cannot leave a broker behind.
+ */
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: kafka_mock [--brokers N] [--topic NAME:PARTITIONS]...\n");
+    return 2;
+}
+
+static int create_topic(rd_kafka_mock_cluster_t *mc, const char *name, int parts)
+{
+    if (parts < 1 || parts > 1000)
+        return -1;
+    return rd_kafka_mock_topic_create(mc, name, parts, 1) == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    int brokers = 3;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc) {
+            brokers = atoi(argv[++i]);
+            if (brokers < 1 || brokers > 16)
+                return usage();
+        } else if (strcmp(argv[i], "--topic") == 0 && i + 1 < argc) {
+            i++; /* created below, once the cluster exists */
+        } else {
+            return usage();
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    /* The mock cluster needs a handle for its bookkeeping; a producer that
+     * never produces is the lightest one. */
+    rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (!rk) {
+        fprintf(stderr, "kafka_mock: %s\n", errstr);
+        return 1;
+    }
+    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, brokers);
+    if (!mc) {
+        fprintf(stderr, "kafka_mock: cannot create the mock cluster\n");
+        rd_kafka_destroy(rk);
+        return 1;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--topic") != 0)
+            continue;
+        char name[256];
+        int parts = 0;
+        const char *spec = argv[++i];
+        const char *colon = strrchr(spec, ':');
+        if (!colon || (size_t)(colon - spec) >= sizeof name ||
+            (parts = atoi(colon + 1)) < 1) {
+            fprintf(stderr, "kafka_mock: --topic %s: want NAME:PARTITIONS\n", spec);
+            rd_kafka_mock_cluster_destroy(mc);
+            rd_kafka_destroy(rk);
+            return 2;
+        }
+        memcpy(name, spec, (size_t)(colon - spec));
+        name[colon - spec] = '\0';
+        if (create_topic(mc, name, parts)) {
+            fprintf(stderr, "kafka_mock: cannot create topic %s\n", name);
+            rd_kafka_mock_cluster_destroy(mc);
+            rd_kafka_destroy(rk);
+            return 1;
+        }
+    }
+    printf("bootstrap %s\n", rd_kafka_mock_cluster_bootstraps(mc));
+    fflush(stdout);
+
+    /* Commands until stdin ends; SIGTERM/SIGINT end fgets with EINTR-free
+     * default handling (the process exits), which is fine: nothing to save. */
+    char line[512];
+    while (fgets(line, sizeof line, stdin)) {
+        char cmd[32], arg[256];
+        int n = 0;
+        int got = sscanf(line, "%31s %255s %d", cmd, arg, &n);
+        if (got < 1)
+            continue;
+        if (strcmp(cmd, "quit") == 0)
+            break;
+        int rc = -1;
+        if ((strcmp(cmd, "down") == 0 || strcmp(cmd, "up") == 0) && got >= 2) {
+            int id = atoi(arg);
+            if (id >= 1 && id <= brokers)
+                rc = (cmd[0] == 'd' ? rd_kafka_mock_broker_set_down(mc, id)
+                                    : rd_kafka_mock_broker_set_up(mc, id)) ==
+                             RD_KAFKA_RESP_ERR_NO_ERROR
+                         ? 0
+                         : -1;
+        } else if (strcmp(cmd, "topic") == 0 && got == 3) {
+            rc = create_topic(mc, arg, n);
+        }
+        printf(rc ? "error: %s" : "ok\n", line);
+        fflush(stdout);
+    }
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(rk);
+    return 0;
+}

@@ -5,6 +5,7 @@
 
 extern const sl_target_ops sl__target_file_ops;
 extern const sl_target_ops sl__target_set_ops;
+extern const sl_target_ops sl__target_http_ops;
 
 const sl_target_ops *sl_target_find(sl_target_kind kind)
 {
@@ -13,6 +14,8 @@ const sl_target_ops *sl_target_find(sl_target_kind kind)
         return &sl__target_file_ops;
     case SL_TARGET_SET:
         return &sl__target_set_ops;
+    case SL_TARGET_HTTP:
+        return &sl__target_http_ops;
     }
     return NULL;
 }

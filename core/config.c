@@ -40,6 +40,9 @@ typedef enum key_type {
     K_TARGETS,  /* a target, or a list of targets */
     K_SCHEMAS,  /* { ["type"] = "file.json" | { … } } */
     K_SETBODY,  /* a table of set keys (server.set_defaults) */
+    K_HEADERS,  /* { ["Name"] = "value" } -> "Name: value" lines */
+    K_AUTH,     /* { bearer = s } | { basic = { user = s, password = s } } | { api_key = { header = s, value = s } } */
+    K_BODY,     /* "structured" | "binary" | "data" */
 } key_type;
 
 typedef struct key {
@@ -116,7 +119,7 @@ static const key rule_keys[] = {
      "`function(events) return {…} end`: one call per batch instead of per event"},
     {"input", K_INPUT, FIELD(sl_rule_config, input), 0, 0, "the event",
      "`\"$.data\"` or `{ paths = { name = \"$.x\" }, template = [[…<name>…]] }`"},
-    {"target", K_TARGETS, 0, 0, 0, 0, "", "where matched events go (`target.file`, `target.set`)"},
+    {"target", K_TARGETS, 0, 0, 0, 0, "", "where matched events go (`target.file`, `target.set`, `target.http`)"},
     {"targets", K_TARGETS, 0, 0, 0, 0, "", "a list of targets; each gets every event"},
     {"start", K_START, FIELD(sl_rule_config, from_beginning), 0, 0, "\"end\"",
      "where a new rule starts reading: \"end\" or \"beginning\""},
@@ -138,6 +141,35 @@ static const key set_target_keys[] = {
      "the event set to append to (declared with `set`); events keep their lane"},
 };
 
+static const key http_target_keys[] = {
+    {"url", K_STRING, FIELD(sl_target_config, url), 0, 0, "required",
+     "the endpoint; `{attribute}` is replaced by the event's attribute (URL-encoded), e.g. "
+     "`https://x/{subject}`"},
+    {"method", K_STRING, FIELD(sl_target_config, method), 0, 0, "\"POST\"", "HTTP method"},
+    {"headers", K_HEADERS, FIELD(sl_target_config, headers), 0, 0, "none",
+     "`{ [\"Name\"] = \"value\" }` sent with every request"},
+    {"auth", K_AUTH, 0, 0, 0, 0, "none",
+     "`{ bearer = env \"TOKEN\" }`, `{ basic = { user = …, password = … } }` or "
+     "`{ api_key = { header = \"X-Api-Key\", value = … } }`"},
+    {"tls_verify", K_BOOL, FIELD(sl_target_config, tls_verify), 0, 0, "true",
+     "verify the server's certificate and name"},
+    {"ca_file", K_STRING, FIELD(sl_target_config, ca_file), 0, 0, "system",
+     "CA bundle for the server's certificate"},
+    {"connect_timeout", K_DURATION, FIELD(sl_target_config, connect_timeout_ms), 1, 600000,
+     "\"5s\"", "time to connect"},
+    {"timeout", K_DURATION, FIELD(sl_target_config, timeout_ms), 1, 3600000, "\"30s\"",
+     "time for a whole request"},
+    {"concurrency", K_INT, FIELD(sl_target_config, concurrency), 1, 1024, "8",
+     "requests in flight for this rule"},
+    {"rate", K_INT, FIELD(sl_target_config, rate), 0, 1000000, "unlimited",
+     "requests per second at most (EventBridge API destinations' invocation rate)"},
+    {"body", K_BODY, FIELD(sl_target_config, body), 0, 0, "\"structured\"",
+     "\"structured\": the CloudEvent as JSON; \"binary\": data as the body and ce-* headers; "
+     "\"data\": the payload alone (what `input` made)"},
+    {"batch", K_INT, FIELD(sl_target_config, batch), 1, 10000, "1",
+     "payloads per request, sent as a JSON array when more than 1"},
+};
+
 typedef struct target_kind {
     const char *name;
     sl_target_kind kind;
@@ -151,6 +183,9 @@ typedef struct target_kind {
 static const target_kind target_kinds[] = {
     {"file", SL_TARGET_FILE, KEYS(file_target_keys), "append events as NDJSON lines to a file"},
     {"set", SL_TARGET_SET, KEYS(set_target_keys), "append events to another event set"},
+    {"http", SL_TARGET_HTTP, KEYS(http_target_keys),
+     "send events to an HTTP endpoint (2xx delivered; 408, 429, 5xx and network errors "
+     "retried, honouring Retry-After; other 4xx refused)"},
 };
 
 /* ---- the loader ----------------------------------------------------------- */
@@ -358,7 +393,7 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     bool is = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (!is) {
-        problem(ld, line, "%s: a target must be made with target.file { … } or target.set { … }",
+        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http)",
                 b->what);
         return;
     }
@@ -372,7 +407,7 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
         if (strcmp(target_kinds[i].name, kind) == 0)
             tk = &target_kinds[i];
     if (!tk) {
-        problem(ld, tline, "%s: unknown target kind target.%s (known: file, set)", b->what,
+        problem(ld, tline, "%s: unknown target kind target.%s (known: file, set, http)", b->what,
                 kind ? kind : "?");
         lua_pop(L, 1);
         return;
@@ -389,6 +424,11 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     t->kind = tk->kind;
     t->line = tline;
     t->keep = 5;
+    t->tls_verify = true;
+    t->connect_timeout_ms = 5000;
+    t->timeout_ms = 30000;
+    t->concurrency = 8;
+    t->batch = 1;
     char what[200];
     snprintf(what, sizeof what, "%s: target.%s", b->what, tk->name);
     block tb = {what, tline, t};
@@ -423,7 +463,7 @@ static void read_targets(loader *ld, int idx, const key *k, const block *b, sl_r
     lua_Integer n = luaL_len(L, idx);
     if (n == 0 && (lua_pushnil(L), lua_next(L, idx))) { /* neither a target nor a list */
         lua_pop(L, 2);
-        problem(ld, line, "%s: a target must be made with target.file { … } or target.set { … }",
+        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http)",
                 b->what);
         return;
     }
@@ -484,6 +524,135 @@ static void read_schemas(loader *ld, int idx, const key *k, const block *b, sl_s
         }
         lua_pop(L, 1);
     }
+}
+
+/* A header name: an RFC 9110 token. */
+static bool header_name_ok(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!(isalnum((unsigned char)*s) || strchr("!#$%&'*+-.^_`|~", *s)))
+            return false;
+    return true;
+}
+
+/* A header value: no line breaks or other controls but tab. */
+static bool header_value_ok(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f)
+            return false;
+    return true;
+}
+
+static void read_headers(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    if (!lua_istable(L, idx)) {
+        problem(ld, line, "%s: headers must be a table { [\"Name\"] = \"value\" }", b->what);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        size_t vl = 0;
+        const char *val = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &vl) : NULL;
+        if (!name || !header_name_ok(name))
+            problem(ld, line, "%s: headers: \"%s\" is not a header name", b->what,
+                    name ? name : "?");
+        else if (!val || !header_value_ok(val, vl))
+            problem(ld, line, "%s: headers: %s must be a string without line breaks", b->what,
+                    name);
+        else {
+            char **g = realloc(t->headers, (t->nheaders + 1) * sizeof *g);
+            size_t n = strlen(name) + vl + 3;
+            char *h = malloc(n);
+            if (!g || !h) {
+                if (g)
+                    t->headers = g;
+                free(h);
+                ld->oom = 1;
+            } else {
+                snprintf(h, n, "%s: %s", name, val);
+                t->headers = g;
+                t->headers[t->nheaders++] = h;
+            }
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* A string member of the table at idx (NULL with a problem when missing). */
+static char *auth_field(loader *ld, int idx, const char *name, int line, const block *b,
+                        const char *what)
+{
+    lua_State *L = ld->L;
+    lua_getfield(L, idx, name);
+    char *s = NULL;
+    size_t n = 0;
+    if (lua_type(L, -1) == LUA_TSTRING && header_value_ok(lua_tolstring(L, -1, &n), n))
+        s = dup_string(ld, lua_tostring(L, -1), n);
+    else
+        problem(ld, line, "%s: auth.%s needs %s (a string without line breaks)", b->what, what,
+                name);
+    lua_pop(L, 1);
+    return s;
+}
+
+static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    int n = 0;
+    if (lua_istable(L, idx)) {
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            n++;
+            lua_pop(L, 1);
+        }
+    }
+    if (n != 1) {
+        problem(ld, line, "%s: auth takes one of { bearer = … }, { basic = { user = …, "
+                          "password = … } }, { api_key = { header = …, value = … } }", b->what);
+        return;
+    }
+    lua_getfield(L, idx, "bearer");
+    if (lua_type(L, -1) == LUA_TSTRING) {
+        size_t vl;
+        const char *v = lua_tolstring(L, -1, &vl);
+        if (header_value_ok(v, vl))
+            t->bearer = dup_string(ld, v, vl);
+        else
+            problem(ld, line, "%s: auth.bearer must not hold line breaks", b->what);
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "basic");
+    if (lua_istable(L, -1)) {
+        int bi = lua_gettop(L);
+        t->basic_user = auth_field(ld, bi, "user", line, b, "basic");
+        t->basic_pass = auth_field(ld, bi, "password", line, b, "basic");
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, idx, "api_key");
+    if (lua_istable(L, -1)) {
+        int ai = lua_gettop(L);
+        t->api_key_header = auth_field(ld, ai, "header", line, b, "api_key");
+        t->api_key = auth_field(ld, ai, "value", line, b, "api_key");
+        if (t->api_key_header && !header_name_ok(t->api_key_header))
+            problem(ld, line, "%s: auth.api_key.header \"%s\" is not a header name", b->what,
+                    t->api_key_header);
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    problem(ld, line, "%s: auth takes one of { bearer = … }, { basic = { user = …, "
+                      "password = … } }, { api_key = { header = …, value = … } }", b->what);
 }
 
 /* Reads one key's value (at the top of the stack) into the block's struct. */
@@ -593,6 +762,26 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
         read_set_body(ld, idx, (sl_set_config *)field, &sb, NULL);
         return;
     }
+    case K_BODY: {
+        const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        sl_http_body *bd = (sl_http_body *)field;
+        if (strcmp(s, "structured") == 0)
+            *bd = SL_HTTP_BODY_STRUCTURED;
+        else if (strcmp(s, "binary") == 0)
+            *bd = SL_HTTP_BODY_BINARY;
+        else if (strcmp(s, "data") == 0)
+            *bd = SL_HTTP_BODY_DATA;
+        else
+            problem(ld, line, "%s: body must be \"structured\", \"binary\" or \"data\"",
+                    b->what);
+        return;
+    }
+    case K_HEADERS:
+        read_headers(ld, idx, k, b, b->obj);
+        return;
+    case K_AUTH:
+        read_auth(ld, idx, k, b, b->obj);
+        return;
     }
 }
 
@@ -734,6 +923,12 @@ static void cross_check(loader *ld)
             sl_target_config *tc = &r->targets[t];
             if (tc->kind == SL_TARGET_FILE && !tc->path)
                 problem(ld, tc->line, "rule \"%s\": target.file needs a path", r->name);
+            if (tc->kind == SL_TARGET_HTTP && !tc->url)
+                problem(ld, tc->line, "rule \"%s\": target.http needs a url", r->name);
+            else if (tc->kind == SL_TARGET_HTTP && strncmp(tc->url, "http://", 7) &&
+                     strncmp(tc->url, "https://", 8))
+                problem(ld, tc->line, "rule \"%s\": target.http url must start with http:// or "
+                                      "https://", r->name);
             if (tc->kind == SL_TARGET_SET && !tc->set)
                 problem(ld, tc->line, "rule \"%s\": target.set needs a set", r->name);
             else if (tc->kind == SL_TARGET_SET && !find_set(cfg, tc->set))
@@ -926,6 +1121,7 @@ static const char *const type_names[] = {
     [K_ACK] = "string",         [K_CODEC] = "string",      [K_START] = "string",
     [K_FUNCTION] = "function",  [K_PATTERN] = "pattern",   [K_INPUT] = "string or table",
     [K_TARGETS] = "target(s)",  [K_SCHEMAS] = "table",     [K_SETBODY] = "table",
+    [K_HEADERS] = "table",      [K_AUTH] = "table",        [K_BODY] = "string",
 };
 
 static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
@@ -965,8 +1161,20 @@ static void free_rule(sl_rule_config *r)
     sl_pattern_free(r->pattern);
     sl_input_free(r->input);
     for (size_t t = 0; t < r->ntargets; t++) {
-        free(r->targets[t].path);
-        free(r->targets[t].set);
+        sl_target_config *tc = &r->targets[t];
+        free(tc->path);
+        free(tc->set);
+        free(tc->url);
+        free(tc->method);
+        for (size_t h = 0; h < tc->nheaders; h++)
+            free(tc->headers[h]);
+        free(tc->headers);
+        free(tc->bearer);
+        free(tc->basic_user);
+        free(tc->basic_pass);
+        free(tc->api_key_header);
+        free(tc->api_key);
+        free(tc->ca_file);
     }
     free(r->targets);
 }

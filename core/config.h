@@ -31,7 +31,15 @@
 typedef enum sl_target_kind {
     SL_TARGET_FILE, /* NDJSON lines appended to a file */
     SL_TARGET_SET,  /* events appended to another event set */
+    SL_TARGET_HTTP, /* requests to an HTTP endpoint (libcurl) */
 } sl_target_kind;
+
+/* How target.http sends a payload. */
+typedef enum sl_http_body {
+    SL_HTTP_BODY_STRUCTURED, /* the CloudEvent as JSON (application/cloudevents+json) */
+    SL_HTTP_BODY_BINARY,     /* data as the body, attributes as ce-* headers */
+    SL_HTTP_BODY_DATA,       /* the payload alone (what `input` made, or the data) */
+} sl_http_body;
 
 typedef struct sl_target_config {
     sl_target_kind kind;
@@ -40,6 +48,22 @@ typedef struct sl_target_config {
     uint64_t rotate_bytes; /* file: rename to PATH.1 … past this size; 0 never */
     int64_t keep;          /* file: rotated files kept */
     char *set;             /* set: the event set to append to */
+    /* http */
+    char *url;    /* template: {attribute} is replaced from the event */
+    char *method; /* default POST */
+    char **headers; /* "Name: value" lines */
+    size_t nheaders;
+    char *bearer;                  /* auth.bearer */
+    char *basic_user, *basic_pass; /* auth.basic */
+    char *api_key_header, *api_key; /* auth.api_key */
+    bool tls_verify;               /* default true */
+    char *ca_file;
+    int64_t connect_timeout_ms; /* default 5 s */
+    int64_t timeout_ms;         /* whole request; default 30 s */
+    int64_t concurrency;        /* requests in flight per rule; default 8 */
+    int64_t rate;               /* requests per second; 0 unlimited */
+    sl_http_body body;
+    int64_t batch; /* payloads per request (a JSON array); default 1 */
 } sl_target_config;
 
 typedef struct sl_rule_config {

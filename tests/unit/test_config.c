@@ -236,7 +236,7 @@ static void test_rule_mistakes(void **state)
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.nope { } }\n", 3,
                    "unknown target kind target.nope");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = { path = \"o\" } }\n",
-                   3, "a target must be made with target.file");
+                   3, "a target must be made with target.KIND");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.file { } }\n",
                    3, "target.file needs a path");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"x\" } }\n",
@@ -261,6 +261,74 @@ static void test_rule_mistakes(void **state)
                    3, "input:");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  input = { paths = {} },\n" GOOD_RULE_TAIL,
                    3, "a template string is required");
+}
+
+static void test_http_target(void **state)
+{
+    fixture *f = *state;
+    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "set \"x\" { }\n"
+                  "rule \"r\" { set = \"x\", targets = {\n"
+                  "  target.http { url = \"https://h/{subject}\", method = \"PUT\",\n"
+                  "    headers = { [\"X-A\"] = \"1\" }, auth = { bearer = env \"SLUICE_TEST_TOKEN\" },\n"
+                  "    tls_verify = false, ca_file = \"/etc/ca.pem\", connect_timeout = \"2s\",\n"
+                  "    timeout = \"10s\", concurrency = 4, rate = 100, body = \"binary\", batch = 10 },\n"
+                  "  target.http { url = \"http://h/\", auth = { basic = { user = \"u\", password = \"p\" } } },\n"
+                  "  target.http { url = \"http://h/\", auth = { api_key = { header = \"X-Key\", value = \"k\" } } },\n"
+                  "} }\n",
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    const sl_rule_config *r = sl_config_rule(cfg, "r");
+    assert_int_equal(r->ntargets, 3);
+    const sl_target_config *t = &r->targets[0];
+    assert_int_equal(t->kind, SL_TARGET_HTTP);
+    assert_string_equal(t->url, "https://h/{subject}");
+    assert_string_equal(t->method, "PUT");
+    assert_int_equal(t->nheaders, 1);
+    assert_string_equal(t->headers[0], "X-A: 1");
+    assert_string_equal(t->bearer, "s3cret");
+    assert_false(t->tls_verify);
+    assert_string_equal(t->ca_file, "/etc/ca.pem");
+    assert_int_equal(t->connect_timeout_ms, 2000);
+    assert_int_equal(t->timeout_ms, 10000);
+    assert_int_equal(t->concurrency, 4);
+    assert_int_equal(t->rate, 100);
+    assert_int_equal(t->body, SL_HTTP_BODY_BINARY);
+    assert_int_equal(t->batch, 10);
+    t = &r->targets[1]; /* defaults */
+    assert_true(t->tls_verify);
+    assert_int_equal(t->connect_timeout_ms, 5000);
+    assert_int_equal(t->timeout_ms, 30000);
+    assert_int_equal(t->concurrency, 8);
+    assert_int_equal(t->batch, 1);
+    assert_int_equal(t->body, SL_HTTP_BODY_STRUCTURED);
+    assert_string_equal(t->basic_user, "u");
+    assert_string_equal(t->basic_pass, "p");
+    assert_string_equal(r->targets[2].api_key_header, "X-Key");
+    assert_string_equal(r->targets[2].api_key, "k");
+    sl_config_free(cfg);
+
+#define HTTP_RULE(body) "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.http { " body " } }\n"
+    expect_mistake(f, HTTP_RULE("method = \"POST\""), 3, "target.http needs a url");
+    expect_mistake(f, HTTP_RULE("url = \"ftp://h/\""), 3, "must start with http:// or https://");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", body = \"xml\""), 3,
+                   "body must be \"structured\", \"binary\" or \"data\"");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", headers = { [\"Bad Name\"] = \"v\" }"), 3,
+                   "is not a header name");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", headers = { X = \"a\\r\\nEvil: 1\" }"), 3,
+                   "without line breaks");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", auth = { bearer = \"a\", basic = {} }"), 3,
+                   "auth takes one of");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", auth = { basic = { user = \"u\" } }"), 3,
+                   "auth.basic needs password");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", concurrency = 0"), 3, "out of range");
+    expect_mistake(f, HTTP_RULE("url = \"http://h/\", timeout = \"soon\""), 3, "a duration like");
+#undef HTTP_RULE
 }
 
 static void test_schema_mistakes(void **state)
@@ -422,6 +490,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_full_config),       T(test_defaults),      T(test_unknown_key_line),
         T(test_wrong_types),       T(test_rule_mistakes), T(test_schema_mistakes),
+        T(test_http_target),
         T(test_lua_errors),        T(test_env),           T(test_all_mistakes_at_once),
         T(test_missing_file),      T(test_keys_markdown), T(test_cursor_roundtrip),
         T(test_cursor_torn_slot),

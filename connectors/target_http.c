@@ -1,0 +1,859 @@
+/*
+ * connectors/target_http.c — target.http: payloads sent to an HTTP endpoint
+ * with libcurl's multi interface (docs/targets.md).
+ *
+ * Each instance owns one curl multi handle and one thread that drives it, so
+ * a slow endpoint never holds another rule's target, and the multi handle's
+ * connection cache gives keep-alive reuse. A Retry-After (429/503) pauses the
+ * instance: calls made during the pause are refused at once with a retryable
+ * code (the runner backs off and comes again) instead of being held, since a
+ * held call would keep one of the shared rule workers waiting. deliver()
+ * builds the requests of a call (URL template, headers, body, batches) in the
+ * caller's thread, completes the payloads it must refuse at once (SL_EINVAL),
+ * hands the rest to the thread and returns.
+ *
+ * Order: the requests of one deliver() call (one partition's batch) are sent
+ * one after another, so the endpoint sees a partition's events in order;
+ * `concurrency` bounds the requests in flight across calls (partitions). When
+ * a request fails in a way worth retrying, the rest of its call is not sent
+ * and completes with the same status: the runner delivers the whole batch
+ * again anyway, and sending the tail would only reorder and duplicate.
+ */
+#include "core/clock.h"
+#include "core/connector.h"
+#include "core/event.h"
+#include "core/json.h"
+#include "core/metrics.h" /* sl_buf_printf() */
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define RESP_KEEP 200              /* bytes of an error answer quoted in reasons */
+#define RETRY_AFTER_MAX_MS 3600000 /* a Retry-After pauses the instance at most this long */
+
+typedef struct http_target http_target;
+
+/* One request: payloads idx[first .. first + n) of its call. */
+typedef struct req {
+    char *url;
+    const char *lane;
+    const char *body; /* the payload itself, or own.data */
+    size_t body_len;
+    sl_buf own;
+    struct curl_slist *hdrs;
+    size_t first, n;
+} req;
+
+/* One deliver() call: its requests go out one at a time, in order. */
+typedef struct call {
+    struct call *next;
+    sl_deliver_done_fn *done;
+    void *ctx;
+    size_t *idx; /* payload indices, in request order */
+    req *reqs;
+    size_t nreq, cur; /* cur: the request in flight or next to send */
+    CURL *easy;       /* of the request in flight */
+    char errbuf[CURL_ERROR_SIZE];
+    sl_buf resp; /* the first RESP_KEEP bytes of the answer */
+    char retry_after[64];
+} call;
+
+struct http_target {
+    const sl_target_config *cfg;
+    char *rule;
+    struct curl_slist *common; /* config headers, auth, "Expect:" */
+    bool has_ctype;            /* the config sets Content-Type itself */
+    CURLM *multi;
+    pthread_t thread;
+    pthread_mutex_t lock; /* guards incoming and stopping */
+    call *incoming;       /* from deliver(), newest first */
+    bool stopping;
+    /* the thread's own */
+    call *ready_head, *ready_tail; /* calls whose next request can go */
+    size_t inflight;
+    call *flying;                     /* the calls with a request in flight, linked by next */
+    int64_t paused_until_ms;          /* Retry-After: nothing is sent before (monotonic) */
+    char paused_by[SL_ERROR_MAX / 2]; /* the answer that asked for the pause */
+    double tokens;                    /* rate limiting */
+    int64_t tokens_at_ms;
+};
+
+static int64_t mono_ms(void)
+{
+    return sl_clock_mono_ns() / 1000000;
+}
+
+/* ---- building requests (caller's thread) -------------------------------------- */
+
+/* Looks attribute name up in a parsed event; *tok is its value token. */
+static bool attr_of(const sl_event *ev, const char *name, size_t len, sl_json_tok *tok)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } std[] = {
+        {"specversion", offsetof(sl_event, specversion)},
+        {"id", offsetof(sl_event, id)},
+        {"source", offsetof(sl_event, source)},
+        {"type", offsetof(sl_event, type)},
+        {"time", offsetof(sl_event, time)},
+        {"subject", offsetof(sl_event, subject)},
+        {"datacontenttype", offsetof(sl_event, datacontenttype)},
+        {"dataschema", offsetof(sl_event, dataschema)},
+        {"lane", offsetof(sl_event, lane_attr)},
+        {"partitionkey", offsetof(sl_event, partitionkey)},
+    };
+    for (size_t i = 0; i < sizeof std / sizeof *std; i++) {
+        if (strlen(std[i].name) == len && memcmp(std[i].name, name, len) == 0) {
+            *tok = *(const sl_json_tok *)((const char *)ev + std[i].off);
+            return tok->type != SL_JSON_NONE && tok->type != SL_JSON_NULL;
+        }
+    }
+    for (size_t i = 0; i < ev->n_ext; i++) {
+        if (ev->ext[i].name_len == len && memcmp(ev->ext[i].name, name, len) == 0) {
+            *tok = ev->ext[i].value;
+            return tok->type != SL_JSON_NONE && tok->type != SL_JSON_NULL;
+        }
+    }
+    return false;
+}
+
+/* The text of an attribute value: a string decoded, anything else as written.
+ * Returns a malloc'ed NUL-terminated string, or NULL (out of memory). */
+static char *attr_text(const sl_json_tok *tok, size_t *len)
+{
+    char *s = malloc(tok->len + 1);
+    if (!s)
+        return NULL;
+    if (tok->type == SL_JSON_STRING) {
+        if (sl_json_unescape(tok, s, tok->len, len)) {
+            free(s);
+            return NULL;
+        }
+    } else {
+        memcpy(s, tok->p, tok->len);
+        *len = tok->len;
+    }
+    s[*len] = '\0';
+    return s;
+}
+
+/* Expands the URL template for one parsed event (ev NULL: no placeholders).
+ * Returns 0 and a malloc'ed *url, SL_EINVAL with why, or SL_ENOMEM. */
+static int expand_url(const char *tpl, const sl_event *ev, char **url, char *why, size_t whylen)
+{
+    sl_buf b = SL_BUF_INIT;
+    int rc = 0;
+    for (const char *p = tpl; *p && !rc;) {
+        const char *open = strchr(p, '{'), *close = open ? strchr(open, '}') : NULL;
+        if (!open || !close) {
+            rc = sl_buf_append(&b, p, strlen(p));
+            break;
+        }
+        if ((rc = sl_buf_append(&b, p, (size_t)(open - p))))
+            break;
+        size_t nlen = (size_t)(close - open - 1);
+        sl_json_tok tok;
+        if (!ev || !attr_of(ev, open + 1, nlen, &tok)) {
+            snprintf(why, whylen,
+                     "target.http: the URL template %s needs the attribute \"%.*s\", which the "
+                     "payload does not have",
+                     tpl, (int)nlen, open + 1);
+            rc = SL_EINVAL;
+            break;
+        }
+        size_t vlen = 0;
+        char *v = attr_text(&tok, &vlen);
+        char *esc = v ? curl_easy_escape(NULL, v, (int)vlen) : NULL;
+        rc = esc ? sl_buf_append(&b, esc, strlen(esc)) : SL_ENOMEM;
+        curl_free(esc);
+        free(v);
+        p = close + 1;
+    }
+    if (!rc)
+        rc = sl_buf_append(&b, "", 1);
+    if (rc) {
+        if (rc == SL_ENOMEM)
+            snprintf(why, whylen, "target.http: out of memory");
+        sl_buf_free(&b);
+        return rc;
+    }
+    *url = (char *)b.data;
+    return 0;
+}
+
+static int add_header(struct curl_slist **l, const char *line)
+{
+    struct curl_slist *n = curl_slist_append(*l, line);
+    if (!n)
+        return SL_ENOMEM;
+    *l = n;
+    return 0;
+}
+
+static int add_headerf(struct curl_slist **l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int add_headerf(struct curl_slist **l, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    return add_header(l, line);
+}
+
+/* Percent-encodes a ce-* header value as the CloudEvents HTTP binding asks:
+ * space, '"', '%', controls and non-ASCII bytes. */
+static int add_ce_header(struct curl_slist **l, const char *name, size_t nlen, const char *v,
+                         size_t vlen)
+{
+    sl_buf b = SL_BUF_INIT;
+    int rc = sl_buf_printf(&b, "ce-%.*s: ", (int)nlen, name);
+    for (size_t i = 0; !rc && i < vlen; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '%')
+            rc = sl_buf_printf(&b, "%%%02X", c);
+        else
+            rc = sl_buf_append(&b, &v[i], 1);
+    }
+    if (!rc)
+        rc = sl_buf_append(&b, "", 1);
+    if (!rc)
+        rc = add_header(l, (const char *)b.data);
+    sl_buf_free(&b);
+    return rc;
+}
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Appends the decoded form of a validated base64 string token. */
+static int b64_decode(const sl_json_tok *tok, sl_buf *out)
+{
+    uint32_t acc = 0;
+    int bits = 0, rc = 0;
+    for (size_t i = 1; !rc && i + 1 < tok->len; i++) {
+        int v = b64_value((unsigned char)tok->p[i]);
+        if (v < 0)
+            continue; /* padding */
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            uint8_t byte = (uint8_t)(acc >> bits);
+            rc = sl_buf_append(out, &byte, 1);
+        }
+    }
+    return rc;
+}
+
+/* Binary mode: the event's data as the body, its attributes as ce-* headers. */
+static int binary_request(http_target *t, const sl_event *ev, req *r)
+{
+    (void)t;
+    static const char *const names[] = {"specversion", "id",   "source",
+                                        "type",        "time", "subject",
+                                        "dataschema",  "lane", "partitionkey"};
+    int rc = 0;
+    sl_json_tok tok;
+    for (size_t i = 0; !rc && i < sizeof names / sizeof *names; i++) {
+        if (!attr_of(ev, names[i], strlen(names[i]), &tok))
+            continue;
+        size_t len = 0;
+        char *v = attr_text(&tok, &len);
+        rc = v ? add_ce_header(&r->hdrs, names[i], strlen(names[i]), v, len) : SL_ENOMEM;
+        free(v);
+    }
+    for (size_t i = 0; !rc && i < ev->n_ext; i++) {
+        size_t len = 0;
+        char *v = attr_text(&ev->ext[i].value, &len);
+        rc = v ? add_ce_header(&r->hdrs, ev->ext[i].name, ev->ext[i].name_len, v, len) : SL_ENOMEM;
+        free(v);
+    }
+    char *ctype = NULL;
+    size_t clen = 0;
+    if (!rc && attr_of(ev, "datacontenttype", 15, &tok) && !(ctype = attr_text(&tok, &clen)))
+        rc = SL_ENOMEM;
+    if (!rc && !t->has_ctype)
+        rc = add_headerf(&r->hdrs, "Content-Type: %s", ctype ? ctype : "application/json");
+    bool json_ct = !ctype || strstr(ctype, "json") != NULL;
+    if (!rc && ev->data_base64.type == SL_JSON_STRING) {
+        rc = b64_decode(&ev->data_base64, &r->own);
+    } else if (!rc && ev->data.type == SL_JSON_STRING && !json_ct) {
+        size_t len = 0;
+        if (!(rc = sl_buf_reserve(&r->own, ev->data.len)) &&
+            !(rc = sl_json_unescape(&ev->data, (char *)r->own.data, ev->data.len, &len)))
+            r->own.len = len;
+    } else if (!rc && ev->data.type != SL_JSON_NONE) {
+        rc = sl_buf_append(&r->own, ev->data.p, ev->data.len);
+    }
+    free(ctype);
+    r->body = (const char *)r->own.data;
+    r->body_len = r->own.len;
+    return rc;
+}
+
+static void free_call(call *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->nreq; i++) {
+        free(c->reqs[i].url);
+        sl_buf_free(&c->reqs[i].own);
+        curl_slist_free_all(c->reqs[i].hdrs);
+    }
+    if (c->easy)
+        curl_easy_cleanup(c->easy);
+    sl_buf_free(&c->resp);
+    free(c->reqs);
+    free(c->idx);
+    free(c);
+}
+
+/* The common headers, Content-Type and lane headers of a request. */
+static int base_headers(http_target *t, req *r, const char *ctype)
+{
+    int rc = 0;
+    for (struct curl_slist *h = t->common; h && !rc; h = h->next)
+        rc = add_header(&r->hdrs, h->data);
+    if (!rc && ctype && !t->has_ctype)
+        rc = add_headerf(&r->hdrs, "Content-Type: %s", ctype);
+    if (!rc && r->lane[0]) {
+        rc = add_headerf(&r->hdrs, "X-Sluice-Lane: %s", r->lane);
+        if (!rc)
+            rc = add_headerf(&r->hdrs, "baggage: lane=%s", r->lane);
+    }
+    return rc;
+}
+
+/* Builds the requests of one call: refused payloads complete at once. Returns
+ * the call (NULL when nothing is left to send, or out of memory: then every
+ * payload not refused completed with SL_ENOMEM). */
+static call *build_call(http_target *t, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
+                        void *ctx)
+{
+    const sl_target_config *cfg = t->cfg;
+    bool templ = strchr(cfg->url, '{') != NULL;
+    bool binary = cfg->body == SL_HTTP_BODY_BINARY;
+    size_t per = binary || cfg->batch < 1 ? 1 : (size_t)cfg->batch;
+    call *c = calloc(1, sizeof *c);
+    sl_event *ev = templ || binary ? malloc(sizeof *ev) : NULL;
+    char **urls = calloc(n, sizeof *urls);
+    bool *owed = malloc(n ? n : 1); /* not completed yet */
+    for (size_t i = 0; owed && i < n; i++)
+        owed[i] = true;
+    if (c) {
+        c->idx = calloc(n, sizeof *c->idx);
+        c->reqs = calloc(n, sizeof *c->reqs);
+        c->done = done;
+        c->ctx = ctx;
+    }
+    if (!c || !c->idx || !c->reqs || !urls || !owed || ((templ || binary) && !ev))
+        goto oom;
+    char why[SL_ERROR_MAX];
+    size_t nidx = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool parsed = false;
+        if (templ || binary) {
+            sl_error e = {0};
+            sl_event_limits lim = {.max_bytes = d[i].len + 1};
+            if (sl_event_parse(d[i].data, d[i].len, &lim, ev, &e) != SL_EVENT_OK) {
+                snprintf(why, sizeof why, "target.http: %s needs a CloudEvent payload: %s",
+                         binary ? "body = \"binary\"" : "the URL template", e.msg);
+                owed[i] = false;
+                done(ctx, i, SL_EINVAL, why);
+                continue;
+            }
+            parsed = true;
+        }
+        int rc = expand_url(cfg->url, parsed ? ev : NULL, &urls[i], why, sizeof why);
+        if (rc == SL_ENOMEM)
+            goto oom;
+        if (rc) {
+            owed[i] = false;
+            done(ctx, i, rc, why);
+            continue;
+        }
+        if (binary) {
+            req *r = &c->reqs[c->nreq];
+            r->first = nidx;
+            r->n = 1;
+            r->lane = d[i].lane ? d[i].lane : "";
+            r->url = urls[i];
+            urls[i] = NULL;
+            c->nreq++;
+            if (base_headers(t, r, NULL) || binary_request(t, ev, r))
+                goto oom;
+        }
+        c->idx[nidx++] = i;
+    }
+    /* Groups of up to `per` consecutive payloads with the same URL and lane. */
+    for (size_t k = 0; !binary && k < nidx;) {
+        size_t i0 = c->idx[k], m = 1;
+        const char *lane = d[i0].lane ? d[i0].lane : "";
+        while (k + m < nidx && m < per) {
+            size_t j = c->idx[k + m];
+            if (strcmp(urls[j], urls[i0]) || strcmp(d[j].lane ? d[j].lane : "", lane))
+                break;
+            m++;
+        }
+        req *r = &c->reqs[c->nreq++];
+        r->first = k;
+        r->n = m;
+        r->lane = lane;
+        r->url = urls[i0];
+        urls[i0] = NULL;
+        bool structured = cfg->body == SL_HTTP_BODY_STRUCTURED;
+        const char *ctype =
+            per > 1 ? (structured ? "application/cloudevents-batch+json" : "application/json")
+                    : (structured ? "application/cloudevents+json" : "application/json");
+        if (base_headers(t, r, ctype))
+            goto oom;
+        if (per == 1) {
+            r->body = d[i0].data;
+            r->body_len = d[i0].len;
+        } else {
+            int rc = sl_buf_append(&r->own, "[", 1);
+            for (size_t q = 0; !rc && q < m; q++) {
+                const sl_delivery *p = &d[c->idx[k + q]];
+                if (q)
+                    rc = sl_buf_append(&r->own, ",", 1);
+                if (!rc)
+                    rc = sl_buf_append(&r->own, p->data, p->len);
+            }
+            if (rc || sl_buf_append(&r->own, "]", 1))
+                goto oom;
+            r->body = (const char *)r->own.data;
+            r->body_len = r->own.len;
+        }
+        k += m;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(urls[i]);
+    free(urls);
+    free(owed);
+    free(ev);
+    if (!c->nreq) {
+        free_call(c);
+        return NULL;
+    }
+    return c;
+oom:
+    for (size_t i = 0; i < n; i++) {
+        if (!owed || owed[i])
+            done(ctx, i, SL_ENOMEM, "target.http: out of memory");
+        if (urls)
+            free(urls[i]);
+    }
+    free(urls);
+    free(owed);
+    free(ev);
+    free_call(c);
+    return NULL;
+}
+
+static void http_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
+                         void *ctx)
+{
+    http_target *t = impl;
+    call *c = build_call(t, d, n, done, ctx);
+    if (!c)
+        return;
+    pthread_mutex_lock(&t->lock);
+    bool stopping = t->stopping;
+    if (!stopping) {
+        c->next = t->incoming;
+        t->incoming = c;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (stopping) {
+        for (size_t i = 0; i < c->nreq; i++)
+            for (size_t q = 0; q < c->reqs[i].n; q++)
+                done(ctx, c->idx[c->reqs[i].first + q], SL_ESHUTDOWN, "target.http: shutting down");
+        free_call(c);
+        return;
+    }
+    curl_multi_wakeup(t->multi);
+}
+
+/* ---- the curl thread ------------------------------------------------------------ */
+
+/* Completes the payloads of requests [from, nreq) of c and frees c. */
+static void finish_call(call *c, size_t from, int status, const char *reason)
+{
+    for (size_t i = from; i < c->nreq; i++)
+        for (size_t q = 0; q < c->reqs[i].n; q++)
+            c->done(c->ctx, c->idx[c->reqs[i].first + q], status, reason);
+    free_call(c);
+}
+
+static void ready_push(http_target *t, call *c)
+{
+    c->next = NULL;
+    if (t->ready_tail)
+        t->ready_tail->next = c;
+    else
+        t->ready_head = c;
+    t->ready_tail = c;
+}
+
+static call *ready_pop(http_target *t)
+{
+    call *c = t->ready_head;
+    if (c && !(t->ready_head = c->next))
+        t->ready_tail = NULL;
+    return c;
+}
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
+{
+    call *c = ud;
+    size_t n = size * nmemb;
+    if (c->resp.len < RESP_KEEP)
+        sl_buf_append(&c->resp, p, n < RESP_KEEP - c->resp.len ? n : RESP_KEEP - c->resp.len);
+    return n;
+}
+
+static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
+{
+    call *c = ud;
+    size_t n = size * nitems;
+    if (n > 12 && strncasecmp(p, "retry-after:", 12) == 0) {
+        size_t a = 12, b = n;
+        while (a < b && (p[a] == ' ' || p[a] == '\t'))
+            a++;
+        while (b > a && (p[b - 1] == '\r' || p[b - 1] == '\n' || p[b - 1] == ' '))
+            b--;
+        snprintf(c->retry_after, sizeof c->retry_after, "%.*s", (int)(b - a), p + a);
+    }
+    return n;
+}
+
+/* Starts the current request of c. Returns 0, or an SL_E… code with c untouched. */
+static int start_request(http_target *t, call *c)
+{
+    const sl_target_config *cfg = t->cfg;
+    req *r = &c->reqs[c->cur];
+    CURL *e = curl_easy_init();
+    if (!e)
+        return SL_ENOMEM;
+    c->resp.len = 0;
+    c->retry_after[0] = '\0';
+    c->errbuf[0] = '\0';
+    curl_easy_setopt(e, CURLOPT_URL, r->url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "");
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, cfg->method ? cfg->method : "POST");
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)cfg->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)cfg->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, cfg->tls_verify ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, cfg->tls_verify ? 2L : 0L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (cfg->ca_file)
+        curl_easy_setopt(e, CURLOPT_CAINFO, cfg->ca_file);
+    if (cfg->basic_user) {
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(e, CURLOPT_USERNAME, cfg->basic_user);
+        curl_easy_setopt(e, CURLOPT_PASSWORD, cfg->basic_pass ? cfg->basic_pass : "");
+    }
+    if (curl_multi_add_handle(t->multi, e) != CURLM_OK) {
+        curl_easy_cleanup(e);
+        return SL_ENOMEM;
+    }
+    c->easy = e;
+    t->inflight++;
+    c->next = t->flying;
+    t->flying = c;
+    return 0;
+}
+
+/* Milliseconds a Retry-After value asks for (seconds or an HTTP date), or -1. */
+static int64_t retry_after_ms(const char *v)
+{
+    if (!v[0])
+        return -1;
+    char *end;
+    long long s = strtoll(v, &end, 10);
+    int64_t ms;
+    if (*end == '\0' && s >= 0) {
+        ms = s * 1000;
+    } else {
+        time_t when = curl_getdate(v, NULL);
+        if (when < 0)
+            return -1;
+        ms = ((int64_t)when * 1000) - sl_clock_now_ms();
+        if (ms < 0)
+            ms = 0;
+    }
+    return ms > RETRY_AFTER_MAX_MS ? RETRY_AFTER_MAX_MS : ms;
+}
+
+/* A request of c ended with result res: completes its payloads, and either
+ * queues c's next request or finishes c. */
+static void request_done(http_target *t, call *c, CURLcode res)
+{
+    const sl_target_config *cfg = t->cfg;
+    req *r = &c->reqs[c->cur];
+    long code = 0;
+    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &code);
+    curl_multi_remove_handle(t->multi, c->easy);
+    curl_easy_cleanup(c->easy);
+    c->easy = NULL;
+    t->inflight--;
+    for (call **pp = &t->flying; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    char why[SL_ERROR_MAX];
+    int status = 0;
+    const char *method = cfg->method ? cfg->method : "POST";
+    int blen = (int)c->resp.len;
+    const char *body = blen ? (const char *)c->resp.data : "";
+    if (res != CURLE_OK) {
+        status = res == CURLE_OPERATION_TIMEDOUT ? SL_ETIMEDOUT : SL_EIO;
+        snprintf(why, sizeof why, "target.http: %s %s: %s", method, r->url,
+                 c->errbuf[0] ? c->errbuf : curl_easy_strerror(res));
+    } else if (code >= 200 && code < 300) {
+        status = 0;
+    } else if (code == 408 || code == 429 || code >= 500) {
+        status = SL_EIO;
+        int64_t pause = code == 429 || code == 503 ? retry_after_ms(c->retry_after) : -1;
+        if (pause >= 0) {
+            int64_t until = mono_ms() + pause;
+            if (until > t->paused_until_ms) {
+                t->paused_until_ms = until;
+                snprintf(t->paused_by, sizeof t->paused_by, "HTTP %ld from %s (Retry-After: %s)",
+                         code, r->url, c->retry_after);
+            }
+            snprintf(why, sizeof why,
+                     "HTTP %ld from %s (Retry-After: %s; target.http sends nothing for %lld ms): "
+                     "%.*s",
+                     code, r->url, c->retry_after, (long long)pause, blen, body);
+        } else {
+            snprintf(why, sizeof why, "HTTP %ld from %s: %.*s", code, r->url, blen, body);
+        }
+    } else {
+        status = SL_EINVAL;
+        snprintf(why, sizeof why, "HTTP %ld: %.*s", code, blen, body);
+    }
+    if (status && status != SL_EINVAL) {
+        finish_call(c, c->cur, status, why); /* the runner delivers the batch again */
+        return;
+    }
+    for (size_t q = 0; q < r->n; q++)
+        c->done(c->ctx, c->idx[r->first + q], status, status ? why : NULL);
+    if (++c->cur == c->nreq) {
+        free_call(c);
+        return;
+    }
+    ready_push(t, c);
+}
+
+/* Whether the rate limit lets one more request go now; else *wait_ms says
+ * when one will. */
+static bool take_token(http_target *t, int64_t now, int64_t *wait_ms)
+{
+    if (t->cfg->rate <= 0)
+        return true;
+    double rate = (double)t->cfg->rate, cap = rate / 10 > 1 ? rate / 10 : 1;
+    t->tokens += (double)(now - t->tokens_at_ms) * rate / 1000.0;
+    if (t->tokens > cap)
+        t->tokens = cap;
+    t->tokens_at_ms = now;
+    if (t->tokens >= 1) {
+        t->tokens -= 1;
+        return true;
+    }
+    *wait_ms = (int64_t)((1 - t->tokens) * 1000.0 / rate) + 1;
+    return false;
+}
+
+static void *http_thread(void *arg)
+{
+    http_target *t = arg;
+    int64_t deadline = -1; /* set when stopping: in-flight requests get until then */
+    for (;;) {
+        pthread_mutex_lock(&t->lock);
+        call *in = t->incoming;
+        t->incoming = NULL;
+        bool stopping = t->stopping;
+        pthread_mutex_unlock(&t->lock);
+        /* incoming is newest first: reverse it so calls go out in arrival order */
+        call *rev = NULL;
+        while (in) {
+            call *nx = in->next;
+            in->next = rev;
+            rev = in;
+            in = nx;
+        }
+        while (rev) {
+            call *nx = rev->next;
+            ready_push(t, rev);
+            rev = nx;
+        }
+        int64_t now = mono_ms();
+        if (stopping) {
+            call *c;
+            while ((c = ready_pop(t)))
+                finish_call(c, c->cur, SL_ESHUTDOWN, "target.http: shutting down");
+            if (deadline < 0)
+                deadline = now + t->cfg->timeout_ms;
+            if (!t->inflight || now >= deadline)
+                break;
+        }
+        int64_t wait = 1000;
+        if (now < t->paused_until_ms && t->ready_head) {
+            /* Refused at once rather than held: a held call would keep a
+             * rule worker (a shared thread) waiting for the whole pause. */
+            char why[SL_ERROR_MAX];
+            snprintf(why, sizeof why, "target.http: paused by %s, %lld ms left", t->paused_by,
+                     (long long)(t->paused_until_ms - now));
+            call *c;
+            while ((c = ready_pop(t)))
+                finish_call(c, c->cur, SL_EIO, why);
+        }
+        while (!stopping && t->ready_head && t->inflight < (size_t)t->cfg->concurrency) {
+            int64_t tw = 0;
+            if (!take_token(t, now, &tw)) {
+                wait = tw;
+                break;
+            }
+            call *c = ready_pop(t);
+            if (start_request(t, c))
+                finish_call(c, c->cur, SL_ENOMEM, "target.http: cannot start a request");
+        }
+        if (stopping && deadline - now < wait)
+            wait = deadline - now;
+        int running = 0;
+        curl_multi_perform(t->multi, &running);
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(t->multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            call *c = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+            request_done(t, c, m->data.result);
+        }
+        if (t->ready_head && !stopping && t->inflight < (size_t)t->cfg->concurrency && wait == 1000)
+            wait = 0; /* request_done queued more work, or a pause began */
+        curl_multi_poll(t->multi, NULL, 0, (int)(wait > 0 ? wait : 0), NULL);
+    }
+    /* In-flight requests that outlived the deadline. */
+    while (t->flying) {
+        call *c = t->flying;
+        t->flying = c->next;
+        curl_multi_remove_handle(t->multi, c->easy);
+        curl_easy_cleanup(c->easy);
+        c->easy = NULL;
+        finish_call(c, c->cur, SL_ESHUTDOWN,
+                    "target.http: shutting down (the request did not finish in time)");
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------- */
+
+static void http_free(http_target *t)
+{
+    if (t->multi)
+        curl_multi_cleanup(t->multi);
+    curl_slist_free_all(t->common);
+    free(t->rule);
+    free(t);
+}
+
+static void global_init(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static int http_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+                     sl_error *err)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, global_init);
+    http_target *t = calloc(1, sizeof *t);
+    if (!t)
+        return sl_error_set(err, SL_ENOMEM, "target.http: out of memory");
+    t->cfg = cfg;
+    t->rule = strdup(env && env->rule ? env->rule : "");
+    int rc = t->rule ? 0 : SL_ENOMEM;
+    for (size_t i = 0; !rc && i < cfg->nheaders; i++) {
+        rc = add_header(&t->common, cfg->headers[i]);
+        if (strncasecmp(cfg->headers[i], "content-type:", 13) == 0)
+            t->has_ctype = true;
+    }
+    if (!rc && cfg->bearer)
+        rc = add_headerf(&t->common, "Authorization: Bearer %s", cfg->bearer);
+    if (!rc && cfg->api_key_header && cfg->api_key)
+        rc = add_headerf(&t->common, "%s: %s", cfg->api_key_header, cfg->api_key);
+    if (!rc)
+        rc = add_header(&t->common, "Expect:"); /* no 100-continue round trip */
+    if (!rc && !(t->multi = curl_multi_init()))
+        rc = SL_ENOMEM;
+    if (rc) {
+        http_free(t);
+        return sl_error_set(err, rc, "target.http: out of memory");
+    }
+    long conns = (long)(cfg->concurrency > 0 ? cfg->concurrency : 8);
+    curl_multi_setopt(t->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, conns);
+    curl_multi_setopt(t->multi, CURLMOPT_MAXCONNECTS, conns);
+    t->tokens_at_ms = mono_ms();
+    t->tokens = 1;
+    pthread_mutex_init(&t->lock, NULL);
+    if (pthread_create(&t->thread, NULL, http_thread, t)) {
+        pthread_mutex_destroy(&t->lock);
+        http_free(t);
+        return sl_error_set(err, SL_ENOMEM, "target.http: cannot start its thread");
+    }
+    *impl = t;
+    return 0;
+}
+
+static void http_close(void *impl)
+{
+    http_target *t = impl;
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->stopping = true;
+    pthread_mutex_unlock(&t->lock);
+    curl_multi_wakeup(t->multi);
+    pthread_join(t->thread, NULL);
+    pthread_mutex_destroy(&t->lock);
+    http_free(t);
+}
+
+const sl_target_ops sl__target_http_ops = {
+    .abi_version = SL_CONNECTOR_ABI_VERSION,
+    .name = "http",
+    .open = http_open,
+    .deliver = http_deliver,
+    .close = http_close,
+};

@@ -1,0 +1,823 @@
+/*
+ * tests/integration/test_target_http.c — target.http of the real
+ * `bin/sluice serve -c FILE.lua` against an in-process libmicrohttpd receiver
+ * on 127.0.0.1 (issue 5 §2, §6): structured payloads byte for byte, the URL
+ * template, headers and auth, binary mode, batches, lane headers, 500 then
+ * success, 429 with Retry-After, permanent 400s, and the receiver down for a
+ * while. The harness is itest.h.
+ */
+#include "itest.h"
+
+#include "core/metrics.h" /* sl_buf_printf() */
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <time.h>
+
+#define WAIT_S 20.0 /* every wait gives up after this long */
+
+/* ---- the receiver ---------------------------------------------------------------- */
+
+typedef struct rec {
+    char method[16];
+    char *path;
+    char *headers; /* "name: value\n" lines, names lowercased */
+    char *body;
+    size_t body_len;
+    double at; /* it_mono() when it arrived */
+} rec;
+
+typedef struct receiver {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t lock;
+    rec *v;
+    size_t n, cap;
+    /* misbehaviour for the next fail_n requests */
+    int fail_n;
+    unsigned fail_status;
+    char fail_body[64];
+    char retry_after[64];
+    int slow_ms; /* sleep before answering the failing requests */
+} receiver;
+
+static receiver g_rx;
+
+static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    return strlen(s); /* the path as sent, percent-encoding included */
+}
+
+static enum MHD_Result add_header_line(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    (void)kind;
+    sl_buf *b = cls;
+    for (const char *k = key; *k; k++) {
+        char lc = (char)tolower((unsigned char)*k);
+        sl_buf_append(b, &lc, 1);
+    }
+    sl_buf_printf(b, ": %s\n", value ? value : "");
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    sl_buf *body = *con_cls;
+    if (!body) {
+        body = calloc(1, sizeof *body);
+        *con_cls = body;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        sl_buf_append(body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    sl_buf hl = SL_BUF_INIT;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_line, &hl);
+    sl_buf_append(&hl, "", 1);
+    sl_buf_append(body, "", 1);
+    pthread_mutex_lock(&g_rx.lock);
+    if (g_rx.n == g_rx.cap) {
+        g_rx.cap = g_rx.cap ? g_rx.cap * 2 : 64;
+        g_rx.v = realloc(g_rx.v, g_rx.cap * sizeof *g_rx.v);
+    }
+    rec *r = &g_rx.v[g_rx.n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->method, sizeof r->method, "%s", method);
+    r->path = strdup(url);
+    r->headers = (char *)hl.data;
+    r->body_len = body->len - 1;
+    r->body = (char *)body->data;
+    r->at = it_mono();
+    memset(body, 0, sizeof *body);
+    unsigned status = MHD_HTTP_OK;
+    char text[64] = "ok", ra[64] = "";
+    int slow = 0;
+    if (g_rx.fail_n > 0) {
+        g_rx.fail_n--;
+        status = g_rx.fail_status;
+        slow = g_rx.slow_ms;
+        snprintf(text, sizeof text, "%s", g_rx.fail_body);
+        snprintf(ra, sizeof ra, "%s", g_rx.retry_after);
+    }
+    pthread_mutex_unlock(&g_rx.lock);
+    if (slow)
+        it_sleep_ms(slow);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+    if (ra[0])
+        MHD_add_response_header(resp, "Retry-After", ra);
+    enum MHD_Result rc = MHD_queue_response(conn, status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    sl_buf *b = *con_cls;
+    if (b) {
+        sl_buf_free(b);
+        free(b);
+    }
+    *con_cls = NULL;
+}
+
+/* Starts the receiver on port (0: a free one); fails the test when it cannot. */
+static void rx_start(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    g_rx.d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0,
+        NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+    if (!g_rx.d)
+        fail_msg("cannot start the HTTP receiver on port %d", port);
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(g_rx.d, MHD_DAEMON_INFO_BIND_PORT);
+    g_rx.port = i ? i->port : port;
+}
+
+static void rx_stop(void)
+{
+    if (g_rx.d)
+        MHD_stop_daemon(g_rx.d);
+    g_rx.d = NULL;
+}
+
+static void rx_clear(void)
+{
+    for (size_t i = 0; i < g_rx.n; i++) {
+        free(g_rx.v[i].path);
+        free(g_rx.v[i].headers);
+        free(g_rx.v[i].body);
+    }
+    free(g_rx.v);
+    g_rx.v = NULL;
+    g_rx.n = g_rx.cap = 0;
+    g_rx.fail_n = 0;
+    g_rx.slow_ms = 0;
+}
+
+static void rx_fail(int n, unsigned status, const char *body, const char *retry_after)
+{
+    pthread_mutex_lock(&g_rx.lock);
+    g_rx.fail_n = n;
+    g_rx.fail_status = status;
+    snprintf(g_rx.fail_body, sizeof g_rx.fail_body, "%s", body);
+    snprintf(g_rx.retry_after, sizeof g_rx.retry_after, "%s", retry_after ? retry_after : "");
+    pthread_mutex_unlock(&g_rx.lock);
+}
+
+static size_t rx_count(void)
+{
+    pthread_mutex_lock(&g_rx.lock);
+    size_t n = g_rx.n;
+    pthread_mutex_unlock(&g_rx.lock);
+    return n;
+}
+
+/* The value of header name (lowercase) of a request, in buf; NULL when absent. */
+static const char *hdr(const rec *r, const char *name, char *buf, size_t cap)
+{
+    size_t n = strlen(name);
+    for (const char *p = r->headers; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, name, n) == 0 && p[n] == ':') {
+            const char *v = p + n + 2, *e = strchr(v, '\n');
+            snprintf(buf, cap, "%.*s", (int)(e ? e - v : (long)strlen(v)), v);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static void expect_hdr(const rec *r, const char *name, const char *want)
+{
+    char buf[512];
+    const char *v = hdr(r, name, buf, sizeof buf);
+    if (!v || strcmp(v, want))
+        fail_msg("%s %s: header %s is \"%s\", want \"%s\"; headers:\n%s", r->method, r->path, name,
+                 v ? v : "(none)", want, r->headers);
+}
+
+static int setup(void **state)
+{
+    rx_start(0);
+    return it_setup(state);
+}
+
+static int teardown(void **state)
+{
+    rx_stop();
+    rx_clear();
+    return it_teardown(state);
+}
+
+/* ---- the server ------------------------------------------------------------------ */
+
+static void write_cfg(it_server *s, char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void write_cfg(it_server *s, char *path, const char *fmt, ...)
+{
+    snprintf(path, PATH_MAX, "%s/sluice.lua", s->dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fail_msg("cannot write %s: %s", path, strerror(errno));
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
+static bool log_has(const it_server *s, const char *text)
+{
+    return it_log_contains(s, text);
+}
+
+static void start_cfg(it_server *s, const char *cfg)
+{
+    it_srv_start(s, "-c", cfg, NULL);
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
+        if (log_has(s, "sluice: listening on"))
+            return;
+    fail_msg("the server did not get ready");
+}
+
+/* GET /v1/rules: the entry of rule name (caller frees with json_decref()). */
+static json_t *rule_stats(it_server *s, const char *name)
+{
+    it_resp r = it_get(s, "/v1/rules");
+    json_t *j = it_parse_json(&r);
+    it_resp_free(&r);
+    json_t *list = json_object_get(j, "rules"), *e, *found = NULL;
+    size_t i;
+    json_array_foreach(list, i, e)
+    {
+        const char *n = json_string_value(json_object_get(e, "name"));
+        if (n && strcmp(n, name) == 0)
+            found = json_incref(e);
+    }
+    json_decref(j);
+    if (!found)
+        fail_msg("GET /v1/rules does not list %s", name);
+    return found;
+}
+
+static json_int_t stat_of(json_t *r, const char *key)
+{
+    return json_integer_value(json_object_get(r, key));
+}
+
+/* Waits until every rule has lag 0 twice in a row. */
+static void wait_caught_up(it_server *s)
+{
+    int calm = 0;
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(20)) {
+        it_resp r = it_get(s, "/v1/rules");
+        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
+        it_resp_free(&r);
+        json_t *list = json_object_get(j, "rules"), *e;
+        size_t i;
+        bool busy = !json_is_array(list);
+        json_array_foreach(list, i, e)
+        {
+            json_t *lag = json_object_get(e, "lag");
+            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
+        }
+        json_decref(j);
+        calm = busy ? 0 : calm + 1;
+        if (calm == 2)
+            return;
+    }
+    fail_msg("the rules did not catch up within %.0f s", WAIT_S);
+}
+
+/* Waits until the receiver holds at least n requests. */
+static void wait_requests(size_t n)
+{
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(10))
+        if (rx_count() >= n)
+            return;
+    fail_msg("the receiver got %zu requests, not %zu, within %.0f s", rx_count(), n, WAIT_S);
+}
+
+static void add_event(sl_buf *b, const char *id, const char *type, const char *extra)
+{
+    sl_buf_printf(b,
+                  "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/shop\",\"type\":\"%s\","
+                  "\"data\":{\"n\":\"%s\"}%s}\n",
+                  id, type, id, extra ? extra : "");
+}
+
+static json_t *post_all(it_server *s, const char *set, const char *const *hdrs, sl_buf *b, size_t n)
+{
+    it_resp r = it_post(s, set, IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
+    json_t *a = it_expect_results(&r, n, 0);
+    it_resp_free(&r);
+    return a;
+}
+
+/* The exact stored text of every event in set (both partitions), by id. */
+static char *stored_text(it_evs *ev, size_t nev, const char *id)
+{
+    for (size_t p = 0; p < nev; p++)
+        for (size_t i = 0; i < ev[p].n; i++)
+            if (strcmp(ev[p].v[i].id, id) == 0)
+                return ev[p].v[i].text;
+    return NULL;
+}
+
+/* ---- tests ----------------------------------------------------------------------- */
+
+/* Structured mode: every matching event arrives once, byte for byte as the
+ * payload, at the templated URL, with the configured headers, the bearer
+ * token and the lane headers for lane events; in order per partition. */
+static void test_structured(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"orders\" { partitions = 2 }\n"
+              "rule \"hook\" {\n"
+              "  set = \"orders\",\n"
+              "  match = { type = { \"order.created\" } },\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/hook/{subject}\",\n"
+              "    headers = { [\"X-Custom\"] = \"yes\" }, auth = { bearer = \"tok123\" } },\n"
+              "}\n",
+              g_rx.port);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 30; i++) {
+        char id[16], extra[64];
+        snprintf(id, sizeof id, "e%d", i);
+        snprintf(extra, sizeof extra, ",\"subject\":\"s %d/x\"", i % 5);
+        add_event(&b, id, i % 3 == 2 ? "order.cancelled" : "order.created", extra);
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 30));
+    b.len = 0;
+    add_event(&b, "lane1", "order.created", ",\"subject\":\"l\"");
+    const char *lane_hdr[] = {"X-Sluice-Lane: beta", NULL};
+    json_decref(post_all(s, "orders", lane_hdr, &b, 1));
+    sl_buf_free(&b);
+    wait_caught_up(s);
+    wait_requests(21);
+    it_sleep_ms(100);
+    assert_int_equal(rx_count(), 21);
+
+    it_evs ev[2] = {it_read_all(s, "orders", 0, "*"), it_read_all(s, "orders", 1, "*")};
+    int64_t last[2] = {-1, -1};
+    bool seen[31] = {false};
+    for (size_t i = 0; i < g_rx.n; i++) {
+        rec *r = &g_rx.v[i];
+        json_t *j = json_loads(r->body, 0, NULL);
+        if (!j)
+            fail_msg("request %zu: body is not JSON: %s", i, r->body);
+        const char *id = json_string_value(json_object_get(j, "id"));
+        const char *subj = json_string_value(json_object_get(j, "subject"));
+        assert_non_null(id);
+        char *want = stored_text(ev, 2, id);
+        if (!want || strcmp(want, r->body))
+            fail_msg("request %zu: body differs from the event:\n%s\n%s", i, r->body,
+                     want ? want : "(no such event)");
+        assert_string_equal(r->method, "POST");
+        expect_hdr(r, "content-type", "application/cloudevents+json");
+        expect_hdr(r, "authorization", "Bearer tok123");
+        expect_hdr(r, "x-custom", "yes");
+        char path[128];
+        if (strcmp(id, "lane1") == 0) {
+            seen[30] = true;
+            expect_hdr(r, "x-sluice-lane", "beta");
+            expect_hdr(r, "baggage", "lane=beta");
+            snprintf(path, sizeof path, "/hook/l");
+        } else {
+            int k = atoi(id + 1);
+            if (k % 3 == 2 || seen[k])
+                fail_msg("request %zu: event %s should not arrive (again)", i, id);
+            seen[k] = true;
+            char buf[64];
+            if (hdr(r, "x-sluice-lane", buf, sizeof buf) || hdr(r, "baggage", buf, sizeof buf))
+                fail_msg("request %zu: a base-lane event has lane headers:\n%s", i, r->headers);
+            snprintf(path, sizeof path, "/hook/s%%20%d%%2Fx", k % 5);
+        }
+        if (strcmp(r->path, path))
+            fail_msg("request %zu (subject %s): path %s, want %s", i, subj, r->path, path);
+        json_int_t p = json_integer_value(json_object_get(j, "sluicepartition"));
+        json_int_t off = json_integer_value(json_object_get(j, "sluiceoffset"));
+        if (off <= last[p])
+            fail_msg("partition %lld: offset %lld arrived after %lld", (long long)p, (long long)off,
+                     (long long)last[p]);
+        last[p] = off;
+        json_decref(j);
+    }
+    json_t *st = rule_stats(s, "hook");
+    assert_int_equal(stat_of(st, "delivered"), 21);
+    assert_int_equal(stat_of(st, "failed"), 0);
+    json_decref(st);
+    it_evs_free(&ev[0]);
+    it_evs_free(&ev[1]);
+    s->passed = true;
+}
+
+/* Binary mode (data as the body, attributes as ce-* headers) and batch mode
+ * (JSON arrays of at most `batch` events). */
+static void test_binary_and_batch(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"orders\" { partitions = 1 }\n"
+              "rule \"bin\" { set = \"orders\",\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/bin/{id}\", body = "
+              "\"binary\", method = \"PUT\",\n"
+              "    auth = { basic = { user = \"u\", password = \"p\" } } } }\n"
+              "rule \"batch\" { set = \"orders\",\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/batch\", batch = 4 } }\n"
+              "rule \"data\" { set = \"orders\",\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/data\", body = \"data\",\n"
+              "    auth = { api_key = { header = \"X-Api-Key\", value = \"k1\" } } } }\n",
+              g_rx.port, g_rx.port, g_rx.port);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "b%d", i);
+        add_event(&b, id, "order.created",
+                  ",\"subject\":\"caf\xc3\xa9 x\",\"datacontenttype\":\"application/json\","
+                  "\"region\":\"eu\"");
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 10));
+    sl_buf_free(&b);
+    wait_caught_up(s);
+    size_t nbin = 0, nbatch = 0, batched = 0, ndata = 0;
+    bool seen[10] = {false};
+    for (size_t i = 0; i < g_rx.n; i++) {
+        rec *r = &g_rx.v[i];
+        if (strncmp(r->path, "/bin/", 5) == 0) {
+            nbin++;
+            assert_string_equal(r->method, "PUT");
+            char want[128], id[16];
+            snprintf(id, sizeof id, "%s", r->path + 5);
+            snprintf(want, sizeof want, "{\"n\":\"%s\"}", id);
+            assert_string_equal(r->body, want);
+            expect_hdr(r, "content-type", "application/json");
+            expect_hdr(r, "ce-id", id);
+            expect_hdr(r, "ce-specversion", "1.0");
+            expect_hdr(r, "ce-source", "/shop");
+            expect_hdr(r, "ce-type", "order.created");
+            expect_hdr(r, "ce-subject", "caf%C3%A9%20x");
+            expect_hdr(r, "ce-region", "eu");
+            expect_hdr(r, "authorization", "Basic dTpw");
+        } else if (strcmp(r->path, "/data") == 0) {
+            ndata++;
+            expect_hdr(r, "content-type", "application/json");
+            expect_hdr(r, "x-api-key", "k1");
+            json_t *j = json_loads(r->body, 0, NULL);
+            if (!json_is_object(j) || !json_object_get(j, "sluiceoffset"))
+                fail_msg("data mode: the body is not the payload: %s", r->body);
+            json_decref(j);
+        } else {
+            assert_string_equal(r->path, "/batch");
+            nbatch++;
+            expect_hdr(r, "content-type", "application/cloudevents-batch+json");
+            json_t *a = json_loads(r->body, 0, NULL);
+            if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > 4)
+                fail_msg("batch request %zu is not an array of 1..4 events: %s", i, r->body);
+            json_t *e;
+            size_t k;
+            json_array_foreach(a, k, e)
+            {
+                const char *id = json_string_value(json_object_get(e, "id"));
+                int n = id ? atoi(id + 1) : -1;
+                if (n < 0 || n >= 10 || seen[n])
+                    fail_msg("batch: unexpected or repeated event %s", id ? id : "?");
+                seen[n] = true;
+                batched++;
+            }
+            json_decref(a);
+        }
+    }
+    assert_int_equal(nbin, 10);
+    assert_int_equal(ndata, 10);
+    assert_int_equal(batched, 10);
+    if (nbatch < 3 || nbatch > 10)
+        fail_msg("%zu batch requests for 10 events with batch = 4", nbatch);
+    s->passed = true;
+}
+
+static const char one_rule_cfg[] =
+    "set \"orders\" { partitions = %d }\n"
+    "rule \"hook\" { set = \"orders\",\n"
+    "  target = target.http { url = \"http://127.0.0.1:%d/h/{subject}\", timeout = \"2s\" } }\n";
+
+/* 500 for the first two requests, then success: everything arrives, the
+ * rule counts retries, nothing failed. */
+static void test_500_then_success(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
+    rx_fail(2, 500, "boom", NULL);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%d", i);
+        add_event(&b, id, "t", ",\"subject\":\"k\"");
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 10));
+    sl_buf_free(&b);
+    wait_caught_up(s);
+    assert_int_equal(rx_count(), 12); /* two refused, then the ten in order */
+    for (int i = 0; i < 10; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "\"r%d\"", i);
+        if (!strstr(g_rx.v[i + 2].body, want))
+            fail_msg("request %d is not event r%d: %s", i + 2, i, g_rx.v[i + 2].body);
+    }
+    json_t *st = rule_stats(s, "hook");
+    if (stat_of(st, "retries") < 2 || stat_of(st, "failed") != 0 || stat_of(st, "delivered") != 10)
+        fail_msg("want retries >= 2, failed 0, delivered 10: %s", json_dumps(st, 0));
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (!le || !strstr(le, "HTTP 500"))
+        fail_msg("last_error does not name the status: %s", le ? le : "(none)");
+    json_decref(st);
+    s->passed = true;
+}
+
+/* 429 with Retry-After: 2: nothing is sent for two seconds, then all arrives. */
+static void test_429_retry_after(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
+    rx_fail(1, 429, "slow down", "2");
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "q%d", i);
+        add_event(&b, id, "t", ",\"subject\":\"k\"");
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 3));
+    sl_buf_free(&b);
+    wait_requests(4);
+    wait_caught_up(s);
+    assert_int_equal(rx_count(), 4);
+    double gap = g_rx.v[1].at - g_rx.v[0].at;
+    if (gap < 1.95)
+        fail_msg("the request after a 429 with Retry-After: 2 came %.3f s later", gap);
+    json_t *st = rule_stats(s, "hook");
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (!le || !strstr(le, "Retry-After: 2"))
+        fail_msg("last_error does not report Retry-After: %s", le ? le : "(none)");
+    assert_int_equal(stat_of(st, "delivered"), 3);
+    json_decref(st);
+    s->passed = true;
+}
+
+/* 503 with Retry-After as an HTTP date two seconds ahead: honoured too. */
+static void test_503_retry_after_date(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], date[64];
+    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
+    start_cfg(s, cfg);
+    time_t when = time(NULL) + 2;
+    struct tm tm;
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&when, &tm));
+    rx_fail(1, 503, "maintenance", date);
+    sl_buf b = SL_BUF_INIT;
+    add_event(&b, "m0", "t", ",\"subject\":\"k\"");
+    json_decref(post_all(s, "orders", NULL, &b, 1));
+    sl_buf_free(&b);
+    wait_requests(2);
+    wait_caught_up(s);
+    assert_int_equal(rx_count(), 2);
+    double gap = g_rx.v[1].at - g_rx.v[0].at;
+    if (gap < 1.0) /* whole seconds in the date: at least 2 s minus the rounding */
+        fail_msg("the request after a 503 with Retry-After: %s came %.3f s later", date, gap);
+    s->passed = true;
+}
+
+/* A receiver slower than `timeout`: the request times out and is retried. */
+static void test_timeout(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"orders\" { partitions = 1 }\n"
+              "rule \"hook\" { set = \"orders\",\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"300ms\" "
+              "} }\n",
+              g_rx.port);
+    g_rx.slow_ms = 1000;
+    rx_fail(1, 200, "late", NULL);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    add_event(&b, "s0", "t", "");
+    json_decref(post_all(s, "orders", NULL, &b, 1));
+    sl_buf_free(&b);
+    wait_requests(2);
+    wait_caught_up(s);
+    json_t *st = rule_stats(s, "hook");
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (stat_of(st, "retries") < 1 || stat_of(st, "delivered") != 1 || !le ||
+        !strstr(le, "imed out"))
+        fail_msg("want a timeout retried, then delivered: %s", json_dumps(st, 0));
+    json_decref(st);
+    s->passed = true;
+}
+
+/* rate = 5: ten requests take at least 1.8 s. */
+static void test_rate(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"orders\" { partitions = 2 }\n"
+              "rule \"hook\" { set = \"orders\",\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/r\", rate = 5 } }\n",
+              g_rx.port);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 10; i++) {
+        char id[16], extra[48];
+        snprintf(id, sizeof id, "t%d", i);
+        snprintf(extra, sizeof extra, ",\"subject\":\"k%d\"", i);
+        add_event(&b, id, "t", extra);
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 10));
+    sl_buf_free(&b);
+    wait_requests(10);
+    wait_caught_up(s);
+    assert_int_equal(rx_count(), 10);
+    double span = g_rx.v[9].at - g_rx.v[0].at;
+    if (span < 1.7)
+        fail_msg("rate = 5: ten requests within %.3f s", span);
+    s->passed = true;
+}
+
+/* SIGTERM while a request hangs: the server still exits cleanly, within the
+ * request's timeout. */
+static void test_shutdown_inflight(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port); /* timeout = "2s" */
+    g_rx.slow_ms = 4000;
+    rx_fail(1, 200, "late", NULL);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    add_event(&b, "x0", "t", ",\"subject\":\"k\"");
+    json_decref(post_all(s, "orders", NULL, &b, 1));
+    sl_buf_free(&b);
+    wait_requests(1);
+    double t0 = it_mono();
+    int st = it_srv_stop(s, SIGTERM, 10);
+    double took = it_mono() - t0;
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || took > 5)
+        fail_msg("SIGTERM with a request in flight: wait status %d after %.1f s", st, took);
+    if (it_log_contains(s, "Sanitizer"))
+        fail_msg("the sanitizer complained");
+    s->passed = true;
+}
+
+/* 400 is permanent: counted failed, not retried, the next events delivered;
+ * a payload without the URL template's attribute is refused the same way. */
+static void test_400_permanent(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
+    rx_fail(1, 400, "bad field x", NULL);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 5; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "p%d", i);
+        add_event(&b, id, "t", ",\"subject\":\"k\"");
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 5));
+    wait_caught_up(s);
+    assert_int_equal(rx_count(), 5);
+    json_t *st = rule_stats(s, "hook");
+    if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 4 || stat_of(st, "retries"))
+        fail_msg("want failed 1, delivered 4, retries 0: %s", json_dumps(st, 0));
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (!le || !strstr(le, "HTTP 400: bad field x"))
+        fail_msg("last_error does not quote the answer: %s", le ? le : "(none)");
+    json_decref(st);
+
+    b.len = 0;
+    add_event(&b, "nosubj", "t", "");
+    add_event(&b, "p5", "t", ",\"subject\":\"k\"");
+    json_decref(post_all(s, "orders", NULL, &b, 2));
+    sl_buf_free(&b);
+    wait_caught_up(s);
+    assert_int_equal(rx_count(), 6);
+    st = rule_stats(s, "hook");
+    assert_int_equal(stat_of(st, "failed"), 2);
+    assert_int_equal(stat_of(st, "delivered"), 5);
+    le = json_string_value(json_object_get(st, "last_error"));
+    if (!le || !strstr(le, "\"subject\""))
+        fail_msg("last_error does not name the missing attribute: %s", le ? le : "(none)");
+    json_decref(st);
+    s->passed = true;
+}
+
+/* The receiver is down for two seconds: every event arrives after it comes
+ * back, in order per partition. */
+static void test_receiver_down(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg, one_rule_cfg, 2, g_rx.port);
+    start_cfg(s, cfg);
+    rx_stop();
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 40; i++) {
+        char id[16], extra[48];
+        snprintf(id, sizeof id, "d%d", i);
+        snprintf(extra, sizeof extra, ",\"subject\":\"k%d\"", i % 7);
+        add_event(&b, id, "t", extra);
+    }
+    json_t *a = post_all(s, "orders", NULL, &b, 40);
+    sl_buf_free(&b);
+    it_sleep_ms(2000);
+    rx_start(g_rx.port);
+    wait_caught_up(s);
+    bool seen[40] = {false};
+    int64_t last[2] = {-1, -1};
+    for (size_t i = 0; i < g_rx.n; i++) {
+        json_t *j = json_loads(g_rx.v[i].body, 0, NULL);
+        const char *id = json_string_value(json_object_get(j, "id"));
+        int k = id ? atoi(id + 1) : -1;
+        assert_true(k >= 0 && k < 40);
+        int p = it_res_part(a, (size_t)k);
+        int64_t off = it_res_off(a, (size_t)k);
+        if (!seen[k] && off <= last[p])
+            fail_msg("partition %d: event %s (offset %lld) after offset %lld", p, id,
+                     (long long)off, (long long)last[p]);
+        if (!seen[k])
+            last[p] = off;
+        seen[k] = true;
+        json_decref(j);
+    }
+    for (int k = 0; k < 40; k++)
+        if (!seen[k])
+            fail_msg("event d%d was not delivered", k);
+    json_t *st = rule_stats(s, "hook");
+    if (stat_of(st, "retries") < 1 || stat_of(st, "failed") != 0)
+        fail_msg("want retries >= 1, failed 0: %s", json_dumps(st, 0));
+    json_decref(st);
+    json_decref(a);
+    s->passed = true;
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    if (it_init("test_target_http"))
+        return 1;
+    pthread_mutex_init(&g_rx.lock, NULL);
+    const struct CMUnitTest tests[] = {
+        T(test_structured),
+        T(test_binary_and_batch),
+        T(test_500_then_success),
+        T(test_429_retry_after),
+        T(test_503_retry_after_date),
+        T(test_timeout),
+        T(test_rate),
+        T(test_shutdown_inflight),
+        T(test_400_permanent),
+        T(test_receiver_down),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    it_cleanup();
+    return rc;
+}

@@ -74,6 +74,7 @@ struct http_target {
     pthread_mutex_t lock; /* guards incoming and stopping */
     call *incoming;       /* from deliver(), newest first */
     bool stopping;
+    bool hurry; /* cancel(): in-flight requests get a short grace, not the timeout */
     /* the thread's own */
     call *ready_head, *ready_tail; /* calls whose next request can go */
     size_t inflight;
@@ -83,6 +84,9 @@ struct http_target {
     double tokens;                    /* rate limiting */
     int64_t tokens_at_ms;
 };
+
+/* What cancel() leaves requests in flight when the server stops. */
+#define CANCEL_GRACE_MS 2000
 
 static int64_t mono_ms(void)
 {
@@ -722,7 +726,9 @@ static void *http_thread(void *arg)
             while ((c = ready_pop(t)))
                 finish_call(c, c->cur, SL_ESHUTDOWN, "target.http: shutting down");
             if (deadline < 0)
-                deadline = now + t->cfg->timeout_ms;
+                deadline = now + (t->hurry && t->cfg->timeout_ms > CANCEL_GRACE_MS
+                                      ? CANCEL_GRACE_MS
+                                      : t->cfg->timeout_ms);
             if (!t->inflight || now >= deadline)
                 break;
         }
@@ -836,6 +842,16 @@ static int http_open(const sl_target_config *cfg, const sl_target_env *env, void
     return 0;
 }
 
+static void http_cancel(void *impl)
+{
+    http_target *t = impl;
+    pthread_mutex_lock(&t->lock);
+    t->stopping = true;
+    t->hurry = true;
+    pthread_mutex_unlock(&t->lock);
+    curl_multi_wakeup(t->multi);
+}
+
 static void http_close(void *impl)
 {
     http_target *t = impl;
@@ -856,4 +872,5 @@ const sl_target_ops sl__target_http_ops = {
     .open = http_open,
     .deliver = http_deliver,
     .close = http_close,
+    .cancel = http_cancel,
 };

@@ -56,6 +56,13 @@ typedef struct sl_target_ops {
                     void *ctx);
     /* Waits for outstanding deliveries and frees the instance. */
     void (*close)(void *impl);
+    /* Optional (NULL: nothing to hurry): called when the server stops,
+     * before the rule workers are joined and close() runs. Completes queued
+     * and new payloads with SL_ESHUTDOWN at once and gives payloads in flight
+     * a short grace, so that a hung endpoint cannot hold the shutdown for a
+     * whole timeout. Payloads failed this way are delivered again after the
+     * restart (their cursor did not move). */
+    void (*cancel)(void *impl);
 } sl_target_ops;
 
 /* The built-in table for a target kind. */

@@ -660,6 +660,14 @@ void sl_runner_stop(sl_runner *r)
     r->stopping = true;
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
+    /* A worker may be waiting for a target; let targets hurry so that a hung
+     * endpoint cannot hold the stop (what they fail is delivered again). */
+    for (size_t i = 0; i < r->nrules; i++)
+        for (size_t t = 0; t < r->rules[i].ntargets; t++) {
+            const target_inst *ti = &r->rules[i].targets[t];
+            if (ti->impl && ti->ops->cancel)
+                ti->ops->cancel(ti->impl);
+        }
     for (unsigned i = 0; i < r->started; i++)
         pthread_join(r->workers[i].thread, NULL);
     free_runner(r);

@@ -52,8 +52,10 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out);
 int sl_runner_metrics(sl_runner *r, sl_buf *out);
 
 /* Lets the batches in progress finish (their deliveries complete and their
- * cursors commit), stops the workers, syncs and closes every cursor and
- * target, and frees the runner. NULL is ignored. */
+ * cursors commit; targets that can be slow, like target.http, are told to
+ * hurry and fail what they cannot finish within a short grace, which is
+ * delivered again after the restart), stops the workers, syncs and closes
+ * every cursor and target, and frees the runner. NULL is ignored. */
 void sl_runner_stop(sl_runner *r);
 
 #endif

@@ -706,6 +706,36 @@ static void test_shutdown_inflight(void **state)
     s->passed = true;
 }
 
+/* SIGTERM while an endpoint hangs far longer than a shutdown may take: the
+ * target is told to hurry (cancel), so the server exits within its grace
+ * instead of the request's 60 s timeout. */
+static const char long_timeout_cfg[] =
+    "set \"orders\" { partitions = %d }\n"
+    "rule \"hook\" { set = \"orders\",\n"
+    "  target = target.http { url = \"http://127.0.0.1:%d/h/{subject}\", timeout = \"60s\" } }\n";
+
+static void test_shutdown_hung_endpoint(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg, long_timeout_cfg, 1, g_rx.port);
+    g_rx.slow_ms = 8000;
+    rx_fail(1, 200, "late", NULL);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    add_event(&b, "x0", "t", ",\"subject\":\"k\"");
+    json_decref(post_all(s, "orders", NULL, &b, 1));
+    sl_buf_free(&b);
+    wait_requests(1);
+    double t0 = it_mono();
+    int st = it_srv_stop(s, SIGTERM, 15);
+    double took = it_mono() - t0;
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || took > 5)
+        fail_msg("SIGTERM with a hung endpoint: wait status %d after %.1f s (want < 5 s)", st,
+                 took);
+    s->passed = true;
+}
+
 /* 400 is permanent: counted failed, not retried, the next events delivered;
  * a payload without the URL template's attribute is refused the same way. */
 static void test_400_permanent(void **state)
@@ -813,7 +843,7 @@ int main(void)
         T(test_503_retry_after_date),
         T(test_timeout),
         T(test_rate),
-        T(test_shutdown_inflight),
+        T(test_shutdown_inflight), T(test_shutdown_hung_endpoint),
         T(test_400_permanent),
         T(test_receiver_down),
     };

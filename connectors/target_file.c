@@ -104,6 +104,7 @@ static int rotate(file_target *t, sl_error *err)
         goto out;
     }
     close(t->fd);
+    t->fd = -1; /* if the reopen fails, the next batch tries again */
     rc = open_file(t, err);
 out:
     free(from);

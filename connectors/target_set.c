@@ -10,9 +10,13 @@
 #include "core/event.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How long one event of an oversized batch waits for room (ms). */
+#define FULL_WAIT_MS 5000
 
 typedef struct set_target {
     sl_set *set;
@@ -129,7 +133,38 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
     }
     if (!rc && p->n)
         rc = sl_databus_publish(t->bus, t->set, evs, p->n, res, publish_done, p, &err);
-    if (rc == 1) {
+    if (rc == SL_ETOOBIG && p->n > 1) {
+        /* The batch is larger than a partition's whole buffer of the target
+         * set: it could never be taken at once, so one event at a time. */
+        for (size_t g = 0; g < p->n; g++) {
+            pending *one = malloc(sizeof *one + sizeof(size_t));
+            sl_error e1 = {0};
+            int r1 = one ? 0 : SL_ENOMEM;
+            if (one) {
+                *one = (pending){.done = done, .ctx = ctx, .n = 1};
+                one->idx[0] = p->idx[g];
+                r1 = sl_databus_publish(t->bus, t->set, &evs[g], 1, res, publish_done, one, &e1);
+                /* The small buffer fills with the events just queued: give
+                 * the writer a moment (bounded) rather than fail the batch
+                 * each time at the same place. */
+                for (int waited = 0; r1 == SL_EFULL && waited < FULL_WAIT_MS; waited++) {
+                    nanosleep(&(struct timespec){0, 1000000}, NULL);
+                    e1.msg[0] = '\0';
+                    r1 = sl_databus_publish(t->bus, t->set, &evs[g], 1, res, publish_done, one,
+                                            &e1);
+                }
+            }
+            if (r1 == 1)
+                continue; /* publish_done completes and frees it */
+            /* A single event over the buffer can never be stored there. */
+            done(ctx, p->idx[g], r1 == SL_ETOOBIG ? SL_EINVAL : r1,
+                 r1 ? (e1.msg[0] ? e1.msg : sl_strerror(r1)) : NULL);
+            free(one);
+        }
+        free(p);
+        p = NULL;
+        rc = 0;
+    } else if (rc == 1) {
         p = NULL; /* publish_done completes and frees it */
     } else if (p) {
         complete(p, rc, err.msg[0] ? err.msg : sl_strerror(rc));

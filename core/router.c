@@ -66,12 +66,18 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     r->sets = sets;
     r->bus = bus;
     r->cfg = cfg;
-    pthread_rwlock_init(&r->lock, NULL);
+    /* Writers first: a reload must not wait behind a stream of ingest
+     * threads reading the schemas (no path takes the read lock twice). */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&r->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     int rc = declare_sets(r, cfg, true, err);
     if (!rc)
         rc = start_runner(r, cfg, &r->runner, err);
     if (rc) {
-        sl_router_stop(r);
+        sl_router_free(r);
         return rc;
     }
     *out = r;
@@ -155,7 +161,18 @@ void sl_router_stop(sl_router *r)
 {
     if (!r)
         return;
-    sl_runner_stop(r->runner);
+    pthread_rwlock_wrlock(&r->lock);
+    sl_runner *old = r->runner;
+    r->runner = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_runner_stop(old); /* outside the lock: its batches may wait for the bus */
+}
+
+void sl_router_free(sl_router *r)
+{
+    if (!r)
+        return;
+    sl_router_stop(r);
     sl_config_free(r->cfg);
     pthread_rwlock_destroy(&r->lock);
     free(r->data_dir);

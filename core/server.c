@@ -278,7 +278,7 @@ int sl_cli_serve_main(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "sluice serve: %s\n", err.msg[0] ? err.msg : sl_strerror(rc));
         sl_http_stop(http);
-        sl_router_stop(router);
+        sl_router_free(router);
         sl_databus_free(bus);
         sl_sets_close(sets);
         sl_config_free(cfg);
@@ -306,9 +306,11 @@ int sl_cli_serve_main(int argc, char **argv)
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
     sl_router_stop(router);
-    sl_databus_set_on_append(bus, sl_http_on_append, http);
     sl_databus_stop(bus);
     sl_http_stop(http);
+    /* Only now nothing can call into the router: the Databus writer (its
+     * append callback) and the HTTP threads (the hooks) have stopped. */
+    sl_router_free(router);
     sl_databus_free(bus);
     sl_sets_close(sets);
     fprintf(stderr, "sluice: stopped cleanly\n");

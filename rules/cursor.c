@@ -61,6 +61,12 @@ int sl_cursor_open(sl_cursor *c, const char *data_dir, const char *rule, const c
     uint8_t buf[2 * SLOT];
     ssize_t n = pread(c->fd, buf, sizeof buf, 0);
     *found = false;
+    if (n < 0) {
+        int e = errno;
+        close(c->fd);
+        c->fd = -1;
+        return sl_error_errno(err, e, "read %s", path);
+    }
     for (int s = 0; n > 0 && s < 2; s++) {
         const uint8_t *p = buf + s * SLOT;
         if ((s + 1) * SLOT > n || memcmp(p, "SLC1", 4) ||
@@ -74,6 +80,8 @@ int sl_cursor_open(sl_cursor *c, const char *data_dir, const char *rule, const c
         }
     }
     c->synced_ns = sl_clock_mono_ns();
+    if (n > 0 && !*found) /* written once, now unreadable: not a new rule */
+        return sl_error_set(err, SL_ECORRUPT, "%s: both slots are damaged", path);
     return 0;
 }
 
@@ -103,7 +111,7 @@ int sl_cursor_commit(sl_cursor *c, int64_t offset, int64_t sync_interval_ns, sl_
 
 void sl_cursor_close(sl_cursor *c)
 {
-    if (c->fd <= 0)
+    if (c->fd < 0)
         return;
     if (c->dirty)
         (void)fdatasync(c->fd);

@@ -36,7 +36,10 @@ typedef struct sl_cursor {
 
 /* Opens (creating the folders and the file) the cursor of rule/set/partition
  * under data_dir. *found says whether a committed position was there; if not
- * the caller commits its starting point. Returns 0 or an SL_E… code with err. */
+ * the caller commits its starting point. Returns 0; SL_ECORRUPT (the cursor
+ * stays open, *found false) when the file holds bytes but no valid slot, so
+ * that the caller does not take a damaged cursor for a new rule; or another
+ * SL_E… code with err (nothing left open). */
 int sl_cursor_open(sl_cursor *c, const char *data_dir, const char *rule, const char *set,
                    int32_t partition, bool *found, sl_error *err);
 

@@ -202,8 +202,8 @@ static int out_add_lua(sl_rule_vm *vm, const sl_rule_config *rc, int idx, const 
 
 /* Adds what a transform returned (at the top of the stack): an event, a
  * list of events, or nil. */
-static int take_transformed(sl_rule_vm *vm, const sl_rule_config *rc, const sl_input_ctx *ictx,
-                            sl_rule_out *o, sl_error *err)
+static int take_transformed_raw(sl_rule_vm *vm, const sl_rule_config *rc,
+                                const sl_input_ctx *ictx, sl_rule_out *o, sl_error *err)
 {
     lua_State *L = vm->L;
     int top = lua_gettop(L);
@@ -247,6 +247,49 @@ static int take_transformed(sl_rule_vm *vm, const sl_rule_config *rc, const sl_i
         r = out_add_lua(vm, rc, top, ictx, o, err);
     }
     return r;
+}
+
+/* What take_transformed() hands to its protected call. */
+typedef struct take_args {
+    sl_rule_vm *vm;
+    const sl_rule_config *rc;
+    const sl_input_ctx *ictx;
+    sl_rule_out *o;
+    sl_error *err;
+    int rc_out;
+} take_args;
+
+static int take_protected(lua_State *L)
+{
+    take_args *a = lua_touserdata(L, 1);
+    lua_settop(L, 2); /* the value on top, as take_transformed_raw() wants it */
+    a->rc_out = take_transformed_raw(a->vm, a->rc, a->ictx, a->o, a->err);
+    return 0;
+}
+
+/* take_transformed_raw() on the value at the top of the stack, inside the
+ * sandbox's protected call: the returned tables may carry metamethods
+ * (__len, __index…) written by the script, which may raise or loop. Leaves
+ * the stack as it was; on error the payloads added are taken back. */
+static int take_transformed(sl_rule_vm *vm, const sl_rule_config *rc, const sl_input_ctx *ictx,
+                            sl_rule_out *o, sl_error *err)
+{
+    lua_State *L = vm->L;
+    size_t n0 = o->n, len0 = o->data.len;
+    take_args a = {vm, rc, ictx, o, err, 0};
+    if (!lua_checkstack(L, 3))
+        return sl_error_set(err, SL_ENOMEM, "rule \"%s\": Lua stack", rc->name);
+    lua_pushcfunction(L, take_protected);
+    lua_pushlightuserdata(L, &a);
+    lua_pushvalue(L, -3);
+    sl_error e = {0};
+    int r = sl_sandbox_call(L, 2, 0, &e);
+    if (r) {
+        o->n = n0;
+        o->data.len = len0;
+        return sl_error_set(err, r, "rule \"%s\": transform result: %s", rc->name, e.msg);
+    }
+    return a.rc_out;
 }
 
 static int push_event(sl_rule_vm *vm, const sl_rule_config *rc, const char *event, size_t len,

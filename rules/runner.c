@@ -450,9 +450,15 @@ static bool run_consumer(worker *w, consumer *c)
     rule_run *rr = c->rule;
     char why[SL_ERROR_MAX + 64] = "";
     bool more = false;
-    int64_t next = c->cur.offset;
+    int64_t before = c->cur.offset, next = before;
     int rc = turn(w, c, &more, &next, why, sizeof why);
-    if (!rc && next != c->cur.offset) {
+    if (rc && c->reader) { /* the next turn must start again at the cursor */
+        sl_store_reader_close(&rr->set->parts[c->part], c->reader);
+        c->reader = NULL;
+    }
+    /* next may equal a position turn() set after retention or a crash moved
+     * the partition's start or end: compare with where the turn began. */
+    if (!rc && (next != before || atomic_load(&c->committed) != next)) {
         sl_error err = {0};
         rc = sl_cursor_commit(&c->cur, next, CURSOR_SYNC_NS, &err);
         if (rc)
@@ -571,17 +577,29 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
     if (!(rr->cons = calloc((size_t)rr->nparts, sizeof *rr->cons)) ||
         !(rr->targets = calloc(rc->ntargets ? rc->ntargets : 1, sizeof *rr->targets)))
         return sl_error_set(err, SL_ENOMEM, "rule %s: out of memory", rc->name);
+    for (int32_t p = 0; p < rr->nparts; p++) /* none is open until its turn below */
+        rr->cons[p].cur.fd = -1;
     for (int32_t p = 0; p < rr->nparts; p++) {
         consumer *c = &rr->cons[p];
         c->rule = rr;
         c->part = p;
-        c->cur.fd = -1;
         bool found;
-        if ((rc2 = sl_cursor_open(&c->cur, r->opts.data_dir, rc->name, rc->set, p, &found, err)))
-            return rc2;
+        sl_error cerr = {0};
+        bool damaged = false;
+        rc2 = sl_cursor_open(&c->cur, r->opts.data_dir, rc->name, rc->set, p, &found, &cerr);
+        if (rc2 == SL_ECORRUPT) {
+            /* Its position is lost: deliver again from the oldest event kept
+             * rather than skip what it had not delivered (at least once). */
+            fprintf(stderr, "sluice: rule %s: %s; starting again at the oldest event of "
+                            "partition %d\n", rc->name, cerr.msg, p);
+            damaged = true;
+        } else if (rc2) {
+            return sl_error_set(err, rc2, "%s", cerr.msg);
+        }
         if (!found) { /* a new rule: where it starts is decided once, and kept */
-            int64_t start = rc->from_beginning ? sl_store_start_offset(&rr->set->parts[p])
-                                               : sl_databus_next_offset(rr->set, p);
+            int64_t start = rc->from_beginning || damaged
+                                ? sl_store_start_offset(&rr->set->parts[p])
+                                : sl_databus_next_offset(rr->set, p);
             if ((rc2 = sl_cursor_commit(&c->cur, start, 0, err)))
                 return rc2;
         }

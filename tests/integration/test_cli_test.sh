@@ -231,4 +231,19 @@ run "$tmp/sluice.lua"
 run --frobnicate "$tmp/sluice.lua" "$tmp/good.lua"
 [[ $rc == 2 ]] || fail "unknown option exits $rc, want 2"
 
+check "a transform result whose metatable raises or loops fails that event, not the process"
+cat >"$tmp/meta.lua" <<'LUA'
+set "in" { }
+rule "raise" { set = "in", target = target.file { path = "x" },
+  transform = function(e) return setmetatable({ {} }, { __len = function() error("boom") end }) end }
+rule "spin" { set = "in", target = target.file { path = "x" },
+  transform = function(e) return setmetatable({ e }, { __len = function() while true do end end }) end }
+LUA
+cat >"$tmp/meta_tests.lua" <<'LUA'
+test "raise" { rule = "raise", events = { { specversion = "1.0", id = "1", source = "/s", type = "t" } }, expect_error = "boom" }
+test "spin" { rule = "spin", events = { { specversion = "1.0", id = "1", source = "/s", type = "t" } }, expect_error = "budget" }
+LUA
+run "$tmp/meta.lua" "$tmp/meta_tests.lua"
+[[ $rc == 0 ]] || fail "hostile transform results: rc $rc: $out"
+
 echo "sluice test: ok"

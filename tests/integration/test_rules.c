@@ -717,6 +717,40 @@ static void test_rules_api(void **state)
 
 /* ---- 5. target.set ---------------------------------------------------------------------- */
 
+/* A rule batch bigger than a whole partition buffer of the target set
+ * (buffer_bytes = 1KiB here) could never be published at once: target.set
+ * falls back to one event at a time instead of holding the partition. */
+static void test_target_set_small_buffer(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    path_in(cfg, s, "sluice.lua");
+    write_file(cfg, "set \"orders\" { partitions = 1 }\n"
+                    "set \"audit\" { partitions = 1, buffer_bytes = \"1KiB\" }\n"
+                    "rule \"copy\" { set = \"orders\", target = target.set { set = \"audit\" } }\n");
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 40; i++) {
+        char id[16], data[64];
+        snprintf(id, sizeof id, "s%d", i);
+        snprintf(data, sizeof data, "{\"n\":%d,\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}", i);
+        add_event(&b, id, "order.created", data, "");
+    }
+    json_decref(post_all(s, "orders", NULL, &b, 40));
+    sl_buf_free(&b);
+    wait_caught_up(s);
+    it_evs e = it_read_all(s, "audit", 0, "*");
+    if (e.n != 40)
+        fail_msg("audit holds %zu events, want 40", e.n);
+    for (size_t i = 0; i < e.n; i++) { /* in order, each once */
+        char id[16];
+        snprintf(id, sizeof id, "s%zu", i);
+        assert_string_equal(e.v[i].id, id);
+    }
+    it_evs_free(&e);
+    s->passed = true;
+}
+
 static void test_target_set(void **state)
 {
     it_server *s = *state;
@@ -1612,7 +1646,7 @@ int main(void)
         T(test_fanout_drop_filter),
         T(test_sandbox_holds),
         T(test_rules_api),
-        T(test_target_set),
+        T(test_target_set), T(test_target_set_small_buffer),
         T(test_input_transformer),
         T(test_start_beginning),
         T(test_cursor_kill9),

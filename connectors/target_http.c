@@ -205,12 +205,17 @@ static int add_headerf(struct curl_slist **l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int add_headerf(struct curl_slist **l, const char *fmt, ...)
 {
-    char line[1024];
+    /* Any length: bearer tokens of a few KiB are common. */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    char *line = NULL;
+    int n = vasprintf(&line, fmt, ap);
     va_end(ap);
-    return add_header(l, line);
+    if (n < 0)
+        return SL_ENOMEM;
+    int rc = add_header(l, line);
+    free(line);
+    return rc;
 }
 
 /* Percent-encodes a ce-* header value as the CloudEvents HTTP binding asks:
@@ -246,13 +251,20 @@ static int b64_value(unsigned char c)
     return c == '+' ? 62 : c == '/' ? 63 : -1;
 }
 
-/* Appends the decoded form of a validated base64 string token. */
+/* Appends the decoded form of a validated base64 string token (JSON escapes
+ * such as \u002B for '+' are resolved first: ingest checks the unescaped
+ * text, and some JSON writers escape '+' and '/'). */
 static int b64_decode(const sl_json_tok *tok, sl_buf *out)
 {
+    char *text = malloc(tok->len);
+    size_t tl = 0;
+    if (!text)
+        return SL_ENOMEM;
+    sl_json_unescape(tok, text, tok->len, &tl);
     uint32_t acc = 0;
     int bits = 0, rc = 0;
-    for (size_t i = 1; !rc && i + 1 < tok->len; i++) {
-        int v = b64_value((unsigned char)tok->p[i]);
+    for (size_t i = 0; !rc && i < tl; i++) {
+        int v = b64_value((unsigned char)text[i]);
         if (v < 0)
             continue; /* padding */
         acc = (acc << 6) | (uint32_t)v;
@@ -263,6 +275,7 @@ static int b64_decode(const sl_json_tok *tok, sl_buf *out)
             rc = sl_buf_append(out, &byte, 1);
         }
     }
+    free(text);
     return rc;
 }
 
@@ -602,8 +615,10 @@ static int64_t retry_after_ms(const char *v)
     char *end;
     long long s = strtoll(v, &end, 10);
     int64_t ms;
+    while (*end == ' ' || *end == '\t')
+        end++;
     if (*end == '\0' && s >= 0) {
-        ms = s * 1000;
+        ms = s > RETRY_AFTER_MAX_MS / 1000 ? RETRY_AFTER_MAX_MS : s * 1000;
     } else {
         time_t when = curl_getdate(v, NULL);
         if (when < 0)

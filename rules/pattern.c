@@ -1032,6 +1032,7 @@ static void pe_reset(sl_pattern_event *ev)
     }
     ev->n = 0;
     ev->scratch_len = 0;
+    ev->oom = false;
 }
 
 void sl_pattern_event_init(sl_pattern_event *ev)
@@ -1054,8 +1055,10 @@ static uint32_t pe_new(sl_pattern_event *ev)
         size_t cap = ev->cap * 2;
         sl_pattern_value *g = ev->v == ev->inline_v ? malloc(cap * sizeof *g)
                                                     : realloc(ev->v, cap * sizeof *g);
-        if (!g)
+        if (!g) {
+            ev->oom = true;
             return NONE;
+        }
         if (ev->v == ev->inline_v)
             memcpy(g, ev->inline_v, ev->n * sizeof *g);
         ev->v = g;
@@ -1292,7 +1295,7 @@ int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, b
     const char *end = json + len;
     const char *p = root == NONE ? NULL : pe_value(ev, json, end, root, 1);
     if (!p || skip_ws(p, end) != end) {
-        if (ev->n == ev->cap || root == NONE)
+        if (ev->oom)
             return sl_error_set(err, SL_ENOMEM, "out of memory parsing the event");
         return sl_error_set(err, SL_EPARSE, "the event is not valid JSON");
     }

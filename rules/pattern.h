@@ -153,6 +153,7 @@ typedef struct sl_pattern_event {
     size_t n, cap;
     char *scratch; /* decoded escaped strings */
     size_t scratch_len, scratch_cap;
+    bool oom; /* the last parse ran out of memory (not a syntax error) */
     sl_pattern_value inline_v[SL_PATTERN_EVENT_INLINE];
 } sl_pattern_event;
 

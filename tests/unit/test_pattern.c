@@ -656,6 +656,23 @@ void *realloc(void *ptr, size_t n)
 #endif
 
 /* A compiled pattern is reused for many events; matching allocates nothing. */
+/* A syntax error met just as the node array is full is a syntax error, not
+ * "out of memory" (unvalidated parse, as the rule runner does). */
+static void test_parse_error_at_capacity(void **state)
+{
+    (void)state;
+    char ev[4096];
+    size_t n = (size_t)snprintf(ev, sizeof ev, "{");
+    for (int i = 0; i < SL_PATTERN_EVENT_INLINE - 1; i++)
+        n += (size_t)snprintf(ev + n, sizeof ev - n, "%s\"k%d\":%d", i ? "," : "", i, i);
+    n += (size_t)snprintf(ev + n, sizeof ev - n, "}x");
+    sl_pattern_event pe;
+    sl_pattern_event_init(&pe);
+    sl_error err = {0};
+    assert_int_equal(sl_pattern_event_parse(&pe, ev, n, false, &err), SL_EPARSE);
+    sl_pattern_event_free(&pe);
+}
+
 static void test_no_alloc(void **state)
 {
     (void)state;
@@ -694,7 +711,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_table),    cmocka_unit_test(test_invalid_patterns),
         cmocka_unit_test(test_invalid_events), cmocka_unit_test(test_long_values),
-        cmocka_unit_test(test_no_alloc),       cmocka_unit_test(test_deep_arrays),
+        cmocka_unit_test(test_no_alloc),
+        cmocka_unit_test(test_parse_error_at_capacity),       cmocka_unit_test(test_deep_arrays),
         cmocka_unit_test(test_guard_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -739,13 +739,10 @@ static void lp_cursor_after(lua_State *L, lp_proxy *p, int pidx, int kidx, lp_cu
         if (i <= p->len) {
             *c = (lp_cursor){0, i + 1};
         } else {
-            /* Beyond the length: go on from that key when it is still there. */
-            bool known = i <= (lua_Integer)p->n0;
-            if (!known && (p->flags & F_OV)) {
-                lua_getiuservalue(L, pidx, UV_OV);
-                known = lua_rawgeti(L, -1, i) != LUA_TNIL;
-                lua_pop(L, 2);
-            }
+            /* Beyond the length: go on from that key in the overrides. A
+             * key the loop has just cleared is still a valid position there
+             * (as for lua_next), so never start the overrides over. */
+            bool known = i <= (lua_Integer)p->n0 || (p->flags & F_OV);
             *c = (lp_cursor){1, known ? i : 0};
         }
         return;

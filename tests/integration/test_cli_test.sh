@@ -246,4 +246,31 @@ LUA
 run "$tmp/meta.lua" "$tmp/meta_tests.lua"
 [[ $rc == 0 ]] || fail "hostile transform results: rc $rc: $out"
 
+check "pairs() over an event array visits each key once while the loop clears one"
+cat >"$tmp/pairs.lua" <<'LUA'
+set "x" { }
+rule "r" { set = "x", target = target.file { path = "x" },
+  transform = function(e)
+    local a = e.data.l
+    a[10] = 10; a[20] = 20; a[30] = 30
+    local seen, n, big = {}, 0, 0
+    for k in pairs(a) do
+      if seen[k] then error("key " .. tostring(k) .. " visited twice") end
+      seen[k] = true
+      n = n + 1
+      if k > 3 then big = big + 1; if big == 2 then a[k] = nil end end
+    end
+    a[10] = nil; a[20] = nil; a[30] = nil
+    e.data.count = n
+    return e
+  end }
+LUA
+cat >"$tmp/pairs_tests.lua" <<'LUA'
+test "once each" { rule = "r",
+  events = { { specversion = "1.0", id = "1", source = "/s", type = "t", data = { l = { 1, 2, 3 } } } },
+  expect = { { data = { count = 6 } } } }
+LUA
+run "$tmp/pairs.lua" "$tmp/pairs_tests.lua"
+[[ $rc == 0 ]] || fail "pairs over a proxy array: rc $rc: $out"
+
 echo "sluice test: ok"

@@ -73,13 +73,14 @@ $(B)/tests/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -c -o $@ $<
 
-# itest.c is the integration harness (start bin/sluice, HTTP helpers), linked into each.
-build/rel/itests/%: tests/integration/%.c build/rel/itests/itest.o build/rel/tests/testutil.o \
-		build/rel/libsluice.a
+# itest.c is the integration harness (start bin/sluice, HTTP helpers) and
+# receiver.c the scriptable HTTP endpoint; both are linked into each.
+build/rel/itests/%: tests/integration/%.c build/rel/itests/itest.o build/rel/itests/receiver.o \
+		build/rel/tests/testutil.o build/rel/libsluice.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $^ $(LDLIBS)
 
-build/rel/itests/itest.o: tests/integration/itest.c
+build/rel/itests/itest.o build/rel/itests/receiver.o: build/rel/itests/%.o: tests/integration/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -c -o $@ $<
 

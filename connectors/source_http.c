@@ -187,6 +187,16 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
         known = true;
         if (get)
             return sl__http_rules(r);
+    } else if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0 &&
+               strcmp(seg[3], "replay") == 0) {
+        known = true;
+        if (post)
+            return sl__http_replay(r, seg[2]);
+    } else if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0 &&
+               strcmp(seg[3], "replays") == 0) {
+        known = true;
+        if (get)
+            return sl__http_replays(r, seg[2]);
     } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "patterns") == 0 &&
                strcmp(seg[2], "test") == 0) {
         known = true;
@@ -201,6 +211,10 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
             known = true;
             if (get)
                 return sl__http_show_set(r, seg[2]);
+        } else if (strcmp(seg[3], "redrive") == 0) {
+            known = true;
+            if (post)
+                return sl__http_redrive(r, seg[2]);
         } else if (strcmp(seg[3], "events") == 0) {
             known = true;
             if (post)

@@ -32,6 +32,19 @@ typedef struct sl_http_hooks {
     int (*rules_json)(void *ctx, sl_buf *out);
     /* Extra /metrics lines. */
     int (*metrics)(void *ctx, sl_buf *out);
+    /* POST /v1/rules/{rule}/replay: starts re-delivering the events of rule
+     * stored in [from_ms, to_ms) to its targets; out gets the replay as JSON.
+     * SL_ENOENT for an unknown rule, SL_EINVAL for a bad window (err says
+     * why). */
+    int (*replay)(void *ctx, const char *rule, int64_t from_ms, int64_t to_ms, sl_buf *out,
+                  sl_error *err);
+    /* GET /v1/rules/{rule}/replays (rule NULL: every rule's). */
+    int (*replays_json)(void *ctx, const char *rule, sl_buf *out);
+    /* POST /v1/sets/{dlq}/redrive: moves up to max (0: all) events of a
+     * dead-letter set to set `to`; out gets the counts as JSON. SL_ENOENT
+     * for an unknown set, SL_EINVAL with err for a bad request. */
+    int (*redrive)(void *ctx, const char *dlq, const char *to, uint64_t max, sl_buf *out,
+                   sl_error *err);
 } sl_http_hooks;
 
 typedef struct sl_http_options {

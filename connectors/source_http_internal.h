@@ -85,6 +85,11 @@ enum MHD_Result sl__http_metrics(sl_http_req *r);
 /* GET /v1/rules and POST /v1/patterns/test (source_http_rules.c). */
 enum MHD_Result sl__http_rules(sl_http_req *r);
 enum MHD_Result sl__http_pattern_test(sl_http_req *r);
+/* source_http_rules.c: POST /v1/rules/{rule}/replay, GET …/replays */
+enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule);
+enum MHD_Result sl__http_replays(sl_http_req *r, const char *rule);
+/* source_http_redrive.c: POST /v1/sets/{dlq}/redrive */
+enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name);
 
 /* Drops a request reference; frees it at zero. */
 void sl__http_req_release(sl_http_req *r);

@@ -4,9 +4,11 @@
  * try a pattern on an event without a config).
  */
 #include "connectors/source_http_internal.h"
+#include "core/clock.h"
 #include "core/json.h"
 #include "rules/pattern.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 enum MHD_Result sl__http_rules(sl_http_req *r)
@@ -82,4 +84,94 @@ enum MHD_Result sl__http_pattern_test(sl_http_req *r)
     sl_buf_free(&pt);
     sl_buf_free(&et);
     return res;
+}
+
+/* A time given as RFC 3339 or as milliseconds since the epoch. */
+static int parse_time(const char *s, int64_t *ms)
+{
+    if (!s || !*s)
+        return SL_EINVAL;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*end && v >= 0) {
+        *ms = v;
+        return 0;
+    }
+    return sl_time_parse_rfc3339(s, strlen(s), ms);
+}
+
+/* POST /v1/rules/{rule}/replay?from=TIME[&to=TIME], or the same as a JSON
+ * body {"from": …, "to": …}. */
+enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule)
+{
+    sl_http *h = r->h;
+    if (!h->hooks.replay)
+        return sl__http_error(r, 404, "NotFound", "no rule named %s (the server runs no rules)",
+                              rule);
+    const char *from = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "from");
+    const char *to = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "to");
+    char fb[64] = "", tb[64] = "";
+    if (r->body.len) {
+        sl_json_tok body, key, val;
+        sl_error err = {0};
+        if (sl_json_validate((const char *)r->body.data, r->body.len, 8, &body, &err) ||
+            body.type != SL_JSON_OBJECT)
+            return sl__http_error(r, 400, "InvalidRequest",
+                                  "want {\"from\": TIME, \"to\": TIME} (RFC 3339 or ms)");
+        sl_json_iter it;
+        sl_json_iter_init(&it, &body);
+        while (sl_json_iter_member(&it, &key, &val)) {
+            char *dst = key.len == 6 && memcmp(key.p, "\"from\"", 6) == 0 ? fb
+                        : key.len == 4 && memcmp(key.p, "\"to\"", 4) == 0  ? tb
+                                                                            : NULL;
+            size_t n = 0;
+            if (!dst)
+                continue;
+            if (val.type == SL_JSON_STRING)
+                sl_json_unescape(&val, dst, 64, &n);
+            else if (val.type == SL_JSON_NUMBER && val.len < 64)
+                memcpy(dst, val.p, (n = val.len));
+            dst[n < 64 ? n : 63] = '\0';
+        }
+        if (fb[0])
+            from = fb;
+        if (tb[0])
+            to = tb;
+    }
+    int64_t from_ms, to_ms = 0;
+    if (parse_time(from, &from_ms))
+        return sl__http_error(r, 400, "InvalidRequest",
+                              "from must be a time (RFC 3339, e.g. 2026-11-29T10:00:00Z, or "
+                              "milliseconds since the epoch)%s",
+                              from ? "" : "; it is missing");
+    if (to && parse_time(to, &to_ms))
+        return sl__http_error(r, 400, "InvalidRequest",
+                              "to must be a time (RFC 3339 or milliseconds since the epoch)");
+    sl_buf b = SL_BUF_INIT;
+    sl_error err = {0};
+    int rc = h->hooks.replay(h->hooks.ctx, rule, from_ms, to_ms, &b, &err);
+    if (rc) {
+        sl_buf_free(&b);
+        unsigned st = rc == SL_ENOENT ? 404 : rc == SL_EINVAL ? 400 : 500;
+        return sl__http_error(r, st, rc == SL_ENOENT ? "NotFound" : "InvalidRequest", "%s",
+                              err.msg[0] ? err.msg : sl_strerror(rc));
+    }
+    sl_buf_append(&b, "\n", 1);
+    return sl__http_reply(r, 202, &b, "application/json", 0);
+}
+
+/* GET /v1/rules/{rule}/replays */
+enum MHD_Result sl__http_replays(sl_http_req *r, const char *rule)
+{
+    sl_http *h = r->h;
+    sl_buf b = SL_BUF_INIT;
+    int rc = h->hooks.replays_json ? h->hooks.replays_json(h->hooks.ctx, rule, &b)
+                                   : sl_buf_append(&b, "{\"replays\":[]}\n", 15);
+    if (rc) {
+        sl_buf_free(&b);
+        return sl__http_error(r, rc == SL_ENOENT ? 404 : 500,
+                              rc == SL_ENOENT ? "NotFound" : "Internal", "%s",
+                              rc == SL_ENOENT ? "no such rule" : sl_strerror(rc));
+    }
+    return sl__http_reply(r, 200, &b, "application/json", 0);
 }

@@ -18,7 +18,11 @@
  * a request fails in a way worth retrying, the rest of its call is not sent
  * and completes with the same status: the runner delivers the whole batch
  * again anyway, and sending the tail would only reorder and duplicate.
+ * A rule with `ordered = false` gives that up for speed: the requests of a
+ * call go out side by side (still bounded by `concurrency`) and each
+ * completes with its own status.
  */
+#include "connectors/ce_binding.h"
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/event.h"
@@ -95,101 +99,30 @@ static int64_t mono_ms(void)
 
 /* ---- building requests (caller's thread) -------------------------------------- */
 
-/* Looks attribute name up in a parsed event; *tok is its value token. */
-static bool attr_of(const sl_event *ev, const char *name, size_t len, sl_json_tok *tok)
+/* Percent-encodes a URL template's attribute value. */
+static int url_escape(sl_buf *out, const char *v, size_t len)
 {
-    static const struct {
-        const char *name;
-        size_t off;
-    } std[] = {
-        {"specversion", offsetof(sl_event, specversion)},
-        {"id", offsetof(sl_event, id)},
-        {"source", offsetof(sl_event, source)},
-        {"type", offsetof(sl_event, type)},
-        {"time", offsetof(sl_event, time)},
-        {"subject", offsetof(sl_event, subject)},
-        {"datacontenttype", offsetof(sl_event, datacontenttype)},
-        {"dataschema", offsetof(sl_event, dataschema)},
-        {"lane", offsetof(sl_event, lane_attr)},
-        {"partitionkey", offsetof(sl_event, partitionkey)},
-    };
-    for (size_t i = 0; i < sizeof std / sizeof *std; i++) {
-        if (strlen(std[i].name) == len && memcmp(std[i].name, name, len) == 0) {
-            *tok = *(const sl_json_tok *)((const char *)ev + std[i].off);
-            return tok->type != SL_JSON_NONE && tok->type != SL_JSON_NULL;
-        }
-    }
-    for (size_t i = 0; i < ev->n_ext; i++) {
-        if (ev->ext[i].name_len == len && memcmp(ev->ext[i].name, name, len) == 0) {
-            *tok = ev->ext[i].value;
-            return tok->type != SL_JSON_NONE && tok->type != SL_JSON_NULL;
-        }
-    }
-    return false;
-}
-
-/* The text of an attribute value: a string decoded, anything else as written.
- * Returns a malloc'ed NUL-terminated string, or NULL (out of memory). */
-static char *attr_text(const sl_json_tok *tok, size_t *len)
-{
-    char *s = malloc(tok->len + 1);
-    if (!s)
-        return NULL;
-    if (tok->type == SL_JSON_STRING) {
-        if (sl_json_unescape(tok, s, tok->len, len)) {
-            free(s);
-            return NULL;
-        }
-    } else {
-        memcpy(s, tok->p, tok->len);
-        *len = tok->len;
-    }
-    s[*len] = '\0';
-    return s;
+    char *esc = curl_easy_escape(NULL, v, (int)len);
+    int rc = esc ? sl_buf_append(out, esc, strlen(esc)) : SL_ENOMEM;
+    curl_free(esc);
+    return rc;
 }
 
 /* Expands the URL template for one parsed event (ev NULL: no placeholders).
  * Returns 0 and a malloc'ed *url, SL_EINVAL with why, or SL_ENOMEM. */
 static int expand_url(const char *tpl, const sl_event *ev, char **url, char *why, size_t whylen)
 {
-    sl_buf b = SL_BUF_INIT;
-    int rc = 0;
-    for (const char *p = tpl; *p && !rc;) {
-        const char *open = strchr(p, '{'), *close = open ? strchr(open, '}') : NULL;
-        if (!open || !close) {
-            rc = sl_buf_append(&b, p, strlen(p));
-            break;
-        }
-        if ((rc = sl_buf_append(&b, p, (size_t)(open - p))))
-            break;
-        size_t nlen = (size_t)(close - open - 1);
-        sl_json_tok tok;
-        if (!ev || !attr_of(ev, open + 1, nlen, &tok)) {
-            snprintf(why, whylen,
-                     "target.http: the URL template %s needs the attribute \"%.*s\", which the "
-                     "payload does not have",
-                     tpl, (int)nlen, open + 1);
-            rc = SL_EINVAL;
-            break;
-        }
-        size_t vlen = 0;
-        char *v = attr_text(&tok, &vlen);
-        char *esc = v ? curl_easy_escape(NULL, v, (int)vlen) : NULL;
-        rc = esc ? sl_buf_append(&b, esc, strlen(esc)) : SL_ENOMEM;
-        curl_free(esc);
-        free(v);
-        p = close + 1;
-    }
-    if (!rc)
-        rc = sl_buf_append(&b, "", 1);
-    if (rc) {
-        if (rc == SL_ENOMEM)
-            snprintf(why, whylen, "target.http: out of memory");
-        sl_buf_free(&b);
-        return rc;
-    }
-    *url = (char *)b.data;
-    return 0;
+    const char *miss = NULL;
+    size_t mlen = 0;
+    int rc = sl_ce_expand(tpl, ev, url_escape, url, NULL, &miss, &mlen);
+    if (rc == SL_EINVAL)
+        snprintf(why, whylen,
+                 "target.http: the URL template %s needs the attribute \"%.*s\", which the "
+                 "payload does not have",
+                 tpl, (int)mlen, miss);
+    else if (rc)
+        snprintf(why, whylen, "target.http: out of memory");
+    return rc;
 }
 
 static int add_header(struct curl_slist **l, const char *line)
@@ -240,90 +173,30 @@ static int add_ce_header(struct curl_slist **l, const char *name, size_t nlen, c
     return rc;
 }
 
-static int b64_value(unsigned char c)
+static int ce_header_of(void *ud, const char *name, size_t nlen, const char *v, size_t vlen)
 {
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
-
-/* Appends the decoded form of a validated base64 string token (JSON escapes
- * such as \u002B for '+' are resolved first: ingest checks the unescaped
- * text, and some JSON writers escape '+' and '/'). */
-static int b64_decode(const sl_json_tok *tok, sl_buf *out)
-{
-    char *text = malloc(tok->len);
-    size_t tl = 0;
-    if (!text)
-        return SL_ENOMEM;
-    sl_json_unescape(tok, text, tok->len, &tl);
-    uint32_t acc = 0;
-    int bits = 0, rc = 0;
-    for (size_t i = 0; !rc && i < tl; i++) {
-        int v = b64_value((unsigned char)text[i]);
-        if (v < 0)
-            continue; /* padding */
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            uint8_t byte = (uint8_t)(acc >> bits);
-            rc = sl_buf_append(out, &byte, 1);
-        }
-    }
-    free(text);
-    return rc;
+    return add_ce_header(ud, name, nlen, v, vlen);
 }
 
 /* Binary mode: the event's data as the body, its attributes as ce-* headers. */
 static int binary_request(http_target *t, const sl_event *ev, req *r)
 {
-    (void)t;
-    static const char *const names[] = {"specversion", "id",   "source",
-                                        "type",        "time", "subject",
-                                        "dataschema",  "lane", "partitionkey"};
-    int rc = 0;
-    sl_json_tok tok;
-    for (size_t i = 0; !rc && i < sizeof names / sizeof *names; i++) {
-        if (!attr_of(ev, names[i], strlen(names[i]), &tok))
-            continue;
-        size_t len = 0;
-        char *v = attr_text(&tok, &len);
-        rc = v ? add_ce_header(&r->hdrs, names[i], strlen(names[i]), v, len) : SL_ENOMEM;
-        free(v);
-    }
-    for (size_t i = 0; !rc && i < ev->n_ext; i++) {
-        size_t len = 0;
-        char *v = attr_text(&ev->ext[i].value, &len);
-        rc = v ? add_ce_header(&r->hdrs, ev->ext[i].name, ev->ext[i].name_len, v, len) : SL_ENOMEM;
-        free(v);
-    }
-    char *ctype = NULL;
-    size_t clen = 0;
-    if (!rc && attr_of(ev, "datacontenttype", 15, &tok) && !(ctype = attr_text(&tok, &clen)))
+    bool oom = false;
+    int rc = sl_ce_binary_attrs(ev, ce_header_of, &r->hdrs);
+    char *ctype = rc ? NULL : sl_ce_content_type(ev, &oom);
+    if (oom)
         rc = SL_ENOMEM;
     if (!rc && !t->has_ctype)
         rc = add_headerf(&r->hdrs, "Content-Type: %s", ctype ? ctype : "application/json");
-    bool json_ct = !ctype || strstr(ctype, "json") != NULL;
-    if (!rc && ev->data_base64.type == SL_JSON_STRING) {
-        rc = b64_decode(&ev->data_base64, &r->own);
-    } else if (!rc && ev->data.type == SL_JSON_STRING && !json_ct) {
-        size_t len = 0;
-        if (!(rc = sl_buf_reserve(&r->own, ev->data.len)) &&
-            !(rc = sl_json_unescape(&ev->data, (char *)r->own.data, ev->data.len, &len)))
-            r->own.len = len;
-    } else if (!rc && ev->data.type != SL_JSON_NONE) {
-        rc = sl_buf_append(&r->own, ev->data.p, ev->data.len);
-    }
+    if (!rc)
+        rc = sl_ce_binary_data(ev, ctype, &r->own);
     free(ctype);
     r->body = (const char *)r->own.data;
     r->body_len = r->own.len;
     return rc;
 }
+
+static void finish_call(call *c, size_t from, int status, const char *reason);
 
 static void free_call(call *c)
 {
@@ -484,6 +357,44 @@ oom:
     return NULL;
 }
 
+/* ordered = false: splits c into one call per request, so that its requests
+ * go out side by side (up to `concurrency`) and a failure holds none of the
+ * others. Returns the calls linked by next, first request first; c itself
+ * when it has one request or memory is short (then it stays in order). */
+static call *split_call(call *c)
+{
+    if (c->nreq < 2)
+        return c;
+    call **parts = calloc(c->nreq, sizeof *parts);
+    bool ok = parts != NULL;
+    for (size_t i = 0; ok && i < c->nreq; i++) {
+        call *p = parts[i] = calloc(1, sizeof *p);
+        ok = p && (p->idx = malloc(c->reqs[i].n * sizeof *p->idx)) &&
+             (p->reqs = malloc(sizeof *p->reqs));
+    }
+    if (!ok) {
+        for (size_t i = 0; parts && i < c->nreq; i++)
+            free_call(parts[i]);
+        free(parts);
+        return c;
+    }
+    for (size_t i = 0; i < c->nreq; i++) {
+        call *p = parts[i];
+        p->done = c->done;
+        p->ctx = c->ctx;
+        p->reqs[0] = c->reqs[i];
+        memcpy(p->idx, c->idx + c->reqs[i].first, c->reqs[i].n * sizeof *p->idx);
+        p->reqs[0].first = 0;
+        p->nreq = 1;
+        p->next = i + 1 < c->nreq ? parts[i + 1] : NULL;
+    }
+    call *first = parts[0];
+    c->nreq = 0; /* its requests moved */
+    free_call(c);
+    free(parts);
+    return first;
+}
+
 static void http_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
                          void *ctx)
 {
@@ -491,19 +402,21 @@ static void http_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_
     call *c = build_call(t, d, n, done, ctx);
     if (!c)
         return;
+    if (!t->cfg->ordered)
+        c = split_call(c);
     pthread_mutex_lock(&t->lock);
     bool stopping = t->stopping;
-    if (!stopping) {
+    while (!stopping && c) { /* incoming is newest first */
+        call *nx = c->next;
         c->next = t->incoming;
         t->incoming = c;
+        c = nx;
     }
     pthread_mutex_unlock(&t->lock);
-    if (stopping) {
-        for (size_t i = 0; i < c->nreq; i++)
-            for (size_t q = 0; q < c->reqs[i].n; q++)
-                done(ctx, c->idx[c->reqs[i].first + q], SL_ESHUTDOWN, "target.http: shutting down");
-        free_call(c);
-        return;
+    while (c) {
+        call *nx = c->next;
+        finish_call(c, 0, SL_ESHUTDOWN, "target.http: shutting down");
+        c = nx;
     }
     curl_multi_wakeup(t->multi);
 }
@@ -681,7 +594,12 @@ static void request_done(http_target *t, call *c, CURLcode res)
         snprintf(why, sizeof why, "HTTP %ld: %.*s", code, blen, body);
     }
     if (status && status != SL_EINVAL) {
-        finish_call(c, c->cur, status, why); /* the runner delivers the batch again */
+        /* The rest of the call is not sent (it would overtake the failed
+         * payload): deferred, which does not count as an attempt. */
+        for (size_t q = 0; q < r->n; q++)
+            c->done(c->ctx, c->idx[r->first + q], status, why);
+        finish_call(c, c->cur + 1, SL_EDEFERRED,
+                    "target.http: not sent: an earlier payload of its batch failed");
         return;
     }
     for (size_t q = 0; q < r->n; q++)
@@ -756,7 +674,7 @@ static void *http_thread(void *arg)
                      (long long)(t->paused_until_ms - now));
             call *c;
             while ((c = ready_pop(t)))
-                finish_call(c, c->cur, SL_EIO, why);
+                finish_call(c, c->cur, SL_EDEFERRED, why);
         }
         while (!stopping && t->ready_head && t->inflight < (size_t)t->cfg->concurrency) {
             int64_t tw = 0;

@@ -23,6 +23,10 @@ int sl_cli_tail_main(int argc, char **argv);
 /* sluice schema infer SET …: print the schemas of a set's event types. */
 int sl_cli_schema_main(int argc, char **argv);
 
+/* sluice redrive DLQSET --to SET [--max N]: move dead-lettered events back
+ * into a set through the running server (core/redrive.h). */
+int sl_cli_redrive_main(int argc, char **argv);
+
 /* sluice check CONFIG.lua: check a config file without starting anything. */
 int sl_cli_check_main(int argc, char **argv);
 

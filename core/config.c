@@ -6,6 +6,7 @@
 #include "core/config.h"
 
 #include "core/clock.h"
+#include "core/connector.h"
 #include "core/event.h"
 #include "core/metrics.h"
 #include "rules/lua_embed.h"
@@ -43,6 +44,9 @@ typedef enum key_type {
     K_HEADERS,  /* { ["Name"] = "value" } -> "Name: value" lines */
     K_AUTH,     /* { bearer = s } | { basic = { user = s, password = s } } | { api_key = { header = s, value = s } } */
     K_BODY,     /* "structured" | "binary" | "data" */
+    K_RETRY,    /* a table of retry_keys (rule.retry) */
+    K_BACKOFF,  /* "exponential" | "fixed" */
+    K_PROPS,    /* { ["name"] = string | number | boolean } -> "name=value" lines */
 } key_type;
 
 typedef struct key {
@@ -126,6 +130,30 @@ static const key rule_keys[] = {
     {"enabled", K_BOOL, FIELD(sl_rule_config, enabled), 0, 0, "true",
      "false passes events over without delivering them (as a disabled EventBridge rule); "
      "its cursor keeps moving"},
+    {"retry", K_RETRY, FIELD(sl_rule_config, retry), 0, 0, "see below",
+     "`{ attempts = 185, max_age = \"24h\", backoff = \"exponential\", initial = \"100ms\", "
+     "max = \"5m\" }`: how a failed delivery is retried (docs/targets.md)"},
+    {"dlq", K_STRING, FIELD(sl_rule_config, dlq), 0, 0, "none",
+     "dead-letter set: events that exhausted their retries or were refused go there with "
+     "`sluiceerror` … attributes; without one they are dropped and counted"},
+    {"ordered", K_BOOL, FIELD(sl_rule_config, ordered), 0, 0, "true",
+     "keep per-partition order: a failing event holds its partition for this rule; false "
+     "sets failures aside and delivers the rest concurrently"},
+};
+
+static const key retry_keys[] = {
+    {"attempts", K_INT, FIELD(sl_retry_config, attempts), 1, 1000000, "185",
+     "deliveries of an event to a target before it goes to the `dlq`"},
+    {"max_age", K_DURATION, FIELD(sl_retry_config, max_age_ms), -1, INT64_MAX, "\"24h\"",
+     "how long after its first failed delivery an event is still retried (\"forever\": no "
+     "limit)"},
+    {"backoff", K_BACKOFF, FIELD(sl_retry_config, backoff), 0, 0, "\"exponential\"",
+     "\"exponential\" (initial, doubling up to max) or \"fixed\" (initial each time); full "
+     "jitter on both"},
+    {"initial", K_DURATION, FIELD(sl_retry_config, initial_ms), 1, 86400000, "\"100ms\"",
+     "first back-off"},
+    {"max", K_DURATION, FIELD(sl_retry_config, max_ms), 1, 86400000, "\"5m\"",
+     "longest back-off"},
 };
 
 static const key file_target_keys[] = {
@@ -170,6 +198,27 @@ static const key http_target_keys[] = {
      "payloads per request, sent as a JSON array when more than 1"},
 };
 
+static const key kafka_target_keys[] = {
+    {"brokers", K_STRING, FIELD(sl_target_config, brokers), 0, 0, "required",
+     "bootstrap servers, `\"host:9092,host2:9092\"`"},
+    {"topic", K_STRING, FIELD(sl_target_config, topic), 0, 0, "required",
+     "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{lane}\"`"},
+    {"key", K_STRING, FIELD(sl_target_config, key), 0, 0, "partitionkey, else subject",
+     "the record key, a template like `topic` (an event without the attribute: no key)"},
+    {"body", K_BODY, FIELD(sl_target_config, body), 0, 0, "\"binary\"",
+     "\"binary\": data as the value, attributes as `ce_*` headers; \"structured\": the "
+     "CloudEvent as JSON; \"data\": the payload alone (CloudEvents Kafka binding)"},
+    {"compression", K_STRING, FIELD(sl_target_config, compression), 0, 0, "\"zstd\"",
+     "`compression.type`: none, gzip, snappy, lz4 or zstd"},
+    {"headers", K_HEADERS, FIELD(sl_target_config, headers), 0, 0, "none",
+     "`{ [\"name\"] = \"value\" }` record headers added to every record"},
+    {"timeout", K_DURATION, FIELD(sl_target_config, timeout_ms), 1, INT32_MAX, "\"30s\"",
+     "`message.timeout.ms`: a record not acknowledged by then is retried by the rule"},
+    {"properties", K_PROPS, FIELD(sl_target_config, properties), 0, 0, "none",
+     "any librdkafka producer property, e.g. `{ [\"linger.ms\"] = 5, [\"security.protocol\"] "
+     "= \"sasl_ssl\" }` (set last: they win over the keys above)"},
+};
+
 typedef struct target_kind {
     const char *name;
     sl_target_kind kind;
@@ -186,6 +235,9 @@ static const target_kind target_kinds[] = {
     {"http", SL_TARGET_HTTP, KEYS(http_target_keys),
      "send events to an HTTP endpoint (2xx delivered; 408, 429, 5xx and network errors "
      "retried, honouring Retry-After; other 4xx refused)"},
+    {"kafka", SL_TARGET_KAFKA, KEYS(kafka_target_keys),
+     "produce events to a topic of an external Kafka cluster (idempotent, acks=all; "
+     "delivered on librdkafka's delivery report)"},
 };
 
 /* ---- the loader ----------------------------------------------------------- */
@@ -393,7 +445,7 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     bool is = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (!is) {
-        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http)",
+        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http, kafka)",
                 b->what);
         return;
     }
@@ -407,7 +459,7 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
         if (strcmp(target_kinds[i].name, kind) == 0)
             tk = &target_kinds[i];
     if (!tk) {
-        problem(ld, tline, "%s: unknown target kind target.%s (known: file, set, http)", b->what,
+        problem(ld, tline, "%s: unknown target kind target.%s (known: file, set, http, kafka)", b->what,
                 kind ? kind : "?");
         lua_pop(L, 1);
         return;
@@ -429,6 +481,7 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     t->timeout_ms = 30000;
     t->concurrency = 8;
     t->batch = 1;
+    t->body = tk->kind == SL_TARGET_KAFKA ? SL_HTTP_BODY_BINARY : SL_HTTP_BODY_STRUCTURED;
     char what[200];
     snprintf(what, sizeof what, "%s: target.%s", b->what, tk->name);
     block tb = {what, tline, t};
@@ -463,7 +516,7 @@ static void read_targets(loader *ld, int idx, const key *k, const block *b, sl_r
     lua_Integer n = luaL_len(L, idx);
     if (n == 0 && (lua_pushnil(L), lua_next(L, idx))) { /* neither a target nor a list */
         lua_pop(L, 2);
-        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http)",
+        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http, kafka)",
                 b->what);
         return;
     }
@@ -655,6 +708,58 @@ static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_targ
                       "password = … } }, { api_key = { header = …, value = … } }", b->what);
 }
 
+/* properties = { ["name"] = value }: librdkafka's names are dotted words. */
+static void read_props(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    if (!lua_istable(L, idx)) {
+        problem(ld, line, "%s: properties must be a table { [\"name\"] = value }", b->what);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        int vt = lua_type(L, -1);
+        bool name_ok = name && *name;
+        for (const char *c = name; name_ok && *c; c++)
+            name_ok = isalnum((unsigned char)*c) || *c == '.' || *c == '_' || *c == '-';
+        char val[1024];
+        if (vt == LUA_TBOOLEAN)
+            snprintf(val, sizeof val, "%s", lua_toboolean(L, -1) ? "true" : "false");
+        else if (vt == LUA_TNUMBER && lua_isinteger(L, -1))
+            snprintf(val, sizeof val, "%lld", (long long)lua_tointeger(L, -1));
+        else if (vt == LUA_TNUMBER)
+            snprintf(val, sizeof val, "%.17g", lua_tonumber(L, -1));
+        else if (vt == LUA_TSTRING && lua_rawlen(L, -1) < sizeof val)
+            snprintf(val, sizeof val, "%s", lua_tostring(L, -1));
+        else
+            vt = LUA_TNONE;
+        if (!name_ok)
+            problem(ld, line, "%s: properties: \"%s\" is not a property name", b->what,
+                    name ? name : "?");
+        else if (vt == LUA_TNONE)
+            problem(ld, line, "%s: properties: %s must be a string, number or boolean (under "
+                              "1024 bytes)", b->what, name);
+        else {
+            char **g = realloc(t->properties, (t->nproperties + 1) * sizeof *g);
+            size_t n = strlen(name) + strlen(val) + 2;
+            char *h = malloc(n);
+            if (!g || !h) {
+                if (g)
+                    t->properties = g;
+                free(h);
+                ld->oom = 1;
+            } else {
+                snprintf(h, n, "%s=%s", name, val);
+                t->properties = g;
+                t->properties[t->nproperties++] = h;
+            }
+        }
+        lua_pop(L, 1);
+    }
+}
+
 /* Reads one key's value (at the top of the stack) into the block's struct. */
 static void read_key(loader *ld, const key *k, const block *b, void *extra)
 {
@@ -782,6 +887,31 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
     case K_AUTH:
         read_auth(ld, idx, k, b, b->obj);
         return;
+    case K_PROPS:
+        read_props(ld, idx, k, b, b->obj);
+        return;
+    case K_RETRY: {
+        if (t != LUA_TTABLE) {
+            problem(ld, line, "%s: %s must be a table { attempts = …, max_age = …, … }", b->what,
+                    k->name);
+            return;
+        }
+        char what[240];
+        snprintf(what, sizeof what, "%s: retry", b->what);
+        block rb = {what, line, field};
+        check_block(ld, idx, retry_keys, sizeof retry_keys / sizeof *retry_keys, &rb, NULL);
+        return;
+    }
+    case K_BACKOFF: {
+        const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        if (strcmp(s, "exponential") == 0)
+            *(sl_backoff *)field = SL_BACKOFF_EXPONENTIAL;
+        else if (strcmp(s, "fixed") == 0)
+            *(sl_backoff *)field = SL_BACKOFF_FIXED;
+        else
+            problem(ld, line, "%s: backoff must be \"exponential\" or \"fixed\"", b->what);
+        return;
+    }
     }
 }
 
@@ -893,8 +1023,16 @@ static void read_decl(loader *ld, int idx)
             r->name = dup_string(ld, name, strlen(name));
             r->line = line;
             r->enabled = true;
+            r->ordered = true;
+            r->retry = (sl_retry_config){.attempts = 185,
+                                         .max_age_ms = 24 * 3600 * 1000,
+                                         .backoff = SL_BACKOFF_EXPONENTIAL,
+                                         .initial_ms = 100,
+                                         .max_ms = 5 * 60 * 1000};
             block b = {what, line, r};
             check_block(ld, body, rule_keys, sizeof rule_keys / sizeof *rule_keys, &b, NULL);
+            for (size_t t = 0; t < r->ntargets; t++)
+                r->targets[t].ordered = r->ordered;
         }
     }
     lua_pop(L, 4);
@@ -919,6 +1057,18 @@ static void cross_check(loader *ld)
         if (r->transform && r->transform_batch)
             problem(ld, r->line, "rule \"%s\": use transform or transform_batch, not both",
                     r->name);
+        if (r->dlq && !find_set(cfg, r->dlq))
+            problem(ld, key_line(ld, r->line, "dlq"),
+                    "rule \"%s\": dlq set \"%s\" is not declared (add set \"%s\" { })", r->name,
+                    r->dlq, r->dlq);
+        else if (r->dlq && r->set && strcmp(r->dlq, r->set) == 0)
+            problem(ld, key_line(ld, r->line, "dlq"),
+                    "rule \"%s\": the dlq cannot be the set the rule reads (failed events "
+                    "would come back to it forever)", r->name);
+        if (r->retry.initial_ms > r->retry.max_ms)
+            problem(ld, key_line(ld, r->line, "retry"),
+                    "rule \"%s\": retry.initial (%lld ms) is longer than retry.max (%lld ms)",
+                    r->name, (long long)r->retry.initial_ms, (long long)r->retry.max_ms);
         for (size_t t = 0; t < r->ntargets; t++) {
             sl_target_config *tc = &r->targets[t];
             if (tc->kind == SL_TARGET_FILE && !tc->path)
@@ -939,6 +1089,15 @@ static void cross_check(loader *ld)
                 problem(ld, tc->line,
                         "rule \"%s\": target.set into the set it reads would loop forever",
                         r->name);
+            if (tc->kind == SL_TARGET_KAFKA && (!tc->brokers || !tc->topic))
+                problem(ld, tc->line, "rule \"%s\": target.kafka needs brokers and a topic",
+                        r->name);
+            /* What only the connector knows (e.g. librdkafka's properties). */
+            const sl_target_ops *ops = sl_target_find(tc->kind);
+            sl_error terr = {0};
+            if (ops && ops->check && ops->check(tc, &terr))
+                problem(ld, tc->line, "rule \"%s\": target.%s: %s", r->name, ops->name,
+                        terr.msg);
         }
     }
 }
@@ -1122,6 +1281,7 @@ static const char *const type_names[] = {
     [K_FUNCTION] = "function",  [K_PATTERN] = "pattern",   [K_INPUT] = "string or table",
     [K_TARGETS] = "target(s)",  [K_SCHEMAS] = "table",     [K_SETBODY] = "table",
     [K_HEADERS] = "table",      [K_AUTH] = "table",        [K_BODY] = "string",
+    [K_RETRY] = "table",        [K_BACKOFF] = "string",    [K_PROPS] = "table",
 };
 
 static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
@@ -1142,6 +1302,8 @@ int sl_config_keys_markdown(sl_buf *out)
         rc = keys_table(out, "set \"NAME\" { … }", KEYS(set_keys));
     if (!rc)
         rc = keys_table(out, "rule \"NAME\" { … }", KEYS(rule_keys));
+    if (!rc)
+        rc = keys_table(out, "rule.retry { … }", KEYS(retry_keys));
     for (size_t i = 0; !rc && i < sizeof target_kinds / sizeof *target_kinds; i++) {
         char title[64];
         snprintf(title, sizeof title, "target.%s { … }", target_kinds[i].name);
@@ -1175,8 +1337,16 @@ static void free_rule(sl_rule_config *r)
         free(tc->api_key_header);
         free(tc->api_key);
         free(tc->ca_file);
+        free(tc->brokers);
+        free(tc->topic);
+        free(tc->key);
+        free(tc->compression);
+        for (size_t p = 0; p < tc->nproperties; p++)
+            free(tc->properties[p]);
+        free(tc->properties);
     }
     free(r->targets);
+    free(r->dlq);
 }
 
 void sl_config_free(sl_config *cfg)

@@ -32,9 +32,10 @@ typedef enum sl_target_kind {
     SL_TARGET_FILE, /* NDJSON lines appended to a file */
     SL_TARGET_SET,  /* events appended to another event set */
     SL_TARGET_HTTP, /* requests to an HTTP endpoint (libcurl) */
+    SL_TARGET_KAFKA, /* records produced to an external Kafka topic (librdkafka) */
 } sl_target_kind;
 
-/* How target.http sends a payload. */
+/* How target.http (and target.kafka) sends a payload. */
 typedef enum sl_http_body {
     SL_HTTP_BODY_STRUCTURED, /* the CloudEvent as JSON (application/cloudevents+json) */
     SL_HTTP_BODY_BINARY,     /* data as the body, attributes as ce-* headers */
@@ -62,9 +63,32 @@ typedef struct sl_target_config {
     int64_t timeout_ms;         /* whole request; default 30 s */
     int64_t concurrency;        /* requests in flight per rule; default 8 */
     int64_t rate;               /* requests per second; 0 unlimited */
-    sl_http_body body;
+    sl_http_body body; /* http: default structured; kafka: default binary */
     int64_t batch; /* payloads per request (a JSON array); default 1 */
+    /* kafka (timeout_ms: message.timeout.ms; headers: record headers; body) */
+    char *brokers;     /* bootstrap.servers */
+    char *topic;       /* template: {attribute} is replaced from the event */
+    char *key;         /* template; NULL: partitionkey, else subject, else none */
+    char *compression; /* compression.type; NULL: zstd */
+    char **properties; /* "name=value" lines passed to librdkafka as they are */
+    size_t nproperties;
+    /* set by the loader from the owning rule */
+    bool ordered; /* keep per-partition order (rule.ordered) */
 } sl_target_config;
+
+typedef enum sl_backoff {
+    SL_BACKOFF_EXPONENTIAL, /* initial, 2×, 4× … up to max, with full jitter */
+    SL_BACKOFF_FIXED,       /* initial each time, with full jitter */
+} sl_backoff;
+
+/* rule.retry (EventBridge's retry policy; its defaults). */
+typedef struct sl_retry_config {
+    int64_t attempts;   /* deliveries of one event to one target; default 185 */
+    int64_t max_age_ms; /* retried this long after its first failure; -1 forever; 24 h */
+    sl_backoff backoff;
+    int64_t initial_ms; /* first back-off; default 100 ms */
+    int64_t max_ms;     /* longest back-off; default 5 min */
+} sl_retry_config;
 
 typedef struct sl_rule_config {
     char *name;
@@ -80,6 +104,9 @@ typedef struct sl_rule_config {
     bool from_beginning; /* start = "beginning": a new rule reads the whole set */
     bool target_given;   /* target(s) was written, even if refused */
     bool enabled;
+    sl_retry_config retry;
+    char *dlq;    /* dead-letter set; NULL: failed events are dropped (counted) */
+    bool ordered; /* default true: a failing event holds its partition */
 } sl_rule_config;
 
 typedef struct sl_schema_entry {

@@ -63,6 +63,13 @@ typedef struct sl_target_ops {
      * whole timeout. Payloads failed this way are delivered again after the
      * restart (their cursor did not move). */
     void (*cancel)(void *impl);
+    /* Optional: checks what only the connector knows (e.g. librdkafka's
+     * property names) when the config is loaded, before any instance runs;
+     * `sluice check` reports what it returns. 0, or SL_EINVAL with err. */
+    int (*check)(const sl_target_config *cfg, sl_error *err);
+    /* Optional: the instance's health for GET /v1/rules: 0 healthy, or 1
+     * with msg saying what is wrong (e.g. "all brokers are down"). */
+    int (*health)(void *impl, char *msg, size_t len);
 } sl_target_ops;
 
 /* The built-in table for a target kind. */

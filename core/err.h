@@ -30,6 +30,7 @@
     XX(EFULL, "buffer is full, retry later")                                                       \
     XX(ESHUTDOWN, "shutting down")                                                                 \
     XX(ETIMEDOUT, "timed out")                                                                     \
+    XX(EDEFERRED, "not attempted, try again later")                                                \
     XX(ESCRIPT, "Lua error")                                                                       \
     XX(EBUDGET, "Lua instruction budget exceeded")
 

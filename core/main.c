@@ -19,6 +19,7 @@ static void usage(FILE *f)
           "  schema infer SET           print JSON Schemas inferred from a set's events\n"
           "  put SET [FILE]             publish NDJSON events over HTTP\n"
           "  tail SET [--follow]        print a set's events as NDJSON\n"
+          "  redrive DLQSET --to SET    move a dead-letter set's events back to SET\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
           "  log dump PARTITION_DIR     print batches and records\n"
@@ -49,6 +50,8 @@ int main(int argc, char **argv)
         return sl_cli_put_main(argc - 1, argv + 1);
     if (strcmp(cmd, "tail") == 0)
         return sl_cli_tail_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "redrive") == 0)
+        return sl_cli_redrive_main(argc - 1, argv + 1);
     if (strcmp(cmd, "schema") == 0)
         return sl_cli_schema_main(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)

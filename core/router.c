@@ -4,6 +4,7 @@
 #include "core/router.h"
 
 #include "core/event.h"
+#include "core/redrive.h"
 #include "rules/runner.h"
 
 #include <pthread.h>
@@ -142,10 +143,45 @@ static int metrics(void *ctx, sl_buf *out)
     return rc;
 }
 
+/* POST /v1/sets/{dlq}/redrive (core/redrive.h): needs no config. */
+static int redrive(void *ctx, const char *dlq, const char *to, uint64_t max, sl_buf *out,
+                   sl_error *err)
+{
+    sl_router *r = ctx;
+    return sl_redrive(r->sets, r->bus, r->data_dir, dlq, to, max, out, err);
+}
+
+static int replay(void *ctx, const char *rule, int64_t from_ms, int64_t to_ms, sl_buf *out,
+                  sl_error *err)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_replay(r->runner, rule, from_ms, to_ms, out, err)
+                       : sl_error_set(err, SL_ENOENT, "no rule named %s", rule);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int replays_json(void *ctx, const char *rule, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = !r->runner || !sl_config_rule(r->cfg, rule)
+                 ? SL_ENOENT
+                 : sl_runner_replays_json(r->runner, rule, out);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
 void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
 {
-    *out = (sl_http_hooks){
-        .ctx = r, .validate = validate, .rules_json = rules_json, .metrics = metrics};
+    *out = (sl_http_hooks){.ctx = r,
+                           .validate = validate,
+                           .rules_json = rules_json,
+                           .metrics = metrics,
+                           .redrive = redrive,
+                           .replay = replay,
+                           .replays_json = replays_json};
 }
 
 void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/databus.h"
+#include "core/redrive.h"
 #include "core/router.h"
 #include "core/set.h"
 
@@ -267,8 +268,12 @@ int sl_cli_serve_main(int argc, char **argv)
      * past the schemas. Appends that happen before the runner hears of
      * them are found by its periodic lag check. */
     sl_http_hooks hooks;
+    sl_redrive_env redrive_env = {.sets = sets, .bus = bus, .data_dir = data};
     if (router) {
         sl_router_http_hooks(router, &hooks);
+        ho.hooks = &hooks;
+    } else { /* without a config, dead-letter redrive still works */
+        hooks = (sl_http_hooks){.ctx = &redrive_env, .redrive = sl_redrive_hook};
         ho.hooks = &hooks;
     }
     ho.host = host;

@@ -1,17 +1,26 @@
 /*
  * rules/runner.c — the rule workers: a queue of (rule, partition) consumers
  * with work to do, drained by a pool of threads; see runner.h.
+ *
+ * A consumer's turn: retry the payloads of its pool that are due, then (if
+ * its pool lets it) read, evaluate and deliver the next batch; whatever is
+ * not delivered goes to the pool (retry later) or to the dead-letter set.
+ * The cursor commits the oldest offset still unresolved, so a crash repeats
+ * what was in the pool instead of losing it. The pool belongs to the worker
+ * running the consumer (one at a time), so it needs no lock.
  */
 #include "rules/runner.h"
 
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/event.h"
+#include "core/json.h"
 #include "core/metrics.h"
 #include "rules/cursor.h"
 #include "rules/rule.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,28 +32,78 @@
 #define BATCH_RECORDS 512          /* records per turn of one consumer */
 #define BATCH_BYTES (1u << 20)     /* or this many bytes of events */
 #define CURSOR_SYNC_NS 1000000000  /* fdatasync cursors at most once a second */
-#define BACKOFF_MIN_MS 1000
-#define BACKOFF_MAX_MS 30000
+#define BACKOFF_MIN_MS 1000        /* read and cursor errors: 1 s doubling … */
+#define BACKOFF_MAX_MS 30000       /* … up to 30 s */
+#define POOL_MAX 4096              /* ordered = false: payloads set aside per partition */
+#define RULE_BIT 63                /* in a dead mask: the evaluation itself failed */
+#define REASON_MAX 1024            /* bytes of a reason kept in sluiceerror */
+#define REPLAYS_KEPT 32            /* finished replays still shown */
 
 typedef struct rule_run rule_run;
+typedef struct replay replay;
+
+/* What a rule, or one replay of it, counts. */
+typedef struct counters {
+    _Atomic uint64_t read, matched, filtered, dropped, failed, delivered, retries, dead_lettered,
+        discarded;
+    _Atomic int64_t retrying; /* payloads in pools now */
+} counters;
+
+/* A payload (or an event whose evaluation failed) not resolved yet. */
+typedef struct item {
+    char *payload; /* NULL: the evaluation failed (dead has RULE_BIT) */
+    size_t len;
+    char *source; /* the source event (decorated JSON), NULL if not known */
+    size_t source_len;
+    char lane[SL_EVENT_LANE_MAX + 1];
+    int64_t offset;     /* of the source event */
+    uint64_t todo;      /* targets still to deliver to (bit t) */
+    uint64_t dead;      /* targets that gave up: to the dead-letter set */
+    uint32_t attempts;  /* deliveries that failed */
+    uint32_t tries;     /* rounds, deferred ones too: drives the back-off */
+    int64_t first_fail_ms;
+    int64_t retry_at_ns; /* 0: to be scheduled */
+    char *reason;        /* the last failure */
+} item;
 
 typedef struct consumer {
     rule_run *rule;
+    replay *rp; /* NULL: the rule's live consumer */
+    counters *ctr;
     int32_t part;
-    sl_cursor cur;
-    _Atomic int64_t committed; /* cur.offset, readable by the API threads */
+    sl_cursor cur;             /* live consumers only */
+    _Atomic int64_t committed; /* cur.offset (replay: progress), for the API threads */
+    int64_t pos;               /* next offset to read */
+    int64_t end;               /* replay: stop before this offset */
     void *reader;              /* open between turns; NULL after a failure */
+    item *pool;                /* owned by the worker running the consumer */
+    size_t npool, pool_cap;
+    _Atomic bool done; /* replay: reached its end with an empty pool */
     /* under the runner's lock */
     bool queued, running, again;
-    int64_t retry_at_ns; /* 0: not waiting for a retry */
-    int backoff_ms;
+    bool hold;           /* run only at retry_at_ns (back-off, or a pool that blocks) */
+    int64_t retry_at_ns; /* 0: nothing timed */
+    int backoff_ms;      /* read and cursor errors */
     struct consumer *next;
 } consumer;
+
+struct replay {
+    replay *next;
+    char id[24];
+    rule_run *rule;
+    int64_t from_ms, to_ms, started_ms;
+    _Atomic int64_t finished_ms; /* 0 while running */
+    consumer *cons;
+    int32_t nparts;
+    _Atomic int32_t remaining; /* partitions not done */
+    counters ctr;
+};
 
 typedef struct target_inst {
     const sl_target_ops *ops;
     void *impl;
     sl_target_kind kind;
+    char label[32]; /* "http", or "http#2" when the rule has several http targets */
 } target_inst;
 
 struct rule_run {
@@ -53,9 +112,11 @@ struct rule_run {
     sl_set *set;
     target_inst *targets;
     size_t ntargets;
+    target_inst dlq; /* impl NULL: no dead-letter set */
     consumer *cons;
     int32_t nparts;
-    _Atomic uint64_t read, matched, filtered, dropped, failed, delivered, retries;
+    counters ctr;
+    _Atomic uint64_t wrapped; /* dead letters made for payloads that are not events */
     pthread_mutex_t err_lock;
     char last_error[SL_ERROR_MAX];
     int64_t last_log_ns; /* failures are logged at most once a second per rule */
@@ -67,24 +128,38 @@ typedef struct worker {
     sl_runner *r;
     pthread_t thread;
     sl_rule_vm *vm;
-    sl_buf ev;         /* decorated events of the batch, back to back */
+    uint64_t rng;
+    /* the events of a batch */
+    sl_buf ev;         /* decorated events, back to back */
     size_t *ev_ends;   /* end of event i in ev */
     const char **evp;  /* pointers into ev, for transform_batch */
     size_t *evl;
     int64_t *offs;                        /* offset of event i */
     char (*lanes)[SL_EVENT_LANE_MAX + 1]; /* lane of event i */
     size_t ev_cap;
+    /* the payloads they made */
     sl_rule_out out;
     char (*out_lanes)[SL_EVENT_LANE_MAX + 1];
-    size_t out_lanes_cap;
-    sl_delivery *dl;
-    int *status;
-    size_t dl_cap;
+    int32_t *out_src; /* event index of payload i, -1 if not known (transform_batch) */
+    size_t out_cap;
+    /* a delivery round over n payloads */
+    sl_delivery *dl, *sub;
+    uint64_t *todo, *dead;
+    bool *failed;
+    size_t *map;    /* sub[j] is dl[map[j]] */
+    int *st;        /* status of sub[j] */
+    size_t *rsub;   /* reason of sub[j]: offset in reasons, SIZE_MAX none */
+    size_t *reason; /* reason of payload i: offset in reasons, SIZE_MAX none */
+    item **its;     /* retries: the item of payload i */
+    size_t round_cap;
+    sl_buf reasons;
+    sl_buf dlq; /* dead letters being written */
+    size_t *dlq_ends;
+    size_t dlq_cap;
     /* completion of a delivery */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     size_t pending;
-    char reason[SL_ERROR_MAX];
 } worker;
 
 struct sl_runner {
@@ -98,13 +173,15 @@ struct sl_runner {
     int64_t retry_scan_ns; /* when periodic() last ran */
     worker *workers;
     unsigned nworkers, started;
+    replay *replays; /* newest first; under lock */
+    unsigned replay_seq;
 };
 
 /* ---- queue (runner lock held) --------------------------------------------- */
 
 static void push(sl_runner *r, consumer *c)
 {
-    if (c->queued || c->running || r->stopping)
+    if (c->queued || c->running || r->stopping || atomic_load(&c->done))
         return;
     c->queued = true;
     c->next = NULL;
@@ -128,22 +205,26 @@ static consumer *pop(sl_runner *r)
     return c;
 }
 
-/* Queues consumers whose back-off is over, and idle ones that lag (an
- * append they were not told about, e.g. before the bus knew the runner:
- * wake-ups are an optimisation, this check is the guarantee). */
+static void check_consumer(sl_runner *r, consumer *c, int64_t now)
+{
+    if (c->retry_at_ns && now >= c->retry_at_ns)
+        push(r, c);
+    else if (!c->hold && !c->rp && !c->queued && !c->running &&
+             atomic_load(&c->committed) < sl_store_end_offset(&c->rule->set->parts[c->part]))
+        push(r, c);
+}
+
+/* Queues consumers whose retry time came, and idle ones that lag (an append
+ * they were not told about, e.g. before the bus knew the runner: wake-ups
+ * are an optimisation, this check is the guarantee). */
 static void periodic(sl_runner *r, int64_t now)
 {
     for (size_t i = 0; i < r->nrules; i++)
-        for (int32_t p = 0; p < r->rules[i].nparts; p++) {
-            consumer *c = &r->rules[i].cons[p];
-            if (c->retry_at_ns && now >= c->retry_at_ns) {
-                c->retry_at_ns = 0;
-                push(r, c);
-            } else if (!c->retry_at_ns && !c->queued && !c->running &&
-                       atomic_load(&c->committed) < sl_store_end_offset(&r->rules[i].set->parts[p])) {
-                push(r, c);
-            }
-        }
+        for (int32_t p = 0; p < r->rules[i].nparts; p++)
+            check_consumer(r, &r->rules[i].cons[p], now);
+    for (replay *rp = r->replays; rp; rp = rp->next)
+        for (int32_t p = 0; p < rp->nparts; p++)
+            check_consumer(r, &rp->cons[p], now);
 }
 
 void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
@@ -158,13 +239,13 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
         consumer *c = &rr->cons[partition];
         if (c->running)
             c->again = true;
-        else if (!c->retry_at_ns)
+        else if (!c->hold)
             push(r, c);
     }
     pthread_mutex_unlock(&r->lock);
 }
 
-/* ---- one turn of a consumer ----------------------------------------------- */
+/* ---- failures --------------------------------------------------------------- */
 
 static void rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why)
 {
@@ -185,167 +266,573 @@ static void rule_failure(rule_run *rr, int64_t offset, int32_t part, const char 
     pthread_mutex_unlock(&rr->err_lock);
 }
 
-static int grow_worker(worker *w, size_t nev)
+/* ---- worker arrays ---------------------------------------------------------- */
+
+#define GROW(p, cap)                                                                               \
+    do {                                                                                           \
+        void *g_ = realloc((p), (cap) * sizeof *(p));                                              \
+        if (!g_)                                                                                   \
+            return SL_ENOMEM;                                                                      \
+        (p) = g_;                                                                                  \
+    } while (0)
+
+static int grow_events(worker *w, size_t nev)
 {
-    if (nev > w->ev_cap) {
-        size_t cap = nev * 2;
-        size_t *e = realloc(w->ev_ends, cap * sizeof *e);
-        if (e)
-            w->ev_ends = e;
-        const char **p = realloc(w->evp, cap * sizeof *p);
-        if (p)
-            w->evp = p;
-        size_t *l = realloc(w->evl, cap * sizeof *l);
-        if (l)
-            w->evl = l;
-        char(*ln)[SL_EVENT_LANE_MAX + 1] = realloc(w->lanes, cap * sizeof *ln);
-        if (ln)
-            w->lanes = ln;
-        int64_t *o = realloc(w->offs, cap * sizeof *o);
-        if (o)
-            w->offs = o;
-        if (!e || !p || !l || !ln || !o)
-            return SL_ENOMEM;
-        w->ev_cap = cap;
-    }
+    if (nev <= w->ev_cap)
+        return 0;
+    size_t cap = nev * 2;
+    GROW(w->ev_ends, cap);
+    GROW(w->evp, cap);
+    GROW(w->evl, cap);
+    GROW(w->lanes, cap);
+    GROW(w->offs, cap);
+    w->ev_cap = cap;
     return 0;
 }
 
-/* Records the lane of the payloads added since `from`. */
-static int tag_outputs(worker *w, size_t from, const char *lane)
+/* Records the lane and source of the payloads added since `from`. */
+static int tag_outputs(worker *w, size_t from, const char *lane, int32_t src)
 {
-    if (w->out.n > w->out_lanes_cap) {
+    if (w->out.n > w->out_cap) {
         size_t cap = w->out.n * 2;
-        char(*g)[SL_EVENT_LANE_MAX + 1] = realloc(w->out_lanes, cap * sizeof *g);
-        if (!g)
-            return SL_ENOMEM;
-        w->out_lanes = g;
-        w->out_lanes_cap = cap;
+        GROW(w->out_lanes, cap);
+        GROW(w->out_src, cap);
+        w->out_cap = cap;
     }
-    for (size_t i = from; i < w->out.n; i++)
+    for (size_t i = from; i < w->out.n; i++) {
         memcpy(w->out_lanes[i], lane, SL_EVENT_LANE_MAX + 1);
+        w->out_src[i] = src;
+    }
     return 0;
 }
 
-static void on_done(void *ctx, size_t i, int status, const char *reason)
+static int grow_round(worker *w, size_t n)
+{
+    if (n <= w->round_cap)
+        return 0;
+    size_t cap = n * 2;
+    GROW(w->dl, cap);
+    GROW(w->sub, cap);
+    GROW(w->todo, cap);
+    GROW(w->dead, cap);
+    GROW(w->failed, cap);
+    GROW(w->map, cap);
+    GROW(w->st, cap);
+    GROW(w->rsub, cap);
+    GROW(w->reason, cap);
+    GROW(w->its, cap);
+    w->round_cap = cap;
+    return 0;
+}
+
+static int add_item(consumer *c, const item *it)
+{
+    if (c->npool == c->pool_cap) {
+        size_t cap = c->pool_cap ? c->pool_cap * 2 : 16;
+        GROW(c->pool, cap);
+        c->pool_cap = cap;
+    }
+    c->pool[c->npool++] = *it;
+    atomic_fetch_add(&c->ctr->retrying, 1);
+    return 0;
+}
+
+static void free_item(item *it)
+{
+    free(it->payload);
+    free(it->source);
+    free(it->reason);
+}
+
+static uint64_t next_random(worker *w)
+{
+    /* xorshift64*: jitter needs no more */
+    w->rng ^= w->rng >> 12;
+    w->rng ^= w->rng << 25;
+    w->rng ^= w->rng >> 27;
+    return w->rng * 2685821657736338717ull;
+}
+
+/* EventBridge's back-off: exponential from `initial` up to `max` with full
+ * jitter (a uniform delay between 0 and the cap), so that many failing
+ * partitions do not retry in lockstep. */
+static int64_t backoff_ms(worker *w, const sl_retry_config *rc, uint32_t tries)
+{
+    int64_t cap = rc->initial_ms;
+    for (uint32_t k = 1; rc->backoff == SL_BACKOFF_EXPONENTIAL && k < tries && cap < rc->max_ms;
+         k++)
+        cap *= 2;
+    if (cap > rc->max_ms)
+        cap = rc->max_ms;
+    return (int64_t)(next_random(w) % (uint64_t)(cap + 1));
+}
+
+/* ---- a delivery round --------------------------------------------------------- */
+
+static void on_done(void *ctx, size_t j, int status, const char *reason)
 {
     worker *w = ctx;
     pthread_mutex_lock(&w->lock);
-    w->status[i] = status;
-    if (status && reason && !w->reason[0])
-        snprintf(w->reason, sizeof w->reason, "%s", reason);
+    w->st[j] = status;
+    w->rsub[j] = SIZE_MAX;
+    if (status && reason) {
+        size_t at = w->reasons.len;
+        if (sl_buf_append(&w->reasons, reason, strlen(reason) + 1) == 0)
+            w->rsub[j] = at;
+    }
     if (--w->pending == 0)
         pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->lock);
 }
 
-/* Delivers the worker's payloads to every target of the rule and waits.
- * Returns 0 when all are delivered or permanently refused (counted failed),
- * or an SL_E… code when a target must be retried. */
-static int deliver(worker *w, rule_run *rr, int32_t part, int64_t first, char *why, size_t whylen)
+static const char *reason_at(const worker *w, size_t off)
 {
-    size_t n = w->out.n;
-    if (!n)
-        return 0;
-    if (n > w->dl_cap) {
-        sl_delivery *d = realloc(w->dl, n * sizeof *d);
-        if (d)
-            w->dl = d;
-        int *s = realloc(w->status, n * sizeof *s);
-        if (s)
-            w->status = s;
-        if (!d || !s)
-            return SL_ENOMEM;
-        w->dl_cap = n;
-    }
+    return off == SIZE_MAX ? "unknown error" : (const char *)w->reasons.data + off;
+}
+
+/* Delivers dl[0..n) to the targets in todo[i] and waits. On return todo[i]
+ * holds the targets still to retry, dead[i] those that refused for good
+ * (SL_EINVAL), failed[i] whether a real attempt failed (a deferred payload,
+ * one a target did not try, is not an attempt) and reason[i] the first
+ * failure's reason (offset in w->reasons, valid until the next round). */
+static void round_deliver(worker *w, rule_run *rr, size_t n)
+{
+    w->reasons.len = 0;
     for (size_t i = 0; i < n; i++) {
-        w->dl[i].data = sl_rule_out_get(&w->out, i, &w->dl[i].len);
-        w->dl[i].lane = w->out_lanes[i];
+        w->dead[i] = 0;
+        w->failed[i] = false;
+        w->reason[i] = SIZE_MAX;
     }
-    int retry = 0;
     for (size_t t = 0; t < rr->ntargets; t++) {
+        uint64_t bit = 1ull << t;
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (w->todo[i] & bit) {
+                w->map[k] = i;
+                w->sub[k++] = w->dl[i];
+            }
+        if (!k)
+            continue;
         pthread_mutex_lock(&w->lock);
-        w->pending = n;
-        w->reason[0] = '\0';
+        w->pending = k;
         pthread_mutex_unlock(&w->lock);
-        rr->targets[t].ops->deliver(rr->targets[t].impl, w->dl, n, on_done, w);
+        rr->targets[t].ops->deliver(rr->targets[t].impl, w->sub, k, on_done, w);
         pthread_mutex_lock(&w->lock);
         while (w->pending)
             pthread_cond_wait(&w->cond, &w->lock);
         pthread_mutex_unlock(&w->lock);
-        size_t ok = 0, permanent = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (w->status[i] == 0)
-                ok++;
-            else if (w->status[i] == SL_EINVAL)
-                permanent++;
-            else
-                retry = w->status[i];
+        for (size_t j = 0; j < k; j++) {
+            size_t i = w->map[j];
+            int s = w->st[j];
+            if (s == 0) {
+                w->todo[i] &= ~bit;
+                continue;
+            }
+            if (w->reason[i] == SIZE_MAX)
+                w->reason[i] = w->rsub[j];
+            if (s == SL_EINVAL) {
+                w->todo[i] &= ~bit;
+                w->dead[i] |= bit;
+                w->reason[i] = w->rsub[j]; /* the refusal is what the DLQ must say */
+            } else if (s != SL_EDEFERRED && s != SL_ESHUTDOWN) {
+                w->failed[i] = true;
+            }
         }
-        if (permanent) {
-            atomic_fetch_add(&rr->failed, permanent);
-            char msg[SL_ERROR_MAX + 64];
-            snprintf(msg, sizeof msg, "target.%s refused %zu payload(s): %s",
-                     rr->targets[t].ops->name, permanent, w->reason);
-            rule_failure(rr, first, part, msg);
+    }
+}
+
+/* Says (in last_error and the rate-limited log) why payloads of a round
+ * will be retried. */
+static void note_retries(worker *w, consumer *c, size_t n)
+{
+    size_t k = 0, first = SIZE_MAX;
+    int64_t off = c->pos;
+    for (size_t i = 0; i < n; i++)
+        if (w->todo[i] && w->reason[i] != SIZE_MAX && k++ == 0)
+            first = w->reason[i];
+    if (!k)
+        return;
+    char msg[SL_ERROR_MAX + 64];
+    snprintf(msg, sizeof msg, "%s (%zu payload(s) to retry)", reason_at(w, first), k);
+    rule_failure(c->rule, off, c->part, msg);
+}
+
+/* ---- dead letters -------------------------------------------------------------- */
+
+static void target_names(const rule_run *rr, uint64_t mask, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t t = 0; t < 64 && o < len; t++) {
+        if (!(mask & (1ull << t)))
+            continue;
+        const char *name = t == RULE_BIT ? "rule" : rr->targets[t].label;
+        o += (size_t)snprintf(out + o, len - o, "%s%s", o ? "," : "", name);
+    }
+}
+
+/* A reason fit for a string attribute: printable ASCII, bounded. */
+static void clean_reason(const char *in, char *out, size_t len)
+{
+    size_t o = 0;
+    for (; in && *in && o + 1 < len; in++)
+        out[o++] = (unsigned char)*in >= 0x20 && (unsigned char)*in < 0x7f ? *in : '?';
+    out[o] = '\0';
+}
+
+/* The dead letter of it: its source event (or the payload when that is an
+ * event) with the sluice* error attributes; a payload that is not an event
+ * is wrapped in one. Appends the JSON to out. */
+static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_buf *out)
+{
+    const char *src = it->source ? it->source : it->payload;
+    size_t len = it->source ? it->source_len : it->len;
+    json_t *ev = src ? json_loadb(src, len, 0, NULL) : NULL;
+    if (!ev || !json_is_object(ev) || !json_is_string(json_object_get(ev, "specversion"))) {
+        json_t *data = src ? json_loadb(src, len, JSON_DECODE_ANY, NULL) : NULL;
+        if (!data && src) {
+            char *text = strndup(src, len);
+            data = text ? json_stringn(text, len) : NULL; /* NULL when not UTF-8 */
+            free(text);
         }
-        if (retry) {
-            snprintf(why, whylen, "target.%s: %s", rr->targets[t].ops->name, w->reason);
-            return retry;
+        json_decref(ev);
+        char id[96], source[200];
+        snprintf(id, sizeof id, "%s-%d-%" PRId64 "-%" PRIu64, rr->rc->name, c->part, it->offset,
+                 atomic_fetch_add(&rr->wrapped, 1));
+        snprintf(source, sizeof source, "/sluice/rules/%s", rr->rc->name);
+        ev = json_pack("{s:s,s:s,s:s,s:s}", "specversion", "1.0", "id", id, "source", source,
+                       "type", "sluice.deadletter");
+        if (ev && data)
+            json_object_set_new(ev, "data", data);
+        else
+            json_decref(data);
+    }
+    if (!ev)
+        return SL_ENOMEM;
+    json_object_del(ev, "sluiceset");
+    json_object_del(ev, "sluicepartition");
+    json_object_del(ev, "sluiceoffset");
+    char why[REASON_MAX], targets[256], at[SL_TIME_RFC3339_MAX];
+    clean_reason(it->reason, why, sizeof why);
+    target_names(rr, it->dead, targets, sizeof targets);
+    sl_time_format_rfc3339(sl_clock_now_ms(), at);
+    int rc = json_object_set_new(ev, "sluiceerror", json_string(why[0] ? why : "unknown")) |
+             json_object_set_new(ev, "sluiceattempts", json_integer(it->attempts)) |
+             json_object_set_new(ev, "sluicerule", json_string(rr->rc->name)) |
+             json_object_set_new(ev, "sluicetarget", json_string(targets)) |
+             json_object_set_new(ev, "sluicefailedat", json_string(at));
+    char *text = rc ? NULL : json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    if (!text)
+        return SL_ENOMEM;
+    rc = sl_buf_append(out, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* Writes the dead letters of the pool's items with a dead mask to the rule's
+ * dlq set (or counts them discarded when it has none). An item whose letter
+ * could not be written keeps its mask and is tried again later. */
+static void dead_letters(worker *w, consumer *c)
+{
+    rule_run *rr = c->rule;
+    size_t n = 0;
+    for (size_t i = 0; i < c->npool; i++)
+        if (c->pool[i].dead)
+            n++;
+    if (!n)
+        return;
+    if (!rr->dlq.impl) {
+        for (size_t i = 0; i < c->npool; i++) {
+            item *it = &c->pool[i];
+            if (!it->dead)
+                continue;
+            char targets[256], msg[SL_ERROR_MAX];
+            target_names(rr, it->dead, targets, sizeof targets);
+            snprintf(msg, sizeof msg, "dropped (the rule has no dlq) after %u attempt(s) at %s: %s",
+                     it->attempts, targets, it->reason ? it->reason : "");
+            rule_failure(rr, it->offset, c->part, msg);
+            atomic_fetch_add(&c->ctr->discarded, 1);
+            atomic_fetch_add(&c->ctr->failed, 1);
+            it->dead = 0;
         }
-        if (t == 0)
-            atomic_fetch_add(&rr->delivered, ok);
+        return;
+    }
+    /* Out of memory: the items stay and are tried again. */
+    if (grow_round(w, n))
+        return;
+    if (n > w->dlq_cap) {
+        size_t *e = realloc(w->dlq_ends, n * sizeof *e);
+        if (!e)
+            return;
+        w->dlq_ends = e;
+        w->dlq_cap = n;
+    }
+    w->dlq.len = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < c->npool; i++) {
+        item *it = &c->pool[i];
+        if (!it->dead)
+            continue;
+        if (dead_letter_json(rr, c, it, &w->dlq))
+            return;
+        w->its[k] = it;
+        w->dlq_ends[k++] = w->dlq.len;
+    }
+    for (size_t j = 0; j < k; j++) {
+        size_t from = j ? w->dlq_ends[j - 1] : 0;
+        w->sub[j] = (sl_delivery){.data = (const char *)w->dlq.data + from,
+                                  .len = w->dlq_ends[j] - from,
+                                  .lane = w->its[j]->lane};
+    }
+    w->reasons.len = 0;
+    pthread_mutex_lock(&w->lock);
+    w->pending = k;
+    pthread_mutex_unlock(&w->lock);
+    rr->dlq.ops->deliver(rr->dlq.impl, w->sub, k, on_done, w);
+    pthread_mutex_lock(&w->lock);
+    while (w->pending)
+        pthread_cond_wait(&w->cond, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+    for (size_t j = 0; j < k; j++) {
+        item *it = w->its[j];
+        if (w->st[j] == 0) {
+            atomic_fetch_add(&c->ctr->dead_lettered, 1);
+            atomic_fetch_add(&c->ctr->failed, 1);
+            it->dead = 0;
+        } else if (w->st[j] == SL_EINVAL) {
+            /* The dlq set cannot take it (e.g. larger than its max_event). */
+            char msg[SL_ERROR_MAX];
+            snprintf(msg, sizeof msg, "dropped: the dlq set %s refused its dead letter: %s",
+                     rr->rc->dlq, reason_at(w, w->rsub[j]));
+            rule_failure(rr, it->offset, c->part, msg);
+            atomic_fetch_add(&c->ctr->discarded, 1);
+            atomic_fetch_add(&c->ctr->failed, 1);
+            it->dead = 0;
+        } else {
+            char msg[SL_ERROR_MAX];
+            snprintf(msg, sizeof msg, "writing to the dlq set %s: %s (trying again)",
+                     rr->rc->dlq, reason_at(w, w->rsub[j]));
+            rule_failure(rr, it->offset, c->part, msg);
+            it->retry_at_ns = 0;
+        }
+    }
+}
+
+/* After a round: gives up on exhausted items, writes dead letters, drops
+ * what is resolved and schedules the rest. */
+static void settle(worker *w, consumer *c)
+{
+    rule_run *rr = c->rule;
+    const sl_retry_config *rc = &rr->rc->retry;
+    int64_t now_ms = sl_clock_now_ms();
+    for (size_t i = 0; i < c->npool; i++) {
+        item *it = &c->pool[i];
+        if (!it->todo)
+            continue;
+        bool too_old = rc->max_age_ms >= 0 && now_ms - it->first_fail_ms >= rc->max_age_ms;
+        if (it->attempts >= rc->attempts || too_old) {
+            char why[SL_ERROR_MAX];
+            snprintf(why, sizeof why, "%s after %u attempt(s): %s",
+                     too_old ? "too old to retry (max_age)" : "retries exhausted", it->attempts,
+                     it->reason ? it->reason : "");
+            free(it->reason);
+            it->reason = strdup(why);
+            it->dead |= it->todo;
+            it->todo = 0;
+        }
+    }
+    dead_letters(w, c);
+    size_t keep = 0;
+    uint32_t tries = 0;
+    for (size_t i = 0; i < c->npool; i++) {
+        item *it = &c->pool[i];
+        if (!it->todo && !it->dead) {
+            free_item(it);
+            atomic_fetch_sub(&c->ctr->retrying, 1);
+            continue;
+        }
+        if (it->tries > tries)
+            tries = it->tries;
+        c->pool[keep++] = *it;
+    }
+    c->npool = keep;
+    /* Ordered: the pool is retried together, in order, at one time. */
+    int64_t now = sl_clock_mono_ns(), at = 0;
+    if (rr->rc->ordered && keep)
+        at = now + backoff_ms(w, rc, tries) * 1000000;
+    for (size_t i = 0; i < keep; i++) {
+        item *it = &c->pool[i];
+        if (at)
+            it->retry_at_ns = at;
+        else if (!it->retry_at_ns)
+            it->retry_at_ns = now + backoff_ms(w, rc, it->tries) * 1000000;
+    }
+}
+
+/* Delivers again the pool's items that are due. */
+static void retry_due(worker *w, consumer *c)
+{
+    rule_run *rr = c->rule;
+    int64_t now = sl_clock_mono_ns();
+    size_t n = 0;
+    if (grow_round(w, c->npool))
+        return;
+    for (size_t i = 0; i < c->npool; i++) {
+        item *it = &c->pool[i];
+        if (!it->todo || it->retry_at_ns > now)
+            continue;
+        w->its[n] = it;
+        w->todo[n] = it->todo;
+        w->dl[n++] = (sl_delivery){.data = it->payload, .len = it->len, .lane = it->lane};
+    }
+    if (!n)
+        return;
+    atomic_fetch_add(&c->ctr->retries, n);
+    round_deliver(w, rr, n);
+    note_retries(w, c, n);
+    for (size_t i = 0; i < n; i++) {
+        item *it = w->its[i];
+        it->todo = w->todo[i];
+        it->dead |= w->dead[i];
+        it->tries++;
+        if (w->failed[i] || w->dead[i])
+            it->attempts++;
+        it->retry_at_ns = 0;
+        if (w->reason[i] != SIZE_MAX) {
+            free(it->reason);
+            it->reason = strdup(reason_at(w, w->reason[i]));
+        }
+        if (!it->todo && !it->dead)
+            atomic_fetch_add(&c->ctr->delivered, 1);
+    }
+}
+
+/* Sets payload i of the fresh batch aside (copies what it needs). */
+static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
+{
+    item it = {.todo = w->todo[i],
+               .dead = w->dead[i],
+               .attempts = w->failed[i] || w->dead[i] ? 1 : 0,
+               .tries = 1,
+               .first_fail_ms = now_ms};
+    it.len = w->dl[i].len;
+    it.payload = malloc(it.len ? it.len : 1);
+    int32_t e = w->out_src[i];
+    if (e >= 0) {
+        it.source_len = w->evl[e];
+        it.source = malloc(it.source_len);
+        it.offset = w->offs[e];
+        if (it.source)
+            memcpy(it.source, (const char *)w->ev.data + (e ? w->ev_ends[e - 1] : 0),
+                   it.source_len);
+    } else {
+        it.offset = w->offs[0];
+    }
+    memcpy(it.lane, w->dl[i].lane, SL_EVENT_LANE_MAX + 1);
+    it.reason = strdup(reason_at(w, w->reason[i]));
+    if (it.payload)
+        memcpy(it.payload, w->dl[i].data, it.len);
+    if (!it.payload || (e >= 0 && !it.source) || !it.reason || add_item(c, &it)) {
+        free_item(&it);
+        return SL_ENOMEM;
     }
     return 0;
 }
 
-/* Reads and evaluates up to one batch of events from the consumer's cursor.
- * Sets *more when it stopped before the end of the partition. */
-static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, size_t whylen)
+/* An event whose evaluation failed: straight to the dead letters. */
+static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
+{
+    item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1,
+               .first_fail_ms = sl_clock_now_ms(), .offset = w->offs[e]};
+    it.source_len = w->evl[e];
+    it.source = malloc(it.source_len);
+    it.reason = strdup(why);
+    memcpy(it.lane, w->lanes[e], SL_EVENT_LANE_MAX + 1);
+    if (it.source)
+        memcpy(it.source, (const char *)w->ev.data + (e ? w->ev_ends[e - 1] : 0), it.source_len);
+    if (!it.source || !it.reason || add_item(c, &it)) {
+        free_item(&it);
+        return SL_ENOMEM;
+    }
+    return 0;
+}
+
+/* ---- one turn of a consumer ----------------------------------------------- */
+
+/* Opens the consumer's reader at c->pos, moving it when retention or a
+ * crash moved the partition's bounds. Returns 0 (with *wait when the
+ * position is accepted but not written yet), or an SL_E… code with why. */
+static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
+{
+    rule_run *rr = c->rule;
+    const sl_store *st = &rr->set->parts[c->part];
+    sl_error err = {0};
+    *wait = false;
+    int rc = sl_store_reader_open(st, c->pos, NULL, &c->reader, &err);
+    if (rc == SL_ERANGE) {
+        int64_t start = sl_store_start_offset(st), end = sl_store_end_offset(st);
+        int64_t bus_next = sl_databus_next_offset(rr->set, c->part);
+        if (c->pos > end && c->pos <= bus_next) {
+            *wait = true; /* accepted, not written yet: the append wakes us */
+            return 0;
+        }
+        char msg[200];
+        if (c->pos < start) {
+            snprintf(msg, sizeof msg, "retention deleted %" PRId64 " events before the rule "
+                     "delivered them; going on at offset %" PRId64, start - c->pos, start);
+            atomic_fetch_add(&c->ctr->failed, (uint64_t)(start - c->pos));
+            c->pos = start;
+        } else {
+            /* The log lost its unsynced tail in a crash (ack = "buffer"):
+             * the offsets past its end will be given to new events. */
+            snprintf(msg, sizeof msg, "the cursor is past the end of the partition (%" PRId64
+                     "), which lost its unsynced tail in a crash; going on at the end", end);
+            c->pos = end;
+        }
+        rule_failure(rr, c->pos, c->part, msg);
+        rc = sl_store_reader_open(st, c->pos, NULL, &c->reader, &err);
+    }
+    if (rc) {
+        snprintf(why, whylen, "read: %s", err.msg[0] ? err.msg : sl_strerror(rc));
+        c->reader = NULL;
+    }
+    return rc;
+}
+
+/* A replay marks the events it re-delivers: `"sluicereplay":"ID"` goes in
+ * before the decorated event's closing brace. */
+static int mark_replay(sl_buf *ev, const replay *rp)
+{
+    ev->len--; /* the '}' */
+    return sl_buf_printf(ev, ",\"sluicereplay\":\"%s\"}", rp->id);
+}
+
+/* Reads, evaluates and delivers up to one batch from c->pos; what is not
+ * delivered goes to the pool. Sets *more when it stopped before the end. */
+static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t whylen)
 {
     rule_run *rr = c->rule;
     const sl_store *st = &rr->set->parts[c->part];
     sl_error err = {0};
     *more = false;
+    if (c->rp && c->pos >= c->end) {
+        atomic_store(&c->done, c->npool == 0);
+        return 0;
+    }
     if (!c->reader) {
-        int rc = sl_store_reader_open(st, c->cur.offset, NULL, &c->reader, &err);
-        if (rc == SL_ERANGE) {
-            int64_t start = sl_store_start_offset(st), end = sl_store_end_offset(st);
-            int64_t bus_next = sl_databus_next_offset(rr->set, c->part);
-            if (c->cur.offset > end && c->cur.offset <= bus_next) {
-                *next = c->cur.offset; /* accepted, not written yet: the append wakes us */
-                return 0;
-            }
-            char msg[200];
-            if (c->cur.offset < start) {
-                snprintf(msg, sizeof msg, "retention deleted %" PRId64 " events before the rule "
-                         "delivered them; going on at offset %" PRId64,
-                         start - c->cur.offset, start);
-                atomic_fetch_add(&rr->failed, (uint64_t)(start - c->cur.offset));
-                c->cur.offset = start;
-            } else {
-                /* The log lost its unsynced tail in a crash (ack = "buffer"):
-                 * the offsets past its end will be given to new events. */
-                snprintf(msg, sizeof msg, "the cursor is past the end of the partition (%" PRId64
-                         "), which lost its unsynced tail in a crash; going on at the end", end);
-                c->cur.offset = end;
-            }
-            rule_failure(rr, c->cur.offset, c->part, msg);
-            rc = sl_store_reader_open(st, c->cur.offset, NULL, &c->reader, &err);
-        }
-        if (rc) {
-            snprintf(why, whylen, "read: %s", err.msg[0] ? err.msg : sl_strerror(rc));
-            c->reader = NULL;
+        bool wait;
+        int rc = open_reader(c, &wait, why, whylen);
+        if (rc || wait)
             return rc;
-        }
     }
     w->ev.len = 0;
     sl_rule_out_reset(&w->out);
     size_t nev = 0;
     int rc = 0;
     sl_record rec;
-    int64_t first = c->cur.offset, last_taken = -1;
-    bool batch_fn = rr->rc->transform_batch;
+    int64_t last_taken = -1;
+    bool batch_fn = rr->rc->transform_batch, at_end = false;
     while (nev < BATCH_RECORDS && w->ev.len < BATCH_BYTES) {
         rc = sl_store_reader_next(st, c->reader, &rec, &err);
         if (rc == SL_EEOF) {
@@ -354,7 +841,11 @@ static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, si
         }
         if (rc)
             break;
-        if ((rc = grow_worker(w, nev + 1)))
+        if (c->rp && (rec.offset >= c->end || rec.timestamp >= c->rp->to_ms)) {
+            at_end = true; /* the replay's window ends here */
+            break;
+        }
+        if ((rc = grow_events(w, nev + 1)))
             break;
         size_t lane_len = rec.lane_len <= SL_EVENT_LANE_MAX ? rec.lane_len : 0;
         /* transform_batch gets one lane per call: a new lane ends the batch
@@ -368,15 +859,16 @@ static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, si
             break;
         }
         size_t at = w->ev.len;
+        last_taken = rec.offset;
         if (!rec.value ||
             sl_event_decorate((const char *)rec.value, rec.value_len, rr->set->name, c->part,
-                              rec.offset, &w->ev)) {
-            atomic_fetch_add(&rr->failed, 1);
+                              rec.offset, &w->ev) ||
+            (c->rp && mark_replay(&w->ev, c->rp))) {
+            w->ev.len = at;
+            atomic_fetch_add(&c->ctr->failed, 1);
             rule_failure(rr, rec.offset, c->part, "stored event is not a JSON object");
-            last_taken = rec.offset;
             continue;
         }
-        last_taken = rec.offset;
         w->ev_ends[nev] = w->ev.len;
         w->evl[nev] = w->ev.len - at;
         w->offs[nev] = rec.offset;
@@ -390,12 +882,19 @@ static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, si
         c->reader = NULL;
         return rc;
     }
-    /* After a lane split the reader went one record too far. */
-    *next = c->reader ? sl_store_reader_position(st, c->reader)
-                      : (last_taken >= 0 ? last_taken + 1 : first);
-    if (nev == BATCH_RECORDS || w->ev.len >= BATCH_BYTES)
+    /* After a lane split or the end of a replay window the reader went one
+     * record too far. */
+    int64_t next;
+    if (at_end) {
+        next = last_taken >= 0 ? last_taken + 1 : c->pos;
+        c->end = next; /* nothing after it belongs to the window */
+    } else {
+        next = c->reader ? sl_store_reader_position(st, c->reader)
+                         : (last_taken >= 0 ? last_taken + 1 : c->pos);
+    }
+    if (!at_end && (nev == BATCH_RECORDS || w->ev.len >= BATCH_BYTES))
         *more = true;
-    atomic_fetch_add(&rr->read, nev);
+    atomic_fetch_add(&c->ctr->read, nev);
     sl_input_ctx ictx = {.rule = rr->rc->name, .now_ms = sl_clock_now_ms()};
     if (rr->rc->enabled && batch_fn && nev) {
         for (size_t i = 0; i < nev; i++)
@@ -405,43 +904,82 @@ static int turn(worker *w, consumer *c, bool *more, int64_t *next, char *why, si
         int r = sl_rule_eval_batch(w->vm, rr->idx, w->evp, w->evl, nev, &ictx, &w->out, &passed,
                                    &e);
         if (r) {
-            atomic_fetch_add(&rr->failed, nev);
-            rule_failure(rr, first, c->part, e.msg);
+            rule_failure(rr, c->pos, c->part, e.msg);
+            for (size_t i = 0; !rc && i < nev; i++)
+                rc = keep_failed_event(w, c, i, e.msg);
         } else {
-            atomic_fetch_add(&rr->matched, passed);
-            atomic_fetch_add(&rr->filtered, nev - passed);
-            if ((r = tag_outputs(w, 0, w->lanes[0])))
-                return r;
+            atomic_fetch_add(&c->ctr->matched, passed);
+            atomic_fetch_add(&c->ctr->filtered, nev - passed);
+            rc = tag_outputs(w, 0, w->lanes[0], -1);
         }
     } else if (rr->rc->enabled) {
-        for (size_t i = 0; i < nev; i++) {
+        for (size_t i = 0; !rc && i < nev; i++) {
             const char *evj = (const char *)w->ev.data + (i ? w->ev_ends[i - 1] : 0);
             size_t from = w->out.n;
             sl_rule_outcome oc;
             sl_error e = {0};
             int r = sl_rule_eval(w->vm, rr->idx, evj, w->evl[i], &ictx, &w->out, &oc, &e);
             if (r) {
-                atomic_fetch_add(&rr->failed, 1);
                 rule_failure(rr, w->offs[i], c->part, e.msg);
+                rc = keep_failed_event(w, c, i, e.msg);
                 continue;
             }
-            _Atomic uint64_t *ctr = oc == SL_RULE_MATCHED    ? &rr->matched
-                                    : oc == SL_RULE_FILTERED ? &rr->filtered
-                                    : oc == SL_RULE_DROPPED  ? &rr->dropped
+            _Atomic uint64_t *ctr = oc == SL_RULE_MATCHED    ? &c->ctr->matched
+                                    : oc == SL_RULE_FILTERED ? &c->ctr->filtered
+                                    : oc == SL_RULE_DROPPED  ? &c->ctr->dropped
                                                              : NULL;
             if (ctr)
                 atomic_fetch_add(ctr, 1);
-            if ((r = tag_outputs(w, from, w->lanes[i])))
-                return r;
+            rc = tag_outputs(w, from, w->lanes[i], (int32_t)i);
         }
     }
-    if ((rc = deliver(w, rr, c->part, first, why, whylen))) {
+    size_t n = w->out.n;
+    if (!rc && n)
+        rc = grow_round(w, n);
+    if (rc) {
+        snprintf(why, whylen, "evaluating: %s", sl_strerror(rc));
         if (c->reader)
             sl_store_reader_close(st, c->reader);
         c->reader = NULL;
         return rc;
     }
+    uint64_t all = rr->ntargets >= 64 ? ~0ull : (1ull << rr->ntargets) - 1;
+    for (size_t i = 0; i < n; i++) {
+        w->dl[i].data = sl_rule_out_get(&w->out, i, &w->dl[i].len);
+        w->dl[i].lane = w->out_lanes[i];
+        w->todo[i] = all;
+    }
+    if (n) {
+        round_deliver(w, rr, n);
+        note_retries(w, c, n);
+    }
+    int64_t now_ms = sl_clock_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        if (!w->todo[i] && !w->dead[i])
+            atomic_fetch_add(&c->ctr->delivered, 1);
+        else if ((rc = keep_payload(w, c, i, now_ms)))
+            break;
+    }
+    if (rc) {
+        /* Out of memory with payloads unresolved: read the batch again. */
+        snprintf(why, whylen, "keeping failed payloads: %s", sl_strerror(rc));
+        if (c->reader)
+            sl_store_reader_close(st, c->reader);
+        c->reader = NULL;
+        return rc;
+    }
+    c->pos = next;
     return 0;
+}
+
+/* Where the cursor may go: before the oldest unresolved event. */
+static int64_t safe_position(const consumer *c)
+{
+    int64_t at = c->pos;
+    for (size_t i = 0; i < c->npool; i++)
+        if (c->pool[i].offset < at)
+            at = c->pool[i].offset;
+    return at;
 }
 
 /* Runs one turn and commits; decides whether the consumer goes on. */
@@ -450,39 +988,68 @@ static bool run_consumer(worker *w, consumer *c)
     rule_run *rr = c->rule;
     char why[SL_ERROR_MAX + 64] = "";
     bool more = false;
-    int64_t before = c->cur.offset, next = before;
-    int rc = turn(w, c, &more, &next, why, sizeof why);
-    if (rc && c->reader) { /* the next turn must start again at the cursor */
-        sl_store_reader_close(&rr->set->parts[c->part], c->reader);
-        c->reader = NULL;
+    int rc = 0;
+    if (c->npool) {
+        retry_due(w, c);
+        settle(w, c);
     }
-    /* next may equal a position turn() set after retention or a crash moved
-     * the partition's start or end: compare with where the turn began. */
-    if (!rc && (next != before || atomic_load(&c->committed) != next)) {
+    bool blocked = c->npool && (rr->rc->ordered || c->npool >= POOL_MAX);
+    if (!blocked) {
+        rc = fresh_batch(w, c, &more, why, sizeof why);
+        if (c->npool)
+            settle(w, c);
+    }
+    int64_t safe = safe_position(c);
+    if (c->rp) {
+        atomic_store(&c->committed, safe);
+        if (!c->npool && c->pos >= c->end && !atomic_load(&c->done)) {
+            atomic_store(&c->done, true);
+            if (atomic_fetch_sub(&c->rp->remaining, 1) == 1)
+                atomic_store(&c->rp->finished_ms, sl_clock_now_ms());
+        }
+        if (c->pos < c->end && !rc && !c->npool)
+            more = true;
+    } else if (safe != c->cur.offset || atomic_load(&c->committed) != safe) {
         sl_error err = {0};
-        rc = sl_cursor_commit(&c->cur, next, CURSOR_SYNC_NS, &err);
-        if (rc)
+        int crc = sl_cursor_commit(&c->cur, safe, CURSOR_SYNC_NS, &err);
+        if (crc) {
             snprintf(why, sizeof why, "cursor: %s", err.msg);
-        else
-            atomic_store(&c->committed, next);
+            rc = crc;
+        } else {
+            atomic_store(&c->committed, safe);
+        }
     }
+    int64_t next_retry = 0;
+    for (size_t i = 0; i < c->npool; i++)
+        if (c->pool[i].retry_at_ns && (!next_retry || c->pool[i].retry_at_ns < next_retry))
+            next_retry = c->pool[i].retry_at_ns;
+    blocked = c->npool && (rr->rc->ordered || c->npool >= POOL_MAX);
     pthread_mutex_lock(&w->r->lock);
     if (rc) {
-        /* Hold the partition and try the same events again later. */
+        /* Hold the partition and read again from where it stands later. */
+        if (c->reader)
+            sl_store_reader_close(&rr->set->parts[c->part], c->reader);
+        c->reader = NULL;
         c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
         if (c->backoff_ms > BACKOFF_MAX_MS)
             c->backoff_ms = BACKOFF_MAX_MS;
-        c->retry_at_ns = sl_clock_mono_ns() + (int64_t)c->backoff_ms * 1000000;
+        int64_t at = sl_clock_mono_ns() + (int64_t)c->backoff_ms * 1000000;
+        c->retry_at_ns = next_retry && next_retry < at ? next_retry : at;
+        c->hold = true;
         more = false;
     } else {
         c->backoff_ms = 0;
+        c->retry_at_ns = next_retry;
+        c->hold = blocked;
+        if (blocked)
+            more = false;
     }
     pthread_mutex_unlock(&w->r->lock);
     if (rc) {
-        atomic_fetch_add(&rr->retries, 1);
+        atomic_fetch_add(&c->ctr->retries, 1);
         char msg[SL_ERROR_MAX + 128];
-        snprintf(msg, sizeof msg, "%s (delivering again in %d ms)", why, c->backoff_ms);
-        rule_failure(rr, c->cur.offset, c->part, msg);
+        snprintf(msg, sizeof msg, "%s (trying again in %d ms)", why, c->backoff_ms);
+        rule_failure(rr, c->pos, c->part, msg);
     }
     return more;
 }
@@ -496,13 +1063,17 @@ static void *worker_main(void *arg)
         while (!r->head && !r->stopping) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100000000;
+            ts.tv_nsec += 20000000;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&r->cond, &r->lock, &ts);
-            periodic(r, sl_clock_mono_ns());
+            int64_t now = sl_clock_mono_ns();
+            if (now - r->retry_scan_ns >= 20000000) {
+                r->retry_scan_ns = now;
+                periodic(r, now);
+            }
         }
         if (r->stopping)
             break;
@@ -518,7 +1089,7 @@ static void *worker_main(void *arg)
         bool more = run_consumer(w, c);
         pthread_mutex_lock(&r->lock);
         c->running = false;
-        if ((more || c->again) && !c->retry_at_ns)
+        if ((more || c->again) && !c->hold)
             push(r, c);
     }
     pthread_mutex_unlock(&r->lock);
@@ -527,6 +1098,35 @@ static void *worker_main(void *arg)
 
 /* ---- start / stop ---------------------------------------------------------- */
 
+static void free_consumer(consumer *c)
+{
+    if (c->reader)
+        sl_store_reader_close(&c->rule->set->parts[c->part], c->reader);
+    c->reader = NULL;
+    for (size_t i = 0; i < c->npool; i++)
+        free_item(&c->pool[i]);
+    free(c->pool);
+    c->pool = NULL;
+    c->npool = 0;
+    if (!c->rp)
+        sl_cursor_close(&c->cur);
+}
+
+static void free_replay(replay *rp)
+{
+    for (int32_t p = 0; rp->cons && p < rp->nparts; p++)
+        free_consumer(&rp->cons[p]);
+    free(rp->cons);
+    free(rp);
+}
+
+static void close_target(target_inst *ti)
+{
+    if (ti->impl)
+        ti->ops->close(ti->impl);
+    ti->impl = NULL;
+}
+
 static void free_runner(sl_runner *r)
 {
     for (unsigned i = 0; i < r->nworkers; i++) {
@@ -534,37 +1134,73 @@ static void free_runner(sl_runner *r)
         sl_rule_vm_free(w->vm);
         sl_buf_free(&w->ev);
         sl_rule_out_free(&w->out);
-        free(w->ev_ends);
-        free(w->evp);
-        free(w->evl);
-        free(w->offs);
-        free(w->lanes);
-        free(w->out_lanes);
-        free(w->dl);
-        free(w->status);
+        void *arrays[] = {w->ev_ends, w->evp,  w->evl, w->offs,   w->lanes, w->out_lanes,
+                          w->out_src, w->dl,   w->sub, w->todo,   w->dead,  w->failed,
+                          w->map,     w->st,   w->rsub, w->reason, w->its,  w->dlq_ends};
+        for (size_t k = 0; k < sizeof arrays / sizeof *arrays; k++)
+            free(arrays[k]);
+        sl_buf_free(&w->reasons);
+        sl_buf_free(&w->dlq);
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->cond);
     }
     free(r->workers);
+    while (r->replays) {
+        replay *rp = r->replays;
+        r->replays = rp->next;
+        free_replay(rp);
+    }
     for (size_t i = 0; i < r->nrules; i++) {
         rule_run *rr = &r->rules[i];
-        for (int32_t p = 0; rr->cons && p < rr->nparts; p++) {
-            consumer *c = &rr->cons[p];
-            if (c->reader)
-                sl_store_reader_close(&rr->set->parts[p], c->reader);
-            sl_cursor_close(&c->cur);
-        }
+        for (int32_t p = 0; rr->cons && p < rr->nparts; p++)
+            free_consumer(&rr->cons[p]);
         free(rr->cons);
         for (size_t t = 0; t < rr->ntargets; t++)
-            if (rr->targets[t].impl)
-                rr->targets[t].ops->close(rr->targets[t].impl);
+            close_target(&rr->targets[t]);
         free(rr->targets);
+        close_target(&rr->dlq);
         pthread_mutex_destroy(&rr->err_lock);
     }
     free(r->rules);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r);
+}
+
+static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
+{
+    const sl_rule_config *rc = rr->rc;
+    sl_target_env env = {.sets = r->opts.sets, .bus = r->opts.bus, .rule = rc->name};
+    if (rc->ntargets > RULE_BIT)
+        return sl_error_set(err, SL_EINVAL, "rule %s: at most %d targets", rc->name, RULE_BIT);
+    rr->ntargets = rc->ntargets;
+    for (size_t t = 0; t < rc->ntargets; t++) {
+        target_inst *ti = &rr->targets[t];
+        ti->kind = rc->targets[t].kind;
+        ti->ops = sl_target_find(ti->kind);
+        size_t same = 0, nth = 0;
+        for (size_t u = 0; u < rc->ntargets; u++)
+            if (rc->targets[u].kind == ti->kind && (same++, u <= t))
+                nth++;
+        if (same > 1)
+            snprintf(ti->label, sizeof ti->label, "%s#%zu", ti->ops->name, nth);
+        else
+            snprintf(ti->label, sizeof ti->label, "%s", ti->ops->name);
+        int rc2 = ti->ops->open(&rc->targets[t], &env, &ti->impl, err);
+        if (rc2)
+            return rc2;
+    }
+    if (rc->dlq) {
+        /* Dead letters are appended like target.set does, lane and key kept. */
+        sl_target_config dc = {.kind = SL_TARGET_SET, .set = rc->dlq, .line = rc->line};
+        rr->dlq.kind = SL_TARGET_SET;
+        rr->dlq.ops = sl_target_find(SL_TARGET_SET);
+        snprintf(rr->dlq.label, sizeof rr->dlq.label, "dlq");
+        int rc2 = rr->dlq.ops->open(&dc, &env, &rr->dlq.impl, err);
+        if (rc2)
+            return rc2;
+    }
+    return 0;
 }
 
 static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
@@ -582,6 +1218,7 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
     for (int32_t p = 0; p < rr->nparts; p++) {
         consumer *c = &rr->cons[p];
         c->rule = rr;
+        c->ctr = &rr->ctr;
         c->part = p;
         bool found;
         sl_error cerr = {0};
@@ -603,18 +1240,10 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
             if ((rc2 = sl_cursor_commit(&c->cur, start, 0, err)))
                 return rc2;
         }
+        c->pos = c->cur.offset;
         atomic_store(&c->committed, c->cur.offset);
     }
-    sl_target_env env = {.sets = r->opts.sets, .bus = r->opts.bus, .rule = rc->name};
-    rr->ntargets = rc->ntargets;
-    for (size_t t = 0; t < rc->ntargets; t++) {
-        target_inst *ti = &rr->targets[t];
-        ti->kind = rc->targets[t].kind;
-        ti->ops = sl_target_find(ti->kind);
-        if ((rc2 = ti->ops->open(&rc->targets[t], &env, &ti->impl, err)))
-            return rc2;
-    }
-    return 0;
+    return open_targets(r, rr, err);
 }
 
 int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *err)
@@ -646,6 +1275,7 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     for (unsigned i = 0; !rc && i < nw; i++) {
         worker *w = &r->workers[r->nworkers++];
         w->r = r;
+        w->rng = ((uint64_t)sl_clock_mono_ns() ^ ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull) | 1;
         pthread_mutex_init(&w->lock, NULL);
         pthread_cond_init(&w->cond, NULL);
         rc = sl_rule_vm_new(cfg, &w->vm, err);
@@ -670,6 +1300,12 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     return 0;
 }
 
+static void cancel_target(const target_inst *ti)
+{
+    if (ti->impl && ti->ops->cancel)
+        ti->ops->cancel(ti->impl);
+}
+
 void sl_runner_stop(sl_runner *r)
 {
     if (!r)
@@ -680,15 +1316,170 @@ void sl_runner_stop(sl_runner *r)
     pthread_mutex_unlock(&r->lock);
     /* A worker may be waiting for a target; let targets hurry so that a hung
      * endpoint cannot hold the stop (what they fail is delivered again). */
-    for (size_t i = 0; i < r->nrules; i++)
-        for (size_t t = 0; t < r->rules[i].ntargets; t++) {
-            const target_inst *ti = &r->rules[i].targets[t];
-            if (ti->impl && ti->ops->cancel)
-                ti->ops->cancel(ti->impl);
-        }
+    for (size_t i = 0; i < r->nrules; i++) {
+        for (size_t t = 0; t < r->rules[i].ntargets; t++)
+            cancel_target(&r->rules[i].targets[t]);
+        cancel_target(&r->rules[i].dlq);
+    }
     for (unsigned i = 0; i < r->started; i++)
         pthread_join(r->workers[i].thread, NULL);
     free_runner(r);
+}
+
+/* ---- replays ---------------------------------------------------------------- */
+
+/* A string for a JSON document: escaped, or made printable ASCII when it is
+ * not UTF-8 (reasons may quote an endpoint's bytes). */
+static int put_text(sl_buf *out, const char *s)
+{
+    if (sl_json_put_string(out, s, strlen(s)) == 0)
+        return 0;
+    char clean[SL_ERROR_MAX];
+    clean_reason(s, clean, sizeof clean);
+    return sl_json_put_string(out, clean, strlen(clean));
+}
+
+static int counters_json(sl_buf *out, const counters *k)
+{
+    return sl_buf_printf(out,
+                         "\"read\":%" PRIu64 ",\"matched\":%" PRIu64 ",\"filtered\":%" PRIu64
+                         ",\"dropped\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"delivered\":%" PRIu64
+                         ",\"retries\":%" PRIu64 ",\"dead_lettered\":%" PRIu64
+                         ",\"discarded\":%" PRIu64 ",\"retrying\":%" PRId64,
+                         atomic_load(&k->read), atomic_load(&k->matched),
+                         atomic_load(&k->filtered), atomic_load(&k->dropped),
+                         atomic_load(&k->failed), atomic_load(&k->delivered),
+                         atomic_load(&k->retries), atomic_load(&k->dead_lettered),
+                         atomic_load(&k->discarded), atomic_load(&k->retrying));
+}
+
+static int replay_json(sl_buf *out, replay *rp)
+{
+    char from[SL_TIME_RFC3339_MAX], to[SL_TIME_RFC3339_MAX], started[SL_TIME_RFC3339_MAX];
+    sl_time_format_rfc3339(rp->from_ms, from);
+    sl_time_format_rfc3339(rp->to_ms, to);
+    sl_time_format_rfc3339(rp->started_ms, started);
+    int64_t fin = atomic_load(&rp->finished_ms);
+    int rc = sl_buf_printf(out, "{\"id\":\"%s\",\"rule\":\"%s\",\"from\":\"%s\",\"to\":\"%s\","
+                                "\"state\":\"%s\",\"started\":\"%s\",",
+                           rp->id, rp->rule->rc->name, from, to, fin ? "done" : "running",
+                           started);
+    if (!rc && fin) {
+        char f[SL_TIME_RFC3339_MAX];
+        sl_time_format_rfc3339(fin, f);
+        rc = sl_buf_printf(out, "\"finished\":\"%s\",", f);
+    }
+    rc = rc ? rc : counters_json(out, &rp->ctr);
+    rc = rc ? rc : sl_buf_printf(out, ",\"partitions\":[");
+    for (int32_t p = 0; !rc && p < rp->nparts; p++) {
+        const consumer *c = &rp->cons[p];
+        rc = sl_buf_printf(out,
+                           "%s{\"partition\":%d,\"start\":%" PRId64 ",\"end\":%" PRId64
+                           ",\"position\":%" PRId64 ",\"done\":%s}",
+                           p ? "," : "", p, c->cur.offset, c->end, atomic_load(&c->committed),
+                           atomic_load(&c->done) ? "true" : "false");
+    }
+    return rc ? rc : sl_buf_printf(out, "]}");
+}
+
+/* Drops the oldest finished replays past REPLAYS_KEPT (runner lock held). */
+static void trim_replays(sl_runner *r)
+{
+    unsigned kept = 0;
+    for (replay **pp = &r->replays; *pp;) {
+        replay *rp = *pp;
+        bool idle = atomic_load(&rp->finished_ms) != 0;
+        for (int32_t p = 0; idle && p < rp->nparts; p++)
+            idle = !rp->cons[p].queued && !rp->cons[p].running;
+        if (idle && ++kept > REPLAYS_KEPT) {
+            *pp = rp->next;
+            free_replay(rp);
+        } else {
+            pp = &rp->next;
+        }
+    }
+}
+
+int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to_ms, sl_buf *out,
+                     sl_error *err)
+{
+    rule_run *rr = NULL;
+    for (size_t i = 0; i < r->nrules; i++)
+        if (strcmp(r->rules[i].rc->name, rule) == 0)
+            rr = &r->rules[i];
+    if (!rr)
+        return sl_error_set(err, SL_ENOENT, "no rule named %s", rule);
+    int64_t now = sl_clock_now_ms();
+    if (to_ms <= 0 || to_ms > now)
+        to_ms = now;
+    if (from_ms >= to_ms)
+        return sl_error_set(err, SL_EINVAL, "the window is empty: from must be before to (and "
+                                            "before now)");
+    replay *rp = calloc(1, sizeof *rp);
+    if (!rp || !(rp->cons = calloc((size_t)rr->nparts, sizeof *rp->cons))) {
+        free(rp);
+        return sl_error_set(err, SL_ENOMEM, "replay: out of memory");
+    }
+    rp->rule = rr;
+    rp->from_ms = from_ms;
+    rp->to_ms = to_ms;
+    rp->started_ms = now;
+    rp->nparts = rr->nparts;
+    atomic_store(&rp->remaining, rr->nparts);
+    int rc = 0;
+    for (int32_t p = 0; p < rr->nparts; p++) {
+        consumer *c = &rp->cons[p];
+        const sl_store *st = &rr->set->parts[p];
+        int64_t start = 0, end = 0;
+        *c = (consumer){.rule = rr, .rp = rp, .ctr = &rp->ctr, .part = p};
+        c->cur.fd = -1;
+        if (!rc)
+            rc = sl_store_offset_for_time(st, from_ms, &start, err);
+        if (!rc)
+            rc = sl_store_offset_for_time(st, to_ms, &end, err);
+        if (rc)
+            continue;
+        c->cur.offset = start; /* where it began, for the progress report */
+        c->pos = start;
+        c->end = end;
+        atomic_store(&c->committed, start);
+        if (start >= end) {
+            atomic_store(&c->done, true);
+            atomic_fetch_sub(&rp->remaining, 1);
+        }
+    }
+    if (rc) {
+        free_replay(rp);
+        return rc;
+    }
+    pthread_mutex_lock(&r->lock);
+    snprintf(rp->id, sizeof rp->id, "rp-%u", ++r->replay_seq);
+    if (!atomic_load(&rp->remaining))
+        atomic_store(&rp->finished_ms, now);
+    rp->next = r->replays;
+    r->replays = rp;
+    for (int32_t p = 0; p < rp->nparts; p++)
+        push(r, &rp->cons[p]);
+    rc = replay_json(out, rp);
+    trim_replays(r);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out)
+{
+    int rc = sl_buf_printf(out, "{\"replays\":[");
+    pthread_mutex_lock(&r->lock);
+    bool first = true;
+    for (replay *rp = r->replays; !rc && rp; rp = rp->next) {
+        if (rule && strcmp(rp->rule->rc->name, rule) != 0)
+            continue;
+        rc = first ? 0 : sl_buf_append(out, ",", 1);
+        rc = rc ? rc : replay_json(out, rp);
+        first = false;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return rc ? rc : sl_buf_printf(out, "]}\n");
 }
 
 /* ---- reporting ------------------------------------------------------------- */
@@ -700,17 +1491,45 @@ static int64_t rule_lag(const rule_run *rr, int32_t p, int64_t *end)
     return lag > 0 ? lag : 0;
 }
 
+static int health_json(sl_buf *out, const rule_run *rr)
+{
+    int rc = sl_buf_printf(out, ",\"health\":[");
+    bool first = true;
+    for (size_t t = 0; !rc && t < rr->ntargets; t++) {
+        const target_inst *ti = &rr->targets[t];
+        char msg[SL_ERROR_MAX] = "";
+        int bad = ti->ops->health ? ti->ops->health(ti->impl, msg, sizeof msg) : 0;
+        rc = sl_buf_printf(out, "%s{\"target\":\"%s\",\"healthy\":%s", first ? "" : ",",
+                           ti->label, bad ? "false" : "true");
+        if (!rc && bad) {
+            rc = sl_buf_printf(out, ",\"reason\":");
+            rc = rc ? rc : put_text(out, msg);
+        }
+        rc = rc ? rc : sl_buf_append(out, "}", 1);
+        first = false;
+    }
+    return rc ? rc : sl_buf_append(out, "]", 1);
+}
+
 int sl_runner_rules_json(sl_runner *r, sl_buf *out)
 {
     int rc = sl_buf_printf(out, "{\"rules\":[");
     for (size_t i = 0; !rc && i < r->nrules; i++) {
         rule_run *rr = &r->rules[i];
-        rc = sl_buf_printf(out, "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,\"targets\":[",
+        rc = sl_buf_printf(out, "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,"
+                                "\"ordered\":%s,\"dlq\":",
                            i ? "," : "", rr->rc->name, rr->set->name,
-                           rr->rc->enabled ? "true" : "false");
+                           rr->rc->enabled ? "true" : "false", rr->rc->ordered ? "true" : "false");
+        if (!rc && rr->rc->dlq)
+            rc = sl_buf_printf(out, "\"%s\"", rr->rc->dlq);
+        else if (!rc)
+            rc = sl_buf_printf(out, "null");
+        rc = rc ? rc : sl_buf_printf(out, ",\"targets\":[");
         for (size_t t = 0; !rc && t < rr->ntargets; t++)
             rc = sl_buf_printf(out, "%s\"%s\"", t ? "," : "", rr->targets[t].ops->name);
-        rc = rc ? rc : sl_buf_printf(out, "],\"partitions\":[");
+        rc = rc ? rc : sl_buf_printf(out, "]");
+        rc = rc ? rc : health_json(out, rr);
+        rc = rc ? rc : sl_buf_printf(out, ",\"partitions\":[");
         int64_t total = 0;
         for (int32_t p = 0; !rc && p < rr->nparts; p++) {
             int64_t end, lag = rule_lag(rr, p, &end);
@@ -720,46 +1539,34 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
                                ",\"lag\":%" PRId64 "}",
                                p ? "," : "", p, atomic_load(&rr->cons[p].committed), end, lag);
         }
-        if (rc)
-            break;
-        pthread_mutex_lock(&rr->err_lock);
-        sl_buf esc = SL_BUF_INIT;
-        for (const char *s = rr->last_error; *s && !rc; s++) {
-            unsigned char ch = (unsigned char)*s;
-            rc = ch == '"' || ch == '\\' ? sl_buf_printf(&esc, "\\%c", ch)
-                 : ch < 0x20             ? sl_buf_printf(&esc, "\\u%04x", ch)
-                                         : sl_buf_append(&esc, s, 1);
+        rc = rc ? rc : sl_buf_printf(out, "],\"lag\":%" PRId64 ",", total);
+        rc = rc ? rc : counters_json(out, &rr->ctr);
+        rc = rc ? rc : sl_buf_printf(out, ",\"last_error\":");
+        if (!rc) {
+            pthread_mutex_lock(&rr->err_lock);
+            rc = put_text(out, rr->last_error);
+            pthread_mutex_unlock(&rr->err_lock);
         }
-        pthread_mutex_unlock(&rr->err_lock);
-        rc = rc ? rc
-                : sl_buf_printf(out,
-                                "],\"lag\":%" PRId64 ",\"read\":%" PRIu64 ",\"matched\":%" PRIu64
-                                ",\"filtered\":%" PRIu64 ",\"dropped\":%" PRIu64
-                                ",\"failed\":%" PRIu64 ",\"delivered\":%" PRIu64
-                                ",\"retries\":%" PRIu64 ",\"last_error\":\"%.*s\"}",
-                                total, atomic_load(&rr->read), atomic_load(&rr->matched),
-                                atomic_load(&rr->filtered), atomic_load(&rr->dropped),
-                                atomic_load(&rr->failed), atomic_load(&rr->delivered),
-                                atomic_load(&rr->retries), (int)esc.len,
-                                esc.data ? (const char *)esc.data : "");
-        sl_buf_free(&esc);
+        rc = rc ? rc : sl_buf_append(out, "}", 1);
     }
     return rc ? rc : sl_buf_printf(out, "]}\n");
 }
 
 int sl_runner_metrics(sl_runner *r, sl_buf *out)
 {
-    static const char *const names[] = {"read", "matched", "filtered", "dropped",
-                                        "failed", "delivered", "retries"};
+    static const char *const names[] = {"read",      "matched",   "filtered",
+                                        "dropped",   "failed",    "delivered",
+                                        "retries",   "dead_lettered", "discarded"};
     int rc = 0;
     for (size_t k = 0; !rc && k < sizeof names / sizeof *names; k++) {
         rc = sl_buf_printf(out, "# TYPE sluice_rule_%s_total counter\n", names[k]);
         for (size_t i = 0; !rc && i < r->nrules; i++) {
-            rule_run *rr = &r->rules[i];
-            _Atomic uint64_t *v[] = {&rr->read,   &rr->matched,   &rr->filtered, &rr->dropped,
-                                     &rr->failed, &rr->delivered, &rr->retries};
+            counters *c = &r->rules[i].ctr;
+            _Atomic uint64_t *v[] = {&c->read,   &c->matched,   &c->filtered,
+                                     &c->dropped, &c->failed,   &c->delivered,
+                                     &c->retries, &c->dead_lettered, &c->discarded};
             rc = sl_buf_printf(out, "sluice_rule_%s_total{rule=\"%s\"} %" PRIu64 "\n", names[k],
-                               rr->rc->name, atomic_load(v[k]));
+                               r->rules[i].rc->name, atomic_load(v[k]));
         }
     }
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_lag gauge\n");
@@ -770,5 +1577,18 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
         rc = sl_buf_printf(out, "sluice_rule_lag{rule=\"%s\"} %" PRId64 "\n", r->rules[i].rc->name,
                            total);
     }
+    rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_retrying gauge\n");
+    for (size_t i = 0; !rc && i < r->nrules; i++)
+        rc = sl_buf_printf(out, "sluice_rule_retrying{rule=\"%s\"} %" PRId64 "\n",
+                           r->rules[i].rc->name, atomic_load(&r->rules[i].ctr.retrying));
+    rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_target_healthy gauge\n");
+    for (size_t i = 0; !rc && i < r->nrules; i++)
+        for (size_t t = 0; !rc && t < r->rules[i].ntargets; t++) {
+            const target_inst *ti = &r->rules[i].targets[t];
+            char msg[SL_ERROR_MAX];
+            int bad = ti->ops->health ? ti->ops->health(ti->impl, msg, sizeof msg) : 0;
+            rc = sl_buf_printf(out, "sluice_target_healthy{rule=\"%s\",target=\"%s\"} %d\n",
+                               r->rules[i].rc->name, ti->label, !bad);
+        }
     return rc;
 }

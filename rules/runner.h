@@ -8,13 +8,18 @@
  * one rule is processed by one worker at a time, in offset order, so order
  * per partition is kept.
  *
- * Failures: an event that fails evaluation (Lua error, budget, memory, a
- * transform returning garbage) or that a target refuses as permanently
- * invalid is counted as failed, logged with the rule's name and the reason,
- * and skipped (retries and dead-letter sets are the targets issue's). A
- * target that fails otherwise (disk error, target set full) holds the
- * partition: the same batch is delivered again after a back-off (1 s
- * doubling to 30 s), never skipped.
+ * Failures (docs/targets.md, "Retries and dead letters"): a payload a
+ * target failed in a retryable way is delivered again to that target only,
+ * after the rule's back-off (retry { … }: exponential with full jitter),
+ * until `attempts` or `max_age` run out. Then, or at once when a target
+ * refuses it for good (SL_EINVAL), or when the rule's evaluation of the event
+ * failed (Lua error, budget, memory), the source event goes to the rule's
+ * dlq set with sluiceerror, sluiceattempts, sluicerule, sluicetarget and
+ * sluicefailedat; without a dlq it is dropped, counted and logged. With
+ * `ordered` (the default) a payload waiting for a retry holds its partition
+ * for this rule; without, it waits aside (up to 4096 per partition) while
+ * later events go on. Either way the cursor commits only up to the oldest
+ * event still unresolved, so a crash repeats and never loses.
  */
 #ifndef SL_RUNNER_H
 #define SL_RUNNER_H
@@ -50,6 +55,23 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out);
 
 /* Prometheus lines for /metrics (sluice_rule_*{rule="…"}). */
 int sl_runner_metrics(sl_runner *r, sl_buf *out);
+
+/* Starts a replay: the events of rule's set stored in [from_ms, to_ms)
+ * (found through the time index; to_ms 0 or in the future: now) are
+ * evaluated and delivered again to the rule's targets, with the attribute
+ * "sluicereplay":"ID", by the same workers, without moving the rule's
+ * cursor. Failures are retried and dead-lettered as for live events.
+ * Several replays may run at once; they end with the runner (a reload or a
+ * restart), and are not resumed. out gets the replay as JSON (see
+ * sl_runner_replays_json). Returns 0, SL_ENOENT for an unknown rule,
+ * SL_EINVAL for an empty window, with err. */
+int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to_ms, sl_buf *out,
+                     sl_error *err);
+
+/* {"replays":[{id, rule, from, to, state ("running"|"done"), started,
+ * finished, read, matched, …, delivered, dead_lettered, partitions:[{partition,
+ * start, end, position, done}]}]}, newest first; rule NULL: all rules. */
+int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out);
 
 /* Lets the batches in progress finish (their deliveries complete and their
  * cursors commit; targets that can be slow, like target.http, are told to

@@ -1,223 +1,44 @@
 /*
  * tests/integration/test_target_http.c — target.http of the real
- * `bin/sluice serve -c FILE.lua` against an in-process libmicrohttpd receiver
- * on 127.0.0.1 (issue 5 §2, §6): structured payloads byte for byte, the URL
- * template, headers and auth, binary mode, batches, lane headers, 500 then
- * success, 429 with Retry-After, permanent 400s, and the receiver down for a
- * while. The harness is itest.h.
+ * `bin/sluice serve -c FILE.lua` against the in-process test receiver
+ * (receiver.h) on 127.0.0.1 (issue 5 §2, §6): structured payloads byte for
+ * byte, the URL template, headers and auth, binary mode, batches, lane
+ * headers, 500 then success, 429 with Retry-After, permanent 400s, and the
+ * receiver down for a while. The harness is itest.h.
  */
 #include "itest.h"
 
 #include "core/metrics.h" /* sl_buf_printf() */
+#include "receiver.h"
 
-#include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <time.h>
 
 #define WAIT_S 20.0 /* every wait gives up after this long */
 
-/* ---- the receiver ---------------------------------------------------------------- */
+/* ---- the receiver (receiver.h) -------------------------------------------------- */
 
-typedef struct rec {
-    char method[16];
-    char *path;
-    char *headers; /* "name: value\n" lines, names lowercased */
-    char *body;
-    size_t body_len;
-    double at; /* it_mono() when it arrived */
-} rec;
+static rx_receiver *g_rx;
 
-typedef struct receiver {
-    struct MHD_Daemon *d;
-    int port;
-    pthread_mutex_t lock;
-    rec *v;
-    size_t n, cap;
-    /* misbehaviour for the next fail_n requests */
-    int fail_n;
-    unsigned fail_status;
-    char fail_body[64];
-    char retry_after[64];
-    int slow_ms; /* sleep before answering the failing requests */
-} receiver;
-
-static receiver g_rx;
-
-static size_t keep_escapes(void *cls, struct MHD_Connection *c, char *s)
+/* Request i; fails the test when there is none. */
+static const rx_req *req(size_t i)
 {
-    (void)cls;
-    (void)c;
-    return strlen(s); /* the path as sent, percent-encoding included */
+    const rx_req *r = rx_req_at(g_rx, i);
+    if (!r)
+        fail_msg("the receiver holds %zu requests, not %zu", rx_count(g_rx), i + 1);
+    return r;
 }
 
-static enum MHD_Result add_header_line(void *cls, enum MHD_ValueKind kind, const char *key,
-                                       const char *value)
-{
-    (void)kind;
-    sl_buf *b = cls;
-    for (const char *k = key; *k; k++) {
-        char lc = (char)tolower((unsigned char)*k);
-        sl_buf_append(b, &lc, 1);
-    }
-    sl_buf_printf(b, ": %s\n", value ? value : "");
-    return MHD_YES;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **con_cls)
-{
-    (void)cls;
-    (void)version;
-    sl_buf *body = *con_cls;
-    if (!body) {
-        body = calloc(1, sizeof *body);
-        *con_cls = body;
-        return MHD_YES;
-    }
-    if (*upload_size) {
-        sl_buf_append(body, upload, *upload_size);
-        *upload_size = 0;
-        return MHD_YES;
-    }
-    sl_buf hl = SL_BUF_INIT;
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_line, &hl);
-    sl_buf_append(&hl, "", 1);
-    sl_buf_append(body, "", 1);
-    pthread_mutex_lock(&g_rx.lock);
-    if (g_rx.n == g_rx.cap) {
-        g_rx.cap = g_rx.cap ? g_rx.cap * 2 : 64;
-        g_rx.v = realloc(g_rx.v, g_rx.cap * sizeof *g_rx.v);
-    }
-    rec *r = &g_rx.v[g_rx.n++];
-    memset(r, 0, sizeof *r);
-    snprintf(r->method, sizeof r->method, "%s", method);
-    r->path = strdup(url);
-    r->headers = (char *)hl.data;
-    r->body_len = body->len - 1;
-    r->body = (char *)body->data;
-    r->at = it_mono();
-    memset(body, 0, sizeof *body);
-    unsigned status = MHD_HTTP_OK;
-    char text[64] = "ok", ra[64] = "";
-    int slow = 0;
-    if (g_rx.fail_n > 0) {
-        g_rx.fail_n--;
-        status = g_rx.fail_status;
-        slow = g_rx.slow_ms;
-        snprintf(text, sizeof text, "%s", g_rx.fail_body);
-        snprintf(ra, sizeof ra, "%s", g_rx.retry_after);
-    }
-    pthread_mutex_unlock(&g_rx.lock);
-    if (slow)
-        it_sleep_ms(slow);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
-    if (ra[0])
-        MHD_add_response_header(resp, "Retry-After", ra);
-    enum MHD_Result rc = MHD_queue_response(conn, status, resp);
-    MHD_destroy_response(resp);
-    return rc;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)c;
-    (void)toe;
-    sl_buf *b = *con_cls;
-    if (b) {
-        sl_buf_free(b);
-        free(b);
-    }
-    *con_cls = NULL;
-}
-
-/* Starts the receiver on port (0: a free one); fails the test when it cannot. */
-static void rx_start(int port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    g_rx.d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0,
-        NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
-    if (!g_rx.d)
-        fail_msg("cannot start the HTTP receiver on port %d", port);
-    const union MHD_DaemonInfo *i = MHD_get_daemon_info(g_rx.d, MHD_DAEMON_INFO_BIND_PORT);
-    g_rx.port = i ? i->port : port;
-}
-
-static void rx_stop(void)
-{
-    if (g_rx.d)
-        MHD_stop_daemon(g_rx.d);
-    g_rx.d = NULL;
-}
-
-static void rx_clear(void)
-{
-    for (size_t i = 0; i < g_rx.n; i++) {
-        free(g_rx.v[i].path);
-        free(g_rx.v[i].headers);
-        free(g_rx.v[i].body);
-    }
-    free(g_rx.v);
-    g_rx.v = NULL;
-    g_rx.n = g_rx.cap = 0;
-    g_rx.fail_n = 0;
-    g_rx.slow_ms = 0;
-}
-
-static void rx_fail(int n, unsigned status, const char *body, const char *retry_after)
-{
-    pthread_mutex_lock(&g_rx.lock);
-    g_rx.fail_n = n;
-    g_rx.fail_status = status;
-    snprintf(g_rx.fail_body, sizeof g_rx.fail_body, "%s", body);
-    snprintf(g_rx.retry_after, sizeof g_rx.retry_after, "%s", retry_after ? retry_after : "");
-    pthread_mutex_unlock(&g_rx.lock);
-}
-
-static size_t rx_count(void)
-{
-    pthread_mutex_lock(&g_rx.lock);
-    size_t n = g_rx.n;
-    pthread_mutex_unlock(&g_rx.lock);
-    return n;
-}
-
-/* The value of header name (lowercase) of a request, in buf; NULL when absent. */
-static const char *hdr(const rec *r, const char *name, char *buf, size_t cap)
-{
-    size_t n = strlen(name);
-    for (const char *p = r->headers; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, name, n) == 0 && p[n] == ':') {
-            const char *v = p + n + 2, *e = strchr(v, '\n');
-            snprintf(buf, cap, "%.*s", (int)(e ? e - v : (long)strlen(v)), v);
-            return buf;
-        }
-    }
-    return NULL;
-}
-
-static void expect_hdr(const rec *r, const char *name, const char *want)
+static void expect_hdr(const rx_req *r, const char *name, const char *want)
 {
     char buf[4096];
-    const char *v = hdr(r, name, buf, sizeof buf);
+    const char *v = rx_header(r, name, buf, sizeof buf);
     if (!v || strcmp(v, want))
         fail_msg("%s %s: header %s is \"%s\", want \"%s\"; headers:\n%s", r->method, r->path, name,
                  v ? v : "(none)", want, r->headers);
@@ -225,14 +46,16 @@ static void expect_hdr(const rec *r, const char *name, const char *want)
 
 static int setup(void **state)
 {
-    rx_start(0);
+    g_rx = rx_new();
+    if (!g_rx || rx_start(g_rx, 0))
+        fail_msg("cannot start the HTTP receiver");
     return it_setup(state);
 }
 
 static int teardown(void **state)
 {
-    rx_stop();
-    rx_clear();
+    rx_free(g_rx);
+    g_rx = NULL;
     return it_teardown(state);
 }
 
@@ -320,9 +143,9 @@ static void wait_caught_up(it_server *s)
 static void wait_requests(size_t n)
 {
     for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(10))
-        if (rx_count() >= n)
+        if (rx_count(g_rx) >= n)
             return;
-    fail_msg("the receiver got %zu requests, not %zu, within %.0f s", rx_count(), n, WAIT_S);
+    fail_msg("the receiver got %zu requests, not %zu, within %.0f s", rx_count(g_rx), n, WAIT_S);
 }
 
 static void add_event(sl_buf *b, const char *id, const char *type, const char *extra)
@@ -369,7 +192,7 @@ static void test_structured(void **state)
               "    headers = { [\"X-Custom\"] = \"yes\" },\n"
               "    auth = { bearer = \"tok123\" .. string.rep(\"x\", 1500) } },\n"
               "}\n",
-              g_rx.port);
+              rx_port(g_rx));
     start_cfg(s, cfg);
     static char bearer[1600];
     int bl = snprintf(bearer, sizeof bearer, "Bearer tok123");
@@ -391,13 +214,13 @@ static void test_structured(void **state)
     wait_caught_up(s);
     wait_requests(21);
     it_sleep_ms(100);
-    assert_int_equal(rx_count(), 21);
+    assert_int_equal(rx_count(g_rx), 21);
 
     it_evs ev[2] = {it_read_all(s, "orders", 0, "*"), it_read_all(s, "orders", 1, "*")};
     int64_t last[2] = {-1, -1};
     bool seen[31] = {false};
-    for (size_t i = 0; i < g_rx.n; i++) {
-        rec *r = &g_rx.v[i];
+    for (size_t i = 0; i < rx_count(g_rx); i++) {
+        const rx_req *r = req(i);
         json_t *j = json_loads(r->body, 0, NULL);
         if (!j)
             fail_msg("request %zu: body is not JSON: %s", i, r->body);
@@ -424,7 +247,8 @@ static void test_structured(void **state)
                 fail_msg("request %zu: event %s should not arrive (again)", i, id);
             seen[k] = true;
             char buf[64];
-            if (hdr(r, "x-sluice-lane", buf, sizeof buf) || hdr(r, "baggage", buf, sizeof buf))
+            if (rx_header(r, "x-sluice-lane", buf, sizeof buf) ||
+                rx_header(r, "baggage", buf, sizeof buf))
                 fail_msg("request %zu: a base-lane event has lane headers:\n%s", i, r->headers);
             snprintf(path, sizeof path, "/hook/s%%20%d%%2Fx", k % 5);
         }
@@ -457,7 +281,7 @@ static void test_binary_base64_escapes(void **state)
               "set \"orders\" { partitions = 1 }\n"
               "rule \"bin\" { set = \"orders\",\n"
               "  target = target.http { url = \"http://127.0.0.1:%d/b64\", body = \"binary\" } }\n",
-              g_rx.port);
+              rx_port(g_rx));
     start_cfg(s, cfg);
     /* "aGk+" escaped as \u0061\u0047\u006b\u002B: the bytes "hi>" */
     sl_buf b = SL_BUF_INIT;
@@ -467,9 +291,9 @@ static void test_binary_base64_escapes(void **state)
     json_decref(post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
     wait_caught_up(s);
-    assert_int_equal(g_rx.n, 1);
-    assert_string_equal(g_rx.v[0].path, "/b64");
-    assert_string_equal(g_rx.v[0].body, "hi>");
+    assert_int_equal(rx_count(g_rx), 1);
+    assert_string_equal(req(0)->path, "/b64");
+    assert_string_equal(req(0)->body, "hi>");
     s->passed = true;
 }
 
@@ -490,7 +314,7 @@ static void test_binary_and_batch(void **state)
               "rule \"data\" { set = \"orders\",\n"
               "  target = target.http { url = \"http://127.0.0.1:%d/data\", body = \"data\",\n"
               "    auth = { api_key = { header = \"X-Api-Key\", value = \"k1\" } } } }\n",
-              g_rx.port, g_rx.port, g_rx.port);
+              rx_port(g_rx), rx_port(g_rx), rx_port(g_rx));
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++) {
@@ -505,8 +329,8 @@ static void test_binary_and_batch(void **state)
     wait_caught_up(s);
     size_t nbin = 0, nbatch = 0, batched = 0, ndata = 0;
     bool seen[10] = {false};
-    for (size_t i = 0; i < g_rx.n; i++) {
-        rec *r = &g_rx.v[i];
+    for (size_t i = 0; i < rx_count(g_rx); i++) {
+        const rx_req *r = req(i);
         if (strncmp(r->path, "/bin/", 5) == 0) {
             nbin++;
             assert_string_equal(r->method, "PUT");
@@ -570,8 +394,8 @@ static void test_500_then_success(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
-    rx_fail(2, 500, "boom", NULL);
+    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    rx_fail(g_rx, 2, 500, "boom", NULL);
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++) {
@@ -582,12 +406,12 @@ static void test_500_then_success(void **state)
     json_decref(post_all(s, "orders", NULL, &b, 10));
     sl_buf_free(&b);
     wait_caught_up(s);
-    assert_int_equal(rx_count(), 12); /* two refused, then the ten in order */
+    assert_int_equal(rx_count(g_rx), 12); /* two refused, then the ten in order */
     for (int i = 0; i < 10; i++) {
         char want[16];
         snprintf(want, sizeof want, "\"r%d\"", i);
-        if (!strstr(g_rx.v[i + 2].body, want))
-            fail_msg("request %d is not event r%d: %s", i + 2, i, g_rx.v[i + 2].body);
+        if (!strstr(req(i + 2)->body, want))
+            fail_msg("request %d is not event r%d: %s", i + 2, i, req(i + 2)->body);
     }
     json_t *st = rule_stats(s, "hook");
     if (stat_of(st, "retries") < 2 || stat_of(st, "failed") != 0 || stat_of(st, "delivered") != 10)
@@ -604,8 +428,8 @@ static void test_429_retry_after(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
-    rx_fail(1, 429, "slow down", "2");
+    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    rx_fail(g_rx, 1, 429, "slow down", "2");
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 3; i++) {
@@ -617,8 +441,8 @@ static void test_429_retry_after(void **state)
     sl_buf_free(&b);
     wait_requests(4);
     wait_caught_up(s);
-    assert_int_equal(rx_count(), 4);
-    double gap = g_rx.v[1].at - g_rx.v[0].at;
+    assert_int_equal(rx_count(g_rx), 4);
+    double gap = req(1)->at - req(0)->at;
     if (gap < 1.95)
         fail_msg("the request after a 429 with Retry-After: 2 came %.3f s later", gap);
     json_t *st = rule_stats(s, "hook");
@@ -635,20 +459,20 @@ static void test_503_retry_after_date(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], date[64];
-    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
+    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
     start_cfg(s, cfg);
     time_t when = time(NULL) + 2;
     struct tm tm;
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&when, &tm));
-    rx_fail(1, 503, "maintenance", date);
+    rx_fail(g_rx, 1, 503, "maintenance", date);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "m0", "t", ",\"subject\":\"k\"");
     json_decref(post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
     wait_requests(2);
     wait_caught_up(s);
-    assert_int_equal(rx_count(), 2);
-    double gap = g_rx.v[1].at - g_rx.v[0].at;
+    assert_int_equal(rx_count(g_rx), 2);
+    double gap = req(1)->at - req(0)->at;
     if (gap < 1.0) /* whole seconds in the date: at least 2 s minus the rounding */
         fail_msg("the request after a 503 with Retry-After: %s came %.3f s later", date, gap);
     s->passed = true;
@@ -664,9 +488,8 @@ static void test_timeout(void **state)
               "rule \"hook\" { set = \"orders\",\n"
               "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"300ms\" "
               "} }\n",
-              g_rx.port);
-    g_rx.slow_ms = 1000;
-    rx_fail(1, 200, "late", NULL);
+              rx_port(g_rx));
+    rx_script(g_rx, &(rx_rule){.n = 1, .status = 200, .body = "late", .delay_ms = 1000});
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "s0", "t", "");
@@ -692,7 +515,7 @@ static void test_rate(void **state)
               "set \"orders\" { partitions = 2 }\n"
               "rule \"hook\" { set = \"orders\",\n"
               "  target = target.http { url = \"http://127.0.0.1:%d/r\", rate = 5 } }\n",
-              g_rx.port);
+              rx_port(g_rx));
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++) {
@@ -705,8 +528,8 @@ static void test_rate(void **state)
     sl_buf_free(&b);
     wait_requests(10);
     wait_caught_up(s);
-    assert_int_equal(rx_count(), 10);
-    double span = g_rx.v[9].at - g_rx.v[0].at;
+    assert_int_equal(rx_count(g_rx), 10);
+    double span = req(9)->at - req(0)->at;
     if (span < 1.7)
         fail_msg("rate = 5: ten requests within %.3f s", span);
     s->passed = true;
@@ -718,9 +541,8 @@ static void test_rate(void **state)
 static void shutdown_inflight(it_server *s, const char *tmpl, int slow_ms, double limit)
 {
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, tmpl, 1, g_rx.port);
-    g_rx.slow_ms = slow_ms;
-    rx_fail(1, 200, "late", NULL);
+    write_cfg(s, cfg, tmpl, 1, rx_port(g_rx));
+    rx_script(g_rx, &(rx_rule){.n = 1, .status = 200, .body = "late", .delay_ms = slow_ms});
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "x0", "t", ",\"subject\":\"k\"");
@@ -764,8 +586,8 @@ static void test_400_permanent(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 1, g_rx.port);
-    rx_fail(1, 400, "bad field x", NULL);
+    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    rx_fail(g_rx, 1, 400, "bad field x", NULL);
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 5; i++) {
@@ -775,7 +597,7 @@ static void test_400_permanent(void **state)
     }
     json_decref(post_all(s, "orders", NULL, &b, 5));
     wait_caught_up(s);
-    assert_int_equal(rx_count(), 5);
+    assert_int_equal(rx_count(g_rx), 5);
     json_t *st = rule_stats(s, "hook");
     if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 4 || stat_of(st, "retries"))
         fail_msg("want failed 1, delivered 4, retries 0: %s", json_dumps(st, 0));
@@ -790,7 +612,7 @@ static void test_400_permanent(void **state)
     json_decref(post_all(s, "orders", NULL, &b, 2));
     sl_buf_free(&b);
     wait_caught_up(s);
-    assert_int_equal(rx_count(), 6);
+    assert_int_equal(rx_count(g_rx), 6);
     st = rule_stats(s, "hook");
     assert_int_equal(stat_of(st, "failed"), 2);
     assert_int_equal(stat_of(st, "delivered"), 5);
@@ -807,9 +629,9 @@ static void test_receiver_down(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 2, g_rx.port);
+    write_cfg(s, cfg, one_rule_cfg, 2, rx_port(g_rx));
     start_cfg(s, cfg);
-    rx_stop();
+    rx_stop(g_rx);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 40; i++) {
         char id[16], extra[48];
@@ -820,12 +642,13 @@ static void test_receiver_down(void **state)
     json_t *a = post_all(s, "orders", NULL, &b, 40);
     sl_buf_free(&b);
     it_sleep_ms(2000);
-    rx_start(g_rx.port);
+    if (rx_restart(g_rx))
+        fail_msg("cannot restart the receiver on port %d", rx_port(g_rx));
     wait_caught_up(s);
     bool seen[40] = {false};
     int64_t last[2] = {-1, -1};
-    for (size_t i = 0; i < g_rx.n; i++) {
-        json_t *j = json_loads(g_rx.v[i].body, 0, NULL);
+    for (size_t i = 0; i < rx_count(g_rx); i++) {
+        json_t *j = json_loads(req(i)->body, 0, NULL);
         const char *id = json_string_value(json_object_get(j, "id"));
         int k = id ? atoi(id + 1) : -1;
         assert_true(k >= 0 && k < 40);
@@ -856,7 +679,6 @@ int main(void)
 {
     if (it_init("test_target_http"))
         return 1;
-    pthread_mutex_init(&g_rx.lock, NULL);
     const struct CMUnitTest tests[] = {
         T(test_structured),
         T(test_binary_and_batch), T(test_binary_base64_escapes),

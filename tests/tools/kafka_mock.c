@@ -12,6 +12,10 @@
  *   down ID     take broker ID (1..N) down: its connections fail
  *   up ID       bring it back
  *   topic NAME PARTITIONS   create a topic
+ *   error API CODE COUNT    the next COUNT requests of API (produce, metadata,
+ *                           initproducerid, or a Kafka ApiKey number) fail
+ *                           with error CODE (a number: 10 is
+ *                           MSG_SIZE_TOO_LARGE, -195 a dropped connection)
  *   quit        stop (so does the end of stdin, or SIGTERM/SIGINT)
  *
  * Nothing is written to disk: the cluster lives in memory and dies with the
@@ -36,6 +40,20 @@ static int create_topic(rd_kafka_mock_cluster_t *mc, const char *name, int parts
     if (parts < 1 || parts > 1000)
         return -1;
     return rd_kafka_mock_topic_create(mc, name, parts, 1) == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -1;
+}
+
+/* A Kafka protocol ApiKey by name or number, or -1. */
+static int api_key(const char *s)
+{
+    if (strcmp(s, "produce") == 0)
+        return 0;
+    if (strcmp(s, "metadata") == 0)
+        return 3;
+    if (strcmp(s, "initproducerid") == 0)
+        return 22;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || end == s || v < 0 || v > 100 ? -1 : (int)v;
 }
 
 int main(int argc, char **argv)
@@ -100,8 +118,8 @@ int main(int argc, char **argv)
     char line[512];
     while (fgets(line, sizeof line, stdin)) {
         char cmd[32], arg[256];
-        int n = 0;
-        int got = sscanf(line, "%31s %255s %d", cmd, arg, &n);
+        int n = 0, count = 0;
+        int got = sscanf(line, "%31s %255s %d %d", cmd, arg, &n, &count);
         if (got < 1)
             continue;
         if (strcmp(cmd, "quit") == 0)
@@ -117,6 +135,17 @@ int main(int argc, char **argv)
                          : -1;
         } else if (strcmp(cmd, "topic") == 0 && got == 3) {
             rc = create_topic(mc, arg, n);
+        } else if (strcmp(cmd, "error") == 0 && got == 4 && count >= 1 && count <= 10000) {
+            int api = api_key(arg);
+            if (api >= 0) {
+                rd_kafka_resp_err_t *errs = malloc((size_t)count * sizeof *errs);
+                for (int k = 0; errs && k < count; k++)
+                    errs[k] = (rd_kafka_resp_err_t)n;
+                if (errs)
+                    rd_kafka_mock_push_request_errors_array(mc, (int16_t)api, (size_t)count, errs);
+                rc = errs ? 0 : -1;
+                free(errs);
+            }
         }
         printf(rc ? "error: %s" : "ok\n", line);
         fflush(stdout);

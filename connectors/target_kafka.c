@@ -1,0 +1,782 @@
+/*
+ * connectors/target_kafka.c — target.kafka: records produced to an external
+ * Kafka cluster with librdkafka (docs/targets.md, issue 5 §3).
+ *
+ * One idempotent producer (acks=all, max.in.flight ≤ 5) per instance, and
+ * one thread that polls it, so delivery reports arrive in that thread. Each
+ * record carries a pointer to its slot in its deliver() call's bookkeeping;
+ * a payload is completed 0 only on a successful delivery report, and the
+ * bookkeeping is freed with its last payload. deliver() builds the records
+ * in the caller's thread (CloudEvents Kafka protocol binding: binary mode
+ * ce_* headers, structured JSON, or the payload alone; key and topic
+ * templates), completes at once what it must refuse, and returns.
+ *
+ * Failures: what no retry can fix (a record larger than message.max.bytes,
+ * an invalid topic name, a template attribute the event lacks, a payload
+ * that is not a CloudEvent where one is needed) completes SL_EINVAL; all
+ * else (timeouts, brokers down, an unknown topic, a full queue) completes
+ * retryable, so the runner delivers again and nothing is dropped. After an
+ * idempotent-producer fatal error the next deliver() makes a new producer.
+ *
+ * Locking: rklock is read-held while producing and write-held to replace
+ * the producer; the counters are atomics; the log rate limit has its own
+ * mutex.
+ */
+#include "connectors/ce_binding.h"
+#include "core/clock.h"
+#include "core/connector.h"
+#include "core/event.h"
+
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CANCEL_GRACE_MS 2000  /* cancel(): records in flight get this long, then are purged */
+#define QUEUE_FULL_WAIT_MS 5000 /* produce() on a full queue is tried again this long */
+#define LOG_INTERVAL_MS 1000  /* at most one librdkafka log line per second per instance */
+#define TOPIC_MAX 249         /* Kafka's longest topic name */
+
+typedef struct kafka_target kafka_target;
+typedef struct kcall kcall;
+
+/* The opaque of one record: payload i of call. */
+typedef struct kslot {
+    kcall *call;
+    size_t i;
+} kslot;
+
+/* One deliver() call. refs: payloads not completed, plus one held by
+ * deliver() while it produces. */
+struct kcall {
+    kafka_target *t;
+    sl_deliver_done_fn *done;
+    void *ctx;
+    atomic_size_t refs;
+    kslot slot[];
+};
+
+struct kafka_target {
+    const sl_target_config *cfg;
+    char *rule;
+    char **hname, **hvalue; /* the config's record headers */
+    size_t nheaders;
+    bool topic_templ, key_templ;
+    pthread_rwlock_t rklock; /* read: producing; write: replacing rk */
+    rd_kafka_t *rk;          /* NULL after a failed re-creation */
+    pthread_t poller;
+    bool polling;
+    atomic_bool poll_stop;
+    atomic_bool stopping; /* cancel()/close(): new payloads complete SL_ESHUTDOWN */
+    atomic_bool hurry;    /* cancel(): purge what is left after the grace */
+    atomic_bool fatal;    /* a fatal error: the next deliver() makes a new producer */
+    atomic_size_t outstanding; /* records produced, not reported */
+    /* health: GET /v1/rules */
+    atomic_bool brokers_down;
+    pthread_mutex_t mlock; /* guards health_msg and the log rate limit */
+    char health_msg[256];
+    int64_t log_at_ms;
+    unsigned log_dropped;
+};
+
+static int64_t mono_ms(void)
+{
+    return sl_clock_mono_ns() / 1000000;
+}
+
+/* ---- logging ------------------------------------------------------------------ */
+
+/* One line on stderr, at most one per LOG_INTERVAL_MS per instance (a broker
+ * outage makes librdkafka repeat itself for every connection attempt). */
+static void log_line(kafka_target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_line(kafka_target *t, const char *fmt, ...)
+{
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&t->mlock);
+    if (t->log_at_ms && now - t->log_at_ms < LOG_INTERVAL_MS) {
+        t->log_dropped++;
+        pthread_mutex_unlock(&t->mlock);
+        return;
+    }
+    unsigned dropped = t->log_dropped;
+    t->log_dropped = 0;
+    t->log_at_ms = now;
+    pthread_mutex_unlock(&t->mlock);
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (dropped)
+        fprintf(stderr, "sluice: rule %s: target.kafka: %s (%u similar lines left out)\n",
+                t->rule, msg, dropped);
+    else
+        fprintf(stderr, "sluice: rule %s: target.kafka: %s\n", t->rule, msg);
+}
+
+/* librdkafka's log: warnings and worse only (syslog levels: 4 is warning). */
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    kafka_target *t = rd_kafka_opaque(rk);
+    if (t && level <= 4)
+        log_line(t, "%s: %s", fac, buf);
+}
+
+/* ---- completion ------------------------------------------------------------------ */
+
+static void call_unref(kcall *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        free(c);
+}
+
+static void complete(kcall *c, size_t i, int status, const char *reason)
+{
+    c->done(c->ctx, i, status, status ? reason : NULL);
+    call_unref(c);
+}
+
+/* Maps a librdkafka error for a record to topic to a completion status,
+ * with the reason in why. */
+static int map_error(kafka_target *t, rd_kafka_resp_err_t err, const char *topic, char *why,
+                     size_t len)
+{
+    const char *es = rd_kafka_err2str(err);
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_NO_ERROR:
+        return 0;
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+        snprintf(why, len,
+                 "target.kafka: topic %s: %s (the record is larger than message.max.bytes or the "
+                 "broker's limit; it is not retried)",
+                 topic, es);
+        return SL_EINVAL;
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+        snprintf(why, len, "target.kafka: topic %s: %s (not retried)", topic, es);
+        return SL_EINVAL;
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+        if (atomic_load(&t->stopping)) {
+            snprintf(why, len, "target.kafka: shutting down");
+            return SL_ESHUTDOWN;
+        }
+        snprintf(why, len, "target.kafka: topic %s: %s (retried)", topic, es);
+        return SL_EIO;
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+        snprintf(why, len,
+                 "target.kafka: topic %s: %s (not acknowledged within message.timeout.ms%s; "
+                 "retried)",
+                 topic, es, atomic_load(&t->brokers_down) ? ", all brokers are down" : "");
+        return SL_ETIMEDOUT;
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
+        snprintf(why, len,
+                 "target.kafka: topic %s: %s (retried: the topic may yet be created)", topic, es);
+        return SL_EIO;
+    case RD_KAFKA_RESP_ERR__FATAL: {
+        char fe[256] = "";
+        atomic_store(&t->fatal, true);
+        if (t->rk)
+            rd_kafka_fatal_error(t->rk, fe, sizeof fe);
+        snprintf(why, len, "target.kafka: topic %s: fatal producer error: %s (retried with a "
+                 "new producer)", topic, fe[0] ? fe : es);
+        return SL_EIO;
+    }
+    default:
+        snprintf(why, len, "target.kafka: topic %s: %s (retried)", topic, es);
+        return SL_EIO;
+    }
+}
+
+/* Delivery report (the poll thread, or a thread flushing). */
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    kafka_target *t = opaque;
+    kslot *s = m->_private;
+    if (!s)
+        return;
+    char why[SL_ERROR_MAX];
+    int status = map_error(t, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : "?", why, sizeof why);
+    if (!status)
+        atomic_store(&t->brokers_down, false);
+    atomic_fetch_sub(&t->outstanding, 1);
+    complete(s->call, s->i, status, why);
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    kafka_target *t = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char fe[256] = "";
+        rd_kafka_fatal_error(rk, fe, sizeof fe);
+        pthread_mutex_lock(&t->mlock);
+        snprintf(t->health_msg, sizeof t->health_msg, "fatal producer error: %s", fe);
+        pthread_mutex_unlock(&t->mlock);
+        atomic_store(&t->fatal, true);
+        /* Not rate-limited: it happens once per producer. */
+        fprintf(stderr, "sluice: rule %s: target.kafka: fatal producer error: %s; the next "
+                "delivery makes a new producer\n", t->rule, fe);
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        pthread_mutex_lock(&t->mlock);
+        snprintf(t->health_msg, sizeof t->health_msg, "all brokers are down (%s)", reason);
+        pthread_mutex_unlock(&t->mlock);
+        atomic_store(&t->brokers_down, true);
+    }
+    log_line(t, "%s: %s", rd_kafka_err2str(err), reason);
+}
+
+/* ---- the producer ------------------------------------------------------------------ */
+
+static int conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, sl_error *err)
+{
+    char es[512];
+    if (rd_kafka_conf_set(conf, name, value, es, sizeof es) != RD_KAFKA_CONF_OK)
+        return sl_error_set(err, SL_EINVAL, "property %s = \"%s\": %s", name, value, es);
+    return 0;
+}
+
+/* Fills conf from cfg: sluice's defaults first, then compression and the
+ * timeout, then the properties, which win. Returns 0, or SL_EINVAL with err
+ * quoting librdkafka. */
+static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_error *err)
+{
+    char num[32];
+    int rc = conf_set(conf, "enable.idempotence", "true", err);
+    if (!rc)
+        rc = conf_set(conf, "acks", "all", err);
+    if (!rc) /* idempotence keeps order across retries with at most 5 in flight */
+        rc = conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
+    if (!rc)
+        rc = conf_set(conf, "linger.ms", "5", err);
+    if (!rc)
+        rc = conf_set(conf, "compression.type", cfg->compression ? cfg->compression : "zstd", err);
+    snprintf(num, sizeof num, "%lld", (long long)cfg->timeout_ms);
+    if (!rc && cfg->timeout_ms > 0)
+        rc = conf_set(conf, "message.timeout.ms", num, err);
+    if (!rc && cfg->brokers)
+        rc = conf_set(conf, "bootstrap.servers", cfg->brokers, err);
+    for (size_t i = 0; !rc && i < cfg->nproperties; i++) {
+        const char *eq = strchr(cfg->properties[i], '=');
+        char name[256];
+        if (!eq || (size_t)(eq - cfg->properties[i]) >= sizeof name)
+            return sl_error_set(err, SL_EINVAL, "property \"%s\": want name=value",
+                                cfg->properties[i]);
+        memcpy(name, cfg->properties[i], (size_t)(eq - cfg->properties[i]));
+        name[eq - cfg->properties[i]] = '\0';
+        rc = conf_set(conf, name, eq + 1, err);
+    }
+    return rc;
+}
+
+static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (!conf) {
+        sl_error_set(err, SL_ENOMEM, "target.kafka: out of memory");
+        return NULL;
+    }
+    char id[200];
+    snprintf(id, sizeof id, "sluice-%s", t->rule);
+    sl_error e = {0};
+    if (conf_set(conf, "client.id", id, &e) || apply_config(conf, t->cfg, &e)) {
+        sl_error_set(err, e.code, "target.kafka: %s", e.msg);
+        rd_kafka_conf_destroy(conf);
+        return NULL;
+    }
+    rd_kafka_conf_set_opaque(conf, t);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_log_cb(conf, on_log);
+    char es[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        sl_error_set(err, SL_EINVAL, "target.kafka: %s", es);
+    }
+    return rk;
+}
+
+/* The poll thread: serves delivery reports and errors; after cancel() it
+ * purges what did not finish within the grace. */
+static void *poll_thread(void *arg)
+{
+    kafka_target *t = arg;
+    int64_t deadline = -1;
+    bool purged = false;
+    while (!atomic_load(&t->poll_stop)) {
+        rd_kafka_poll(t->rk, 50);
+        if (atomic_load(&t->hurry) && !purged) {
+            int64_t now = mono_ms();
+            if (deadline < 0)
+                deadline = now + CANCEL_GRACE_MS;
+            if (atomic_load(&t->outstanding) == 0 || now >= deadline) {
+                rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+                purged = true;
+            }
+        }
+    }
+    return NULL;
+}
+
+static int start_polling(kafka_target *t)
+{
+    atomic_store(&t->poll_stop, false);
+    t->polling = pthread_create(&t->poller, NULL, poll_thread, t) == 0;
+    return t->polling ? 0 : SL_ENOMEM;
+}
+
+static void stop_polling(kafka_target *t)
+{
+    if (!t->polling)
+        return;
+    atomic_store(&t->poll_stop, true);
+    pthread_join(t->poller, NULL);
+    t->polling = false;
+}
+
+/* Serves delivery reports in this thread until none is outstanding or
+ * limit_ms passed; then purges and serves the purged ones. */
+static void drain(kafka_target *t, int64_t limit_ms)
+{
+    int64_t end = mono_ms() + limit_ms;
+    while (atomic_load(&t->outstanding) && mono_ms() < end)
+        rd_kafka_poll(t->rk, 20);
+    if (atomic_load(&t->outstanding)) {
+        rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        for (end = mono_ms() + 5000; atomic_load(&t->outstanding) && mono_ms() < end;)
+            rd_kafka_poll(t->rk, 20);
+    }
+}
+
+/* After a fatal error: completes what the old producer held (retryable) and
+ * makes a new one. Caller holds rklock for writing. */
+static void recreate(kafka_target *t)
+{
+    if (!atomic_load(&t->fatal) && t->rk)
+        return;
+    if (t->rk) {
+        stop_polling(t);
+        drain(t, 0);
+        rd_kafka_destroy(t->rk);
+        t->rk = NULL;
+    }
+    sl_error err = {0};
+    t->rk = make_producer(t, &err);
+    if (!t->rk || start_polling(t)) {
+        fprintf(stderr, "sluice: rule %s: target.kafka: cannot make a new producer: %s\n",
+                t->rule, t->rk ? "cannot start its thread" : err.msg);
+        if (t->rk)
+            rd_kafka_destroy(t->rk);
+        t->rk = NULL;
+        return;
+    }
+    fprintf(stderr, "sluice: rule %s: target.kafka: made a new producer after a fatal error\n",
+            t->rule);
+    atomic_store(&t->fatal, false);
+    pthread_mutex_lock(&t->mlock);
+    t->health_msg[0] = '\0';
+    pthread_mutex_unlock(&t->mlock);
+}
+
+/* ---- records (caller's thread) -------------------------------------------------- */
+
+static bool topic_name_ok(const char *s, size_t len)
+{
+    if (!len || len > TOPIC_MAX || (len == 1 && s[0] == '.') ||
+        (len == 2 && s[0] == '.' && s[1] == '.'))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static int header_of(void *ud, const char *name, size_t nlen, const char *v, size_t vlen)
+{
+    char hn[SL_EVENT_NAME_MAX + 4];
+    snprintf(hn, sizeof hn, "ce_%.*s", (int)nlen, name);
+    return rd_kafka_header_add(ud, hn, -1, v, (ssize_t)vlen) ? SL_ENOMEM : 0;
+}
+
+/* One record, built from payload d. */
+typedef struct record {
+    char *topic;
+    char *key;
+    size_t key_len;
+    const char *value;
+    size_t value_len;
+    sl_buf own; /* the value when it is not the payload itself */
+    rd_kafka_headers_t *hdrs;
+    int64_t ts_ms; /* 0: now */
+} record;
+
+static void record_free(record *r)
+{
+    free(r->topic);
+    free(r->key);
+    sl_buf_free(&r->own);
+    if (r->hdrs)
+        rd_kafka_headers_destroy(r->hdrs);
+    memset(r, 0, sizeof *r);
+}
+
+/* Builds the record for payload d (ev: scratch space for its parse).
+ * Returns 0, SL_EINVAL with why (permanent), or SL_ENOMEM. */
+static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, record *r, char *why,
+                        size_t len)
+{
+    const sl_target_config *cfg = t->cfg;
+    sl_error e = {0};
+    sl_event_limits lim = {.max_bytes = d->len + 1};
+    bool parsed = sl_event_parse(d->data, d->len, &lim, ev, &e) == SL_EVENT_OK;
+    if (!parsed && (cfg->body != SL_HTTP_BODY_DATA || t->topic_templ || t->key_templ)) {
+        snprintf(why, len, "target.kafka: %s needs a CloudEvent payload: %s",
+                 cfg->body == SL_HTTP_BODY_BINARY       ? "body = \"binary\""
+                 : cfg->body == SL_HTTP_BODY_STRUCTURED ? "body = \"structured\""
+                                                        : "a topic or key template",
+                 e.msg);
+        return SL_EINVAL;
+    }
+    const sl_event *pev = parsed ? ev : NULL;
+    const char *miss = NULL;
+    size_t mlen = 0, tlen = 0;
+    int rc = sl_ce_expand(cfg->topic, pev, NULL, &r->topic, &tlen, &miss, &mlen);
+    if (rc == SL_EINVAL) {
+        snprintf(why, len,
+                 "target.kafka: the topic template %s needs the attribute \"%.*s\", which the "
+                 "payload does not have",
+                 cfg->topic, (int)mlen, miss);
+        return rc;
+    }
+    if (rc)
+        return rc;
+    if (!topic_name_ok(r->topic, tlen)) {
+        snprintf(why, len,
+                 "target.kafka: \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -)",
+                 r->topic);
+        return SL_EINVAL;
+    }
+    if (cfg->key) {
+        rc = sl_ce_expand(cfg->key, pev, NULL, &r->key, &r->key_len, &miss, &mlen);
+        if (rc == SL_EINVAL)
+            snprintf(why, len,
+                     "target.kafka: the key template %s needs the attribute \"%.*s\", which the "
+                     "payload does not have",
+                     cfg->key, (int)mlen, miss);
+        if (rc)
+            return rc;
+    } else if (pev) {
+        sl_json_tok tok;
+        if (sl_ce_attr(pev, "partitionkey", 12, &tok) || sl_ce_attr(pev, "subject", 7, &tok))
+            if (!(r->key = sl_ce_attr_text(&tok, &r->key_len)))
+                return SL_ENOMEM;
+    }
+    if (pev && pev->has_time)
+        r->ts_ms = pev->time_ms;
+    if (!(r->hdrs = rd_kafka_headers_new(8 + cfg->nheaders)))
+        return SL_ENOMEM;
+    for (size_t i = 0; i < t->nheaders; i++)
+        rd_kafka_header_add(r->hdrs, t->hname[i], -1, t->hvalue[i], -1);
+    if (d->lane && d->lane[0])
+        rd_kafka_header_add(r->hdrs, "lane", -1, d->lane, -1);
+    switch (cfg->body) {
+    case SL_HTTP_BODY_BINARY: {
+        bool oom = false;
+        char *ctype = sl_ce_content_type(pev, &oom);
+        if (oom)
+            return SL_ENOMEM;
+        /* No datacontenttype: JSON data is application/json (JSON format §3.1). */
+        const char *ct = ctype ? ctype
+                         : pev->data.type != SL_JSON_NONE && pev->data_base64.type == SL_JSON_NONE
+                             ? "application/json"
+                             : NULL;
+        if (ct)
+            rd_kafka_header_add(r->hdrs, "content-type", -1, ct, -1);
+        rc = sl_ce_binary_attrs(pev, header_of, r->hdrs);
+        if (!rc)
+            rc = sl_ce_binary_data(pev, ctype, &r->own);
+        free(ctype);
+        if (rc)
+            return rc;
+        r->value = (const char *)r->own.data;
+        r->value_len = r->own.len;
+        break;
+    }
+    case SL_HTTP_BODY_STRUCTURED:
+        rd_kafka_header_add(r->hdrs, "content-type", -1, "application/cloudevents+json", -1);
+        r->value = d->data;
+        r->value_len = d->len;
+        break;
+    case SL_HTTP_BODY_DATA:
+        r->value = d->data;
+        r->value_len = d->len;
+        break;
+    }
+    return 0;
+}
+
+/* Produces r as payload i of c; librdkafka's queue full is waited out for a
+ * while. Returns RD_KAFKA_RESP_ERR_NO_ERROR when the record was queued
+ * (r->hdrs then belongs to librdkafka). Caller holds rklock for reading. */
+static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *r)
+{
+    int64_t end = -1;
+    for (;;) {
+        atomic_fetch_add(&t->outstanding, 1);
+        atomic_fetch_add(&c->refs, 1);
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            t->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_VALUE((void *)r->value, r->value_len),
+            RD_KAFKA_V_KEY(r->key, r->key ? r->key_len : 0), RD_KAFKA_V_HEADERS(r->hdrs),
+            RD_KAFKA_V_TIMESTAMP(r->ts_ms), RD_KAFKA_V_OPAQUE(&c->slot[i]), RD_KAFKA_V_END);
+        if (!err) {
+            r->hdrs = NULL;
+            return err;
+        }
+        atomic_fetch_sub(&t->outstanding, 1);
+        atomic_fetch_sub(&c->refs, 1); /* deliver() still holds its own */
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || atomic_load(&t->stopping))
+            return err;
+        int64_t now = mono_ms();
+        if (end < 0)
+            end = now + QUEUE_FULL_WAIT_MS;
+        if (now >= end)
+            return err;
+        rd_kafka_poll(t->rk, 10); /* delivery reports make room */
+    }
+}
+
+static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
+                          void *ctx)
+{
+    kafka_target *t = impl;
+    kcall *c = malloc(sizeof *c + n * sizeof *c->slot);
+    sl_event *ev = malloc(sizeof *ev);
+    if (!c || !ev) {
+        free(c);
+        free(ev);
+        for (size_t i = 0; i < n; i++)
+            done(ctx, i, SL_ENOMEM, "target.kafka: out of memory");
+        return;
+    }
+    c->t = t;
+    c->done = done;
+    c->ctx = ctx;
+    atomic_init(&c->refs, 1);
+    for (size_t i = 0; i < n; i++)
+        c->slot[i] = (kslot){c, i};
+    if (atomic_load(&t->fatal) || !t->rk) {
+        pthread_rwlock_wrlock(&t->rklock);
+        if (!atomic_load(&t->stopping))
+            recreate(t);
+        pthread_rwlock_unlock(&t->rklock);
+    }
+    pthread_rwlock_rdlock(&t->rklock);
+    char why[SL_ERROR_MAX];
+    for (size_t i = 0; i < n; i++) {
+        if (atomic_load(&t->stopping)) {
+            atomic_fetch_add(&c->refs, 1);
+            complete(c, i, SL_ESHUTDOWN, "target.kafka: shutting down");
+            continue;
+        }
+        if (!t->rk) {
+            atomic_fetch_add(&c->refs, 1);
+            complete(c, i, SL_EIO, "target.kafka: no producer (making one failed; retried)");
+            continue;
+        }
+        record r = {0};
+        int rc = build_record(t, &d[i], ev, &r, why, sizeof why);
+        if (rc == SL_ENOMEM)
+            snprintf(why, sizeof why, "target.kafka: out of memory");
+        if (!rc) {
+            rd_kafka_resp_err_t err = produce(t, c, i, &r);
+            if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                snprintf(why, sizeof why,
+                         "target.kafka: topic %s: %s for %d ms (queue.buffering.max.messages/"
+                         "kbytes reached; retried)",
+                         r.topic, rd_kafka_err2str(err), QUEUE_FULL_WAIT_MS);
+                rc = SL_EIO;
+            } else if (err) {
+                rc = map_error(t, err, r.topic, why, sizeof why);
+            }
+        }
+        record_free(&r);
+        if (rc) {
+            atomic_fetch_add(&c->refs, 1);
+            complete(c, i, rc, why);
+        }
+    }
+    pthread_rwlock_unlock(&t->rklock);
+    free(ev);
+    call_unref(c);
+}
+
+/* ---- lifecycle ------------------------------------------------------------------- */
+
+static void free_target(kafka_target *t)
+{
+    for (size_t i = 0; i < t->nheaders; i++) {
+        free(t->hname[i]);
+        free(t->hvalue[i]);
+    }
+    free(t->hname);
+    free(t->hvalue);
+    free(t->rule);
+    pthread_mutex_destroy(&t->mlock);
+    pthread_rwlock_destroy(&t->rklock);
+    free(t);
+}
+
+/* Splits "Name: value" header lines. Returns 0, SL_EINVAL with err, or SL_ENOMEM. */
+static int parse_headers(kafka_target *t, const sl_target_config *cfg, sl_error *err)
+{
+    if (!cfg->nheaders)
+        return 0;
+    t->hname = calloc(cfg->nheaders, sizeof *t->hname);
+    t->hvalue = calloc(cfg->nheaders, sizeof *t->hvalue);
+    if (!t->hname || !t->hvalue)
+        return sl_error_set(err, SL_ENOMEM, "target.kafka: out of memory");
+    for (size_t i = 0; i < cfg->nheaders; i++) {
+        const char *line = cfg->headers[i], *colon = strchr(line, ':');
+        if (!colon || colon == line)
+            return sl_error_set(err, SL_EINVAL, "target.kafka: header \"%s\": want Name: value",
+                                line);
+        const char *v = colon + 1;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        t->hname[i] = strndup(line, (size_t)(colon - line));
+        t->hvalue[i] = strdup(v);
+        t->nheaders++;
+        if (!t->hname[i] || !t->hvalue[i])
+            return sl_error_set(err, SL_ENOMEM, "target.kafka: out of memory");
+    }
+    return 0;
+}
+
+static int kafka_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+                      sl_error *err)
+{
+    if (!cfg->brokers || !cfg->topic)
+        return sl_error_set(err, SL_EINVAL, "target.kafka needs brokers and a topic");
+    kafka_target *t = calloc(1, sizeof *t);
+    if (!t)
+        return sl_error_set(err, SL_ENOMEM, "target.kafka: out of memory");
+    pthread_mutex_init(&t->mlock, NULL);
+    pthread_rwlock_init(&t->rklock, NULL);
+    t->cfg = cfg;
+    t->topic_templ = sl_ce_has_placeholder(cfg->topic);
+    t->key_templ = cfg->key && sl_ce_has_placeholder(cfg->key);
+    int rc = (t->rule = strdup(env && env->rule ? env->rule : "?")) ? 0 : SL_ENOMEM;
+    if (rc)
+        sl_error_set(err, rc, "target.kafka: out of memory");
+    if (!rc)
+        rc = parse_headers(t, cfg, err);
+    if (!rc && !(t->rk = make_producer(t, err)))
+        rc = err && err->code ? err->code : SL_EINVAL;
+    if (!rc && start_polling(t)) {
+        rc = sl_error_set(err, SL_ENOMEM, "target.kafka: cannot start its thread");
+        rd_kafka_destroy(t->rk);
+    }
+    if (rc) {
+        free_target(t);
+        return rc;
+    }
+    *impl = t;
+    return 0;
+}
+
+static void kafka_cancel(void *impl)
+{
+    kafka_target *t = impl;
+    atomic_store(&t->stopping, true);
+    atomic_store(&t->hurry, true); /* the poll thread purges after the grace */
+}
+
+static void kafka_close(void *impl)
+{
+    kafka_target *t = impl;
+    if (!t)
+        return;
+    atomic_store(&t->stopping, true);
+    pthread_rwlock_wrlock(&t->rklock); /* no deliver() is producing */
+    stop_polling(t);
+    if (t->rk) {
+        /* The runner waits for its completions before close(), so normally
+         * nothing is outstanding; else records get their timeout (or the
+         * cancel grace), then are purged. */
+        drain(t, atomic_load(&t->hurry) ? CANCEL_GRACE_MS : t->cfg->timeout_ms + 1000);
+        rd_kafka_flush(t->rk, 1000);
+        rd_kafka_destroy(t->rk);
+        t->rk = NULL;
+    }
+    pthread_rwlock_unlock(&t->rklock);
+    free_target(t);
+}
+
+static int kafka_check(const sl_target_config *cfg, sl_error *err)
+{
+    sl_error e = {0};
+    if (cfg->topic) {
+        int rc = sl_ce_template_check(cfg->topic, &e);
+        if (rc)
+            return sl_error_set(err, rc, "topic: %s", e.msg);
+        if (!sl_ce_has_placeholder(cfg->topic) && !topic_name_ok(cfg->topic, strlen(cfg->topic)))
+            return sl_error_set(err, SL_EINVAL,
+                                "topic \"%s\" is not a valid topic name (1 to 249 of a-z A-Z "
+                                "0-9 . _ -)",
+                                cfg->topic);
+    }
+    if (cfg->key) {
+        int rc = sl_ce_template_check(cfg->key, &e);
+        if (rc)
+            return sl_error_set(err, rc, "key: %s", e.msg);
+    }
+    for (size_t i = 0; i < cfg->nheaders; i++) {
+        const char *colon = strchr(cfg->headers[i], ':');
+        if (!colon || colon == cfg->headers[i])
+            return sl_error_set(err, SL_EINVAL, "header \"%s\": want Name: value",
+                                cfg->headers[i]);
+    }
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (!conf)
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    int rc = apply_config(conf, cfg, err);
+    rd_kafka_conf_destroy(conf);
+    return rc;
+}
+
+static int kafka_health(void *impl, char *msg, size_t len)
+{
+    kafka_target *t = impl;
+    if (!atomic_load(&t->fatal) && !atomic_load(&t->brokers_down) && t->rk)
+        return 0;
+    pthread_mutex_lock(&t->mlock);
+    snprintf(msg, len, "%s", t->health_msg[0] ? t->health_msg : "no producer");
+    pthread_mutex_unlock(&t->mlock);
+    return 1;
+}
+
+const sl_target_ops sl__target_kafka_ops = {
+    .abi_version = SL_CONNECTOR_ABI_VERSION,
+    .name = "kafka",
+    .open = kafka_open,
+    .deliver = kafka_deliver,
+    .close = kafka_close,
+    .cancel = kafka_cancel,
+    .check = kafka_check,
+    .health = kafka_health,
+};

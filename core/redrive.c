@@ -1,0 +1,491 @@
+/*
+ * core/redrive.c — dead-letter redrive (see redrive.h): read a dead-letter
+ * set from its redrive position, strip the failure attributes, publish to the
+ * destination set, and move the position once the destination confirmed.
+ */
+#include "core/redrive.h"
+
+#include "core/clock.h"
+#include "core/event.h"
+#include "core/json.h"
+#include "core/metrics.h" /* sl_buf_printf() */
+#include "rules/cursor.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One publish and one position commit per chunk of events. */
+#define CHUNK_EVENTS 256
+#define CHUNK_BYTES (1u << 20)
+/* How long a full destination may refuse events before the redrive gives up
+ * (ms without any event accepted). */
+#define FULL_WAIT_MS 30000
+/* Skipped events listed in the answer (all are counted). */
+#define SKIP_LIST_MAX 20
+
+/* The attributes a dead-letter set adds, and those sluice adds on read. */
+static const char *const strip_names[] = {
+    "sluiceerror",  "sluiceattempts", "sluicerule",      "sluicetarget", "sluicefailedat",
+    "sluicereplay", "sluiceset",      "sluicepartition", "sluiceoffset",
+};
+
+/* ---- one redrive per dead-letter set at a time ------------------------------------- */
+
+typedef struct active {
+    struct active *next;
+    const char *dlq;
+} active;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
+static active *g_active;
+
+static bool is_active(const char *dlq)
+{
+    for (active *a = g_active; a; a = a->next)
+        if (strcmp(a->dlq, dlq) == 0)
+            return true;
+    return false;
+}
+
+static void claim(active *me, const char *dlq)
+{
+    pthread_mutex_lock(&g_lock);
+    while (is_active(dlq))
+        pthread_cond_wait(&g_cond, &g_lock);
+    me->dlq = dlq;
+    me->next = g_active;
+    g_active = me;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void release(active *me)
+{
+    pthread_mutex_lock(&g_lock);
+    for (active **p = &g_active; *p; p = &(*p)->next) {
+        if (*p == me) {
+            *p = me->next;
+            break;
+        }
+    }
+    pthread_cond_broadcast(&g_cond);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- waiting for the destination's acknowledgements --------------------------------- */
+
+typedef struct waiter {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int pending; /* durable publishes not completed yet */
+    int status;  /* the first failure among them */
+} waiter;
+
+static void publish_done(void *ctx, int status)
+{
+    waiter *w = ctx;
+    pthread_mutex_lock(&w->m);
+    if (status && !w->status)
+        w->status = status;
+    w->pending--;
+    pthread_cond_broadcast(&w->c);
+    pthread_mutex_unlock(&w->m);
+}
+
+static void add_pending(waiter *w, int n)
+{
+    pthread_mutex_lock(&w->m);
+    w->pending += n;
+    pthread_mutex_unlock(&w->m);
+}
+
+/* Waits for every durable publish; returns the first failure (and clears it). */
+static int wait_all(waiter *w)
+{
+    pthread_mutex_lock(&w->m);
+    while (w->pending > 0)
+        pthread_cond_wait(&w->c, &w->m);
+    int rc = w->status;
+    w->status = 0;
+    pthread_mutex_unlock(&w->m);
+    return rc;
+}
+
+/* ---- the redrive ------------------------------------------------------------------ */
+
+/* Where one encoded event sits in the arena (which moves as it grows). */
+typedef struct staged {
+    size_t off, len, key_off, key_len;
+    bool has_key;
+    char lane[SL_EVENT_LANE_MAX + 1];
+    int64_t src; /* its offset in the dead-letter partition */
+} staged;
+
+typedef struct redrive {
+    sl_set *dlq, *to;
+    sl_databus *bus;
+    sl_buf tmp;   /* one event with the failure attributes stripped */
+    sl_buf arena; /* the encoded events of the chunk, and their keys */
+    staged sv[CHUNK_EVENTS];
+    size_t nsv;
+    sl_databus_event evs[CHUNK_EVENTS];
+    sl_databus_result res[CHUNK_EVENTS];
+    waiter w;
+    uint64_t redriven, skipped;
+    sl_buf skips; /* the first SKIP_LIST_MAX skipped events, JSON objects joined by ',' */
+    sl_event ev;  /* last: large */
+} redrive;
+
+/* Counts a skipped event and lists the first ones. Returns 0 or SL_ENOMEM. */
+static int skip(redrive *rd, int32_t part, int64_t offset, const char *why)
+{
+    rd->skipped++;
+    if (rd->skipped > SKIP_LIST_MAX)
+        return 0;
+    fprintf(stderr, "sluice: redrive %s -> %s: skipping partition %d offset %" PRId64 ": %s\n",
+            rd->dlq->name, rd->to->name, part, offset, why);
+    size_t mark = rd->skips.len;
+    int rc = sl_buf_printf(&rd->skips, "%s{\"partition\":%d,\"offset\":%" PRId64 ",\"reason\":",
+                           rd->skipped > 1 ? "," : "", part, offset);
+    if (!rc && (rc = sl_json_put_string(&rd->skips, why, strlen(why))) == SL_EINVAL)
+        rc = sl_json_put_string(&rd->skips, "(not UTF-8)", 11);
+    if (!rc)
+        rc = sl_buf_append(&rd->skips, "}", 1);
+    if (rc)
+        rd->skips.len = mark;
+    return rc;
+}
+
+static bool stripped(const sl_json_tok *key)
+{
+    char name[SL_EVENT_NAME_MAX];
+    size_t len = 0;
+    if (sl_json_unescape(key, name, sizeof name, &len))
+        return false; /* longer than any name we strip */
+    for (size_t i = 0; i < sizeof strip_names / sizeof *strip_names; i++)
+        if (strlen(strip_names[i]) == len && memcmp(strip_names[i], name, len) == 0)
+            return true;
+    return false;
+}
+
+/* Turns one dead-letter record into an event for the destination, staged in
+ * the arena. Returns 0 (staged or skipped) or SL_ENOMEM. */
+static int stage(redrive *rd, const sl_record *rec, int32_t part, int64_t now_ms)
+{
+    char why[SL_ERROR_MAX + 64];
+    sl_error e = {0};
+    sl_json_tok obj, k, v;
+    if (!rec->value)
+        return skip(rd, part, rec->offset, "the record holds no event");
+    if (sl_json_validate((const char *)rec->value, rec->value_len, SL_JSON_DEPTH_LIMIT, &obj, &e) ||
+        obj.type != SL_JSON_OBJECT) {
+        snprintf(why, sizeof why, "not a JSON object%s%s", e.msg[0] ? ": " : "", e.msg);
+        return skip(rd, part, rec->offset, why);
+    }
+    rd->tmp.len = 0;
+    int rc = sl_buf_append(&rd->tmp, "{", 1);
+    sl_json_iter it;
+    sl_json_iter_init(&it, &obj);
+    while (!rc && sl_json_iter_member(&it, &k, &v)) {
+        if (stripped(&k))
+            continue;
+        if (rd->tmp.len > 1)
+            rc = sl_buf_append(&rd->tmp, ",", 1);
+        if (!rc)
+            rc = sl_buf_append(&rd->tmp, k.p, k.len);
+        if (!rc)
+            rc = sl_buf_append(&rd->tmp, ":", 1);
+        if (!rc)
+            rc = sl_buf_append(&rd->tmp, v.p, v.len);
+    }
+    if (!rc)
+        rc = sl_buf_append(&rd->tmp, "}", 1);
+    if (rc)
+        return rc;
+
+    sl_event_limits lim = {.max_bytes = rd->to->cfg.max_event_bytes,
+                           .generate_ids = rd->to->cfg.generate_ids};
+    char lane[SL_EVENT_LANE_MAX + 1] = "";
+    if (rec->lane_len <= SL_EVENT_LANE_MAX) {
+        memcpy(lane, rec->lane, rec->lane_len);
+        lane[rec->lane_len] = '\0';
+    }
+    sl_event *ev = &rd->ev;
+    sl_event_status st = sl_event_parse((const char *)rd->tmp.data, rd->tmp.len, &lim, ev, &e);
+    if (st == SL_EVENT_OK)
+        st = sl_event_apply_lane(ev, lane, &e);
+    if (st != SL_EVENT_OK) {
+        snprintf(why, sizeof why, "not a valid CloudEvent for set %s: %s (%s)", rd->to->name, e.msg,
+                 sl_event_status_name(st));
+        return skip(rd, part, rec->offset, why);
+    }
+    staged *s = &rd->sv[rd->nsv];
+    s->off = rd->arena.len;
+    if ((rc = sl_event_encode(ev, &(sl_event_fill){.now_ms = now_ms}, &rd->arena)))
+        return rc;
+    s->len = rd->arena.len - s->off;
+    s->has_key = ev->key != NULL;
+    s->key_off = rd->arena.len;
+    s->key_len = ev->key_len;
+    if (s->has_key && (rc = sl_buf_append(&rd->arena, ev->key, ev->key_len)))
+        return rc;
+    snprintf(s->lane, sizeof s->lane, "%s", ev->lane);
+    s->src = rec->offset;
+    rd->nsv++;
+    return 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts))
+        ;
+}
+
+/* Publishes evs[0..n), waiting while the destination is full. Returns 0
+ * (queued: durable completions are counted in rd->w), SL_ETOOBIG, or another
+ * error with err. */
+static int publish(redrive *rd, sl_databus_event *evs, size_t n, sl_error *err)
+{
+    int64_t idle_since = sl_clock_mono_ns();
+    for (;;) {
+        sl_error e = {0};
+        add_pending(&rd->w, 1);
+        int rc = sl_databus_publish(rd->bus, rd->to, evs, n, rd->res, publish_done, &rd->w, &e);
+        if (rc != 1)
+            add_pending(&rd->w, -1);
+        if (rc == 0 || rc == 1)
+            return 0;
+        if (rc != SL_EFULL || sl_clock_mono_ns() - idle_since > (int64_t)FULL_WAIT_MS * 1000000)
+            return sl_error_set(err, rc, "publishing to set %s: %s", rd->to->name,
+                                e.msg[0] ? e.msg : sl_strerror(rc));
+        sleep_ms(2); /* the writer drains the buffer meanwhile */
+    }
+}
+
+/* Publishes the staged events and waits until the destination's ack mode
+ * confirmed all of them. Returns 0 or an SL_E… code with err. */
+static int flush(redrive *rd, int32_t part, sl_error *err)
+{
+    size_t n = rd->nsv;
+    for (size_t i = 0; i < n; i++) {
+        const staged *s = &rd->sv[i];
+        rd->evs[i] = (sl_databus_event){
+            .value = rd->arena.data + s->off,
+            .value_len = s->len,
+            .key = s->has_key ? rd->arena.data + s->key_off : NULL,
+            .key_len = s->key_len,
+            .lane = s->lane,
+            .ts_ms = sl_clock_now_ms(),
+        };
+    }
+    uint64_t moved = n;
+    int rc = n ? publish(rd, rd->evs, n, err) : 0;
+    if (rc == SL_ETOOBIG && n > 1) {
+        /* More than a partition's whole buffer of the destination at once:
+         * one event at a time. */
+        rc = 0;
+        for (size_t i = 0; !rc && i < n; i++) {
+            sl_error e1 = {0};
+            rc = publish(rd, &rd->evs[i], 1, &e1);
+            if (rc == SL_ETOOBIG) {
+                moved--;
+                rc = skip(rd, part, rd->sv[i].src,
+                          "larger than a whole partition buffer of the "
+                          "destination set");
+            } else if (rc) {
+                sl_error_set(err, rc, "%s", e1.msg);
+            }
+        }
+    } else if (rc == SL_ETOOBIG) {
+        moved = 0;
+        rc = skip(rd, part, rd->sv[0].src,
+                  "larger than a whole partition buffer of the destination set");
+    }
+    int st = wait_all(&rd->w);
+    if (!rc && st)
+        rc = sl_error_set(err, st, "set %s did not confirm the events: %s", rd->to->name,
+                          sl_strerror(st));
+    if (!rc)
+        rd->redriven += moved;
+    rd->nsv = 0;
+    rd->arena.len = 0;
+    return rc;
+}
+
+/* Redrives one partition from its position; appends its JSON entry. */
+static int do_partition(redrive *rd, const char *data_dir, int32_t p, uint64_t max, sl_buf *parts,
+                        sl_error *err)
+{
+    const sl_store *st = &rd->dlq->parts[p];
+    sl_cursor cur;
+    bool found = false;
+    sl_error e = {0};
+    int rc = sl_cursor_open(&cur, data_dir, SL_REDRIVE_CURSOR_NAME, rd->dlq->name, p, &found, &e);
+    if (rc == SL_ECORRUPT) {
+        fprintf(stderr,
+                "sluice: redrive %s: %s; starting again at the oldest event of partition "
+                "%d\n",
+                rd->dlq->name, e.msg, p);
+        rc = 0; /* the cursor is open: its first commit repairs it */
+    } else if (rc) {
+        return sl_error_set(err, rc, "%s", e.msg);
+    }
+    int64_t start = sl_store_start_offset(st), end = sl_store_end_offset(st);
+    int64_t pos = found ? cur.offset : start;
+    if (pos < start) {
+        fprintf(stderr,
+                "sluice: redrive %s: retention deleted %" PRId64 " events of partition "
+                "%d before they were redriven\n",
+                rd->dlq->name, start - pos, p);
+        pos = start;
+    } else if (pos > end) {
+        pos = end; /* the partition lost an unsynced tail in a crash */
+    }
+    int64_t from = pos;
+    void *reader = NULL;
+    int64_t now = sl_clock_now_ms();
+    while (!rc && pos < end && (max == 0 || rd->redriven < max)) {
+        if (!reader && (rc = sl_store_reader_open(st, pos, NULL, &reader, &e))) {
+            sl_error_set(err, rc, "reading set %s partition %d: %s", rd->dlq->name, p, e.msg);
+            break;
+        }
+        int64_t next = pos;
+        bool eof = false;
+        while (rd->nsv < CHUNK_EVENTS && rd->arena.len < CHUNK_BYTES &&
+               (max == 0 || rd->redriven + rd->nsv < max)) {
+            sl_record rec;
+            int r = sl_store_reader_next(st, reader, &rec, &e);
+            if (r == SL_EEOF || (!r && rec.offset >= end)) {
+                eof = true;
+                break;
+            }
+            if (r) {
+                rc = sl_error_set(err, r, "reading set %s partition %d: %s", rd->dlq->name, p,
+                                  e.msg);
+                break;
+            }
+            if ((r = stage(rd, &rec, p, now))) {
+                rc = sl_error_set(err, r, "redrive: %s", sl_strerror(r));
+                break;
+            }
+            next = rec.offset + 1;
+        }
+        if (rc)
+            break;
+        if ((rc = flush(rd, p, err)))
+            break;
+        if (next > pos) {
+            if ((rc = sl_cursor_commit(&cur, next, 0, &e))) {
+                sl_error_set(err, rc, "%s", e.msg);
+                break;
+            }
+            pos = next;
+        }
+        if (eof)
+            break;
+    }
+    rd->nsv = 0;
+    rd->arena.len = 0;
+    if (reader)
+        sl_store_reader_close(st, reader);
+    sl_cursor_close(&cur);
+    if (!rc)
+        rc = sl_buf_printf(parts, "%s{\"partition\":%d,\"from\":%" PRId64 ",\"to\":%" PRId64 "}",
+                           p ? "," : "", p, from, pos);
+    return rc;
+}
+
+static int find_set(sl_sets *sets, const char *name, const char *role, sl_set **out, sl_error *err)
+{
+    if (!name || !sl_set_name_valid(name))
+        return sl_error_set(err, SL_EINVAL,
+                            "invalid %s set name \"%s\" (want "
+                            "[A-Za-z0-9._-]{1,128})",
+                            role, name ? name : "");
+    int rc = sl_sets_get(sets, name, false, out, NULL);
+    if (rc == SL_ENOENT)
+        return sl_error_set(err, rc, "%s set \"%s\" does not exist", role, name);
+    if (rc)
+        return sl_error_set(err, rc, "%s set \"%s\": %s", role, name, sl_strerror(rc));
+    return 0;
+}
+
+int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char *dlq,
+               const char *to, uint64_t max, sl_buf *out_json, sl_error *err)
+{
+    sl_set *from_set, *to_set;
+    int rc = find_set(sets, dlq, "dead-letter", &from_set, err);
+    if (!rc)
+        rc = find_set(sets, to, "destination", &to_set, err);
+    if (rc)
+        return rc;
+    if (strcmp(dlq, to) == 0)
+        return sl_error_set(err, SL_EINVAL, "cannot redrive set %s into itself", dlq);
+    redrive *rd = calloc(1, sizeof *rd);
+    if (!rd)
+        return sl_error_set(err, SL_ENOMEM, "redrive: out of memory");
+    rd->dlq = from_set;
+    rd->to = to_set;
+    rd->bus = bus;
+    pthread_mutex_init(&rd->w.m, NULL);
+    pthread_cond_init(&rd->w.c, NULL);
+    sl_buf parts = SL_BUF_INIT;
+    active me;
+    claim(&me, dlq);
+    for (int32_t p = 0; !rc && p < from_set->nparts; p++)
+        rc = do_partition(rd, data_dir, p, max, &parts, err);
+    release(&me);
+    if (rc) {
+        if (rd->redriven)
+            fprintf(stderr, "sluice: redrive %s -> %s stopped after %" PRIu64 " events: %s\n", dlq,
+                    to, rd->redriven, err ? err->msg : sl_strerror(rc));
+        if (err && rd->redriven) {
+            char msg[SL_ERROR_MAX];
+            snprintf(msg, sizeof msg, "%s (%" PRIu64 " events were moved before)", err->msg,
+                     rd->redriven);
+            sl_error_set(err, rc, "%s", msg);
+        }
+    } else {
+        size_t mark = out_json->len;
+        rc = sl_buf_printf(out_json,
+                           "{\"dlq\":\"%s\",\"to\":\"%s\",\"redriven\":%" PRIu64
+                           ",\"skipped\":%" PRIu64 ",\"partitions\":[",
+                           dlq, to, rd->redriven, rd->skipped);
+        if (!rc)
+            rc = sl_buf_append(out_json, parts.data ? (const char *)parts.data : "", parts.len);
+        if (!rc)
+            rc = sl_buf_append(out_json, "],\"skipped_events\":[", 20);
+        if (!rc)
+            rc = sl_buf_append(out_json, rd->skips.data ? (const char *)rd->skips.data : "",
+                               rd->skips.len);
+        if (!rc)
+            rc = sl_buf_append(out_json, "]}\n", 3);
+        if (rc) {
+            out_json->len = mark;
+            sl_error_set(err, rc, "redrive: out of memory");
+        }
+        fprintf(stderr, "sluice: redrive %s -> %s: %" PRIu64 " events moved, %" PRIu64 " skipped\n",
+                dlq, to, rd->redriven, rd->skipped);
+    }
+    pthread_mutex_destroy(&rd->w.m);
+    pthread_cond_destroy(&rd->w.c);
+    sl_buf_free(&rd->tmp);
+    sl_buf_free(&rd->arena);
+    sl_buf_free(&rd->skips);
+    sl_buf_free(&parts);
+    free(rd);
+    return rc;
+}
+
+int sl_redrive_hook(void *ctx, const char *dlq, const char *to, uint64_t max, sl_buf *out_json,
+                    sl_error *err)
+{
+    const sl_redrive_env *env = ctx;
+    return sl_redrive(env->sets, env->bus, env->data_dir, dlq, to, max, out_json, err);
+}

@@ -1,0 +1,806 @@
+/*
+ * tests/integration/test_target_kafka.c — target.kafka of the real
+ * `bin/sluice serve -c FILE.lua` against librdkafka's mock cluster
+ * (build/rel/tools/kafka_mock, 3 brokers on 127.0.0.1), read back with a
+ * librdkafka consumer and with kcat (issue 5 §3, §6): binary mode headers
+ * and values (CloudEvents Kafka binding), structured and data modes, lane
+ * headers, record keys (partitionkey, subject, templates), topic templates,
+ * every event delivered in order per key across broker outages, permanent
+ * failures counted `failed`, a fast shutdown with every broker down, and
+ * `sluice check` refusing what librdkafka refuses. The harness is itest.h.
+ */
+#include "itest.h"
+
+#include "core/metrics.h" /* sl_buf_printf() */
+
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_S 30.0 /* every wait gives up after this long */
+
+static char g_root[PATH_MAX]; /* the repository: bin/sluice, build/rel/tools/kafka_mock */
+
+/* ---- the mock cluster ------------------------------------------------------------ */
+
+typedef struct kmock {
+    pid_t pid;
+    FILE *in, *out;
+    char boot[512];
+} kmock;
+
+static kmock g_mk;
+
+/* Starts kafka_mock with 3 brokers and topic ord:3; fails the test when it
+ * does not print its bootstrap line. */
+static void mock_start(void)
+{
+    int to[2], from[2];
+    if (pipe(to) || pipe(from))
+        fail_msg("pipe: %s", strerror(errno));
+    char exe[PATH_MAX + 64];
+    snprintf(exe, sizeof exe, "%s/build/rel/tools/kafka_mock", g_root);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        close(to[0]);
+        close(to[1]);
+        close(from[0]);
+        close(from[1]);
+        execl(exe, exe, "--brokers", "3", "--topic", "ord:3", (char *)NULL);
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    g_mk.pid = pid;
+    g_mk.in = fdopen(to[1], "w");
+    g_mk.out = fdopen(from[0], "r");
+    char line[600];
+    if (!fgets(line, sizeof line, g_mk.out) || strncmp(line, "bootstrap ", 10))
+        fail_msg("%s did not start (make itests builds it)", exe);
+    snprintf(g_mk.boot, sizeof g_mk.boot, "%s", line + 10);
+    g_mk.boot[strcspn(g_mk.boot, "\r\n")] = '\0';
+}
+
+/* Sends one command line; fails the test unless the mock answers "ok". */
+static void mock_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void mock_cmd(const char *fmt, ...)
+{
+    char cmd[256], line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    fprintf(g_mk.in, "%s\n", cmd);
+    fflush(g_mk.in);
+    if (!fgets(line, sizeof line, g_mk.out) || strncmp(line, "ok", 2))
+        fail_msg("kafka_mock: %s: %s", cmd, line);
+}
+
+static void mock_stop(void)
+{
+    if (!g_mk.pid)
+        return;
+    fclose(g_mk.in); /* the end of stdin stops it */
+    fclose(g_mk.out);
+    int st;
+    for (int i = 0; i < 100 && waitpid(g_mk.pid, &st, WNOHANG) == 0; i++)
+        it_sleep_ms(50);
+    if (waitpid(g_mk.pid, &st, WNOHANG) == 0) {
+        kill(g_mk.pid, SIGKILL);
+        waitpid(g_mk.pid, &st, 0);
+    }
+    memset(&g_mk, 0, sizeof g_mk);
+}
+
+static int setup(void **state)
+{
+    mock_start();
+    return it_setup(state);
+}
+
+static int teardown(void **state)
+{
+    mock_stop();
+    return it_teardown(state);
+}
+
+/* ---- reading back ---------------------------------------------------------------- */
+
+typedef struct krec {
+    int part;
+    int64_t off, ts;
+    char *key;     /* NULL: no key */
+    char *value;   /* NUL-terminated copy */
+    size_t vlen;
+    char *hdrs;    /* "name=value\n" lines in record order */
+} krec;
+
+typedef struct krecs {
+    krec *v;
+    size_t n, cap;
+} krecs;
+
+static void krecs_free(krecs *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->v[i].key);
+        free(r->v[i].value);
+        free(r->v[i].hdrs);
+    }
+    free(r->v);
+    memset(r, 0, sizeof *r);
+}
+
+static char *dupn(const void *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* Every record of topic from the beginning, read with a librdkafka consumer
+ * (assign, not a group) up to the end of each partition. Never asserts;
+ * false when the topic is not there (yet). */
+static bool consume_once(const char *topic, krecs *out)
+{
+    char es[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", g_mk.boot, es, sizeof es);
+    rd_kafka_conf_set(conf, "group.id", "itest", es, sizeof es);
+    rd_kafka_conf_set(conf, "enable.partition.eof", "true", es, sizeof es);
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", es, sizeof es);
+    rd_kafka_conf_set(conf, "log_level", "0", es, sizeof es);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es);
+    if (!rk)
+        return false;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    bool ok = false;
+    if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        md->topic_cnt == 1 && !md->topics[0].err && md->topics[0].partition_cnt > 0) {
+        int np = md->topics[0].partition_cnt, eof = 0;
+        rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new(np);
+        for (int p = 0; p < np; p++)
+            rd_kafka_topic_partition_list_add(pl, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+        rd_kafka_assign(rk, pl);
+        rd_kafka_topic_partition_list_destroy(pl);
+        double end = it_mono() + 15;
+        while (eof < np && it_mono() < end) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+            if (!m)
+                continue;
+            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                eof++;
+            } else if (!m->err) {
+                if (out->n == out->cap) {
+                    out->cap = out->cap ? out->cap * 2 : 64;
+                    out->v = realloc(out->v, out->cap * sizeof *out->v);
+                }
+                krec *r = &out->v[out->n++];
+                memset(r, 0, sizeof *r);
+                r->part = m->partition;
+                r->off = m->offset;
+                r->ts = rd_kafka_message_timestamp(m, NULL);
+                r->key = m->key ? dupn(m->key, m->key_len) : NULL;
+                r->value = dupn(m->payload ? m->payload : "", m->payload ? m->len : 0);
+                r->vlen = m->payload ? m->len : 0;
+                sl_buf h = SL_BUF_INIT;
+                rd_kafka_headers_t *hs = NULL;
+                if (!rd_kafka_message_headers(m, &hs)) {
+                    const char *name;
+                    const void *val;
+                    size_t vl;
+                    for (size_t k = 0; !rd_kafka_header_get_all(hs, k, &name, &val, &vl); k++)
+                        sl_buf_printf(&h, "%s=%.*s\n", name, (int)vl, val ? (const char *)val : "");
+                }
+                sl_buf_append(&h, "", 1);
+                r->hdrs = (char *)h.data;
+            }
+            rd_kafka_message_destroy(m);
+        }
+        ok = eof == np;
+    }
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return ok;
+}
+
+/* The records of topic once it holds at least want; fails the test when it
+ * does not within WAIT_S. Caller frees with krecs_free(). */
+static krecs consume(const char *topic, size_t want)
+{
+    krecs r = {0};
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(200)) {
+        krecs_free(&r);
+        if (consume_once(topic, &r) && r.n >= want)
+            return r;
+    }
+    fail_msg("topic %s holds %zu records, want %zu", topic, r.n, want);
+    return r;
+}
+
+/* The value of record header name, or NULL (buf holds it). */
+static const char *hdr(const krec *r, const char *name, char *buf, size_t cap)
+{
+    size_t n = strlen(name);
+    for (const char *p = r->hdrs; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, name, n) == 0 && p[n] == '=') {
+            const char *v = p + n + 1, *e = strchr(v, '\n');
+            snprintf(buf, cap, "%.*s", (int)(e ? e - v : (long)strlen(v)), v);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static void expect_hdr(const krec *r, const char *name, const char *want)
+{
+    char buf[1024];
+    const char *v = hdr(r, name, buf, sizeof buf);
+    if (!v || strcmp(v, want))
+        fail_msg("record %d/%lld: header %s is \"%s\", want \"%s\"; headers:\n%s", r->part,
+                 (long long)r->off, name, v ? v : "(none)", want, r->hdrs);
+}
+
+/* What kcat prints for topic with -f FMT. Caller frees. */
+static char *kcat(const char *topic, const char *fmt)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "timeout 30 kcat -C -b '%s' -t '%s' -o beginning -e -q -f '%s' 2>/dev/null",
+             g_mk.boot, topic, fmt);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        fail_msg("cannot run kcat: %s", strerror(errno));
+    sl_buf b = SL_BUF_INIT;
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0)
+        sl_buf_append(&b, chunk, n);
+    sl_buf_append(&b, "", 1);
+    int st = pclose(p);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("kcat failed (is it installed?): %s", cmd);
+    return (char *)b.data;
+}
+
+static size_t count_of(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* ---- the server ------------------------------------------------------------------ */
+
+static void write_cfg(it_server *s, char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void write_cfg(it_server *s, char *path, const char *fmt, ...)
+{
+    snprintf(path, PATH_MAX, "%s/sluice.lua", s->dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fail_msg("cannot write %s: %s", path, strerror(errno));
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
+static void start_cfg(it_server *s, const char *cfg)
+{
+    it_srv_start(s, "-c", cfg, NULL);
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
+        if (it_log_contains(s, "sluice: listening on"))
+            return;
+    fail_msg("the server did not get ready");
+}
+
+/* GET /v1/rules: the entry of rule name (caller frees with json_decref()). */
+static json_t *rule_stats(it_server *s, const char *name)
+{
+    it_resp r = it_get(s, "/v1/rules");
+    json_t *j = it_parse_json(&r);
+    it_resp_free(&r);
+    json_t *list = json_object_get(j, "rules"), *e, *found = NULL;
+    size_t i;
+    json_array_foreach(list, i, e)
+    {
+        const char *n = json_string_value(json_object_get(e, "name"));
+        if (n && strcmp(n, name) == 0)
+            found = json_incref(e);
+    }
+    json_decref(j);
+    if (!found)
+        fail_msg("GET /v1/rules does not list %s", name);
+    return found;
+}
+
+static json_int_t stat_of(json_t *r, const char *key)
+{
+    return json_integer_value(json_object_get(r, key));
+}
+
+/* Waits until every rule has lag 0 twice in a row. */
+static void wait_caught_up(it_server *s, double secs)
+{
+    int calm = 0;
+    for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(50)) {
+        it_resp r = it_get(s, "/v1/rules");
+        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
+        it_resp_free(&r);
+        json_t *list = json_object_get(j, "rules"), *e;
+        size_t i;
+        bool busy = !json_is_array(list);
+        json_array_foreach(list, i, e)
+        {
+            json_t *lag = json_object_get(e, "lag");
+            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
+        }
+        json_decref(j);
+        calm = busy ? 0 : calm + 1;
+        if (calm == 2)
+            return;
+    }
+    fail_msg("the rules did not catch up within %.0f s", secs);
+}
+
+static json_t *post_all(it_server *s, const char *const *hdrs, sl_buf *b, size_t n)
+{
+    it_resp r = it_post(s, "in", IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
+    json_t *a = it_expect_results(&r, n, 0);
+    it_resp_free(&r);
+    return a;
+}
+
+/* ---- tests ----------------------------------------------------------------------- */
+
+/* Binary mode (the default): the value is the event's data (JSON text, a
+ * text string, decoded base64), content-type is datacontenttype, every other
+ * attribute a ce_* header (no sluice* read-back members), the key is
+ * partitionkey, the timestamp the event's time, the topic from a template,
+ * and lane events carry a lane header. kcat reads the same. */
+static void test_binary(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 2 }\n"
+              "rule \"bin\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+              "  topic = \"bin-{type}\", properties = { [\"linger.ms\"] = 1 } } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 10; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"b%d\",\"source\":\"/shop\",\"type\":\"%s\","
+                      "\"time\":\"2026-01-02T03:04:05.%03dZ\",\"partitionkey\":\"k%d\","
+                      "\"subject\":\"caf\xc3\xa9 %d\",\"region\":\"eu\",\"count\":%d,"
+                      "\"data\":{\"n\":%d}}\n",
+                      i, i % 2 ? "refund" : "order", i, i % 3, i, i, i);
+    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"b10\",\"source\":\"/shop\",\"type\":"
+                      "\"order\",\"datacontenttype\":\"text/plain\",\"data\":\"hello \\\"w\\\"\"}\n");
+    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"b11\",\"source\":\"/shop\",\"type\":"
+                      "\"order\",\"datacontenttype\":\"application/octet-stream\","
+                      "\"data_base64\":\"aGk+\"}\n");
+    json_decref(post_all(s, NULL, &b, 12));
+    b.len = 0;
+    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"l0\",\"source\":\"/shop\",\"type\":"
+                      "\"order\",\"partitionkey\":\"k0\",\"data\":{\"lane\":1}}\n");
+    const char *lane_hdr[] = {"X-Sluice-Lane: beta", NULL};
+    json_decref(post_all(s, lane_hdr, &b, 1));
+    sl_buf_free(&b);
+    wait_caught_up(s, WAIT_S);
+
+    krecs ord = consume("bin-order", 8), ref = consume("bin-refund", 5);
+    assert_int_equal(ord.n, 8);
+    assert_int_equal(ref.n, 5);
+    struct tm tm = {.tm_year = 126, .tm_mon = 0, .tm_mday = 2, .tm_hour = 3, .tm_min = 4,
+                    .tm_sec = 5};
+    int64_t t0 = (int64_t)timegm(&tm) * 1000;
+    bool seen[13] = {false};
+    for (int pass = 0; pass < 2; pass++) {
+        krecs *rs = pass ? &ref : &ord;
+        for (size_t k = 0; k < rs->n; k++) {
+            krec *r = &rs->v[k];
+            char id[64], buf[256];
+            if (!hdr(r, "ce_id", id, sizeof id))
+                fail_msg("a record without ce_id: %s", r->hdrs);
+            expect_hdr(r, "ce_specversion", "1.0");
+            expect_hdr(r, "ce_source", "/shop");
+            expect_hdr(r, "ce_type", pass ? "refund" : "order");
+            if (strstr(r->hdrs, "sluice") || hdr(r, "ce_data", buf, sizeof buf) ||
+                hdr(r, "ce_datacontenttype", buf, sizeof buf))
+                fail_msg("record %s: headers it should not have:\n%s", id, r->hdrs);
+            if (strcmp(id, "b10") == 0) {
+                seen[10] = true;
+                expect_hdr(r, "content-type", "text/plain");
+                assert_string_equal(r->value, "hello \"w\"");
+                assert_null(r->key);
+            } else if (strcmp(id, "b11") == 0) {
+                seen[11] = true;
+                expect_hdr(r, "content-type", "application/octet-stream");
+                assert_string_equal(r->value, "hi>");
+            } else if (strcmp(id, "l0") == 0) {
+                seen[12] = true;
+                expect_hdr(r, "lane", "beta");
+                expect_hdr(r, "ce_lane", "beta");
+                assert_string_equal(r->key, "k0");
+                assert_string_equal(r->value, "{\"lane\":1}");
+            } else {
+                int i = atoi(id + 1);
+                assert_true(i >= 0 && i < 10 && !seen[i]);
+                seen[i] = true;
+                char want[64];
+                snprintf(want, sizeof want, "{\"n\":%d}", i);
+                assert_string_equal(r->value, want);
+                expect_hdr(r, "content-type", "application/json");
+                snprintf(want, sizeof want, "caf\xc3\xa9 %d", i); /* UTF-8, not percent-encoded */
+                expect_hdr(r, "ce_subject", want);
+                expect_hdr(r, "ce_region", "eu");
+                snprintf(want, sizeof want, "%d", i);
+                expect_hdr(r, "ce_count", want);
+                snprintf(want, sizeof want, "k%d", i % 3);
+                expect_hdr(r, "ce_partitionkey", want);
+                if (!r->key || strcmp(r->key, want))
+                    fail_msg("record %s: key %s, want %s (partitionkey)", id,
+                             r->key ? r->key : "(none)", want);
+                if (r->ts != t0 + i)
+                    fail_msg("record %s: timestamp %lld, want the event's time %lld", id,
+                             (long long)r->ts, (long long)(t0 + i));
+                if (hdr(r, "lane", buf, sizeof buf))
+                    fail_msg("record %s: a base-lane event with a lane header", id);
+            }
+        }
+    }
+    for (int i = 0; i < 13; i++)
+        if (!seen[i])
+            fail_msg("event %d was not read back", i);
+    krecs_free(&ord);
+    krecs_free(&ref);
+
+    /* kcat sees the same: ids in ce_id headers, data as the value. */
+    char *out = kcat("bin-order", "%k\\t%h\\t%s\\n");
+    if (count_of(out, "ce_id=b") != 7 || count_of(out, "ce_id=l0") != 1 ||
+        !strstr(out, "ce_id=b11") || !strstr(out, "\t{\"n\":4}\n") || !strstr(out, "k1\t"))
+        fail_msg("kcat reads back:\n%s", out);
+    free(out);
+    json_t *st = rule_stats(s, "bin");
+    assert_int_equal(stat_of(st, "delivered"), 13);
+    assert_int_equal(stat_of(st, "failed"), 0);
+    json_decref(st);
+    s->passed = true;
+}
+
+/* Structured mode (the event JSON, content-type application/cloudevents+json)
+ * with a key template and a configured header; data mode (the payload alone,
+ * no ce_* headers) with its key from subject. */
+static void test_structured_and_data(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 2 }\n"
+              "rule \"st\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"st\",\n"
+              "  body = \"structured\", key = \"{subject}/{type}\", headers = { [\"X-Origin\"] = "
+              "\"sluice\" },\n"
+              "  properties = { [\"linger.ms\"] = 1 } } }\n"
+              "rule \"dm\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"dm\",\n"
+              "  body = \"data\", compression = \"gzip\" } }\n",
+              g_mk.boot, g_mk.boot);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 6; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"s%d\",\"source\":\"/shop\",\"type\":\"t\","
+                      "\"subject\":\"sub%d\",\"data\":{\"n\":%d}}\n",
+                      i, i, i);
+    json_decref(post_all(s, NULL, &b, 6));
+    sl_buf_free(&b);
+    wait_caught_up(s, WAIT_S);
+    for (int pass = 0; pass < 2; pass++) {
+        krecs rs = consume(pass ? "dm" : "st", 6);
+        assert_int_equal(rs.n, 6);
+        for (size_t k = 0; k < rs.n; k++) {
+            krec *r = &rs.v[k];
+            json_t *j = json_loads(r->value, 0, NULL);
+            const char *id = json_string_value(json_object_get(j, "id"));
+            if (!id || id[0] != 's')
+                fail_msg("the value is not the event: %s", r->value);
+            char want[64], buf[64];
+            if (pass == 0) {
+                expect_hdr(r, "content-type", "application/cloudevents+json");
+                expect_hdr(r, "X-Origin", "sluice");
+                snprintf(want, sizeof want, "sub%s/t", id + 1);
+            } else {
+                if (hdr(r, "content-type", buf, sizeof buf))
+                    fail_msg("data mode: a content-type header: %s", r->hdrs);
+                snprintf(want, sizeof want, "sub%s", id + 1);
+            }
+            if (strstr(r->hdrs, "ce_"))
+                fail_msg("ce_* headers outside binary mode: %s", r->hdrs);
+            if (!r->key || strcmp(r->key, want))
+                fail_msg("record %s: key %s, want %s", id, r->key ? r->key : "(none)", want);
+            json_decref(j);
+        }
+        krecs_free(&rs);
+    }
+    s->passed = true;
+}
+
+/* The brokers go down one after another while events keep coming, stay down
+ * longer than the record timeout, then come back: every event arrives, in
+ * order per key (the first copy of each), duplicates only as at-least-once
+ * allows, and the rule counted retries. */
+static void test_outage_order(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 2 }\n"
+              "rule \"ord\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"ord\",\n"
+              "  timeout = \"2s\", properties = { [\"linger.ms\"] = 1 } } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    enum { N = 300, CHUNK = 30, KEYS = 5 };
+    for (int c = 0; c < N / CHUNK; c++) {
+        if (c == 2)
+            mock_cmd("down 1");
+        if (c == 3)
+            mock_cmd("down 2");
+        if (c == 4)
+            mock_cmd("down 3");
+        if (c == 7) {
+            it_sleep_ms(3000); /* all down for longer than the 2 s timeout */
+            mock_cmd("up 1");
+            mock_cmd("up 2");
+            mock_cmd("up 3");
+        }
+        sl_buf b = SL_BUF_INIT;
+        for (int i = c * CHUNK; i < (c + 1) * CHUNK; i++)
+            sl_buf_printf(&b,
+                          "{\"specversion\":\"1.0\",\"id\":\"o%d\",\"source\":\"/s\",\"type\":\"t\","
+                          "\"partitionkey\":\"k%d\",\"data\":{\"i\":%d}}\n",
+                          i, i % KEYS, i);
+        json_decref(post_all(s, NULL, &b, CHUNK));
+        sl_buf_free(&b);
+        it_sleep_ms(300);
+    }
+    wait_caught_up(s, 90);
+    krecs rs = consume("ord", N);
+    static int copies[N];
+    memset(copies, 0, sizeof copies);
+    int last[KEYS];
+    for (int k = 0; k < KEYS; k++)
+        last[k] = -1;
+    /* Records of one key are in one partition; read them in offset order. */
+    for (int p = 0; p < 3; p++) {
+        for (size_t k = 0; k < rs.n; k++) {
+            krec *r = &rs.v[k];
+            if (r->part != p)
+                continue;
+            json_t *j = json_loads(r->value, 0, NULL);
+            int i = (int)json_integer_value(json_object_get(j, "i"));
+            json_decref(j);
+            assert_true(i >= 0 && i < N);
+            if (copies[i]++)
+                continue;
+            int key = i % KEYS;
+            if (i < last[key])
+                fail_msg("key k%d: event %d arrived (first) after event %d", key, i, last[key]);
+            last[key] = i;
+        }
+    }
+    int lost = 0, dups = 0;
+    for (int i = 0; i < N; i++) {
+        lost += copies[i] == 0;
+        dups += copies[i] > 1 ? copies[i] - 1 : 0;
+    }
+    json_t *st = rule_stats(s, "ord");
+    print_message("outage: %d events, %zu records, %d duplicates, %lld retries\n", N, rs.n, dups,
+                  (long long)stat_of(st, "retries"));
+    if (lost)
+        fail_msg("%d events lost across the outage", lost);
+    if (stat_of(st, "retries") < 1 || stat_of(st, "failed") != 0 ||
+        stat_of(st, "delivered") < N)
+        fail_msg("want retries >= 1, failed 0, delivered >= %d: %s", N, json_dumps(st, 0));
+    json_decref(st);
+    krecs_free(&rs);
+    s->passed = true;
+}
+
+/* What no retry can fix is counted failed at once and the rule goes on: a
+ * topic or key template naming an attribute the event lacks, a topic name
+ * Kafka refuses, a record over message.max.bytes. */
+static void test_permanent(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "rule \"perm\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+              "  topic = \"p-{region}\", properties = { [\"message.max.bytes\"] = 10000,\n"
+              "  [\"linger.ms\"] = 1 } } }\n"
+              "rule \"pkey\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+              "  topic = \"pk\", key = \"{tenant}\" } }\n",
+              g_mk.boot, g_mk.boot);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    const char *ev = "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\",\"type\":\"t\"%s,"
+                     "\"data\":\"%s\"}\n";
+    char *big = malloc(20001);
+    memset(big, 'x', 20000);
+    big[20000] = '\0';
+    sl_buf_printf(&b, ev, "ok1", ",\"region\":\"eu\",\"tenant\":\"a\"", "");
+    sl_buf_printf(&b, ev, "noregion", ",\"tenant\":\"a\"", "");
+    sl_buf_printf(&b, ev, "badtopic", ",\"region\":\"e u\"", "");
+    sl_buf_printf(&b, ev, "big", ",\"region\":\"eu\",\"tenant\":\"b\"", big);
+    sl_buf_printf(&b, ev, "ok2", ",\"region\":\"eu\",\"tenant\":\"a\"", "");
+    free(big);
+    json_decref(post_all(s, NULL, &b, 5));
+    sl_buf_free(&b);
+    wait_caught_up(s, WAIT_S);
+    json_t *st = rule_stats(s, "perm");
+    if (stat_of(st, "failed") != 3 || stat_of(st, "delivered") != 2 || stat_of(st, "retries"))
+        fail_msg("perm: want failed 3, delivered 2, retries 0: %s", json_dumps(st, 0));
+    json_decref(st);
+    st = rule_stats(s, "pkey");
+    if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 4)
+        fail_msg("pkey: want failed 1, delivered 4: %s", json_dumps(st, 0));
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (!le || !strstr(le, "\"tenant\""))
+        fail_msg("pkey: last_error does not name the attribute: %s", le ? le : "(none)");
+    json_decref(st);
+    const char *want[] = {"\"region\"", "not a valid topic name", "too large"};
+    for (size_t i = 0; i < 3; i++)
+        if (!it_log_contains(s, want[i]))
+            fail_msg("the log does not say %s", want[i]);
+    krecs rs = consume("p-eu", 2);
+    assert_int_equal(rs.n, 2);
+    krecs_free(&rs);
+    s->passed = true;
+}
+
+/* SIGTERM while every broker is down and records wait: the server exits
+ * cleanly within the cancel grace (not the 30 s record timeout), and after
+ * a restart with the brokers back every event arrives. */
+static void test_shutdown_brokers_down(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "rule \"sd\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"sd\" } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    mock_cmd("down 1");
+    mock_cmd("down 2");
+    mock_cmd("down 3");
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 20; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"d%d\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"data\":%d}\n",
+                      i, i);
+    json_decref(post_all(s, NULL, &b, 20));
+    sl_buf_free(&b);
+    it_sleep_ms(1000);
+    double t0 = it_mono();
+    int st = it_srv_stop(s, SIGTERM, 20);
+    double took = it_mono() - t0;
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || took > 6)
+        fail_msg("SIGTERM with every broker down: wait status %d after %.1f s (want < 6 s)", st,
+                 took);
+    mock_cmd("up 1");
+    mock_cmd("up 2");
+    mock_cmd("up 3");
+    it_srv_restart(s);
+    wait_caught_up(s, WAIT_S);
+    krecs rs = consume("sd", 20);
+    bool seen[20] = {false};
+    for (size_t k = 0; k < rs.n; k++)
+        seen[atoi(rs.v[k].value)] = true;
+    for (int i = 0; i < 20; i++)
+        if (!seen[i])
+            fail_msg("event d%d was lost across the shutdown", i);
+    krecs_free(&rs);
+    s->passed = true;
+}
+
+/* `sluice check` refuses what librdkafka refuses, and bad templates, each
+ * with FILE:LINE. */
+static void test_check(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], cmd[PATH_MAX * 2 + 64];
+    write_cfg(s, cfg,
+              "set \"in\" { }\n"
+              "rule \"a\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
+              "  properties = { [\"no.such.property\"] = 1 } } }\n"
+              "rule \"b\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\", "
+              "compression = \"brotli\" } }\n"
+              "rule \"c\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
+              "\"t-{type\" } }\n"
+              "rule \"d\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
+              "\"a b\" } }\n"
+              "rule \"e\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
+              "\"t\", properties = { [\"linger.ms\"] = \"soon\" } } }\n");
+    snprintf(cmd, sizeof cmd, "%s/bin/sluice check '%s' 2>&1", g_root, cfg);
+    FILE *p = popen(cmd, "r");
+    sl_buf out = SL_BUF_INIT;
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0)
+        sl_buf_append(&out, chunk, n);
+    sl_buf_append(&out, "", 1);
+    int st = pclose(p);
+    const char *o = (const char *)out.data;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) == 0)
+        fail_msg("sluice check accepted it:\n%s", o);
+    char want[PATH_MAX + 64];
+    const struct {
+        int line;
+        const char *text;
+    } w[] = {{2, "no.such.property"}, {4, "brotli"}, {5, "t-{type"}, {6, "a b"}, {7, "linger.ms"}};
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++) {
+        snprintf(want, sizeof want, "%s:%d: ", cfg, w[i].line);
+        const char *at = strstr(o, want);
+        const char *eol = at ? strchr(at, '\n') : NULL;
+        if (!at || !strstr(at, w[i].text) || (eol && strstr(at, w[i].text) > eol))
+            fail_msg("sluice check does not report %s at line %d:\n%s", w[i].text, w[i].line, o);
+    }
+    sl_buf_free(&out);
+    s->passed = true;
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+/* The repository root: three levels above this binary (build/rel/itests). */
+static int find_root(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    for (int up = 0; up < 4; up++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash)
+            return -1;
+        *slash = '\0';
+    }
+    snprintf(g_root, sizeof g_root, "%s", exe);
+    return 0;
+}
+
+int main(void)
+{
+    if (it_init("test_target_kafka") || find_root())
+        return 1;
+    const struct CMUnitTest tests[] = {
+        T(test_binary),      T(test_structured_and_data),   T(test_permanent),
+        T(test_check),       T(test_shutdown_brokers_down), T(test_outage_order),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    it_cleanup();
+    return rc;
+}

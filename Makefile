@@ -74,11 +74,12 @@ $(B)/tests/%.o: tests/unit/%.c
 	$(CC) $(CFLAGS) -Itests/unit -c -o $@ $<
 
 # itest.c is the integration harness (start bin/sluice, HTTP helpers) and
-# receiver.c the scriptable HTTP endpoint; both are linked into each.
+# receiver.c the scriptable HTTP endpoint; both are linked into each. The
+# headers the .d files add to $^ are left out of the command line.
 build/rel/itests/%: tests/integration/%.c build/rel/itests/itest.o build/rel/itests/receiver.o \
 		build/rel/tests/testutil.o build/rel/libsluice.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
 build/rel/itests/itest.o build/rel/itests/receiver.o: build/rel/itests/%.o: tests/integration/%.c
 	@mkdir -p $(dir $@)
@@ -109,7 +110,7 @@ build/rel/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
-bench: $(BENCH_BIN) bin/sluice
+bench: $(BENCH_BIN) bin/sluice build/rel/tools/kafka_mock
 	@for b in $(BENCH_BIN) $(wildcard bench/*_bench.sh); do $$b || exit 1; done
 
 soak: bin/sluice $(TEST_BIN) $(ITEST_BIN)

@@ -27,6 +27,10 @@ int sl_cli_schema_main(int argc, char **argv);
  * into a set through the running server (core/redrive.h). */
 int sl_cli_redrive_main(int argc, char **argv);
 
+/* sluice replay RULE --from TIME [--to TIME]: deliver a window of a rule's
+ * events again through the running server, following its progress. */
+int sl_cli_replay_main(int argc, char **argv);
+
 /* sluice check CONFIG.lua: check a config file without starting anything. */
 int sl_cli_check_main(int argc, char **argv);
 

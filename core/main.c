@@ -20,6 +20,7 @@ static void usage(FILE *f)
           "  put SET [FILE]             publish NDJSON events over HTTP\n"
           "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  redrive DLQSET --to SET    move a dead-letter set's events back to SET\n"
+          "  replay RULE --from TIME    deliver a rule's events of a time window again\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
           "  log dump PARTITION_DIR     print batches and records\n"
@@ -52,6 +53,8 @@ int main(int argc, char **argv)
         return sl_cli_tail_main(argc - 1, argv + 1);
     if (strcmp(cmd, "redrive") == 0)
         return sl_cli_redrive_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "replay") == 0)
+        return sl_cli_replay_main(argc - 1, argv + 1);
     if (strcmp(cmd, "schema") == 0)
         return sl_cli_schema_main(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)

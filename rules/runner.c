@@ -119,8 +119,8 @@ struct rule_run {
     _Atomic uint64_t wrapped; /* dead letters made for payloads that are not events */
     pthread_mutex_t err_lock;
     char last_error[SL_ERROR_MAX];
-    int64_t last_log_ns; /* failures are logged at most once a second per rule */
-    uint64_t unlogged;
+    int64_t last_log_ns[2]; /* see log_failure() */
+    uint64_t unlogged[2];
 };
 
 /* One worker's reusable state. */
@@ -172,7 +172,8 @@ struct sl_runner {
     bool stopping;
     int64_t retry_scan_ns; /* when periodic() last ran */
     worker *workers;
-    unsigned nworkers, started;
+    unsigned nworkers, started, max_workers;
+    unsigned waiting; /* workers waiting for a target */
     replay *replays; /* newest first; under lock */
     unsigned replay_seq;
 };
@@ -247,23 +248,37 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
 
 /* ---- failures --------------------------------------------------------------- */
 
-static void rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why)
+/* Sets last_error and logs it, at most once a second per kind (failures
+ * that will be retried, and events given up on), so that an outage cannot
+ * flood the log and retry noise cannot hide a loss. */
+static void log_failure(rule_run *rr, int64_t offset, int32_t part, const char *why, int kind)
 {
+    static const char *const what[] = {"failures", "events dropped"};
     pthread_mutex_lock(&rr->err_lock);
     snprintf(rr->last_error, sizeof rr->last_error, "partition %d offset %" PRId64 ": %s", part,
              offset, why);
     int64_t now = sl_clock_mono_ns();
-    if (now - rr->last_log_ns >= 1000000000) {
-        if (rr->unlogged)
-            fprintf(stderr, "sluice: rule %s: %" PRIu64 " more failures since the last message\n",
-                    rr->rc->name, rr->unlogged);
+    if (now - rr->last_log_ns[kind] >= 1000000000) {
+        if (rr->unlogged[kind])
+            fprintf(stderr, "sluice: rule %s: %" PRIu64 " more %s since the last message\n",
+                    rr->rc->name, rr->unlogged[kind], what[kind]);
         fprintf(stderr, "sluice: rule %s: event failed at %s\n", rr->rc->name, rr->last_error);
-        rr->last_log_ns = now;
-        rr->unlogged = 0;
+        rr->last_log_ns[kind] = now;
+        rr->unlogged[kind] = 0;
     } else {
-        rr->unlogged++;
+        rr->unlogged[kind]++;
     }
     pthread_mutex_unlock(&rr->err_lock);
+}
+
+static void rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why)
+{
+    log_failure(rr, offset, part, why, 0);
+}
+
+static void rule_loss(rule_run *rr, int64_t offset, int32_t part, const char *why)
+{
+    log_failure(rr, offset, part, why, 1);
 }
 
 /* ---- worker arrays ---------------------------------------------------------- */
@@ -385,6 +400,62 @@ static void on_done(void *ctx, size_t j, int status, const char *reason)
     pthread_mutex_unlock(&w->lock);
 }
 
+static void *worker_main(void *arg);
+
+/* Starts one more worker when every worker waits for a target and work is
+ * queued (runner lock held): slow endpoints hold the workers that wait for
+ * them, not the other rules. The pool grows up to max_workers. */
+static void maybe_grow(sl_runner *r)
+{
+    if (r->stopping || !r->head || r->waiting < r->started || r->nworkers >= r->max_workers)
+        return;
+    worker *w = &r->workers[r->nworkers];
+    sl_error err = {0};
+    w->r = r;
+    w->rng = ((uint64_t)sl_clock_mono_ns() ^ (r->nworkers + 1ull) * 0x9e3779b97f4a7c15ull) | 1;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    r->nworkers++;
+    if (sl_rule_vm_new(r->opts.cfg, &w->vm, &err) ||
+        pthread_create(&w->thread, NULL, worker_main, w)) {
+        r->max_workers = r->nworkers; /* no more tries; the slot is freed with the rest */
+        fprintf(stderr, "sluice: rules: cannot add a worker: %s\n",
+                err.msg[0] ? err.msg : "thread creation failed");
+        return;
+    }
+    r->started++;
+}
+
+/* Waits until every payload of the worker's deliver() call completed. */
+static void wait_targets(worker *w)
+{
+    sl_runner *r = w->r;
+    pthread_mutex_lock(&r->lock);
+    r->waiting++;
+    pthread_mutex_unlock(&r->lock);
+    pthread_mutex_lock(&w->lock);
+    while (w->pending) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) && w->pending) {
+            pthread_mutex_unlock(&w->lock);
+            pthread_mutex_lock(&r->lock);
+            maybe_grow(r);
+            pthread_mutex_unlock(&r->lock);
+            pthread_mutex_lock(&w->lock);
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    pthread_mutex_lock(&r->lock);
+    r->waiting--;
+    pthread_mutex_unlock(&r->lock);
+}
+
 static const char *reason_at(const worker *w, size_t off)
 {
     return off == SIZE_MAX ? "unknown error" : (const char *)w->reasons.data + off;
@@ -417,10 +488,7 @@ static void round_deliver(worker *w, rule_run *rr, size_t n)
         w->pending = k;
         pthread_mutex_unlock(&w->lock);
         rr->targets[t].ops->deliver(rr->targets[t].impl, w->sub, k, on_done, w);
-        pthread_mutex_lock(&w->lock);
-        while (w->pending)
-            pthread_cond_wait(&w->cond, &w->lock);
-        pthread_mutex_unlock(&w->lock);
+        wait_targets(w);
         for (size_t j = 0; j < k; j++) {
             size_t i = w->map[j];
             int s = w->st[j];
@@ -551,7 +619,7 @@ static void dead_letters(worker *w, consumer *c)
             target_names(rr, it->dead, targets, sizeof targets);
             snprintf(msg, sizeof msg, "dropped (the rule has no dlq) after %u attempt(s) at %s: %s",
                      it->attempts, targets, it->reason ? it->reason : "");
-            rule_failure(rr, it->offset, c->part, msg);
+            rule_loss(rr, it->offset, c->part, msg);
             atomic_fetch_add(&c->ctr->discarded, 1);
             atomic_fetch_add(&c->ctr->failed, 1);
             it->dead = 0;
@@ -590,10 +658,7 @@ static void dead_letters(worker *w, consumer *c)
     w->pending = k;
     pthread_mutex_unlock(&w->lock);
     rr->dlq.ops->deliver(rr->dlq.impl, w->sub, k, on_done, w);
-    pthread_mutex_lock(&w->lock);
-    while (w->pending)
-        pthread_cond_wait(&w->cond, &w->lock);
-    pthread_mutex_unlock(&w->lock);
+    wait_targets(w);
     for (size_t j = 0; j < k; j++) {
         item *it = w->its[j];
         if (w->st[j] == 0) {
@@ -605,7 +670,7 @@ static void dead_letters(worker *w, consumer *c)
             char msg[SL_ERROR_MAX];
             snprintf(msg, sizeof msg, "dropped: the dlq set %s refused its dead letter: %s",
                      rr->rc->dlq, reason_at(w, w->rsub[j]));
-            rule_failure(rr, it->offset, c->part, msg);
+            rule_loss(rr, it->offset, c->part, msg);
             atomic_fetch_add(&c->ctr->discarded, 1);
             atomic_fetch_add(&c->ctr->failed, 1);
             it->dead = 0;
@@ -685,10 +750,13 @@ static void retry_due(worker *w, consumer *c)
         w->its[n] = it;
         w->todo[n] = it->todo;
         w->dl[n++] = (sl_delivery){.data = it->payload, .len = it->len, .lane = it->lane};
+        /* A payload only deferred so far (not sent behind a failed one) is
+         * not being retried: it was never tried. */
+        if (it->attempts)
+            atomic_fetch_add(&c->ctr->retries, 1);
     }
     if (!n)
         return;
-    atomic_fetch_add(&c->ctr->retries, n);
     round_deliver(w, rr, n);
     note_retries(w, c, n);
     for (size_t i = 0; i < n; i++) {
@@ -790,7 +858,7 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
                      "), which lost its unsynced tail in a crash; going on at the end", end);
             c->pos = end;
         }
-        rule_failure(rr, c->pos, c->part, msg);
+        rule_loss(rr, c->pos, c->part, msg);
         rc = sl_store_reader_open(st, c->pos, NULL, &c->reader, &err);
     }
     if (rc) {
@@ -1262,7 +1330,8 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     }
     int rc = 0;
     r->rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof *r->rules);
-    r->workers = calloc(nw, sizeof *r->workers);
+    r->max_workers = nw * 4 > 8 ? nw * 4 : 8;
+    r->workers = calloc(r->max_workers, sizeof *r->workers);
     if (!r->rules || !r->workers)
         rc = sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
     for (size_t i = 0; !rc && i < cfg->nrules; i++) {

@@ -252,8 +252,7 @@ int rx_script(rx_receiver *rx, const rx_rule *r)
         *d = (rule){.n = r->n, .status = r->status, .delay_ms = r->delay_ms};
         d->marker = r->marker ? strdup(r->marker) : NULL;
         snprintf(d->body, sizeof d->body, "%s", r->body ? r->body : "scripted");
-        snprintf(d->retry_after, sizeof d->retry_after, "%s",
-                 r->retry_after ? r->retry_after : "");
+        snprintf(d->retry_after, sizeof d->retry_after, "%s", r->retry_after ? r->retry_after : "");
         rc = 0;
     }
     pthread_mutex_unlock(&rx->lock);
@@ -262,8 +261,8 @@ int rx_script(rx_receiver *rx, const rx_rule *r)
 
 int rx_fail(rx_receiver *rx, int n, unsigned status, const char *body, const char *retry_after)
 {
-    return rx_script(rx, &(rx_rule){.n = n, .status = status, .body = body,
-                                    .retry_after = retry_after});
+    return rx_script(
+        rx, &(rx_rule){.n = n, .status = status, .body = body, .retry_after = retry_after});
 }
 
 int rx_fail_marker(rx_receiver *rx, const char *marker, int n, unsigned status, const char *body)

@@ -22,9 +22,9 @@
  * rx_reset() or rx_free(). */
 typedef struct rx_req {
     char method[16];
-    char *path;      /* as sent: percent-encoding is kept */
-    char *headers;   /* "name: value\n" lines, names lowercased */
-    char *body;      /* NUL-terminated (the body may hold NULs: see body_len) */
+    char *path;    /* as sent: percent-encoding is kept */
+    char *headers; /* "name: value\n" lines, names lowercased */
+    char *body;    /* NUL-terminated (the body may hold NULs: see body_len) */
     size_t body_len;
     double at;       /* CLOCK_MONOTONIC s (it_mono()) when the whole request was in */
     unsigned status; /* the answer it was given; RX_DROP when none */
@@ -80,8 +80,7 @@ int rx_fail(rx_receiver *rx, int n, unsigned status, const char *body, const cha
 
 /* Shorthand: n requests (-1: all) whose body holds marker get status.
  * Returns as rx_script(). */
-int rx_fail_marker(rx_receiver *rx, const char *marker, int n, unsigned status,
-                   const char *body);
+int rx_fail_marker(rx_receiver *rx, const char *marker, int n, unsigned status, const char *body);
 
 /* Delays every answer that no rule gives (a slow target) by ms. */
 void rx_set_delay(rx_receiver *rx, int ms);

@@ -1306,12 +1306,19 @@ static void test_pattern_test_api(void **state)
 /* ---- 12. sluice check -------------------------------------------------------------------------
  */
 
-/* Runs `sluice check path`; its stdout and stderr go to *out (caller frees).
- * Returns the exit status, or -1 when it did not exit normally in time. */
-static int run_check(const it_server *s, const char *path, char **out)
+/* Runs `sluice ARGS…` (NULL-terminated, at most 15); its stdout and stderr
+ * go to *out (caller frees). Returns the exit status, or -1 when it did not
+ * exit normally in time. */
+static int run_sluice(const it_server *s, char **out, ...)
 {
     char log[PATH_MAX];
-    path_in(log, s, "check.out");
+    path_in(log, s, "cli.out");
+    const char *argv[17] = {g_sluice};
+    va_list ap;
+    va_start(ap, out);
+    for (int i = 1; i < 16 && (argv[i] = va_arg(ap, const char *)); i++)
+        ;
+    va_end(ap);
     int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     assert_true(fd >= 0);
     fflush(NULL);
@@ -1319,7 +1326,7 @@ static int run_check(const it_server *s, const char *path, char **out)
     if (pid == 0) {
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(g_sluice, g_sluice, "check", path, (char *)NULL);
+        execv(g_sluice, (char *const *)argv);
         _exit(127);
     }
     close(fd);
@@ -1346,6 +1353,11 @@ static int run_check(const it_server *s, const char *path, char **out)
     }
     (*out)[len] = '\0';
     return done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_check(const it_server *s, const char *path, char **out)
+{
+    return run_sluice(s, out, "check", path, (char *)NULL);
 }
 
 static void test_check(void **state)
@@ -1525,6 +1537,250 @@ static void *racer_main(void *arg)
  * stored without its schema check, and its append never wakes the rules
  * (they stall until the next append). This posts as soon as the port opens,
  * from several clients over several starts, to land in that window. */
+/* ---- 14. replays and dead letters of failed evaluations ---------------------------------- */
+
+static const char replay_cfg[] =
+    "set \"in\" { partitions = 2 }\n"
+    "set \"dead\" { partitions = 1 }\n"
+    "rule \"copy\" { set = \"in\", target = target.file { path = \"out/copy.ndjson\" } }\n"
+    "rule \"picky\" {\n"
+    "  set = \"in\", dlq = \"dead\",\n"
+    "  transform = function(e) if e.data.bad then error(\"bad event \" .. e.id) end return e end,\n"
+    "  target = target.file { path = \"out/picky.ndjson\" },\n"
+    "}\n"
+    "rule \"careless\" {\n"
+    "  set = \"in\",\n"
+    "  transform = function(e) if e.data.bad then error(\"bad\") end return e end,\n"
+    "  target = target.file { path = \"out/careless.ndjson\" },\n"
+    "}\n";
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Posts n events "PREFIXk" (every tenth with data.bad) and returns. */
+static void post_batch(it_server *s, const char *prefix, int n)
+{
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s%d", prefix, i);
+        add_event(&b, id, "t", i % 10 == 3 ? "{\"bad\":true}" : "{\"bad\":false}", "");
+    }
+    json_decref(post_all(s, "in", NULL, &b, (size_t)n));
+    sl_buf_free(&b);
+}
+
+/* POST /v1/rules/RULE/replay with body; returns the status and the parsed
+ * answer in *j (NULL unless 2xx; caller frees). */
+static long start_replay(it_server *s, const char *rule, const char *body, json_t **j)
+{
+    CURL *c = curl_easy_init();
+    char path[256];
+    snprintf(path, sizeof path, "/v1/rules/%s/replay", rule);
+    it_call k = {.method = "POST", .path = path, .ctype = "application/json", .body = body,
+                 .len = strlen(body)};
+    it_resp r = {0};
+    if (it_http(c, s->port, &k, &r))
+        fail_msg("POST %s: no answer", path);
+    curl_easy_cleanup(c);
+    *j = r.status / 100 == 2 ? it_parse_json(&r) : NULL;
+    long st = r.status;
+    if (st / 100 != 2)
+        print_message("POST %s %s -> %ld %s\n", path, body, st, it_body(&r));
+    it_resp_free(&r);
+    return st;
+}
+
+/* Waits until replay id of rule is done; returns its entry (caller frees). */
+static json_t *wait_replay(it_server *s, const char *rule, const char *id)
+{
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(20)) {
+        it_resp r = it_get(s, "/v1/rules/%s/replays", rule);
+        json_t *j = it_parse_json(&r);
+        it_resp_free(&r);
+        json_t *e;
+        size_t i;
+        json_array_foreach(json_object_get(j, "replays"), i, e)
+        {
+            const char *eid = json_string_value(json_object_get(e, "id"));
+            const char *st = json_string_value(json_object_get(e, "state"));
+            if (eid && strcmp(eid, id) == 0 && st && strcmp(st, "done") == 0) {
+                json_incref(e);
+                json_decref(j);
+                return e;
+            }
+        }
+        json_decref(j);
+    }
+    fail_msg("replay %s did not finish within %.0f s", id, WAIT_S);
+    return NULL;
+}
+
+/* Counts the lines of an output file whose id starts with prefix and whose
+ * sluicereplay is replay (NULL: lines without one). */
+static size_t count_out(const char *path, const char *prefix, const char *replay)
+{
+    outlines o = read_out(path);
+    size_t n = 0;
+    for (size_t i = 0; i < o.n; i++) {
+        const char *id = o.obj[i] ? jstr(o.obj[i], "id") : NULL;
+        const char *rp = o.obj[i] ? jstr(o.obj[i], "sluicereplay") : NULL;
+        if (id && strncmp(id, prefix, strlen(prefix)) == 0 &&
+            (replay ? rp && strcmp(rp, replay) == 0 : !rp))
+            n++;
+    }
+    out_free(&o);
+    return n;
+}
+
+static void test_replay(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], copy[PATH_MAX], picky[PATH_MAX];
+    make_dir(s, "out");
+    path_in(cfg, s, "sluice.lua");
+    path_in(copy, s, "out/copy.ndjson");
+    path_in(picky, s, "out/picky.ndjson");
+    write_file(cfg, "%s", replay_cfg);
+    start_cfg(s, cfg);
+
+    /* Three batches in three time windows. */
+    post_batch(s, "a", 20);
+    it_sleep_ms(30);
+    int64_t t1 = now_ms();
+    it_sleep_ms(30);
+    post_batch(s, "b", 20);
+    it_sleep_ms(30);
+    int64_t t2 = now_ms();
+    it_sleep_ms(30);
+    post_batch(s, "c", 20);
+    wait_caught_up(s);
+    json_t *before = get_rules(s);
+    json_int_t delivered = jint(rule_of(before, "copy"), "delivered");
+    json_t *curs = json_deep_copy(json_object_get(rule_of(before, "copy"), "partitions"));
+    json_decref(before);
+    assert_int_equal(delivered, 60);
+
+    /* The window [t1, t2) holds batch b only. */
+    char body[128];
+    snprintf(body, sizeof body, "{\"from\":%lld,\"to\":%lld}", (long long)t1, (long long)t2);
+    json_t *a = NULL;
+    assert_int_equal(start_replay(s, "copy", body, &a), 202);
+    char id[32];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(a, "id")));
+    json_decref(a);
+    /* A second replay of the whole history at the same time, as RFC 3339. */
+    char from[64];
+    time_t secs = (time_t)(t1 / 1000 - 3600);
+    strftime(from, sizeof from, "%Y-%m-%dT%H:%M:%SZ", gmtime(&secs));
+    snprintf(body, sizeof body, "{\"from\":\"%s\"}", from);
+    assert_int_equal(start_replay(s, "copy", body, &a), 202);
+    char id2[32];
+    snprintf(id2, sizeof id2, "%s", json_string_value(json_object_get(a, "id")));
+    json_decref(a);
+    assert_string_not_equal(id, id2);
+
+    json_t *done = wait_replay(s, "copy", id);
+    assert_int_equal(jint(done, "delivered"), 20);
+    json_decref(done);
+    done = wait_replay(s, "copy", id2);
+    assert_int_equal(jint(done, "delivered"), 60);
+    json_decref(done);
+    /* Batch b once more, marked; the others only by the whole-history replay. */
+    assert_int_equal(count_out(copy, "b", id), 20);
+    assert_int_equal(count_out(copy, "a", id), 0);
+    assert_int_equal(count_out(copy, "c", id), 0);
+    assert_int_equal(count_out(copy, "a", id2) + count_out(copy, "b", id2) +
+                         count_out(copy, "c", id2), 60);
+    assert_int_equal(count_out(copy, "", NULL), 60);
+    /* The live cursor did not move, and the live counters did not count it. */
+    json_t *after = get_rules(s);
+    assert_true(json_equal(curs, json_object_get(rule_of(after, "copy"), "partitions")));
+    assert_int_equal(jint(rule_of(after, "copy"), "delivered"), 60);
+    json_decref(after);
+    json_decref(curs);
+
+    /* The CLI, with the window as epoch ms, follows it to the end. */
+    char port[16], server[64], f1[32], f2[32];
+    snprintf(port, sizeof port, "%d", s->port);
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", s->port);
+    snprintf(f1, sizeof f1, "%lld", (long long)t1);
+    snprintf(f2, sizeof f2, "%lld", (long long)t2);
+    char *out = NULL;
+    int st = run_sluice(s, &out, "replay", "picky", "--from", f1, "--to", f2, "--server", server,
+                        (char *)NULL);
+    print_message("sluice replay -> %d: %s", st, out);
+    assert_int_equal(st, 0);
+    assert_non_null(strstr(out, "20/20 events"));
+    assert_non_null(strstr(out, "18 delivered, 2 dead-lettered"));
+    assert_non_null(strstr(out, "done"));
+    free(out);
+
+    /* Mistakes. */
+    assert_int_equal(start_replay(s, "nope", "{\"from\":0}", &a), 404);
+    assert_int_equal(start_replay(s, "copy", "{}", &a), 400);
+    snprintf(body, sizeof body, "{\"from\":%lld,\"to\":%lld}", (long long)t2, (long long)t1);
+    assert_int_equal(start_replay(s, "copy", body, &a), 400);
+    assert_int_equal(start_replay(s, "copy", "{\"from\":\"yesterday\"}", &a), 400);
+    st = run_sluice(s, &out, "replay", "copy", "--from", "soon", "--server", server, (char *)NULL);
+    assert_int_equal(st, 2);
+    free(out);
+    (void)port;
+    s->passed = true;
+}
+
+/* An event the rule's transform fails on goes to the dlq with the error;
+ * without a dlq it is discarded and counted. */
+static void test_failed_eval_dead_letters(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], picky[PATH_MAX];
+    make_dir(s, "out");
+    path_in(cfg, s, "sluice.lua");
+    path_in(picky, s, "out/picky.ndjson");
+    write_file(cfg, "%s", replay_cfg);
+    start_cfg(s, cfg);
+    post_batch(s, "x", 30);
+    wait_caught_up(s);
+    assert_int_equal(count_out(picky, "x", NULL), 27);
+    it_evs d = it_read_all(s, "dead", 0, "*");
+    assert_int_equal(d.n, 3);
+    for (size_t i = 0; i < d.n; i++) {
+        json_t *e = json_loads(d.v[i].text, 0, NULL);
+        assert_non_null(e);
+        assert_non_null(strstr(jstr(e, "sluiceerror"), "bad event"));
+        assert_string_equal(jstr(e, "sluicerule"), "picky");
+        assert_string_equal(jstr(e, "sluicetarget"), "rule");
+        assert_int_equal(jint(e, "sluiceattempts"), 1);
+        assert_non_null(jstr(e, "sluicefailedat"));
+        assert_true(json_is_true(jpath(e, "data.bad")));
+        assert_string_equal(jstr(e, "source"), "/shop");
+        json_decref(e);
+    }
+    it_evs_free(&d);
+    json_t *rules = get_rules(s);
+    json_t *p = rule_of(rules, "picky"), *c = rule_of(rules, "careless");
+    assert_int_equal(jint(p, "dead_lettered"), 3);
+    assert_int_equal(jint(p, "failed"), 3);
+    assert_int_equal(jint(c, "discarded"), 3);
+    assert_int_equal(jint(c, "dead_lettered"), 0);
+    assert_string_equal(jstr(p, "dlq"), "dead");
+    assert_true(json_is_null(json_object_get(c, "dlq")));
+    json_decref(rules);
+    it_resp m = it_get(s, "/metrics");
+    assert_int_equal((int)it_metric(it_body(&m), "sluice_rule_discarded_total{rule=\"careless\"}"),
+                     3);
+    assert_int_equal(
+        (int)it_metric(it_body(&m), "sluice_rule_dead_lettered_total{rule=\"picky\"}"), 3);
+    it_resp_free(&m);
+    assert_true(it_log_contains(s, "dropped (the rule has no dlq)"));
+    s->passed = true;
+}
+
 static void test_ready_means_wired(void **state)
 {
     it_server *s = *state;
@@ -1655,6 +1911,8 @@ int main(void)
         T(test_pattern_test_api),
         T(test_check),
         T(test_ready_means_wired),
+        T(test_replay),
+        T(test_failed_eval_dead_letters),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -11,13 +11,11 @@
  * target.kafka, `kcat -P` producing the same number of messages of the same
  * sizes to the same mock cluster. How to read the table: bench/README.md.
  *
- * Environment: SLUICE_BENCH_DIR (default ./build/bench-tmp), SLUICE_E2E_RATE
- * (paced rate, events/s, default 10000), SLUICE_E2E_SECS (seconds of the paced
- * runs, default 5), SLUICE_E2E_HTTP_N / SLUICE_E2E_KAFKA_N (events per peak
- * run, default 60000 / 200000), SLUICE_E2E_REPS (peak runs per side, default
- * 2), SLUICE_E2E_PARTITIONS (of the set, default 2), SLUICE_E2E_ROWS (comma
- * list of paced, durable, peak, kafka; default all), SLUICE_E2E_PERF=1 (perf
- * record -g every sluice server; the data stays in $SLUICE_BENCH_DIR/e2e_perf).
+ * Environment (bench/README.md has the table): SLUICE_BENCH_DIR, SLUICE_E2E_RATE,
+ * SLUICE_E2E_SECS, SLUICE_E2E_HTTP_N, SLUICE_E2E_KAFKA_N, SLUICE_E2E_REPS,
+ * SLUICE_E2E_PARTITIONS, SLUICE_E2E_WORKERS, SLUICE_E2E_ROWS, SLUICE_E2E_PERF,
+ * and for experiments SLUICE_E2E_SET_EXTRA / _HTTP_EXTRA / _KAFKA_EXTRA (keys
+ * added to the set, target.http and target.kafka blocks of the config).
  *
  * Exits 0 when it measured everything, goals met or not; 1 when something is
  * broken (an event lost, a server dead, a tool failing) or on Ctrl-C.
@@ -465,9 +463,10 @@ typedef struct {
     char dir[PATH_MAX], log[PATH_MAX + 16], rule[32];
 } server;
 
-static const char *perf_dir;  /* SLUICE_E2E_PERF=1: where perf record writes */
-static int workers = 2;       /* server { workers }: rule worker threads */
-static const char *set_extra; /* SLUICE_E2E_SET_EXTRA: more keys of the set (diagnostics) */
+static const char *perf_dir;          /* SLUICE_E2E_PERF=1: where perf record writes */
+static const char *perf_graph = "fp"; /* SLUICE_E2E_PERF=dwarf: "dwarf,8192" */
+static int workers = 2;               /* server { workers }: rule worker threads */
+static const char *set_extra;         /* SLUICE_E2E_SET_EXTRA: more keys of the set (diagnostics) */
 
 static void tail_log(const char *path)
 {
@@ -530,7 +529,8 @@ static int server_start(server *s, const char *name, const char *ack, int partit
         char pid[16], out[PATH_MAX + 32];
         snprintf(pid, sizeof pid, "%d", (int)s->pid);
         snprintf(out, sizeof out, "%s/%s.data", perf_dir, name);
-        const char *pargv[] = {"perf", "record", "-q", "-g", "-p", pid, "-o", out, NULL};
+        const char *pargv[] = {"perf", "record", "-q", "--call-graph", perf_graph, "-F",
+                               "499",  "-p",     pid,  "-o",           out,        NULL};
         s->perf = spawn(pargv, NULL, NULL, NULL);
     }
     return 0;
@@ -1253,7 +1253,10 @@ int main(void)
     struct statfs sfs;
     bool is_tmpfs = statfs(tmpdir, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC_;
     static char perf_path[PATH_MAX];
-    if (env_long("SLUICE_E2E_PERF", 0, 0, 1)) {
+    const char *perf_env = getenv("SLUICE_E2E_PERF");
+    if (perf_env && (strcmp(perf_env, "1") == 0 || strcmp(perf_env, "dwarf") == 0)) {
+        if (strcmp(perf_env, "dwarf") == 0)
+            perf_graph = "dwarf,8192";
         snprintf(perf_path, sizeof perf_path, "%s/e2e_perf", root);
         mkdir(perf_path, 0755);
         perf_dir = perf_path;

@@ -884,10 +884,8 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     const sl_store *st = &rr->set->parts[c->part];
     sl_error err = {0};
     *more = false;
-    if (c->rp && c->pos >= c->end) {
-        atomic_store(&c->done, c->npool == 0);
-        return 0;
-    }
+    if (c->rp && c->pos >= c->end)
+        return 0; /* run_consumer() marks it done once its pool is empty */
     if (!c->reader) {
         bool wait;
         int rc = open_reader(c, &wait, why, whylen);
@@ -952,6 +950,10 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     }
     /* After a lane split or the end of a replay window the reader went one
      * record too far. */
+    /* A replay that finds nothing before its end (retention took it) is
+     * over rather than polling an empty partition. */
+    if (c->rp && !nev && last_taken < 0 && !*more)
+        at_end = true;
     int64_t next;
     if (at_end) {
         next = last_taken >= 0 ? last_taken + 1 : c->pos;

@@ -1044,6 +1044,87 @@ static void test_slow_target_isolated(void **state)
     s->passed = true;
 }
 
+/* (8b) ordered = true: an event waiting for its retry holds the later
+ * events of its partition for that rule only; the other partition, another
+ * rule on the same set and ingest go on, and once it is delivered its
+ * partition follows, in order. */
+static void test_ordered_holds_one_partition(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(
+        s, cfg,
+        "set \"in\" { partitions = 2 }\n"
+        "set \"in-dlq\" { partitions = 1 }\n"
+        "rule \"r\" { set = \"in\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/r\", timeout = \"2s\" },\n" RETRY
+        "  dlq = \"in-dlq\" }\n"
+        "rule \"other\" { set = \"in\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/o\", timeout = \"2s\" },\n" RETRY
+        "}\n",
+        rx_port(g_rx), 1000, rx_port(g_rx2), 1000);
+    rx_fail_marker(g_rx, "\"id\":\"s0\"", -1, 503, "busy");
+    start_cfg(s, cfg);
+    enum { N = 21 };
+    sl_buf b = SL_BUF_INIT;
+    add_ev(&b, "s0", "kp", 0);
+    json_t *a = post_all(s, "in", NULL, &b, 1);
+    int hp = it_res_part(a, 0); /* the partition s0 holds */
+    int64_t held = it_res_off(a, 0);
+    json_decref(a);
+    if (!rx_wait_matching(g_rx, "\"id\":\"s0\"", false, 2, WAIT_S))
+        fail_msg("the failing event was not tried twice");
+    b.len = 0;
+    for (int i = 1; i < N; i++) {
+        char id[16], key[16];
+        snprintf(id, sizeof id, "s%d", i);
+        snprintf(key, sizeof key, "k%d", i);
+        add_ev(&b, id, key, i);
+    }
+    a = post_all(s, "in", NULL, &b, N - 1);
+    sl_buf_free(&b);
+    int part[N];
+    part[0] = hp;
+    size_t in_held = 0, elsewhere = 0;
+    for (int i = 1; i < N; i++) {
+        part[i] = it_res_part(a, (size_t)(i - 1));
+        in_held += part[i] == hp;
+        elsewhere += part[i] != hp;
+    }
+    json_decref(a);
+    if (!in_held || !elsewhere)
+        fail_msg("the keys did not spread over both partitions (%zu and %zu)", in_held, elsewhere);
+    /* The other partition, and the other rule, get everything meanwhile. */
+    for (int i = 1; i < N; i++) {
+        char n[32];
+        snprintf(n, sizeof n, "\"id\":\"s%d\"", i);
+        if (part[i] != hp)
+            wait_ok(g_rx, n, 1);
+        wait_ok(g_rx2, n, 1);
+    }
+    wait_ok(g_rx2, "\"id\":\"s0\"", 1);
+    it_sleep_ms(300); /* time enough for a wrong request to arrive */
+    for (int i = 1; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "s%d", i);
+        if (part[i] == hp && tries_of(g_rx, id))
+            fail_msg("ordered: %s (partition %d) was sent while s0 of its partition waited", id,
+                     hp);
+    }
+    json_t *st = rule_stats(s, "r");
+    if (cursor_of(st, hp) != held || stat_of(st, "retrying") < 1)
+        fail_rule(st, "while s0 waits: want its partition's cursor at it, retrying >= 1");
+    json_decref(st);
+    rx_unscript(g_rx);
+    wait_all_accepted(g_rx, "s", N, WAIT_S);
+    wait_caught_up(s);
+    tally t = tally_of(g_rx, "s", N); /* fails on a partition out of order */
+    if (t.dups)
+        fail_msg("%ld duplicates", t.dups);
+    tally_free(&t);
+    s->passed = true;
+}
+
 /* (9) ordered = false: an event failing with 503 does not hold the later
  * events of its partition (they are accepted while it waits), the cursor
  * stays at it meanwhile (a crash repeats, never loses), and it is delivered
@@ -1165,10 +1246,12 @@ int main(void)
     if (it_init("test_delivery"))
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_status_classes),   T(test_retry_after),           T(test_exhausted_to_dlq),
-        T(test_max_age_to_dlq),   T(test_permanent_to_dlq),      T(test_no_dlq_discards),
-        T(test_target_down),      T(test_sigkill_mid_delivery),  T(test_slow_target_isolated),
-        T(test_unordered_poison), T(test_two_targets_no_resend),
+        T(test_status_classes),       T(test_retry_after),
+        T(test_exhausted_to_dlq),     T(test_max_age_to_dlq),
+        T(test_permanent_to_dlq),     T(test_no_dlq_discards),
+        T(test_target_down),          T(test_sigkill_mid_delivery),
+        T(test_slow_target_isolated), T(test_ordered_holds_one_partition),
+        T(test_unordered_poison),     T(test_two_targets_no_resend),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

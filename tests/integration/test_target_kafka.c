@@ -336,6 +336,19 @@ static json_int_t stat_of(json_t *r, const char *key)
     return json_integer_value(json_object_get(r, key));
 }
 
+/* Whether rule's first target reports itself healthy in GET /v1/rules;
+ * reason gets what it says when not. */
+static bool healthy(it_server *s, const char *rule, char *reason, size_t cap)
+{
+    json_t *st = rule_stats(s, rule);
+    json_t *h = json_array_get(json_object_get(st, "health"), 0);
+    bool ok = !json_is_false(json_object_get(h, "healthy"));
+    const char *why = json_string_value(json_object_get(h, "reason"));
+    snprintf(reason, cap, "%s", why ? why : "");
+    json_decref(st);
+    return ok;
+}
+
 /* Waits until every rule has lag 0 twice in a row. */
 static void wait_caught_up(it_server *s, double secs)
 {
@@ -569,7 +582,14 @@ static void test_outage_order(void **state)
         if (c == 4)
             mock_cmd("down 3");
         if (c == 7) {
-            it_sleep_ms(3000); /* all down for longer than the 2 s timeout */
+            /* all down for longer than the 2 s timeout, and the target says so */
+            char why[SL_ERROR_MAX] = "";
+            double end = it_mono() + WAIT_S;
+            while (healthy(s, "ord", why, sizeof why) && it_mono() < end)
+                it_sleep_ms(100);
+            if (!strstr(why, "all brokers are down"))
+                fail_msg("with every broker down the target's health says \"%s\"", why);
+            it_sleep_ms(3000);
             mock_cmd("up 1");
             mock_cmd("up 2");
             mock_cmd("up 3");
@@ -585,6 +605,9 @@ static void test_outage_order(void **state)
         it_sleep_ms(300);
     }
     wait_caught_up(s, 90);
+    char why[SL_ERROR_MAX];
+    if (!healthy(s, "ord", why, sizeof why))
+        fail_msg("the brokers are back, but the target's health says \"%s\"", why);
     krecs rs = consume("ord", N);
     static int copies[N];
     memset(copies, 0, sizeof copies);

@@ -484,6 +484,111 @@ static void test_cursor_torn_slot(void **state)
     sl_cursor_close(&c);
 }
 
+/* rule.retry, dlq, ordered: values, defaults and mistakes. */
+static void test_delivery_keys(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "set \"x\" { }\nset \"x-dlq\" { }\n"
+                  "rule \"a\" { set = \"x\", dlq = \"x-dlq\", ordered = false,\n"
+                  "  retry = { attempts = 6, max_age = \"1h\", backoff = \"fixed\",\n"
+                  "            initial = \"50ms\", max = \"2s\" },\n" GOOD_RULE_TAIL
+                  "rule \"b\" { set = \"x\",\n" GOOD_RULE_TAIL,
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    const sl_rule_config *a = sl_config_rule(cfg, "a"), *b = sl_config_rule(cfg, "b");
+    assert_string_equal(a->dlq, "x-dlq");
+    assert_false(a->ordered);
+    assert_false(a->targets[0].ordered);
+    assert_int_equal(a->retry.attempts, 6);
+    assert_int_equal(a->retry.max_age_ms, 3600000);
+    assert_int_equal(a->retry.backoff, SL_BACKOFF_FIXED);
+    assert_int_equal(a->retry.initial_ms, 50);
+    assert_int_equal(a->retry.max_ms, 2000);
+    /* EventBridge's defaults */
+    assert_null(b->dlq);
+    assert_true(b->ordered);
+    assert_true(b->targets[0].ordered);
+    assert_int_equal(b->retry.attempts, 185);
+    assert_int_equal(b->retry.max_age_ms, 24 * 3600000);
+    assert_int_equal(b->retry.backoff, SL_BACKOFF_EXPONENTIAL);
+    assert_int_equal(b->retry.initial_ms, 100);
+    assert_int_equal(b->retry.max_ms, 300000);
+    sl_config_free(cfg);
+
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  dlq = \"nope\",\n" GOOD_RULE_TAIL,
+                   3, "dlq set \"nope\" is not declared");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  dlq = \"x\",\n" GOOD_RULE_TAIL, 3,
+                   "the dlq cannot be the set the rule reads");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { attemps = 3 },\n"
+                   GOOD_RULE_TAIL,
+                   3, "retry: unknown key \"attemps\" (known: attempts, max_age");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { attempts = 0 },\n"
+                   GOOD_RULE_TAIL, 3, "attempts = 0 is out of range");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { backoff = \"linear\" },\n"
+                   GOOD_RULE_TAIL, 3, "backoff must be \"exponential\" or \"fixed\"");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { initial = \"10s\", max = \"1s\" },\n"
+                   GOOD_RULE_TAIL, 3, "retry.initial (10000 ms) is longer than retry.max (1000 ms)");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = 5,\n" GOOD_RULE_TAIL, 3,
+                   "retry must be a table");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  ordered = \"yes\",\n" GOOD_RULE_TAIL,
+                   3, "ordered must be true or false");
+}
+
+/* target.kafka: keys, defaults, and what librdkafka itself refuses. */
+static void test_kafka_target(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "set \"x\" { }\n"
+                  "rule \"k\" { set = \"x\", target = target.kafka { brokers = \"127.0.0.1:9\",\n"
+                  "  topic = \"t-{type}\", key = \"{subject}\", body = \"structured\",\n"
+                  "  properties = { [\"linger.ms\"] = 7, [\"enable.idempotence\"] = true } } }\n"
+                  "rule \"d\" { set = \"x\", target = target.kafka { brokers = \"b:1\", topic = \"t\" } }\n",
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    const sl_target_config *k = &sl_config_rule(cfg, "k")->targets[0];
+    assert_int_equal(k->kind, SL_TARGET_KAFKA);
+    assert_string_equal(k->brokers, "127.0.0.1:9");
+    assert_string_equal(k->topic, "t-{type}");
+    assert_string_equal(k->key, "{subject}");
+    assert_int_equal(k->body, SL_HTTP_BODY_STRUCTURED);
+    assert_int_equal(k->nproperties, 2);
+    bool linger = false;
+    for (size_t i = 0; i < k->nproperties; i++)
+        linger |= strcmp(k->properties[i], "linger.ms=7") == 0;
+    assert_true(linger);
+    const sl_target_config *d = &sl_config_rule(cfg, "d")->targets[0];
+    assert_int_equal(d->body, SL_HTTP_BODY_BINARY); /* the Kafka binding's default */
+    assert_null(d->key);
+    assert_int_equal(d->timeout_ms, 30000);
+    sl_config_free(cfg);
+
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { topic = \"t\" } }\n",
+                   3, "target.kafka needs brokers and a topic");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
+                   "topic = \"t\",\n  properties = { [\"no.such.property\"] = 1 } } }\n",
+                   3, "no.such.property");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
+                   "topic = \"t\",\n  properties = { [\"bad name!\"] = 1 } } }\n",
+                   4, "is not a property name");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
+                   "topic = \"t\", properties = { x = {} } } }\n",
+                   3, "must be a string, number or boolean");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -493,7 +598,7 @@ int main(void)
         T(test_http_target),
         T(test_lua_errors),        T(test_env),           T(test_all_mistakes_at_once),
         T(test_missing_file),      T(test_keys_markdown), T(test_cursor_roundtrip),
-        T(test_cursor_torn_slot),
+        T(test_cursor_torn_slot),  T(test_delivery_keys), T(test_kafka_target),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -714,6 +714,8 @@ static int send_run(send_job *j)
             }
             sl[i].item = item;
             sl[i].resp.len = 0;
+            if (sl[i].resp.buf)
+                sl[i].resp.buf[0] = '\0';
             curl_easy_setopt(sl[i].h, CURLOPT_POSTFIELDS, sl[i].body);
             curl_easy_setopt(sl[i].h, CURLOPT_POSTFIELDSIZE, (long)len);
             curl_multi_add_handle(m, sl[i].h);

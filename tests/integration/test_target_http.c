@@ -673,6 +673,65 @@ static void test_receiver_down(void **state)
     s->passed = true;
 }
 
+/* ordered = false: the requests of one call go out side by side (up to
+ * `concurrency`) instead of one after another, and a retryable failure of
+ * one does not hold back or resend the others. The receiver answers each
+ * request after 400 ms, so requests sent one by one would arrive at least
+ * 400 ms apart; several arriving within one answer's time were in flight
+ * at once. */
+static void test_unordered_concurrent(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"orders\" { partitions = 1 }\n"
+              "rule \"fast\" { set = \"orders\", ordered = false,\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/u\", concurrency = 4 } }\n",
+              rx_port(g_rx));
+    enum { DELAY_MS = 400, N = 8 };
+    rx_set_delay(g_rx, DELAY_MS);
+    rx_fail_marker(g_rx, "\"u2\"", 1, 500, "once");
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "u%d", i);
+        add_event(&b, id, "t", ",\"subject\":\"k\"");
+    }
+    json_decref(post_all(s, "orders", NULL, &b, N));
+    sl_buf_free(&b);
+    wait_requests(N + 1);
+    wait_caught_up(s);
+    size_t n = rx_count(g_rx);
+    int most = 0;
+    for (size_t i = 0; i < n; i++) {
+        int together = 0; /* the 500 is answered at once: only the slow 200s count */
+        for (size_t j = 0; j < n; j++)
+            if (req(i)->status == 200 && req(j)->status == 200 && req(j)->at >= req(i)->at &&
+                req(j)->at - req(i)->at < DELAY_MS / 1000.0 * 0.75)
+                together++;
+        if (together > most)
+            most = together;
+    }
+    if (most < 2)
+        fail_msg("ordered = false, concurrency = 4: never more than one request in flight");
+    if (most > 4)
+        fail_msg("concurrency = 4, but %d requests were in flight at once", most);
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "\"u%d\"", i);
+        size_t got = rx_count_matching(g_rx, id, false), ok = rx_count_matching(g_rx, id, true);
+        if (ok != 1 || got != (i == 2 ? 2u : 1u))
+            fail_msg("event u%d: %zu requests, %zu answered 2xx (want %d and 1)", i, got, ok,
+                     i == 2 ? 2 : 1);
+    }
+    json_t *st = rule_stats(s, "fast");
+    if (stat_of(st, "delivered") != N || stat_of(st, "failed") != 0)
+        fail_msg("want delivered %d, failed 0: %s", N, json_dumps(st, 0));
+    json_decref(st);
+    s->passed = true;
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -690,6 +749,7 @@ int main(void)
         T(test_shutdown_inflight), T(test_shutdown_hung_endpoint),
         T(test_400_permanent),
         T(test_receiver_down),
+        T(test_unordered_concurrent),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

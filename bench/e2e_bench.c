@@ -1210,7 +1210,7 @@ int main(void)
     int secs = (int)env_long("SLUICE_E2E_SECS", 5, 1, 60);
     int http_n = (int)env_long("SLUICE_E2E_HTTP_N", 60000, 1000, 10000000);
     int kafka_n = (int)env_long("SLUICE_E2E_KAFKA_N", 200000, 1000, 10000000);
-    int reps = (int)env_long("SLUICE_E2E_REPS", 2, 1, MAX_REPS);
+    int reps = (int)env_long("SLUICE_E2E_REPS", 3, 1, MAX_REPS);
     int partitions = (int)env_long("SLUICE_E2E_PARTITIONS", 2, 1, 64);
     workers = (int)env_long("SLUICE_E2E_WORKERS", 2, 1, 64);
     set_extra = getenv("SLUICE_E2E_SET_EXTRA");

@@ -74,6 +74,7 @@ struct kafka_target {
     atomic_bool stopping; /* cancel()/close(): new payloads complete SL_ESHUTDOWN */
     atomic_bool hurry;    /* cancel(): purge what is left after the grace */
     atomic_bool fatal;    /* a fatal error: the next deliver() makes a new producer */
+    atomic_bool no_producer; /* making a new one failed: the next deliver() tries again */
     atomic_size_t outstanding; /* records produced, not reported */
     /* health: GET /v1/rules */
     atomic_bool brokers_down;
@@ -112,7 +113,7 @@ static void log_line(kafka_target *t, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (dropped)
-        fprintf(stderr, "sluice: rule %s: target.kafka: %s (%u similar lines left out)\n",
+        fprintf(stderr, "sluice: rule %s: target.kafka: %s (%u more lines left out)\n",
                 t->rule, msg, dropped);
     else
         fprintf(stderr, "sluice: rule %s: target.kafka: %s\n", t->rule, msg);
@@ -374,13 +375,18 @@ static void recreate(kafka_target *t)
     sl_error err = {0};
     t->rk = make_producer(t, &err);
     if (!t->rk || start_polling(t)) {
-        fprintf(stderr, "sluice: rule %s: target.kafka: cannot make a new producer: %s\n",
-                t->rule, t->rk ? "cannot start its thread" : err.msg);
+        const char *why = t->rk ? "cannot start its thread" : err.msg;
+        log_line(t, "cannot make a new producer: %s", why);
+        pthread_mutex_lock(&t->mlock);
+        snprintf(t->health_msg, sizeof t->health_msg, "cannot make a new producer: %s", why);
+        pthread_mutex_unlock(&t->mlock);
         if (t->rk)
             rd_kafka_destroy(t->rk);
         t->rk = NULL;
+        atomic_store(&t->no_producer, true);
         return;
     }
+    atomic_store(&t->no_producer, false);
     fprintf(stderr, "sluice: rule %s: target.kafka: made a new producer after a fatal error\n",
             t->rule);
     atomic_store(&t->fatal, false);
@@ -419,7 +425,7 @@ typedef struct record {
     size_t key_len;
     const char *value;
     size_t value_len;
-    sl_buf own; /* the value when it is not the payload itself */
+    sl_buf own; /* the value when it is not the payload itself (then copied) */
     rd_kafka_headers_t *hdrs;
     int64_t ts_ms; /* 0: now */
 } record;
@@ -535,11 +541,14 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
 static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *r)
 {
     int64_t end = -1;
+    /* A payload outlives its completion (the connector contract): librdkafka
+     * may point into it without a copy. */
+    int flags = r->value == (const char *)r->own.data ? RD_KAFKA_MSG_F_COPY : 0;
     for (;;) {
         atomic_fetch_add(&t->outstanding, 1);
         atomic_fetch_add(&c->refs, 1);
         rd_kafka_resp_err_t err = rd_kafka_producev(
-            t->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            t->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(flags),
             RD_KAFKA_V_VALUE((void *)r->value, r->value_len),
             RD_KAFKA_V_KEY(r->key, r->key ? r->key_len : 0), RD_KAFKA_V_HEADERS(r->hdrs),
             RD_KAFKA_V_TIMESTAMP(r->ts_ms), RD_KAFKA_V_OPAQUE(&c->slot[i]), RD_KAFKA_V_END);
@@ -579,7 +588,7 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
     atomic_init(&c->refs, 1);
     for (size_t i = 0; i < n; i++)
         c->slot[i] = (kslot){c, i};
-    if (atomic_load(&t->fatal) || !t->rk) {
+    if (atomic_load(&t->fatal) || atomic_load(&t->no_producer)) {
         pthread_rwlock_wrlock(&t->rklock);
         if (!atomic_load(&t->stopping))
             recreate(t);
@@ -762,7 +771,8 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
 static int kafka_health(void *impl, char *msg, size_t len)
 {
     kafka_target *t = impl;
-    if (!atomic_load(&t->fatal) && !atomic_load(&t->brokers_down) && t->rk)
+    if (!atomic_load(&t->fatal) && !atomic_load(&t->brokers_down) &&
+        !atomic_load(&t->no_producer))
         return 0;
     pthread_mutex_lock(&t->mlock);
     snprintf(msg, len, "%s", t->health_msg[0] ? t->health_msg : "no producer");

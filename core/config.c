@@ -204,7 +204,8 @@ static const key kafka_target_keys[] = {
     {"topic", K_STRING, FIELD(sl_target_config, topic), 0, 0, "required",
      "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{lane}\"`"},
     {"key", K_STRING, FIELD(sl_target_config, key), 0, 0, "partitionkey, else subject",
-     "the record key, a template like `topic` (an event without the attribute: no key)"},
+     "the record key, a template like `topic` (an event without the attribute is refused, "
+     "permanently)"},
     {"body", K_BODY, FIELD(sl_target_config, body), 0, 0, "\"binary\"",
      "\"binary\": data as the value, attributes as `ce_*` headers; \"structured\": the "
      "CloudEvent as JSON; \"data\": the payload alone (CloudEvents Kafka binding)"},

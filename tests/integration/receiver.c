@@ -38,7 +38,8 @@ struct rx_receiver {
     size_t n, cap;
     rule rules[RX_MAX_RULES];
     size_t nrules;
-    int delay_ms; /* before the default answer */
+    int delay_ms;                 /* before the default answer */
+    int in_flight, max_in_flight; /* requests recorded and not answered yet */
 };
 
 /* The request being received on a connection. */
@@ -113,6 +114,8 @@ static void record(rx_receiver *rx, rx_req *q, rule *answer)
         break;
     }
     q->status = answer->status;
+    if (++rx->in_flight > rx->max_in_flight)
+        rx->max_in_flight = rx->in_flight;
     if (rx->n < rx->cap)
         rx->v[rx->n++] = q;
     else
@@ -161,6 +164,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     record(rx, q, &a);
     if (a.delay_ms > 0)
         sleep_ms(a.delay_ms);
+    pthread_mutex_lock(&rx->lock);
+    rx->in_flight--;
+    pthread_mutex_unlock(&rx->lock);
     if (a.status == RX_DROP)
         return MHD_NO; /* MHD closes the connection without an answer */
     struct MHD_Response *resp =
@@ -297,6 +303,7 @@ void rx_clear(rx_receiver *rx)
         free(rx->v[i]);
     }
     rx->n = 0;
+    rx->max_in_flight = rx->in_flight;
     pthread_mutex_unlock(&rx->lock);
 }
 
@@ -310,6 +317,14 @@ size_t rx_count(rx_receiver *rx)
 {
     pthread_mutex_lock(&rx->lock);
     size_t n = rx->n;
+    pthread_mutex_unlock(&rx->lock);
+    return n;
+}
+
+int rx_max_in_flight(rx_receiver *rx)
+{
+    pthread_mutex_lock(&rx->lock);
+    int n = rx->max_in_flight;
     pthread_mutex_unlock(&rx->lock);
     return n;
 }

@@ -97,6 +97,10 @@ void rx_reset(rx_receiver *rx);
 /* How many requests were recorded. */
 size_t rx_count(rx_receiver *rx);
 
+/* The most requests that were being answered at once (recorded, answer not
+ * yet queued: a delay holds them) since the start or rx_clear(). */
+int rx_max_in_flight(rx_receiver *rx);
+
 /* Request i in arrival order; NULL when there is none. */
 const rx_req *rx_req_at(rx_receiver *rx, size_t i);
 

@@ -4,8 +4,9 @@
  * §6): every status class, Retry-After, retries exhausted into the
  * dead-letter set with its attributes, permanent 4xx into it at once,
  * discarding without a dlq, a target down during a steady stream, sluice
- * SIGKILLed in the middle of delivery, a slow target beside a fast one,
- * `ordered = false`, and a retry on one of two targets.
+ * SIGKILLed in the middle of delivery, a slow target beside a fast one, a
+ * failing event holding its partition only, `ordered = false`, and a retry
+ * on one of two targets.
  *
  * The endpoints are receiver.h's, in this process; the harness is itest.h.
  * Every wait is bounded (WAIT_S); the assertions are on outcomes (requests
@@ -1047,6 +1048,11 @@ static void test_slow_target_isolated(void **state)
     if (under < N * 9 / 10 || worst > 2.0)
         fail_msg("ingest slowed down: %d of %d posts under 250 ms, the worst %.3f s", under, N,
                  worst);
+    /* ordered: a partition's requests go one after another, so at most one
+     * per partition waits for the slow answers at any time. */
+    if (rx_max_in_flight(g_rx) > 2)
+        fail_msg("ordered rule on 2 partitions: %d requests in flight at once",
+                 rx_max_in_flight(g_rx));
     tally t = tally_of(g_rx2, "s", N);
     if (t.dups)
         fail_msg("the fast endpoint got %ld duplicates", t.dups);

@@ -6,8 +6,9 @@
  * and values (CloudEvents Kafka binding), structured and data modes, lane
  * headers, record keys (partitionkey, subject, templates), topic templates,
  * every event delivered in order per key across broker outages, permanent
- * failures counted `failed`, a fast shutdown with every broker down, and
- * `sluice check` refusing what librdkafka refuses. The harness is itest.h.
+ * failures counted `failed`, a fast shutdown with every broker down, a new
+ * producer after a fatal error, the target's health, and `sluice check`
+ * refusing what librdkafka refuses. The harness is itest.h.
  */
 #include "itest.h"
 
@@ -759,6 +760,49 @@ static void test_shutdown_brokers_down(void **state)
     s->passed = true;
 }
 
+/* An idempotent-producer fatal error (the broker refuses the producer id):
+ * the next batch makes a new producer, logged once, and everything is
+ * delivered; nothing is counted failed. */
+static void test_fatal_recreate(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "rule \"fa\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"fa\",\n"
+              "  properties = { [\"linger.ms\"] = 1 } } }\n",
+              g_mk.boot);
+    mock_cmd("error initproducerid 31 1"); /* CLUSTER_AUTHORIZATION_FAILED: fatal */
+    start_cfg(s, cfg);
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(50))
+        if (it_log_contains(s, "fatal producer error"))
+            break;
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 5; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"f%d\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"data\":%d}\n",
+                      i, i);
+    json_decref(post_all(s, NULL, &b, 5));
+    sl_buf_free(&b);
+    wait_caught_up(s, WAIT_S);
+    if (!it_log_contains(s, "fatal producer error") ||
+        !it_log_contains(s, "made a new producer after a fatal error"))
+        fail_msg("the log does not tell of the fatal error and the new producer");
+    krecs rs = consume("fa", 5);
+    assert_int_equal(rs.n, 5);
+    krecs_free(&rs);
+    json_t *st = rule_stats(s, "fa");
+    if (stat_of(st, "delivered") != 5 || stat_of(st, "failed") != 0)
+        fail_msg("want delivered 5, failed 0: %s", json_dumps(st, 0));
+    char why[SL_ERROR_MAX];
+    if (!healthy(s, "fa", why, sizeof why))
+        fail_msg("the new producer works, but the target's health says \"%s\"", why);
+    json_decref(st);
+    s->passed = true;
+}
+
 /* `sluice check` refuses what librdkafka refuses, and bad templates, each
  * with FILE:LINE. */
 static void test_check(void **state)
@@ -831,7 +875,8 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         T(test_binary),      T(test_structured_and_data),   T(test_permanent),
-        T(test_check),       T(test_shutdown_brokers_down), T(test_outage_order),
+        T(test_check),       T(test_shutdown_brokers_down), T(test_fatal_recreate),
+        T(test_outage_order),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -36,10 +36,10 @@
 #include <string.h>
 #include <time.h>
 
-#define CANCEL_GRACE_MS 2000  /* cancel(): records in flight get this long, then are purged */
+#define CANCEL_GRACE_MS 2000    /* cancel(): records in flight get this long, then are purged */
 #define QUEUE_FULL_WAIT_MS 5000 /* produce() on a full queue is tried again this long */
-#define LOG_INTERVAL_MS 1000  /* at most one librdkafka log line per second per instance */
-#define TOPIC_MAX 249         /* Kafka's longest topic name */
+#define LOG_INTERVAL_MS 1000    /* at most one librdkafka log line per second per instance */
+#define TOPIC_MAX 249           /* Kafka's longest topic name */
 
 typedef struct kafka_target kafka_target;
 typedef struct kcall kcall;
@@ -71,10 +71,10 @@ struct kafka_target {
     pthread_t poller;
     bool polling;
     atomic_bool poll_stop;
-    atomic_bool stopping; /* cancel()/close(): new payloads complete SL_ESHUTDOWN */
-    atomic_bool hurry;    /* cancel(): purge what is left after the grace */
-    atomic_bool fatal;    /* a fatal error: the next deliver() makes a new producer */
-    atomic_bool no_producer; /* making a new one failed: the next deliver() tries again */
+    atomic_bool stopping;      /* cancel()/close(): new payloads complete SL_ESHUTDOWN */
+    atomic_bool hurry;         /* cancel(): purge what is left after the grace */
+    atomic_bool fatal;         /* a fatal error: the next deliver() makes a new producer */
+    atomic_bool no_producer;   /* making a new one failed: the next deliver() tries again */
     atomic_size_t outstanding; /* records produced, not reported */
     /* health: GET /v1/rules */
     atomic_bool brokers_down;
@@ -113,8 +113,8 @@ static void log_line(kafka_target *t, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (dropped)
-        fprintf(stderr, "sluice: rule %s: target.kafka: %s (%u more lines left out)\n",
-                t->rule, msg, dropped);
+        fprintf(stderr, "sluice: rule %s: target.kafka: %s (%u more lines left out)\n", t->rule,
+                msg, dropped);
     else
         fprintf(stderr, "sluice: rule %s: target.kafka: %s\n", t->rule, msg);
 }
@@ -179,16 +179,18 @@ static int map_error(kafka_target *t, rd_kafka_resp_err_t err, const char *topic
     case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
     case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
     case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-        snprintf(why, len,
-                 "target.kafka: topic %s: %s (retried: the topic may yet be created)", topic, es);
+        snprintf(why, len, "target.kafka: topic %s: %s (retried: the topic may yet be created)",
+                 topic, es);
         return SL_EIO;
     case RD_KAFKA_RESP_ERR__FATAL: {
         char fe[256] = "";
         atomic_store(&t->fatal, true);
         if (t->rk)
             rd_kafka_fatal_error(t->rk, fe, sizeof fe);
-        snprintf(why, len, "target.kafka: topic %s: fatal producer error: %s (retried with a "
-                 "new producer)", topic, fe[0] ? fe : es);
+        snprintf(why, len,
+                 "target.kafka: topic %s: fatal producer error: %s (retried with a "
+                 "new producer)",
+                 topic, fe[0] ? fe : es);
         return SL_EIO;
     }
     default:
@@ -224,8 +226,10 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         pthread_mutex_unlock(&t->mlock);
         atomic_store(&t->fatal, true);
         /* Not rate-limited: it happens once per producer. */
-        fprintf(stderr, "sluice: rule %s: target.kafka: fatal producer error: %s; the next "
-                "delivery makes a new producer\n", t->rule, fe);
+        fprintf(stderr,
+                "sluice: rule %s: target.kafka: fatal producer error: %s; the next "
+                "delivery makes a new producer\n",
+                t->rule, fe);
         return;
     }
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
@@ -243,8 +247,20 @@ static int conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, 
 {
     char es[512];
     if (rd_kafka_conf_set(conf, name, value, es, sizeof es) != RD_KAFKA_CONF_OK)
-        return sl_error_set(err, SL_EINVAL, "property %s = \"%s\": %s", name, value, es);
+        return sl_error_set(err, SL_EINVAL, "property %s: %s", name, es); /* no value: secrets */
     return 0;
+}
+
+/* Applies one "name=value" property line. Returns 0, or SL_EINVAL with err. */
+static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err)
+{
+    const char *eq = strchr(line, '=');
+    char name[256];
+    if (!eq || (size_t)(eq - line) >= sizeof name)
+        return sl_error_set(err, SL_EINVAL, "property \"%s\": want name=value", line);
+    memcpy(name, line, (size_t)(eq - line));
+    name[eq - line] = '\0';
+    return conf_set(conf, name, eq + 1, err);
 }
 
 /* Fills conf from cfg: sluice's defaults first, then compression and the
@@ -267,16 +283,8 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_e
         rc = conf_set(conf, "message.timeout.ms", num, err);
     if (!rc && cfg->brokers)
         rc = conf_set(conf, "bootstrap.servers", cfg->brokers, err);
-    for (size_t i = 0; !rc && i < cfg->nproperties; i++) {
-        const char *eq = strchr(cfg->properties[i], '=');
-        char name[256];
-        if (!eq || (size_t)(eq - cfg->properties[i]) >= sizeof name)
-            return sl_error_set(err, SL_EINVAL, "property \"%s\": want name=value",
-                                cfg->properties[i]);
-        memcpy(name, cfg->properties[i], (size_t)(eq - cfg->properties[i]));
-        name[eq - cfg->properties[i]] = '\0';
-        rc = conf_set(conf, name, eq + 1, err);
-    }
+    for (size_t i = 0; !rc && i < cfg->nproperties; i++)
+        rc = apply_property(conf, cfg->properties[i], err);
     return rc;
 }
 
@@ -535,12 +543,21 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
     return 0;
 }
 
-/* Produces r as payload i of c; librdkafka's queue full is waited out for a
- * while. Returns RD_KAFKA_RESP_ERR_NO_ERROR when the record was queued
- * (r->hdrs then belongs to librdkafka). Caller holds rklock for reading. */
-static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *r)
+/* How long produce() waits out a full queue: a while, never longer than a
+ * record may take. */
+static int64_t queue_wait_ms(const kafka_target *t)
 {
-    int64_t end = -1;
+    int64_t to = t->cfg->timeout_ms;
+    return to > 0 && to < QUEUE_FULL_WAIT_MS ? to : QUEUE_FULL_WAIT_MS;
+}
+
+/* Produces r as payload i of c; librdkafka's queue full is waited out for a
+ * while, once per call (*full says it was: later records of the call do not
+ * wait again). Returns RD_KAFKA_RESP_ERR_NO_ERROR when the record was queued
+ * (r->hdrs then belongs to librdkafka). Caller holds rklock for reading. */
+static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *r, bool *full)
+{
+    int64_t end = *full ? 0 : -1;
     /* A payload outlives its completion (the connector contract): librdkafka
      * may point into it without a copy. */
     int flags = r->value == (const char *)r->own.data ? RD_KAFKA_MSG_F_COPY : 0;
@@ -562,9 +579,11 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
             return err;
         int64_t now = mono_ms();
         if (end < 0)
-            end = now + QUEUE_FULL_WAIT_MS;
-        if (now >= end)
+            end = now + queue_wait_ms(t);
+        if (now >= end) {
+            *full = true;
             return err;
+        }
         rd_kafka_poll(t->rk, 10); /* delivery reports make room */
     }
 }
@@ -595,8 +614,15 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
         pthread_rwlock_unlock(&t->rklock);
     }
     pthread_rwlock_rdlock(&t->rklock);
-    char why[SL_ERROR_MAX];
+    char why[SL_ERROR_MAX], held[SL_ERROR_MAX];
+    int hold = 0; /* ordered: a record could not be queued, so the rest wait too */
+    bool full = false;
     for (size_t i = 0; i < n; i++) {
+        if (hold) {
+            atomic_fetch_add(&c->refs, 1);
+            complete(c, i, hold, held);
+            continue;
+        }
         if (atomic_load(&t->stopping)) {
             atomic_fetch_add(&c->refs, 1);
             complete(c, i, SL_ESHUTDOWN, "target.kafka: shutting down");
@@ -612,12 +638,12 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
         if (rc == SL_ENOMEM)
             snprintf(why, sizeof why, "target.kafka: out of memory");
         if (!rc) {
-            rd_kafka_resp_err_t err = produce(t, c, i, &r);
+            rd_kafka_resp_err_t err = produce(t, c, i, &r, &full);
             if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 snprintf(why, sizeof why,
-                         "target.kafka: topic %s: %s for %d ms (queue.buffering.max.messages/"
+                         "target.kafka: topic %s: %s (for %d ms: queue.buffering.max.messages/"
                          "kbytes reached; retried)",
-                         r.topic, rd_kafka_err2str(err), QUEUE_FULL_WAIT_MS);
+                         r.topic, rd_kafka_err2str(err), (int)queue_wait_ms(t));
                 rc = SL_EIO;
             } else if (err) {
                 rc = map_error(t, err, r.topic, why, sizeof why);
@@ -627,6 +653,11 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
         if (rc) {
             atomic_fetch_add(&c->refs, 1);
             complete(c, i, rc, why);
+        }
+        if (rc && rc != SL_EINVAL && t->cfg->ordered) {
+            /* Queuing the later records would put them ahead of this one. */
+            hold = rc;
+            snprintf(held, sizeof held, "target.kafka: not sent after an earlier record: %s", why);
         }
     }
     pthread_rwlock_unlock(&t->rklock);
@@ -736,43 +767,67 @@ static void kafka_close(void *impl)
     free_target(t);
 }
 
+/* Adds a problem to what check() reports. */
+static void add_problem(sl_buf *b, const char *msg)
+{
+    if (b->len)
+        sl_buf_append(b, "; ", 2);
+    sl_buf_append(b, msg, strlen(msg));
+}
+
+/* Every problem at once, so that one `sluice check` run shows them all. */
 static int kafka_check(const sl_target_config *cfg, sl_error *err)
 {
+    sl_buf b = SL_BUF_INIT;
     sl_error e = {0};
-    if (cfg->topic) {
-        int rc = sl_ce_template_check(cfg->topic, &e);
-        if (rc)
-            return sl_error_set(err, rc, "topic: %s", e.msg);
-        if (!sl_ce_has_placeholder(cfg->topic) && !topic_name_ok(cfg->topic, strlen(cfg->topic)))
-            return sl_error_set(err, SL_EINVAL,
-                                "topic \"%s\" is not a valid topic name (1 to 249 of a-z A-Z "
-                                "0-9 . _ -)",
-                                cfg->topic);
+    char m[SL_ERROR_MAX];
+    if (cfg->topic && sl_ce_template_check(cfg->topic, &e)) {
+        snprintf(m, sizeof m, "topic: %s", e.msg);
+        add_problem(&b, m);
+    } else if (cfg->topic && !sl_ce_has_placeholder(cfg->topic) &&
+               !topic_name_ok(cfg->topic, strlen(cfg->topic))) {
+        snprintf(m, sizeof m,
+                 "topic \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -)",
+                 cfg->topic);
+        add_problem(&b, m);
     }
-    if (cfg->key) {
-        int rc = sl_ce_template_check(cfg->key, &e);
-        if (rc)
-            return sl_error_set(err, rc, "key: %s", e.msg);
+    if (cfg->key && sl_ce_template_check(cfg->key, &e)) {
+        snprintf(m, sizeof m, "key: %s", e.msg);
+        add_problem(&b, m);
     }
     for (size_t i = 0; i < cfg->nheaders; i++) {
         const char *colon = strchr(cfg->headers[i], ':');
-        if (!colon || colon == cfg->headers[i])
-            return sl_error_set(err, SL_EINVAL, "header \"%s\": want Name: value",
-                                cfg->headers[i]);
+        if (!colon || colon == cfg->headers[i]) {
+            snprintf(m, sizeof m, "header \"%s\": want Name: value", cfg->headers[i]);
+            add_problem(&b, m);
+        }
     }
+    /* librdkafka's own checks, on a scratch configuration: the settings
+     * sluice makes, then each property alone. */
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (!conf)
-        return sl_error_set(err, SL_ENOMEM, "out of memory");
-    int rc = apply_config(conf, cfg, err);
-    rd_kafka_conf_destroy(conf);
+    if (conf) {
+        sl_target_config base = *cfg;
+        base.nproperties = 0;
+        if (apply_config(conf, &base, &e))
+            add_problem(&b, e.msg);
+        for (size_t i = 0; i < cfg->nproperties; i++)
+            if (apply_property(conf, cfg->properties[i], &e))
+                add_problem(&b, e.msg);
+        rd_kafka_conf_destroy(conf);
+    }
+    int rc = !conf ? SL_ENOMEM : b.len ? SL_EINVAL : 0;
+    if (rc == SL_ENOMEM)
+        sl_error_set(err, rc, "out of memory");
+    else if (rc)
+        sl_error_set(err, rc, "%.*s", (int)b.len, (const char *)b.data);
+    sl_buf_free(&b);
     return rc;
 }
 
 static int kafka_health(void *impl, char *msg, size_t len)
 {
     kafka_target *t = impl;
-    if (!atomic_load(&t->fatal) && !atomic_load(&t->brokers_down) &&
-        !atomic_load(&t->no_producer))
+    if (!atomic_load(&t->fatal) && !atomic_load(&t->brokers_down) && !atomic_load(&t->no_producer))
         return 0;
     pthread_mutex_lock(&t->mlock);
     snprintf(msg, len, "%s", t->health_msg[0] ? t->health_msg : "no producer");

@@ -119,10 +119,10 @@ static int teardown(void **state)
 typedef struct krec {
     int part;
     int64_t off, ts;
-    char *key;     /* NULL: no key */
-    char *value;   /* NUL-terminated copy */
+    char *key;   /* NULL: no key */
+    char *value; /* NUL-terminated copy */
     size_t vlen;
-    char *hdrs;    /* "name=value\n" lines in record order */
+    char *hdrs; /* "name=value\n" lines in record order */
 } krec;
 
 typedef struct krecs {
@@ -261,8 +261,8 @@ static char *kcat(const char *topic, const char *fmt)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "timeout 30 kcat -C -b '%s' -t '%s' -o beginning -e -q -f '%s' 2>/dev/null",
-             g_mk.boot, topic, fmt);
+             "timeout 30 kcat -C -b '%s' -t '%s' -o beginning -e -q -f '%s' 2>/dev/null", g_mk.boot,
+             topic, fmt);
     FILE *p = popen(cmd, "r");
     if (!p)
         fail_msg("cannot run kcat: %s", strerror(errno));
@@ -401,14 +401,16 @@ static void test_binary(void **state)
     start_cfg(s, cfg);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++)
-        sl_buf_printf(&b,
-                      "{\"specversion\":\"1.0\",\"id\":\"b%d\",\"source\":\"/shop\",\"type\":\"%s\","
-                      "\"time\":\"2026-01-02T03:04:05.%03dZ\",\"partitionkey\":\"k%d\","
-                      "\"subject\":\"caf\xc3\xa9 %d\",\"region\":\"eu\",\"count\":%d,"
-                      "\"data\":{\"n\":%d}}\n",
-                      i, i % 2 ? "refund" : "order", i, i % 3, i, i, i);
-    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"b10\",\"source\":\"/shop\",\"type\":"
-                      "\"order\",\"datacontenttype\":\"text/plain\",\"data\":\"hello \\\"w\\\"\"}\n");
+        sl_buf_printf(
+            &b,
+            "{\"specversion\":\"1.0\",\"id\":\"b%d\",\"source\":\"/shop\",\"type\":\"%s\","
+            "\"time\":\"2026-01-02T03:04:05.%03dZ\",\"partitionkey\":\"k%d\","
+            "\"subject\":\"caf\xc3\xa9 %d\",\"region\":\"eu\",\"count\":%d,"
+            "\"data\":{\"n\":%d}}\n",
+            i, i % 2 ? "refund" : "order", i, i % 3, i, i, i);
+    sl_buf_printf(&b,
+                  "{\"specversion\":\"1.0\",\"id\":\"b10\",\"source\":\"/shop\",\"type\":"
+                  "\"order\",\"datacontenttype\":\"text/plain\",\"data\":\"hello \\\"w\\\"\"}\n");
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"b11\",\"source\":\"/shop\",\"type\":"
                       "\"order\",\"datacontenttype\":\"application/octet-stream\","
                       "\"data_base64\":\"aGk+\"}\n");
@@ -424,8 +426,8 @@ static void test_binary(void **state)
     krecs ord = consume("bin-order", 8), ref = consume("bin-refund", 5);
     assert_int_equal(ord.n, 8);
     assert_int_equal(ref.n, 5);
-    struct tm tm = {.tm_year = 126, .tm_mon = 0, .tm_mday = 2, .tm_hour = 3, .tm_min = 4,
-                    .tm_sec = 5};
+    struct tm tm = {
+        .tm_year = 126, .tm_mon = 0, .tm_mday = 2, .tm_hour = 3, .tm_min = 4, .tm_sec = 5};
     int64_t t0 = (int64_t)timegm(&tm) * 1000;
     bool seen[13] = {false};
     for (int pass = 0; pass < 2; pass++) {
@@ -597,10 +599,11 @@ static void test_outage_order(void **state)
         }
         sl_buf b = SL_BUF_INIT;
         for (int i = c * CHUNK; i < (c + 1) * CHUNK; i++)
-            sl_buf_printf(&b,
-                          "{\"specversion\":\"1.0\",\"id\":\"o%d\",\"source\":\"/s\",\"type\":\"t\","
-                          "\"partitionkey\":\"k%d\",\"data\":{\"i\":%d}}\n",
-                          i, i % KEYS, i);
+            sl_buf_printf(
+                &b,
+                "{\"specversion\":\"1.0\",\"id\":\"o%d\",\"source\":\"/s\",\"type\":\"t\","
+                "\"partitionkey\":\"k%d\",\"data\":{\"i\":%d}}\n",
+                i, i % KEYS, i);
         json_decref(post_all(s, NULL, &b, CHUNK));
         sl_buf_free(&b);
         it_sleep_ms(300);
@@ -643,8 +646,7 @@ static void test_outage_order(void **state)
                   (long long)stat_of(st, "retries"));
     if (lost)
         fail_msg("%d events lost across the outage", lost);
-    if (stat_of(st, "retries") < 1 || stat_of(st, "failed") != 0 ||
-        stat_of(st, "delivered") < N)
+    if (stat_of(st, "retries") < 1 || stat_of(st, "failed") != 0 || stat_of(st, "delivered") < N)
         fail_msg("want retries >= 1, failed 0, delivered >= %d: %s", N, json_dumps(st, 0));
     json_decref(st);
     krecs_free(&rs);
@@ -809,18 +811,19 @@ static void test_check(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], cmd[PATH_MAX * 2 + 64];
-    write_cfg(s, cfg,
-              "set \"in\" { }\n"
-              "rule \"a\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
-              "  properties = { [\"no.such.property\"] = 1 } } }\n"
-              "rule \"b\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\", "
-              "compression = \"brotli\" } }\n"
-              "rule \"c\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
-              "\"t-{type\" } }\n"
-              "rule \"d\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
-              "\"a b\" } }\n"
-              "rule \"e\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
-              "\"t\", properties = { [\"linger.ms\"] = \"soon\" } } }\n");
+    write_cfg(
+        s, cfg,
+        "set \"in\" { }\n"
+        "rule \"a\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
+        "  properties = { [\"no.such.property\"] = 1 } } }\n"
+        "rule \"b\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\", "
+        "compression = \"brotli\" } }\n"
+        "rule \"c\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
+        "\"t-{type\" } }\n"
+        "rule \"d\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
+        "\"a b\" } }\n"
+        "rule \"e\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
+        "\"t\", properties = { [\"linger.ms\"] = \"soon\" } } }\n");
     snprintf(cmd, sizeof cmd, "%s/bin/sluice check '%s' 2>&1", g_root, cfg);
     FILE *p = popen(cmd, "r");
     sl_buf out = SL_BUF_INIT;
@@ -874,8 +877,8 @@ int main(void)
     if (it_init("test_target_kafka") || find_root())
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_binary),      T(test_structured_and_data),   T(test_permanent),
-        T(test_check),       T(test_shutdown_brokers_down), T(test_fatal_recreate),
+        T(test_binary),       T(test_structured_and_data),   T(test_permanent),
+        T(test_check),        T(test_shutdown_brokers_down), T(test_fatal_recreate),
         T(test_outage_order),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

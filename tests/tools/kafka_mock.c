@@ -94,8 +94,7 @@ int main(int argc, char **argv)
         int parts = 0;
         const char *spec = argv[++i];
         const char *colon = strrchr(spec, ':');
-        if (!colon || (size_t)(colon - spec) >= sizeof name ||
-            (parts = atoi(colon + 1)) < 1) {
+        if (!colon || (size_t)(colon - spec) >= sizeof name || (parts = atoi(colon + 1)) < 1) {
             fprintf(stderr, "kafka_mock: --topic %s: want NAME:PARTITIONS\n", spec);
             rd_kafka_mock_cluster_destroy(mc);
             rd_kafka_destroy(rk);
@@ -128,9 +127,9 @@ int main(int argc, char **argv)
         if ((strcmp(cmd, "down") == 0 || strcmp(cmd, "up") == 0) && got >= 2) {
             int id = atoi(arg);
             if (id >= 1 && id <= brokers)
-                rc = (cmd[0] == 'd' ? rd_kafka_mock_broker_set_down(mc, id)
-                                    : rd_kafka_mock_broker_set_up(mc, id)) ==
-                             RD_KAFKA_RESP_ERR_NO_ERROR
+                rc = (cmd[0] == 'd'
+                          ? rd_kafka_mock_broker_set_down(mc, id)
+                          : rd_kafka_mock_broker_set_up(mc, id)) == RD_KAFKA_RESP_ERR_NO_ERROR
                          ? 0
                          : -1;
         } else if (strcmp(cmd, "topic") == 0 && got == 3) {

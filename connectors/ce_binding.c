@@ -138,27 +138,36 @@ int sl_ce_template_check(const char *tpl, sl_error *err)
     return 0;
 }
 
+/* Calls fn with the text of tok: straight from the input when no decoding
+ * is needed (the common case: no allocation), else decoded into a copy. */
+static int call_attr(sl_ce_attr_fn *fn, void *ud, const char *name, size_t nlen,
+                     const sl_json_tok *tok)
+{
+    if (tok->type != SL_JSON_STRING)
+        return fn(ud, name, nlen, tok->p, tok->len);
+    if (tok->len >= 2 && !memchr(tok->p, '\\', tok->len))
+        return fn(ud, name, nlen, tok->p + 1, tok->len - 2);
+    size_t len = 0;
+    char *v = sl_ce_attr_text(tok, &len);
+    int rc = v ? fn(ud, name, nlen, v, len) : SL_ENOMEM;
+    free(v);
+    return rc;
+}
+
 int sl_ce_binary_attrs(const sl_event *ev, sl_ce_attr_fn *fn, void *ud)
 {
     int rc = 0;
     sl_json_tok tok;
     for (size_t i = 0; !rc && i < sizeof std_attrs / sizeof *std_attrs; i++) {
         const char *name = std_attrs[i].name;
-        if (strcmp(name, "datacontenttype") == 0 || !sl_ce_attr(ev, name, strlen(name), &tok))
+        size_t nlen = strlen(name);
+        if (strcmp(name, "datacontenttype") == 0 || !sl_ce_attr(ev, name, nlen, &tok))
             continue;
-        size_t len = 0;
-        char *v = sl_ce_attr_text(&tok, &len);
-        rc = v ? fn(ud, name, strlen(name), v, len) : SL_ENOMEM;
-        free(v);
+        rc = call_attr(fn, ud, name, nlen, &tok);
     }
-    for (size_t i = 0; !rc && i < ev->n_ext; i++) {
-        if (!present(&ev->ext[i].value))
-            continue;
-        size_t len = 0;
-        char *v = sl_ce_attr_text(&ev->ext[i].value, &len);
-        rc = v ? fn(ud, ev->ext[i].name, ev->ext[i].name_len, v, len) : SL_ENOMEM;
-        free(v);
-    }
+    for (size_t i = 0; !rc && i < ev->n_ext; i++)
+        if (present(&ev->ext[i].value))
+            rc = call_attr(fn, ud, ev->ext[i].name, ev->ext[i].name_len, &ev->ext[i].value);
     return rc;
 }
 
@@ -211,6 +220,12 @@ static int b64_decode(const sl_json_tok *tok, sl_buf *out)
     }
     free(text);
     return rc;
+}
+
+bool sl_ce_binary_data_is_json(const sl_event *ev, const char *ctype)
+{
+    bool json_ct = !ctype || strstr(ctype, "json") != NULL;
+    return ev->data_base64.type != SL_JSON_STRING && !(ev->data.type == SL_JSON_STRING && !json_ct);
 }
 
 int sl_ce_binary_data(const sl_event *ev, const char *ctype, sl_buf *out)

@@ -80,4 +80,10 @@ char *sl_ce_content_type(const sl_event *ev, bool *oom);
  * hold part of the data). */
 int sl_ce_binary_data(const sl_event *ev, const char *ctype, sl_buf *out);
 
+/* Whether binary mode sends ev's data as its JSON text as it is (then it is
+ * ev->data.p[0 .. ev->data.len), nothing when ev->data.type is SL_JSON_NONE,
+ * and no copy is needed); false when it must be decoded (data_base64, or a
+ * string with a non-JSON ctype) by sl_ce_binary_data(). */
+bool sl_ce_binary_data_is_json(const sl_event *ev, const char *ctype);
+
 #endif

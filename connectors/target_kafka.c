@@ -82,6 +82,7 @@ struct kafka_target {
     char health_msg[256];
     int64_t log_at_ms;
     unsigned log_dropped;
+    int64_t refresh_at_ms; /* last metadata look-up for an unknown topic (guarded by mlock) */
 };
 
 static int64_t mono_ms(void)
@@ -421,9 +422,11 @@ static bool topic_name_ok(const char *s, size_t len)
 
 static int header_of(void *ud, const char *name, size_t nlen, const char *v, size_t vlen)
 {
-    char hn[SL_EVENT_NAME_MAX + 4];
-    snprintf(hn, sizeof hn, "ce_%.*s", (int)nlen, name);
-    return rd_kafka_header_add(ud, hn, -1, v, (ssize_t)vlen) ? SL_ENOMEM : 0;
+    char hn[SL_EVENT_NAME_MAX + 4] = "ce_";
+    if (nlen > SL_EVENT_NAME_MAX)
+        nlen = SL_EVENT_NAME_MAX;
+    memcpy(hn + 3, name, nlen);
+    return rd_kafka_header_add(ud, hn, (ssize_t)nlen + 3, v, (ssize_t)vlen) ? SL_ENOMEM : 0;
 }
 
 /* One record, built from payload d. */
@@ -521,13 +524,19 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
         if (ct)
             rd_kafka_header_add(r->hdrs, "content-type", -1, ct, -1);
         rc = sl_ce_binary_attrs(pev, header_of, r->hdrs);
-        if (!rc)
+        bool as_is = sl_ce_binary_data_is_json(pev, ctype);
+        if (!rc && !as_is)
             rc = sl_ce_binary_data(pev, ctype, &r->own);
         free(ctype);
         if (rc)
             return rc;
-        r->value = (const char *)r->own.data;
-        r->value_len = r->own.len;
+        if (as_is && pev->data.type != SL_JSON_NONE) {
+            r->value = pev->data.p; /* inside the payload: no copy */
+            r->value_len = pev->data.len;
+        } else if (!as_is) {
+            r->value = (const char *)r->own.data;
+            r->value_len = r->own.len;
+        }
         break;
     }
     case SL_HTTP_BODY_STRUCTURED:
@@ -586,6 +595,27 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
         }
         rd_kafka_poll(t->rk, 10); /* delivery reports make room */
     }
+}
+
+/* produce() said the topic does not exist: librdkafka believes that until
+ * its next periodic metadata refresh (minutes), so ask the cluster now, at
+ * most once a second, and a topic created meanwhile is found at the rule's
+ * next retry. Caller holds rklock for reading. */
+static void refresh_topic(kafka_target *t, const char *topic)
+{
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&t->mlock);
+    bool due = now - t->refresh_at_ms >= 1000;
+    if (due)
+        t->refresh_at_ms = now;
+    pthread_mutex_unlock(&t->mlock);
+    rd_kafka_topic_t *rkt = due ? rd_kafka_topic_new(t->rk, topic, NULL) : NULL;
+    if (!rkt)
+        return;
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(t->rk, 0, rkt, &md, 1000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
 }
 
 static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
@@ -647,6 +677,8 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
                 rc = SL_EIO;
             } else if (err) {
                 rc = map_error(t, err, r.topic, why, sizeof why);
+                if (err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC)
+                    refresh_topic(t, r.topic);
             }
         }
         record_free(&r);

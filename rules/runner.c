@@ -511,13 +511,18 @@ static void round_deliver(worker *w, rule_run *rr, size_t n)
 
 /* Says (in last_error and the rate-limited log) why payloads of a round
  * will be retried. */
-static void note_retries(worker *w, consumer *c, size_t n)
+static void note_retries(worker *w, consumer *c, size_t n, bool fresh)
 {
     size_t k = 0, first = SIZE_MAX;
     int64_t off = c->pos;
-    for (size_t i = 0; i < n; i++)
-        if (w->todo[i] && w->reason[i] != SIZE_MAX && k++ == 0)
-            first = w->reason[i];
+    for (size_t i = 0; i < n; i++) {
+        if (!w->todo[i] || w->reason[i] == SIZE_MAX || k++)
+            continue;
+        first = w->reason[i];
+        off = !fresh               ? w->its[i]->offset
+              : w->out_src[i] >= 0 ? w->offs[w->out_src[i]]
+                                   : w->offs[0];
+    }
     if (!k)
         return;
     char msg[SL_ERROR_MAX + 64];
@@ -758,7 +763,7 @@ static void retry_due(worker *w, consumer *c)
     if (!n)
         return;
     round_deliver(w, rr, n);
-    note_retries(w, c, n);
+    note_retries(w, c, n, false);
     for (size_t i = 0; i < n; i++) {
         item *it = w->its[i];
         it->todo = w->todo[i];
@@ -1021,7 +1026,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     }
     if (n) {
         round_deliver(w, rr, n);
-        note_retries(w, c, n);
+        note_retries(w, c, n, true);
     }
     int64_t now_ms = sl_clock_now_ms();
     for (size_t i = 0; i < n; i++) {

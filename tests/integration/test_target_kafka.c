@@ -6,9 +6,10 @@
  * and values (CloudEvents Kafka binding), structured and data modes, lane
  * headers, record keys (partitionkey, subject, templates), topic templates,
  * every event delivered in order per key across broker outages, permanent
- * failures counted `failed`, a fast shutdown with every broker down, a new
- * producer after a fatal error, the target's health, and `sluice check`
- * refusing what librdkafka refuses. The harness is itest.h.
+ * failures counted `failed`, an unknown topic retried until it exists, a
+ * fast shutdown with every broker down, a new producer after a fatal error,
+ * the target's health, and `sluice check` refusing what librdkafka refuses.
+ * The harness is itest.h.
  */
 #include "itest.h"
 
@@ -762,6 +763,54 @@ static void test_shutdown_brokers_down(void **state)
     s->passed = true;
 }
 
+/* A topic the cluster says does not exist: retried (it may be created),
+ * and delivered once it exists, without waiting for librdkafka's periodic
+ * metadata refresh. */
+static void test_unknown_topic(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    mock_cmd("topicerror later 3"); /* UNKNOWN_TOPIC_OR_PART */
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "rule \"un\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"later\",\n"
+              "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000 } } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 3; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"u%d\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"data\":%d}\n",
+                      i, i);
+    json_decref(post_all(s, NULL, &b, 3));
+    sl_buf_free(&b);
+    const char *le = NULL;
+    json_t *st = NULL;
+    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(100)) {
+        json_decref(st);
+        st = rule_stats(s, "un");
+        le = json_string_value(json_object_get(st, "last_error"));
+        if (le && strstr(le, "may yet be created"))
+            break;
+    }
+    if (!le || !strstr(le, "topic later") || !strstr(le, "may yet be created") ||
+        stat_of(st, "failed") || stat_of(st, "delivered"))
+        fail_msg("an unknown topic: want a retryable error naming it: %s", json_dumps(st, 0));
+    json_decref(st);
+    mock_cmd("topicerror later 0"); /* now the cluster creates it when asked */
+    wait_caught_up(s, WAIT_S);
+    krecs rs = consume("later", 3);
+    assert_int_equal(rs.n, 3);
+    krecs_free(&rs);
+    st = rule_stats(s, "un");
+    if (stat_of(st, "delivered") != 3 || stat_of(st, "failed") != 0 || stat_of(st, "retries") < 1)
+        fail_msg("want delivered 3, failed 0, retries >= 1: %s", json_dumps(st, 0));
+    json_decref(st);
+    s->passed = true;
+}
+
 /* An idempotent-producer fatal error (the broker refuses the producer id):
  * the next batch makes a new producer, logged once, and everything is
  * delivered; nothing is counted failed. */
@@ -877,9 +926,9 @@ int main(void)
     if (it_init("test_target_kafka") || find_root())
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_binary),       T(test_structured_and_data),   T(test_permanent),
-        T(test_check),        T(test_shutdown_brokers_down), T(test_fatal_recreate),
-        T(test_outage_order),
+        T(test_binary),        T(test_structured_and_data),   T(test_permanent),
+        T(test_check),         T(test_shutdown_brokers_down), T(test_fatal_recreate),
+        T(test_unknown_topic), T(test_outage_order),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -16,6 +16,8 @@
  *                           initproducerid, or a Kafka ApiKey number) fail
  *                           with error CODE (a number: 10 is
  *                           MSG_SIZE_TOO_LARGE, -195 a dropped connection)
+ *   topicerror NAME CODE    metadata requests answer error CODE for topic
+ *                           NAME (3: UNKNOWN_TOPIC_OR_PART; 0 clears it)
  *   quit        stop (so does the end of stdin, or SIGTERM/SIGINT)
  *
  * Nothing is written to disk: the cluster lives in memory and dies with the
@@ -134,6 +136,9 @@ int main(int argc, char **argv)
                          : -1;
         } else if (strcmp(cmd, "topic") == 0 && got == 3) {
             rc = create_topic(mc, arg, n);
+        } else if (strcmp(cmd, "topicerror") == 0 && got == 3) {
+            rd_kafka_mock_topic_set_error(mc, arg, (rd_kafka_resp_err_t)n);
+            rc = 0;
         } else if (strcmp(cmd, "error") == 0 && got == 4 && count >= 1 && count <= 10000) {
             int api = api_key(arg);
             if (api >= 0) {

@@ -876,4 +876,7 @@ const sl_target_ops sl__target_kafka_ops = {
     .cancel = kafka_cancel,
     .check = kafka_check,
     .health = kafka_health,
+    /* Each call waits for its delivery reports (linger.ms and the acks):
+     * bigger calls share that wait among more records. */
+    .batch_hint = 4096,
 };

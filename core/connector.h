@@ -70,6 +70,11 @@ typedef struct sl_target_ops {
     /* Optional: the instance's health for GET /v1/rules: 0 healthy, or 1
      * with msg saying what is wrong (e.g. "all brokers are down"). */
     int (*health)(void *impl, char *msg, size_t len);
+    /* Payloads per deliver() call the target works best with (0: the
+     * runner's default, 512). A target whose every call waits a fixed time
+     * (a Kafka delivery report after linger.ms) asks for more so that the
+     * wait is shared by more events; the runner caps it at 8192. */
+    uint32_t batch_hint;
 } sl_target_ops;
 
 /* The built-in table for a target kind. */

@@ -29,8 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH_RECORDS 512          /* records per turn of one consumer */
-#define BATCH_BYTES (1u << 20)     /* or this many bytes of events */
+#define BATCH_RECORDS 512          /* records per turn of one consumer, by default */
+#define BATCH_RECORDS_MAX 8192     /* when its targets ask for more (batch_hint) */
+#define BATCH_EVENT_BYTES 2048     /* bytes of events per record of the limit */
 #define CURSOR_SYNC_NS 1000000000  /* fdatasync cursors at most once a second */
 #define BACKOFF_MIN_MS 1000        /* read and cursor errors: 1 s doubling … */
 #define BACKOFF_MAX_MS 30000       /* … up to 30 s */
@@ -116,6 +117,7 @@ struct rule_run {
     consumer *cons;
     int32_t nparts;
     counters ctr;
+    size_t batch_records;     /* records per turn: what its targets want */
     _Atomic uint64_t wrapped; /* dead letters made for payloads that are not events */
     pthread_mutex_t err_lock;
     char last_error[SL_ERROR_MAX];
@@ -904,7 +906,8 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     sl_record rec;
     int64_t last_taken = -1;
     bool batch_fn = rr->rc->transform_batch, at_end = false;
-    while (nev < BATCH_RECORDS && w->ev.len < BATCH_BYTES) {
+    size_t max_records = rr->batch_records, max_bytes = max_records * BATCH_EVENT_BYTES;
+    while (nev < max_records && w->ev.len < max_bytes) {
         rc = sl_store_reader_next(st, c->reader, &rec, &err);
         if (rc == SL_EEOF) {
             rc = 0;
@@ -967,7 +970,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         next = c->reader ? sl_store_reader_position(st, c->reader)
                          : (last_taken >= 0 ? last_taken + 1 : c->pos);
     }
-    if (!at_end && (nev == BATCH_RECORDS || w->ev.len >= BATCH_BYTES))
+    if (!at_end && (nev == max_records || w->ev.len >= max_bytes))
         *more = true;
     atomic_fetch_add(&c->ctr->read, nev);
     sl_input_ctx ictx = {.rule = rr->rc->name, .now_ms = sl_clock_now_ms()};
@@ -1249,10 +1252,16 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
     if (rc->ntargets > RULE_BIT)
         return sl_error_set(err, SL_EINVAL, "rule %s: at most %d targets", rc->name, RULE_BIT);
     rr->ntargets = rc->ntargets;
+    rr->batch_records = BATCH_RECORDS;
     for (size_t t = 0; t < rc->ntargets; t++) {
         target_inst *ti = &rr->targets[t];
         ti->kind = rc->targets[t].kind;
         ti->ops = sl_target_find(ti->kind);
+        /* A target that waits per call (a Kafka delivery report) moves more
+         * per turn; the others keep turns short (a cursor commit each). */
+        if (ti->ops->batch_hint > rr->batch_records)
+            rr->batch_records =
+                ti->ops->batch_hint < BATCH_RECORDS_MAX ? ti->ops->batch_hint : BATCH_RECORDS_MAX;
         size_t same = 0, nth = 0;
         for (size_t u = 0; u < rc->ntargets; u++)
             if (rc->targets[u].kind == ti->kind && (same++, u <= t))

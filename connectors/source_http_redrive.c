@@ -4,14 +4,142 @@
  * the server's redrive hook. Parameters `to` (required) and `max` come from
  * the query string (?to=SET&max=N) or a JSON body {"to": "SET", "max": N};
  * the query string wins when both give one.
+ *
+ * A redrive takes a while (minutes for a large set, plus waits while the
+ * destination is full), far too long for one of libmicrohttpd's few pool
+ * threads: the request is suspended, the redrive runs on a thread of its
+ * own, and the answer is queued when the thread resumes the connection (the
+ * path a durable ingest takes, source_http.c). The thread holds a reference
+ * to the request and counts in the server's active requests until it is
+ * done, so that sl_http_stop() waits for it; it gives the redrive the
+ * server's stopping flag, so that a stopping server ends the redrive at the
+ * next chunk and answers 503.
  */
 #include "connectors/source_http_internal.h"
 #include "core/json.h"
+#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/redrive.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One redrive handed to its thread. */
+typedef struct job {
+    sl_http_req *r;
+    char dlq[SL_SET_NAME_MAX + 1];
+    char to[SL_SET_NAME_MAX + 1];
+    uint64_t max;
+} job;
+
+/* {"error":code,"message":msg} into out (emptied first); returns the status. */
+static unsigned error_body(sl_buf *out, int rc, const char *msg)
+{
+    unsigned status;
+    const char *code;
+    switch (rc) {
+    case SL_ENOENT:
+        status = 404, code = "NoSuchSet";
+        break;
+    case SL_EINVAL:
+        status = 400, code = "InvalidRequest";
+        break;
+    case SL_EDEFERRED: /* another redrive of the set is running */
+        status = 409, code = "Conflict";
+        break;
+    case SL_EFULL:
+    case SL_ESHUTDOWN:
+        status = 503, code = "Unavailable";
+        break;
+    default:
+        status = 500, code = "RedriveFailed";
+        break;
+    }
+    out->len = 0;
+    int e = sl_buf_printf(out, "{\"error\":\"%s\",\"message\":", code);
+    size_t mark = out->len;
+    if (!e && sl_json_put_string(out, msg, strlen(msg))) { /* not UTF-8 */
+        out->len = mark;
+        e = sl_buf_append(out, "\"\"", 2);
+    }
+    if (!e)
+        e = sl_buf_append(out, "}\n", 2);
+    if (e) /* out of memory: an empty body still carries the status */
+        out->len = 0;
+    return status;
+}
+
+static void *job_main(void *arg)
+{
+    job *j = arg;
+    sl_http_req *r = j->r;
+    sl_http *h = r->h;
+    sl_redrive_set_stop(&h->stopping);
+    sl_buf out = SL_BUF_INIT;
+    sl_error err = {0};
+    int rc = h->hooks.redrive(h->hooks.ctx, j->dlq, j->to, j->max, &out, &err);
+    unsigned status = 200;
+    if (rc)
+        status = error_body(&out, rc, err.msg[0] ? err.msg : sl_strerror(rc));
+    free(j);
+    /* Answered by on_request() once resumed (r->ready), like a durable
+     * ingest; the lock orders this after the suspend. */
+    pthread_mutex_lock(&r->lock);
+    sl_buf_free(&r->resp);
+    r->resp = out;
+    r->resp_status = (int)status;
+    r->wait_status = 0;
+    r->ready = true;
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+    pthread_mutex_unlock(&r->lock);
+    sl__http_req_release(r);
+    /* Last: from here on, sl_http_stop() may free h. */
+    atomic_fetch_sub(&h->active, 1);
+    return NULL;
+}
+
+/* Starts the redrive on its own thread and suspends the request until the
+ * thread answers it. */
+static enum MHD_Result start_job(sl_http_req *r, const char *dlq, const char *to, uint64_t max)
+{
+    sl_http *h = r->h;
+    if (atomic_load(&h->stopping))
+        return sl__http_error(r, 503, "ShuttingDown", "the server is shutting down");
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    j->r = r;
+    snprintf(j->dlq, sizeof j->dlq, "%s", dlq);
+    snprintf(j->to, sizeof j->to, "%s", to);
+    j->max = max;
+    atomic_fetch_add(&r->refs, 1); /* the thread's */
+    atomic_fetch_add(&h->active, 1);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    pthread_mutex_lock(&r->lock);
+    int e = pthread_create(&t, &attr, job_main, j);
+    if (!e) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+    }
+    pthread_mutex_unlock(&r->lock);
+    pthread_attr_destroy(&attr);
+    if (e) {
+        free(j);
+        atomic_fetch_sub(&h->active, 1);
+        sl__http_req_release(r);
+        return sl__http_error(r, 503, "Unavailable", "cannot start the redrive: %s", strerror(e));
+    }
+    return MHD_YES;
+}
 
 /* Parses a non-negative decimal integer (max=0 means all). */
 static bool parse_max(const char *s, uint64_t *out)
@@ -97,22 +225,5 @@ enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name)
         return sl__http_error(r, 400, "InvalidSetName",
                               "\"%s\" is not a set name ([A-Za-z0-9._-]{1,128})", set_name);
 
-    sl_buf out = SL_BUF_INIT;
-    sl_error err = {0};
-    int rc = h->hooks.redrive(h->hooks.ctx, set_name, to, max, &out, &err);
-    if (!rc)
-        return sl__http_reply(r, 200, &out, "application/json", 0);
-    sl_buf_free(&out);
-    const char *msg = err.msg[0] ? err.msg : sl_strerror(rc);
-    switch (rc) {
-    case SL_ENOENT:
-        return sl__http_error(r, 404, "NoSuchSet", "%s", msg);
-    case SL_EINVAL:
-        return sl__http_error(r, 400, "InvalidRequest", "%s", msg);
-    case SL_EFULL:
-    case SL_ESHUTDOWN:
-        return sl__http_error(r, 503, "Unavailable", "%s", msg);
-    default:
-        return sl__http_error(r, 500, "RedriveFailed", "%s", msg);
-    }
+    return start_job(r, set_name, to, max);
 }

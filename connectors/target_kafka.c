@@ -12,15 +12,24 @@
  * templates), completes at once what it must refuse, and returns.
  *
  * Failures: what no retry can fix (a record larger than message.max.bytes,
- * an invalid topic name, a template attribute the event lacks, a payload
- * that is not a CloudEvent where one is needed) completes SL_EINVAL; all
- * else (timeouts, brokers down, an unknown topic, a full queue) completes
- * retryable, so the runner delivers again and nothing is dropped. After an
- * idempotent-producer fatal error the next deliver() makes a new producer.
+ * a timestamp the broker refuses, an invalid topic name, a template
+ * attribute the event lacks, a payload that is not a CloudEvent where one is
+ * needed) completes SL_EINVAL; all else (timeouts, brokers down, an unknown
+ * topic, a full queue) completes retryable, so the runner delivers again and
+ * nothing is dropped. A record that was never handed to librdkafka (held
+ * behind an earlier one of an ordered call, no producer) completes
+ * SL_EDEFERRED, and after cancel() whatever is not a real delivery outcome
+ * completes SL_ESHUTDOWN: neither uses up one of the rule's attempts. After
+ * an idempotent-producer fatal error the next deliver() makes a new producer.
+ *
+ * Every call with records in librdkafka is on a list, so that a producer
+ * destroyed with reports still missing (which a purge should rule out)
+ * completes them itself, exactly once, rather than leaving a rule worker
+ * waiting forever.
  *
  * Locking: rklock is read-held while producing and write-held to replace
- * the producer; the counters are atomics; the log rate limit has its own
- * mutex.
+ * the producer; the counters are atomics; the log rate limit and health
+ * text have one mutex, the list of calls another.
  */
 #include "connectors/ce_binding.h"
 #include "core/clock.h"
@@ -34,29 +43,42 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define CANCEL_GRACE_MS 2000    /* cancel(): records in flight get this long, then are purged */
 #define QUEUE_FULL_WAIT_MS 5000 /* produce() on a full queue is tried again this long */
 #define LOG_INTERVAL_MS 1000    /* at most one librdkafka log line per second per instance */
 #define TOPIC_MAX 249           /* Kafka's longest topic name */
+#define PURGE_LIMIT_MS 30000    /* drain(): reports missing this long after a purge are given up */
+#define PROBE_INTERVAL_MS 3000  /* brokers down and idle: ask for metadata this often */
+#define COPY_MAX_BYTES 1000000  /* message.copy.max.bytes: librdkafka's message.max.bytes default  \
+                                 */
 
 typedef struct kafka_target kafka_target;
 typedef struct kcall kcall;
 
-/* The opaque of one record: payload i of call. */
+/* The opaque of one record: payload i of call. queued: handed to
+ * librdkafka, its delivery report not served yet. ts_ms: the record's
+ * timestamp (the event's time), -1 for "now" (librdkafka does not report it
+ * for a failed record). */
 typedef struct kslot {
     kcall *call;
     size_t i;
+    atomic_bool queued;
+    int64_t ts_ms;
 } kslot;
 
 /* One deliver() call. refs: payloads not completed, plus one held by
- * deliver() while it produces. */
+ * deliver() while it produces. On t's list of calls (prev, next; guarded by
+ * t->clock) from its start to its last completion. */
 struct kcall {
     kafka_target *t;
     sl_deliver_done_fn *done;
     void *ctx;
     atomic_size_t refs;
+    size_t n;
+    kcall *prev, *next;
     kslot slot[];
 };
 
@@ -76,10 +98,14 @@ struct kafka_target {
     atomic_bool fatal;         /* a fatal error: the next deliver() makes a new producer */
     atomic_bool no_producer;   /* making a new one failed: the next deliver() tries again */
     atomic_size_t outstanding; /* records produced, not reported */
+    atomic_bool abandoned;     /* drain() completed the rest itself: ignore late reports */
+    pthread_mutex_t clock;     /* guards calls */
+    kcall *calls;              /* every call not completed yet */
     /* health: GET /v1/rules */
     atomic_bool brokers_down;
-    pthread_mutex_t mlock; /* guards health_msg and the log rate limit */
-    char health_msg[256];
+    pthread_mutex_t mlock; /* guards health_msg, down_msg and the log rate limit */
+    char health_msg[256];  /* a fatal error, or why there is no producer */
+    char down_msg[256];    /* while brokers_down */
     int64_t log_at_ms;
     unsigned log_dropped;
     int64_t refresh_at_ms; /* last metadata look-up for an unknown topic (guarded by mlock) */
@@ -130,10 +156,38 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
 
 /* ---- completion ------------------------------------------------------------------ */
 
+static void call_link(kcall *c)
+{
+    kafka_target *t = c->t;
+    pthread_mutex_lock(&t->clock);
+    c->prev = NULL;
+    c->next = t->calls;
+    if (t->calls)
+        t->calls->prev = c;
+    t->calls = c;
+    pthread_mutex_unlock(&t->clock);
+}
+
+/* Caller holds t->clock. */
+static void call_unlink(kcall *c)
+{
+    kafka_target *t = c->t;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        t->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+}
+
 static void call_unref(kcall *c)
 {
-    if (atomic_fetch_sub(&c->refs, 1) == 1)
+    if (atomic_fetch_sub(&c->refs, 1) == 1) {
+        pthread_mutex_lock(&c->t->clock);
+        call_unlink(c);
+        pthread_mutex_unlock(&c->t->clock);
         free(c);
+    }
 }
 
 static void complete(kcall *c, size_t i, int status, const char *reason)
@@ -142,12 +196,26 @@ static void complete(kcall *c, size_t i, int status, const char *reason)
     call_unref(c);
 }
 
-/* Maps a librdkafka error for a record to topic to a completion status,
- * with the reason in why. */
-static int map_error(kafka_target *t, rd_kafka_resp_err_t err, const char *topic, char *why,
-                     size_t len)
+/* A record timestamp (ms since the epoch) as RFC 3339 UTC text. */
+static void format_ts(int64_t ms, char *out, size_t len)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms < 0 || !gmtime_r(&secs, &tm)) {
+        snprintf(out, len, "%lld ms", (long long)ms);
+        return;
+    }
+    snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+/* Maps a librdkafka error for a record to topic (timestamp ts_ms, -1 when
+ * not known) to a completion status, with the reason in why. */
+static int map_error(kafka_target *t, rd_kafka_resp_err_t err, const char *topic, int64_t ts_ms,
+                     char *why, size_t len)
 {
     const char *es = rd_kafka_err2str(err);
+    char ts[64];
     switch (err) {
     case RD_KAFKA_RESP_ERR_NO_ERROR:
         return 0;
@@ -158,15 +226,35 @@ static int map_error(kafka_target *t, rd_kafka_resp_err_t err, const char *topic
                  "broker's limit; it is not retried)",
                  topic, es);
         return SL_EINVAL;
+    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+        /* The event's time is outside the broker's
+         * log.message.timestamp.difference.max.ms: every retry would be refused too. */
+        format_ts(ts_ms, ts, sizeof ts);
+        snprintf(why, len,
+                 "target.kafka: topic %s: %s (the record's timestamp %s, the event's time, is "
+                 "outside what the broker accepts; not retried)",
+                 topic, es, ts_ms >= 0 ? ts : "(not known)");
+        return SL_EINVAL;
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
     case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-        snprintf(why, len, "target.kafka: topic %s: %s (not retried)", topic, es);
+        snprintf(why, len,
+                 "target.kafka: topic %s: %s (the broker refuses the record; not "
+                 "retried)",
+                 topic, es);
         return SL_EINVAL;
     case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
     case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
         if (atomic_load(&t->stopping)) {
             snprintf(why, len, "target.kafka: shutting down");
             return SL_ESHUTDOWN;
+        }
+        if (err == RD_KAFKA_RESP_ERR__PURGE_QUEUE) { /* never sent: no attempt used */
+            snprintf(why, len,
+                     "target.kafka: topic %s: not sent: %s (the producer is being "
+                     "replaced)",
+                     topic, es);
+            return SL_EDEFERRED;
         }
         snprintf(why, len, "target.kafka: topic %s: %s (retried)", topic, es);
         return SL_EIO;
@@ -186,6 +274,10 @@ static int map_error(kafka_target *t, rd_kafka_resp_err_t err, const char *topic
     case RD_KAFKA_RESP_ERR__FATAL: {
         char fe[256] = "";
         atomic_store(&t->fatal, true);
+        if (atomic_load(&t->stopping)) { /* not re-created: not the record's fault */
+            snprintf(why, len, "target.kafka: shutting down (after a fatal producer error)");
+            return SL_ESHUTDOWN;
+        }
         if (t->rk)
             rd_kafka_fatal_error(t->rk, fe, sizeof fe);
         snprintf(why, len,
@@ -206,12 +298,15 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)rk;
     kafka_target *t = opaque;
     kslot *s = m->_private;
-    if (!s)
+    /* abandoned: drain() completed every record itself and s may be freed. */
+    if (!s || atomic_load(&t->abandoned))
         return;
     char why[SL_ERROR_MAX];
-    int status = map_error(t, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : "?", why, sizeof why);
+    int status =
+        map_error(t, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : "?", s->ts_ms, why, sizeof why);
     if (!status)
         atomic_store(&t->brokers_down, false);
+    atomic_store(&s->queued, false);
     atomic_fetch_sub(&t->outstanding, 1);
     complete(s->call, s->i, status, why);
 }
@@ -235,7 +330,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     }
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
         pthread_mutex_lock(&t->mlock);
-        snprintf(t->health_msg, sizeof t->health_msg, "all brokers are down (%s)", reason);
+        snprintf(t->down_msg, sizeof t->down_msg, "all brokers are down (%s)", reason);
         pthread_mutex_unlock(&t->mlock);
         atomic_store(&t->brokers_down, true);
     }
@@ -244,12 +339,32 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 /* ---- the producer ------------------------------------------------------------------ */
 
+/* Whether a property's value may be a secret (passwords, keys, tokens):
+ * then no message quotes it. */
+static bool sensitive(const char *name)
+{
+    static const char *const words[] = {"password", "secret", "sasl.oauthbearer", "ssl.key",
+                                        "jaas"};
+    for (size_t w = 0; w < sizeof words / sizeof *words; w++) {
+        size_t n = strlen(words[w]);
+        for (const char *p = name; *p; p++)
+            if (strncasecmp(p, words[w], n) == 0)
+                return true;
+    }
+    return false;
+}
+
 static int conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, sl_error *err)
 {
     char es[512];
-    if (rd_kafka_conf_set(conf, name, value, es, sizeof es) != RD_KAFKA_CONF_OK)
-        return sl_error_set(err, SL_EINVAL, "property %s: %s", name, es); /* no value: secrets */
-    return 0;
+    rd_kafka_conf_res_t res = rd_kafka_conf_set(conf, name, value, es, sizeof es);
+    if (res == RD_KAFKA_CONF_OK)
+        return 0;
+    /* librdkafka's message quotes the value ("Invalid value \"…\" for …"). */
+    if (sensitive(name))
+        return sl_error_set(err, SL_EINVAL, "property %s: %s", name,
+                            res == RD_KAFKA_CONF_UNKNOWN ? "no such property" : "invalid value");
+    return sl_error_set(err, SL_EINVAL, "property %s: %s", name, es);
 }
 
 /* Applies one "name=value" property line. Returns 0, or SL_EINVAL with err. */
@@ -257,11 +372,40 @@ static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err
 {
     const char *eq = strchr(line, '=');
     char name[256];
-    if (!eq || (size_t)(eq - line) >= sizeof name)
-        return sl_error_set(err, SL_EINVAL, "property \"%s\": want name=value", line);
+    if (!eq)
+        return sl_error_set(err, SL_EINVAL, "property \"%.64s\": want name=value", line);
+    if ((size_t)(eq - line) >= sizeof name) /* the name only: what follows may be a secret */
+        return sl_error_set(err, SL_EINVAL, "property \"%.64s…\": the name is too long", line);
     memcpy(name, line, (size_t)(eq - line));
     name[eq - line] = '\0';
     return conf_set(conf, name, eq + 1, err);
+}
+
+/* Whether the properties set name themselves. */
+static bool user_sets(const sl_target_config *cfg, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < cfg->nproperties; i++)
+        if (strncmp(cfg->properties[i], name, n) == 0 && cfg->properties[i][n] == '=')
+            return true;
+    return false;
+}
+
+/* librdkafka copies a payload into its request buffer only up to
+ * message.copy.max.bytes and otherwise points at it; a purge of requests in
+ * flight reports their records while a buffer may still point at the
+ * payload, which the runner may free by then. So every payload is copied:
+ * message.copy.max.bytes is raised to message.max.bytes, unless the
+ * properties set it. Returns 0, or SL_EINVAL with err. */
+static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_error *err)
+{
+    char v[32];
+    size_t len = sizeof v;
+    if (user_sets(cfg, "message.copy.max.bytes") ||
+        rd_kafka_conf_get(conf, "message.max.bytes", v, &len) != RD_KAFKA_CONF_OK)
+        return 0;
+    long long max = atoll(v);
+    return max > COPY_MAX_BYTES ? conf_set(conf, "message.copy.max.bytes", v, err) : 0;
 }
 
 /* Fills conf from cfg: sluice's defaults first, then compression and the
@@ -277,6 +421,10 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_e
         rc = conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
     if (!rc)
         rc = conf_set(conf, "linger.ms", "5", err);
+    if (!rc) { /* see raise_copy_max() */
+        snprintf(num, sizeof num, "%d", COPY_MAX_BYTES);
+        rc = conf_set(conf, "message.copy.max.bytes", num, err);
+    }
     if (!rc)
         rc = conf_set(conf, "compression.type", cfg->compression ? cfg->compression : "zstd", err);
     snprintf(num, sizeof num, "%lld", (long long)cfg->timeout_ms);
@@ -286,7 +434,29 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_e
         rc = conf_set(conf, "bootstrap.servers", cfg->brokers, err);
     for (size_t i = 0; !rc && i < cfg->nproperties; i++)
         rc = apply_property(conf, cfg->properties[i], err);
+    if (!rc)
+        rc = raise_copy_max(conf, cfg, err);
     return rc;
+}
+
+/* Hides the values of sensitive properties in a librdkafka message. */
+static void redact(char *msg, const sl_target_config *cfg)
+{
+    for (size_t i = 0; i < cfg->nproperties; i++) {
+        const char *line = cfg->properties[i], *eq = strchr(line, '=');
+        char name[256];
+        if (!eq || (size_t)(eq - line) >= sizeof name)
+            continue;
+        memcpy(name, line, (size_t)(eq - line));
+        name[eq - line] = '\0';
+        size_t vl = strlen(eq + 1);
+        if (vl < 4 || !sensitive(name))
+            continue;
+        for (char *p = strstr(msg, eq + 1); p; p = strstr(p + 3, eq + 1)) {
+            memcpy(p, "***", 3);
+            memmove(p + 3, p + vl, strlen(p + vl) + 1);
+        }
+    }
 }
 
 static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
@@ -312,28 +482,52 @@ static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
     if (!rk) {
         rd_kafka_conf_destroy(conf);
+        redact(es, t->cfg);
         sl_error_set(err, SL_EINVAL, "target.kafka: %s", es);
+        return NULL;
+    }
+    /* A fixed topic is made known now: librdkafka then asks for its
+     * metadata at once, where a topic first named by a produce call waits
+     * for the next scan (a second), which a rule catching up would pay. */
+    if (!t->topic_templ) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, t->cfg->topic, NULL);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
     }
     return rk;
 }
 
+/* librdkafka says when every broker is down, but not when one is back: while
+ * it is down and nothing is outstanding (a delivery report says so too),
+ * ask for the cluster's metadata; an answer means a broker is up. */
+static void probe_brokers(kafka_target *t)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(t->rk, 0, NULL, &md, 1000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    rd_kafka_metadata_destroy(md);
+    atomic_store(&t->brokers_down, false);
+}
+
 /* The poll thread: serves delivery reports and errors; after cancel() it
- * purges what did not finish within the grace. */
+ * purges, on every turn, what did not finish within the grace (a deliver()
+ * already past its stopping check may queue a record after a purge). */
 static void *poll_thread(void *arg)
 {
     kafka_target *t = arg;
-    int64_t deadline = -1;
-    bool purged = false;
+    int64_t deadline = -1, probe_at = mono_ms();
     while (!atomic_load(&t->poll_stop)) {
         rd_kafka_poll(t->rk, 50);
-        if (atomic_load(&t->hurry) && !purged) {
-            int64_t now = mono_ms();
+        int64_t now = mono_ms();
+        if (atomic_load(&t->hurry)) {
             if (deadline < 0)
                 deadline = now + CANCEL_GRACE_MS;
-            if (atomic_load(&t->outstanding) == 0 || now >= deadline) {
+            if (now >= deadline && atomic_load(&t->outstanding) > 0)
                 rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-                purged = true;
-            }
+        } else if (atomic_load(&t->brokers_down) && atomic_load(&t->outstanding) == 0 &&
+                   now - probe_at >= PROBE_INTERVAL_MS) {
+            probe_at = now;
+            probe_brokers(t);
         }
     }
     return NULL;
@@ -355,18 +549,67 @@ static void stop_polling(kafka_target *t)
     t->polling = false;
 }
 
+/* Completes every record still in librdkafka with SL_ESHUTDOWN, exactly
+ * once: on_delivery() ignores whatever report comes later (abandoned, until
+ * the producer is destroyed). Caller holds rklock for writing, with the poll
+ * thread stopped, so no report is being served. */
+static void abandon(kafka_target *t)
+{
+    atomic_store(&t->abandoned, true);
+    pthread_mutex_lock(&t->clock);
+    for (kcall *c = t->calls, *next; c; c = next) {
+        next = c->next;
+        size_t k = 0;
+        for (size_t i = 0; i < c->n; i++)
+            if (atomic_exchange(&c->slot[i].queued, false)) {
+                c->done(c->ctx, i, SL_ESHUTDOWN,
+                        "target.kafka: shutting down (no delivery report after a purge)");
+                k++;
+            }
+        atomic_fetch_sub(&t->outstanding, k);
+        if (k && atomic_fetch_sub(&c->refs, k) == k) {
+            call_unlink(c);
+            free(c);
+        }
+    }
+    pthread_mutex_unlock(&t->clock);
+}
+
 /* Serves delivery reports in this thread until none is outstanding or
- * limit_ms passed; then purges and serves the purged ones. */
+ * limit_ms passed; then purges and serves the purged ones (a purge reports
+ * every record it removes). Should reports still be missing after
+ * PURGE_LIMIT_MS, abandon() completes them, so that the producer can be
+ * destroyed without leaving a payload uncompleted. Caller holds rklock for
+ * writing, with the poll thread stopped. */
 static void drain(kafka_target *t, int64_t limit_ms)
 {
     int64_t end = mono_ms() + limit_ms;
     while (atomic_load(&t->outstanding) && mono_ms() < end)
         rd_kafka_poll(t->rk, 20);
-    if (atomic_load(&t->outstanding)) {
-        rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        for (end = mono_ms() + 5000; atomic_load(&t->outstanding) && mono_ms() < end;)
-            rd_kafka_poll(t->rk, 20);
+    int64_t purge_at = 0;
+    for (end = mono_ms() + PURGE_LIMIT_MS; atomic_load(&t->outstanding) && mono_ms() < end;) {
+        if (mono_ms() >= purge_at) {
+            rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+            purge_at = mono_ms() + 1000;
+        }
+        rd_kafka_poll(t->rk, 20);
     }
+    size_t left = atomic_load(&t->outstanding);
+    if (left) {
+        log_line(t,
+                 "%zu record(s) without a delivery report %d s after a purge; completed as "
+                 "shutting down",
+                 left, PURGE_LIMIT_MS / 1000);
+        abandon(t);
+    }
+}
+
+/* Destroys the producer after drain(); late reports are served no more. */
+static void destroy_producer(kafka_target *t)
+{
+    rd_kafka_destroy(t->rk);
+    t->rk = NULL;
+    atomic_store(&t->abandoned, false);
 }
 
 /* After a fatal error: completes what the old producer held (retryable) and
@@ -378,8 +621,7 @@ static void recreate(kafka_target *t)
     if (t->rk) {
         stop_polling(t);
         drain(t, 0);
-        rd_kafka_destroy(t->rk);
-        t->rk = NULL;
+        destroy_producer(t);
     }
     sl_error err = {0};
     t->rk = make_producer(t, &err);
@@ -399,6 +641,7 @@ static void recreate(kafka_target *t)
     fprintf(stderr, "sluice: rule %s: target.kafka: made a new producer after a fatal error\n",
             t->rule);
     atomic_store(&t->fatal, false);
+    atomic_store(&t->brokers_down, false); /* the new one says so again if they are */
     pthread_mutex_lock(&t->mlock);
     t->health_msg[0] = '\0';
     pthread_mutex_unlock(&t->mlock);
@@ -567,12 +810,19 @@ static int64_t queue_wait_ms(const kafka_target *t)
 static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *r, bool *full)
 {
     int64_t end = *full ? 0 : -1;
-    /* A payload outlives its completion (the connector contract): librdkafka
-     * may point into it without a copy. */
+    /* The payload's bytes are valid only until every payload of this call
+     * completed (the connector contract), and this record's delivery report
+     * is one of those completions, so librdkafka's message may point into
+     * them without a copy: the message is not used after its report. A value
+     * of our own (r->own) is freed when deliver() returns: copied. What a
+     * request buffer might still reference after a purge is covered by
+     * message.copy.max.bytes (raise_copy_max()). */
     int flags = r->value == (const char *)r->own.data ? RD_KAFKA_MSG_F_COPY : 0;
     for (;;) {
         atomic_fetch_add(&t->outstanding, 1);
         atomic_fetch_add(&c->refs, 1);
+        c->slot[i].ts_ms = r->ts_ms ? r->ts_ms : -1;
+        atomic_store(&c->slot[i].queued, true); /* before: its report may come at once */
         rd_kafka_resp_err_t err = rd_kafka_producev(
             t->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(flags),
             RD_KAFKA_V_VALUE((void *)r->value, r->value_len),
@@ -582,6 +832,7 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
             r->hdrs = NULL;
             return err;
         }
+        atomic_store(&c->slot[i].queued, false);
         atomic_fetch_sub(&t->outstanding, 1);
         atomic_fetch_sub(&c->refs, 1); /* deliver() still holds its own */
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || atomic_load(&t->stopping))
@@ -634,9 +885,14 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
     c->t = t;
     c->done = done;
     c->ctx = ctx;
+    c->n = n;
     atomic_init(&c->refs, 1);
-    for (size_t i = 0; i < n; i++)
-        c->slot[i] = (kslot){c, i};
+    for (size_t i = 0; i < n; i++) {
+        c->slot[i].call = c;
+        c->slot[i].i = i;
+        atomic_init(&c->slot[i].queued, false);
+    }
+    call_link(c);
     if (atomic_load(&t->fatal) || atomic_load(&t->no_producer)) {
         pthread_rwlock_wrlock(&t->rklock);
         if (!atomic_load(&t->stopping))
@@ -645,22 +901,24 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
     }
     pthread_rwlock_rdlock(&t->rklock);
     char why[SL_ERROR_MAX], held[SL_ERROR_MAX];
-    int hold = 0; /* ordered: a record could not be queued, so the rest wait too */
+    bool hold = false; /* ordered: a record could not be queued, so the rest wait too */
     bool full = false;
     for (size_t i = 0; i < n; i++) {
-        if (hold) {
-            atomic_fetch_add(&c->refs, 1);
-            complete(c, i, hold, held);
-            continue;
-        }
         if (atomic_load(&t->stopping)) {
             atomic_fetch_add(&c->refs, 1);
             complete(c, i, SL_ESHUTDOWN, "target.kafka: shutting down");
             continue;
         }
+        if (hold) { /* never produced: uses up no attempt */
+            atomic_fetch_add(&c->refs, 1);
+            complete(c, i, SL_EDEFERRED, held);
+            continue;
+        }
         if (!t->rk) {
             atomic_fetch_add(&c->refs, 1);
-            complete(c, i, SL_EIO, "target.kafka: no producer (making one failed; retried)");
+            complete(c, i, SL_EDEFERRED,
+                     "target.kafka: not sent: no producer (making one failed; the next "
+                     "delivery tries again)");
             continue;
         }
         record r = {0};
@@ -669,14 +927,17 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
             snprintf(why, sizeof why, "target.kafka: out of memory");
         if (!rc) {
             rd_kafka_resp_err_t err = produce(t, c, i, &r, &full);
-            if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && atomic_load(&t->stopping)) {
+                snprintf(why, sizeof why, "target.kafka: shutting down");
+                rc = SL_ESHUTDOWN;
+            } else if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 snprintf(why, sizeof why,
                          "target.kafka: topic %s: %s (for %d ms: queue.buffering.max.messages/"
                          "kbytes reached; retried)",
                          r.topic, rd_kafka_err2str(err), (int)queue_wait_ms(t));
                 rc = SL_EIO;
             } else if (err) {
-                rc = map_error(t, err, r.topic, why, sizeof why);
+                rc = map_error(t, err, r.topic, r.ts_ms ? r.ts_ms : -1, why, sizeof why);
                 if (err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC)
                     refresh_topic(t, r.topic);
             }
@@ -686,10 +947,13 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
             atomic_fetch_add(&c->refs, 1);
             complete(c, i, rc, why);
         }
-        if (rc && rc != SL_EINVAL && t->cfg->ordered) {
+        if (rc && rc != SL_EINVAL && rc != SL_ESHUTDOWN && t->cfg->ordered) {
             /* Queuing the later records would put them ahead of this one. */
-            hold = rc;
-            snprintf(held, sizeof held, "target.kafka: not sent after an earlier record: %s", why);
+            hold = true;
+            snprintf(held, sizeof held,
+                     "target.kafka: not sent: an earlier record of its batch could not be "
+                     "queued (%s)",
+                     why);
         }
     }
     pthread_rwlock_unlock(&t->rklock);
@@ -708,6 +972,7 @@ static void free_target(kafka_target *t)
     free(t->hname);
     free(t->hvalue);
     free(t->rule);
+    pthread_mutex_destroy(&t->clock);
     pthread_mutex_destroy(&t->mlock);
     pthread_rwlock_destroy(&t->rklock);
     free(t);
@@ -748,6 +1013,7 @@ static int kafka_open(const sl_target_config *cfg, const sl_target_env *env, voi
     if (!t)
         return sl_error_set(err, SL_ENOMEM, "target.kafka: out of memory");
     pthread_mutex_init(&t->mlock, NULL);
+    pthread_mutex_init(&t->clock, NULL);
     pthread_rwlock_init(&t->rklock, NULL);
     t->cfg = cfg;
     t->topic_templ = sl_ce_has_placeholder(cfg->topic);
@@ -792,11 +1058,19 @@ static void kafka_close(void *impl)
          * cancel grace), then are purged. */
         drain(t, atomic_load(&t->hurry) ? CANCEL_GRACE_MS : t->cfg->timeout_ms + 1000);
         rd_kafka_flush(t->rk, 1000);
-        rd_kafka_destroy(t->rk);
-        t->rk = NULL;
+        destroy_producer(t);
     }
     pthread_rwlock_unlock(&t->rklock);
     free_target(t);
+}
+
+/* check()'s producer says nothing: what matters is rd_kafka_new()'s error. */
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    (void)level;
+    (void)fac;
+    (void)buf;
 }
 
 /* Adds a problem to what check() reports. */
@@ -835,19 +1109,41 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
         }
     }
     /* librdkafka's own checks, on a scratch configuration: the settings
-     * sluice makes, then each property alone. */
+     * sluice makes, then each property alone. Conflicts between properties
+     * (max.in.flight.requests.per.connection or acks against
+     * enable.idempotence) are found only by rd_kafka_new(): when every
+     * setting was taken, a producer is made (without brokers: it connects to
+     * nothing, and its log is silenced) and destroyed. */
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    bool oom = !conf;
     if (conf) {
+        size_t before = b.len;
         sl_target_config base = *cfg;
         base.nproperties = 0;
+        base.brokers = NULL;
         if (apply_config(conf, &base, &e))
             add_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))
                 add_problem(&b, e.msg);
-        rd_kafka_conf_destroy(conf);
+        if (b.len == before && raise_copy_max(conf, cfg, &e))
+            add_problem(&b, e.msg);
+        if (b.len == before) {
+            char es[512];
+            rd_kafka_conf_set_log_cb(conf, quiet_log);
+            rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
+            if (rk) {
+                rd_kafka_destroy(rk); /* it owned conf */
+                conf = NULL;
+            } else {
+                redact(es, cfg);
+                add_problem(&b, es);
+            }
+        }
+        if (conf)
+            rd_kafka_conf_destroy(conf);
     }
-    int rc = !conf ? SL_ENOMEM : b.len ? SL_EINVAL : 0;
+    int rc = oom ? SL_ENOMEM : b.len ? SL_EINVAL : 0;
     if (rc == SL_ENOMEM)
         sl_error_set(err, rc, "out of memory");
     else if (rc)
@@ -859,10 +1155,12 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
 static int kafka_health(void *impl, char *msg, size_t len)
 {
     kafka_target *t = impl;
-    if (!atomic_load(&t->fatal) && !atomic_load(&t->brokers_down) && !atomic_load(&t->no_producer))
+    bool broken = atomic_load(&t->fatal) || atomic_load(&t->no_producer);
+    if (!broken && !atomic_load(&t->brokers_down))
         return 0;
     pthread_mutex_lock(&t->mlock);
-    snprintf(msg, len, "%s", t->health_msg[0] ? t->health_msg : "no producer");
+    const char *m = broken ? t->health_msg : t->down_msg;
+    snprintf(msg, len, "%s", m[0] ? m : broken ? "no producer" : "all brokers are down");
     pthread_mutex_unlock(&t->mlock);
     return 1;
 }

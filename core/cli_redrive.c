@@ -26,7 +26,8 @@ static const char redrive_usage[] =
     "  attributes the rule added when it gave up (sluiceerror, sluiceattempts,\n"
     "  sluicerule, sluicetarget, sluicefailedat, sluicereplay), keeping each\n"
     "  event's lane and partition key. Each event is moved once: a second run moves\n"
-    "  only events dead-lettered since the first.\n"
+    "  only events dead-lettered since the first. One redrive of a set runs at a\n"
+    "  time: another one meanwhile fails at once (409).\n"
     "  --to SET        the set to move the events to (required; must exist)\n"
     "  --max N         move at most N events (default: all)\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_CLI_HTTP_DEFAULT_SERVER "\n";
@@ -142,6 +143,13 @@ int sl_cli_redrive_main(int argc, char **argv)
     } else if (h.status != 200) {
         sl_cli_http_describe(h.status, &h.body, msg, sizeof msg);
         fprintf(stderr, "sluice redrive: %s\n", msg);
+        /* Events moved before a failure stay moved: running it again moves
+         * only the rest. */
+        if (h.status == 409)
+            fprintf(stderr, "sluice redrive: run it again once that redrive is done\n");
+        else if (h.status == 503 || h.status == 500)
+            fprintf(stderr, "sluice redrive: the events moved so far stay moved; run it again "
+                            "to move the rest\n");
     } else {
         rc = print_summary(&h.body, dlq, to);
     }

@@ -202,7 +202,8 @@ static const key kafka_target_keys[] = {
     {"brokers", K_STRING, FIELD(sl_target_config, brokers), 0, 0, "required",
      "bootstrap servers, `\"host:9092,host2:9092\"`"},
     {"topic", K_STRING, FIELD(sl_target_config, topic), 0, 0, "required",
-     "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{lane}\"`"},
+     "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{type}\"` "
+     "(an event without the attribute is refused, permanently)"},
     {"key", K_STRING, FIELD(sl_target_config, key), 0, 0, "partitionkey, else subject",
      "the record key, a template like `topic` (an event without the attribute is refused, "
      "permanently)"},

@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,9 @@
 /* How long a full destination may refuse events before the redrive gives up
  * (ms without any event accepted). */
 #define FULL_WAIT_MS 30000
+/* How long the Databus writer may take to append buffered events (ms
+ * without progress) before the redrive gives up without moving the position. */
+#define WRITE_WAIT_MS 30000
 /* Skipped events listed in the answer (all are counted). */
 #define SKIP_LIST_MAX 20
 
@@ -42,7 +46,6 @@ typedef struct active {
 } active;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static active *g_active;
 
 static bool is_active(const char *dlq)
@@ -53,15 +56,19 @@ static bool is_active(const char *dlq)
     return false;
 }
 
-static void claim(active *me, const char *dlq)
+/* Registers a redrive of dlq; false when one is running already. A second
+ * redrive does not wait for the first: an HTTP caller gets 409 at once. */
+static bool claim(active *me, const char *dlq)
 {
     pthread_mutex_lock(&g_lock);
-    while (is_active(dlq))
-        pthread_cond_wait(&g_cond, &g_lock);
-    me->dlq = dlq;
-    me->next = g_active;
-    g_active = me;
+    bool ok = !is_active(dlq);
+    if (ok) {
+        me->dlq = dlq;
+        me->next = g_active;
+        g_active = me;
+    }
     pthread_mutex_unlock(&g_lock);
+    return ok;
 }
 
 static void release(active *me)
@@ -73,8 +80,22 @@ static void release(active *me)
             break;
         }
     }
-    pthread_cond_broadcast(&g_cond);
     pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- stopping ---------------------------------------------------------------------- */
+
+/* The stop flag of the redrives this thread runs (sl_redrive_set_stop()). */
+static _Thread_local const _Atomic bool *t_stop;
+
+void sl_redrive_set_stop(const _Atomic bool *stop)
+{
+    t_stop = stop;
+}
+
+static bool stopping(void)
+{
+    return t_stop && atomic_load(t_stop);
 }
 
 /* ---- waiting for the destination's acknowledgements --------------------------------- */
@@ -136,6 +157,7 @@ typedef struct redrive {
     sl_databus_event evs[CHUNK_EVENTS];
     sl_databus_result res[CHUNK_EVENTS];
     waiter w;
+    int64_t *need; /* per destination partition: end offset a buffered publish awaits, or 0 */
     uint64_t redriven, skipped;
     sl_buf skips; /* the first SKIP_LIST_MAX skipped events, JSON objects joined by ',' */
     sl_event ev;  /* last: large */
@@ -182,6 +204,10 @@ static int stage(redrive *rd, const sl_record *rec, int32_t part, int64_t now_ms
     sl_json_tok obj, k, v;
     if (!rec->value)
         return skip(rd, part, rec->offset, "the record holds no event");
+    if (rec->lane_len > SL_EVENT_LANE_MAX) {
+        snprintf(why, sizeof why, "its lane is longer than %d bytes", SL_EVENT_LANE_MAX);
+        return skip(rd, part, rec->offset, why);
+    }
     if (sl_json_validate((const char *)rec->value, rec->value_len, SL_JSON_DEPTH_LIMIT, &obj, &e) ||
         obj.type != SL_JSON_OBJECT) {
         snprintf(why, sizeof why, "not a JSON object%s%s", e.msg[0] ? ": " : "", e.msg);
@@ -210,11 +236,10 @@ static int stage(redrive *rd, const sl_record *rec, int32_t part, int64_t now_ms
 
     sl_event_limits lim = {.max_bytes = rd->to->cfg.max_event_bytes,
                            .generate_ids = rd->to->cfg.generate_ids};
-    char lane[SL_EVENT_LANE_MAX + 1] = "";
-    if (rec->lane_len <= SL_EVENT_LANE_MAX) {
+    char lane[SL_EVENT_LANE_MAX + 1];
+    if (rec->lane_len)
         memcpy(lane, rec->lane, rec->lane_len);
-        lane[rec->lane_len] = '\0';
-    }
+    lane[rec->lane_len] = '\0';
     sl_event *ev = &rd->ev;
     sl_event_status st = sl_event_parse((const char *)rd->tmp.data, rd->tmp.len, &lim, ev, &e);
     if (st == SL_EVENT_OK)
@@ -247,9 +272,14 @@ static void sleep_ms(long ms)
         ;
 }
 
+static int stopped_error(sl_error *err)
+{
+    return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
+}
+
 /* Publishes evs[0..n), waiting while the destination is full. Returns 0
- * (queued: durable completions are counted in rd->w), SL_ETOOBIG, or another
- * error with err. */
+ * (queued: durable completions are counted in rd->w, buffered events noted
+ * in rd->need), SL_ETOOBIG, or another error with err. */
 static int publish(redrive *rd, sl_databus_event *evs, size_t n, sl_error *err)
 {
     int64_t idle_since = sl_clock_mono_ns();
@@ -259,18 +289,92 @@ static int publish(redrive *rd, sl_databus_event *evs, size_t n, sl_error *err)
         int rc = sl_databus_publish(rd->bus, rd->to, evs, n, rd->res, publish_done, &rd->w, &e);
         if (rc != 1)
             add_pending(&rd->w, -1);
+        if (rc == 0) { /* ack = "buffer": only queued in memory so far */
+            for (size_t i = 0; i < n; i++) {
+                int64_t *need = &rd->need[rd->res[i].partition];
+                if (rd->res[i].offset + 1 > *need)
+                    *need = rd->res[i].offset + 1;
+            }
+        }
         if (rc == 0 || rc == 1)
             return 0;
         if (rc != SL_EFULL || sl_clock_mono_ns() - idle_since > (int64_t)FULL_WAIT_MS * 1000000)
             return sl_error_set(err, rc, "publishing to set %s: %s", rd->to->name,
                                 e.msg[0] ? e.msg : sl_strerror(rc));
+        if (stopping()) /* nothing of this call was queued */
+            return stopped_error(err);
         sleep_ms(2); /* the writer drains the buffer meanwhile */
     }
 }
 
-/* Publishes the staged events and waits until the destination's ack mode
- * confirmed all of them. Returns 0 or an SL_E… code with err. */
-static int flush(redrive *rd, int32_t part, sl_error *err)
+/* Waits until everything published since the last call is on disk. Durable
+ * publishes are complete after their fsync (the Databus calls publish_done).
+ * sl_databus_publish() confirms an ack = "buffer" publish as soon as the
+ * events are queued in memory, and the syncer syncs such sets only every
+ * buffer_sync_ms: committing the position then could lose the events in a
+ * crash. So for those, wait until the writer appended them (the partition's
+ * end offset passes them), then sync the partition ourselves. Returns 0 or an
+ * SL_E… code with err. */
+static int confirm(redrive *rd, sl_error *err)
+{
+    int rc = 0;
+    int st = wait_all(&rd->w);
+    if (st)
+        rc = sl_error_set(err, st, "set %s did not confirm the events: %s", rd->to->name,
+                          sl_strerror(st));
+    for (int32_t p = 0; p < rd->to->nparts; p++) {
+        int64_t need = rd->need[p];
+        if (!need)
+            continue;
+        rd->need[p] = 0;
+        if (rc)
+            continue;
+        const sl_store *store = &rd->to->parts[p];
+        int64_t end = sl_store_end_offset(store), idle_since = sl_clock_mono_ns();
+        while (end < need) {
+            /* The writer retries a failing disk; it stops only with the bus,
+             * whose drain writes everything queued. A stopping server waits
+             * for this thread only briefly: give up sooner then (the chunk
+             * is not committed, so it is published again next time). */
+            int64_t limit_ms = stopping() ? 1000 : WRITE_WAIT_MS;
+            if (sl_clock_mono_ns() - idle_since > limit_ms * 1000000) {
+                rc = sl_error_set(err, SL_EIO,
+                                  "set %s partition %d did not write the events within %d s",
+                                  rd->to->name, p, WRITE_WAIT_MS / 1000);
+                break;
+            }
+            sleep_ms(1);
+            int64_t now_end = sl_store_end_offset(store);
+            if (now_end != end) {
+                end = now_end;
+                idle_since = sl_clock_mono_ns();
+            }
+        }
+        sl_error e = {0};
+        int r = rc ? 0 : sl_store_sync(store, &e);
+        if (r)
+            rc = sl_error_set(err, r, "syncing set %s partition %d: %s", rd->to->name, p,
+                              e.msg[0] ? e.msg : sl_strerror(r));
+    }
+    return rc;
+}
+
+/* Moves the position of a partition to next (if ahead of *pos). */
+static int commit(sl_cursor *cur, int64_t next, int64_t *pos, sl_error *err)
+{
+    if (next <= *pos)
+        return 0;
+    sl_error e = {0};
+    int rc = sl_cursor_commit(cur, next, 0, &e);
+    if (rc)
+        return sl_error_set(err, rc, "%s", e.msg);
+    *pos = next;
+    return 0;
+}
+
+/* Publishes the staged events and waits until they are on disk in the
+ * destination. Returns 0 or an SL_E… code with err. */
+static int flush(redrive *rd, int32_t part, sl_cursor *cur, int64_t *pos, sl_error *err)
 {
     size_t n = rd->nsv;
     for (size_t i = 0; i < n; i++) {
@@ -284,35 +388,39 @@ static int flush(redrive *rd, int32_t part, sl_error *err)
             .ts_ms = sl_clock_now_ms(),
         };
     }
-    uint64_t moved = n;
     int rc = n ? publish(rd, rd->evs, n, err) : 0;
     if (rc == SL_ETOOBIG && n > 1) {
         /* More than a partition's whole buffer of the destination at once:
-         * one event at a time. */
+         * one event at a time. Each event's position is committed once it is
+         * on disk, so that an error later in the chunk does not publish the
+         * earlier ones again on the next run. */
         rc = 0;
         for (size_t i = 0; !rc && i < n; i++) {
             sl_error e1 = {0};
+            if (i && stopping()) {
+                rc = stopped_error(err);
+                break;
+            }
             rc = publish(rd, &rd->evs[i], 1, &e1);
             if (rc == SL_ETOOBIG) {
-                moved--;
                 rc = skip(rd, part, rd->sv[i].src,
                           "larger than a whole partition buffer of the "
                           "destination set");
             } else if (rc) {
                 sl_error_set(err, rc, "%s", e1.msg);
+            } else if (!(rc = confirm(rd, err))) {
+                rd->redriven++;
             }
+            if (!rc)
+                rc = commit(cur, rd->sv[i].src + 1, pos, err);
         }
     } else if (rc == SL_ETOOBIG) {
-        moved = 0;
         rc = skip(rd, part, rd->sv[0].src,
                   "larger than a whole partition buffer of the destination set");
+    } else if (!rc && n) {
+        if (!(rc = confirm(rd, err)))
+            rd->redriven += n;
     }
-    int st = wait_all(&rd->w);
-    if (!rc && st)
-        rc = sl_error_set(err, st, "set %s did not confirm the events: %s", rd->to->name,
-                          sl_strerror(st));
-    if (!rc)
-        rd->redriven += moved;
     rd->nsv = 0;
     rd->arena.len = 0;
     return rc;
@@ -344,13 +452,29 @@ static int do_partition(redrive *rd, const char *data_dir, int32_t p, uint64_t m
                 "%d before they were redriven\n",
                 rd->dlq->name, start - pos, p);
         pos = start;
+        if ((rc = sl_cursor_commit(&cur, pos, 0, &e)))
+            sl_error_set(err, rc, "%s", e.msg);
     } else if (pos > end) {
-        pos = end; /* the partition lost an unsynced tail in a crash */
+        /* The partition lost an unsynced tail in a crash. New dead letters
+         * get the offsets [end, pos) again: the position must move back on
+         * disk too, or every later redrive would skip them. */
+        fprintf(stderr,
+                "sluice: redrive %s: partition %d ends at offset %" PRId64
+                " but its redrive position was %" PRId64
+                " (a tail lost in a crash); moving the position back to %" PRId64 "\n",
+                rd->dlq->name, p, end, pos, end);
+        pos = end;
+        if ((rc = sl_cursor_commit(&cur, pos, 0, &e)))
+            sl_error_set(err, rc, "%s", e.msg);
     }
     int64_t from = pos;
     void *reader = NULL;
     int64_t now = sl_clock_now_ms();
     while (!rc && pos < end && (max == 0 || rd->redriven < max)) {
+        if (stopping()) { /* between chunks: everything before pos is moved */
+            rc = stopped_error(err);
+            break;
+        }
         if (!reader && (rc = sl_store_reader_open(st, pos, NULL, &reader, &e))) {
             sl_error_set(err, rc, "reading set %s partition %d: %s", rd->dlq->name, p, e.msg);
             break;
@@ -378,15 +502,10 @@ static int do_partition(redrive *rd, const char *data_dir, int32_t p, uint64_t m
         }
         if (rc)
             break;
-        if ((rc = flush(rd, p, err)))
+        if ((rc = flush(rd, p, &cur, &pos, err)))
             break;
-        if (next > pos) {
-            if ((rc = sl_cursor_commit(&cur, next, 0, &e))) {
-                sl_error_set(err, rc, "%s", e.msg);
-                break;
-            }
-            pos = next;
-        }
+        if ((rc = commit(&cur, next, &pos, err)))
+            break;
         if (eof)
             break;
     }
@@ -428,8 +547,13 @@ int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char 
     if (strcmp(dlq, to) == 0)
         return sl_error_set(err, SL_EINVAL, "cannot redrive set %s into itself", dlq);
     redrive *rd = calloc(1, sizeof *rd);
-    if (!rd)
+    int64_t *need = calloc((size_t)to_set->nparts, sizeof *need);
+    if (!rd || !need) {
+        free(rd);
+        free(need);
         return sl_error_set(err, SL_ENOMEM, "redrive: out of memory");
+    }
+    rd->need = need;
     rd->dlq = from_set;
     rd->to = to_set;
     rd->bus = bus;
@@ -437,10 +561,13 @@ int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char 
     pthread_cond_init(&rd->w.c, NULL);
     sl_buf parts = SL_BUF_INIT;
     active me;
-    claim(&me, dlq);
+    bool mine = claim(&me, dlq);
+    if (!mine)
+        rc = sl_error_set(err, SL_EDEFERRED, "a redrive of %s is running", dlq);
     for (int32_t p = 0; !rc && p < from_set->nparts; p++)
         rc = do_partition(rd, data_dir, p, max, &parts, err);
-    release(&me);
+    if (mine)
+        release(&me);
     if (rc) {
         if (rd->redriven)
             fprintf(stderr, "sluice: redrive %s -> %s stopped after %" PRIu64 " events: %s\n", dlq,
@@ -479,6 +606,7 @@ int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char 
     sl_buf_free(&rd->arena);
     sl_buf_free(&rd->skips);
     sl_buf_free(&parts);
+    free(rd->need);
     free(rd);
     return rc;
 }

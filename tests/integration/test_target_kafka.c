@@ -8,7 +8,10 @@
  * every event delivered in order per key across broker outages, permanent
  * failures counted `failed`, an unknown topic retried until it exists, a
  * fast shutdown with every broker down, a new producer after a fatal error,
- * the target's health, and `sluice check` refusing what librdkafka refuses.
+ * the target's health (back once the brokers are, even when idle), `sluice
+ * check` refusing what librdkafka refuses (conflicting properties too) without
+ * quoting secrets, records held behind an unqueueable one in an ordered batch
+ * using up no attempt, and a refused timestamp being permanent.
  * The harness is itest.h.
  */
 #include "itest.h"
@@ -854,12 +857,32 @@ static void test_fatal_recreate(void **state)
     s->passed = true;
 }
 
+/* The output and wait status of `bin/sluice check FILE` (stderr too).
+ * Caller frees. */
+static char *run_check(const char *cfg, int *status)
+{
+    char cmd[PATH_MAX * 2 + 64];
+    snprintf(cmd, sizeof cmd, "%s/bin/sluice check '%s' 2>&1", g_root, cfg);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        fail_msg("cannot run %s: %s", cmd, strerror(errno));
+    sl_buf out = SL_BUF_INIT;
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0)
+        sl_buf_append(&out, chunk, n);
+    sl_buf_append(&out, "", 1);
+    *status = pclose(p);
+    return (char *)out.data;
+}
+
 /* `sluice check` refuses what librdkafka refuses, and bad templates, each
- * with FILE:LINE. */
+ * with FILE:LINE; property conflicts only rd_kafka_new() finds are among
+ * them, and a sensitive property's value is never quoted. */
 static void test_check(void **state)
 {
     it_server *s = *state;
-    char cfg[PATH_MAX], cmd[PATH_MAX * 2 + 64];
+    char cfg[PATH_MAX];
     write_cfg(
         s, cfg,
         "set \"in\" { }\n"
@@ -872,24 +895,28 @@ static void test_check(void **state)
         "rule \"d\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
         "\"a b\" } }\n"
         "rule \"e\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = "
-        "\"t\", properties = { [\"linger.ms\"] = \"soon\" } } }\n");
-    snprintf(cmd, sizeof cmd, "%s/bin/sluice check '%s' 2>&1", g_root, cfg);
-    FILE *p = popen(cmd, "r");
-    sl_buf out = SL_BUF_INIT;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        sl_buf_append(&out, chunk, n);
-    sl_buf_append(&out, "", 1);
-    int st = pclose(p);
-    const char *o = (const char *)out.data;
+        "\"t\", properties = { [\"linger.ms\"] = \"soon\" } } }\n"
+        "rule \"f\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
+        "  properties = { [\"max.in.flight.requests.per.connection\"] = 100 } } }\n"
+        "rule \"g\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
+        "  properties = { [\"enable.sasl.oauthbearer.unsecure.jwt\"] = \"hunter2-secret\",\n"
+        "                 [\"sasl.passwordx\"] = \"hunter3-secret\" } } }\n");
+    int st;
+    char *o = run_check(cfg, &st);
     if (!WIFEXITED(st) || WEXITSTATUS(st) == 0)
         fail_msg("sluice check accepted it:\n%s", o);
     char want[PATH_MAX + 64];
     const struct {
         int line;
         const char *text;
-    } w[] = {{2, "no.such.property"}, {4, "brotli"}, {5, "t-{type"}, {6, "a b"}, {7, "linger.ms"}};
+    } w[] = {{2, "no.such.property"},
+             {4, "brotli"},
+             {5, "t-{type"},
+             {6, "a b"},
+             {7, "linger.ms"},
+             {8, "`max.in.flight` must be set <= 5 when `enable.idempotence` is true"},
+             {10, "enable.sasl.oauthbearer.unsecure.jwt: invalid value"},
+             {10, "sasl.passwordx: no such property"}};
     for (size_t i = 0; i < sizeof w / sizeof *w; i++) {
         snprintf(want, sizeof want, "%s:%d: ", cfg, w[i].line);
         const char *at = strstr(o, want);
@@ -897,7 +924,135 @@ static void test_check(void **state)
         if (!at || !strstr(at, w[i].text) || (eol && strstr(at, w[i].text) > eol))
             fail_msg("sluice check does not report %s at line %d:\n%s", w[i].text, w[i].line, o);
     }
-    sl_buf_free(&out);
+    if (strstr(o, "hunter") || strstr(o, "%4|") || strstr(o, "%3|"))
+        fail_msg("sluice check quotes a secret or prints librdkafka's log:\n%s", o);
+    free(o);
+
+    /* Turning idempotence off is the user's call: accepted, silently. */
+    write_cfg(
+        s, cfg,
+        "set \"in\" { }\n"
+        "rule \"a\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
+        "  properties = { [\"enable.idempotence\"] = false, acks = 1 } } }\n");
+    char *o2 = run_check(cfg, &st);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strstr(o2, "%") || strstr(o2, "rdkafka"))
+        fail_msg("sluice check on enable.idempotence = false, acks = 1:\n%s", o2);
+    free(o2);
+    s->passed = true;
+}
+
+/* ordered = true: a record that cannot be queued (a topic the producer knows
+ * is missing) keeps its retryable failure, and the later records of its
+ * call, never produced, use up no attempt: with retry attempts = 1 they are
+ * delivered on the retry instead of going to the dead letters. */
+static void test_ordered_hold(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    mock_cmd("topicerror h-gone 3"); /* UNKNOWN_TOPIC_OR_PART */
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "set \"dead\" { partitions = 1 }\n"
+              "rule \"ho\" { set = \"in\", ordered = true, dlq = \"dead\",\n"
+              "  retry = { attempts = 1, initial = \"100ms\", max = \"200ms\" },\n"
+              "  target = target.kafka { brokers = \"%s\", topic = \"h-{region}\",\n"
+              "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000,\n"
+              "  [\"linger.ms\"] = 1 } } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    const char *ev = "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\",\"type\":\"t\","
+                     "\"region\":\"%s\",\"data\":1}\n";
+    /* First the producer learns that h-gone does not exist. */
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, ev, "g0", "gone");
+    json_decref(post_all(s, NULL, &b, 1));
+    wait_caught_up(s, WAIT_S);
+    /* Then one call: g1 cannot be queued, a1 and a2 are held behind it. */
+    b.len = 0;
+    sl_buf_printf(&b, ev, "g1", "gone");
+    sl_buf_printf(&b, ev, "a1", "ok");
+    sl_buf_printf(&b, ev, "a2", "ok");
+    json_decref(post_all(s, NULL, &b, 3));
+    sl_buf_free(&b);
+    wait_caught_up(s, WAIT_S);
+    krecs rs = consume("h-ok", 2);
+    assert_int_equal(rs.n, 2);
+    krecs_free(&rs);
+    json_t *st = rule_stats(s, "ho");
+    if (stat_of(st, "failed") != 2 || stat_of(st, "delivered") != 2)
+        fail_msg("want failed 2 (g0, g1), delivered 2 (a1, a2): %s", json_dumps(st, 0));
+    /* "Local: Unknown topic": g1 was refused when produced (not by a delivery
+     * report), so a1 and a2 were held behind it, never produced. */
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (!it_log_contains(s, "Local: Unknown topic") && !(le && strstr(le, "Local: Unknown topic")))
+        fail_msg("g1 was not refused when produced (last_error %s)", le ? le : "(none)");
+    json_decref(st);
+    s->passed = true;
+}
+
+/* A timestamp the broker refuses (INVALID_TIMESTAMP) is permanent: dead
+ * at once, and the reason names the event's time. */
+static void test_invalid_timestamp(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "rule \"ts\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"ts\",\n"
+              "  properties = { [\"linger.ms\"] = 1 } } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"w0\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"time\":\"2026-01-02T03:04:05.678Z\",\"data\":1}\n");
+    json_decref(post_all(s, NULL, &b, 1)); /* the producer is up and running */
+    wait_caught_up(s, WAIT_S);
+    mock_cmd("error produce 32 1"); /* INVALID_TIMESTAMP */
+    b.len = 0;
+    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"w1\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"time\":\"2001-02-03T04:05:06.789Z\",\"data\":2}\n");
+    json_decref(post_all(s, NULL, &b, 1));
+    sl_buf_free(&b);
+    wait_caught_up(s, WAIT_S);
+    json_t *st = rule_stats(s, "ts");
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 1 || stat_of(st, "retries") ||
+        !le || !strstr(le, "2001-02-03T04:05:06.789Z"))
+        fail_msg("want failed 1 naming the event's time, delivered 1, no retries: %s",
+                 json_dumps(st, 0));
+    json_decref(st);
+    s->passed = true;
+}
+
+/* Every broker goes down while nothing is being sent: the target says so,
+ * and once they are back it is healthy again without a record to prove it. */
+static void test_health_back(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], why[SL_ERROR_MAX] = "";
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "rule \"hb\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+              "\"hb\" } }\n",
+              g_mk.boot);
+    start_cfg(s, cfg);
+    mock_cmd("down 1");
+    mock_cmd("down 2");
+    mock_cmd("down 3");
+    double end = it_mono() + WAIT_S;
+    while (healthy(s, "hb", why, sizeof why) && it_mono() < end)
+        it_sleep_ms(100);
+    if (!strstr(why, "all brokers are down"))
+        fail_msg("with every broker down the target's health says \"%s\"", why);
+    mock_cmd("up 1");
+    mock_cmd("up 2");
+    mock_cmd("up 3");
+    for (end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(200))
+        if (healthy(s, "hb", why, sizeof why))
+            break;
+    if (!healthy(s, "hb", why, sizeof why))
+        fail_msg("the brokers are back, idle, but the target's health says \"%s\"", why);
     s->passed = true;
 }
 
@@ -926,9 +1081,17 @@ int main(void)
     if (it_init("test_target_kafka") || find_root())
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_binary),        T(test_structured_and_data),   T(test_permanent),
-        T(test_check),         T(test_shutdown_brokers_down), T(test_fatal_recreate),
-        T(test_unknown_topic), T(test_outage_order),
+        T(test_binary),
+        T(test_structured_and_data),
+        T(test_permanent),
+        T(test_check),
+        T(test_shutdown_brokers_down),
+        T(test_fatal_recreate),
+        T(test_unknown_topic),
+        T(test_outage_order),
+        T(test_ordered_hold),
+        T(test_invalid_timestamp),
+        T(test_health_back),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

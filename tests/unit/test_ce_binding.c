@@ -262,8 +262,11 @@ static void test_kafka_refusals(void **state)
         assert_int_equal(g.status[i], SL_EINVAL);
     assert_non_null(strstr(g.reason[0], "CloudEvent"));
     assert_non_null(strstr(g.reason[1], "not a valid topic name"));
+    /* Refusals are not a health problem; the unreachable broker of this
+     * test may be, once librdkafka noticed it (timing). */
     char msg[256];
-    assert_int_equal(ops->health(impl, msg, sizeof msg), 0);
+    if (ops->health(impl, msg, sizeof msg))
+        assert_non_null(strstr(msg, "broker"));
     ops->cancel(impl);
     memset(&g, 0, sizeof g);
     ops->deliver(impl, d, 1, on_done, &g);
@@ -301,7 +304,7 @@ static void test_kafka_queue_full(void **state)
     assert_int_equal(g.status[2], SL_EIO);
     assert_non_null(strstr(g.reason[2], "t-x"));
     assert_non_null(strstr(g.reason[2], "ueue full"));
-    assert_int_equal(g.status[3], SL_EIO);
+    assert_int_equal(g.status[3], SL_EDEFERRED); /* held behind it, not sent */
     if (took > 3000)
         fail_msg("deliver() took %.0f ms on a full queue (timeout 1 s)", took);
     ops->close(impl);

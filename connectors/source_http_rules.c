@@ -133,9 +133,10 @@ enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule)
                 memcpy(dst, val.p, (n = val.len));
             dst[n < 64 ? n : 63] = '\0';
         }
-        if (fb[0])
+        /* the query string wins, as for redrive */
+        if (fb[0] && !from)
             from = fb;
-        if (tb[0])
+        if (tb[0] && !to)
             to = tb;
     }
     int64_t from_ms, to_ms = 0;
@@ -152,9 +153,15 @@ enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule)
     int rc = h->hooks.replay(h->hooks.ctx, rule, from_ms, to_ms, &b, &err);
     if (rc) {
         sl_buf_free(&b);
-        unsigned st = rc == SL_ENOENT ? 404 : rc == SL_EINVAL ? 400 : 500;
-        return sl__http_error(r, st, rc == SL_ENOENT ? "NotFound" : "InvalidRequest", "%s",
-                              err.msg[0] ? err.msg : sl_strerror(rc));
+        unsigned st = rc == SL_ENOENT   ? 404
+                      : rc == SL_EINVAL ? 400
+                      : rc == SL_EFULL  ? 429
+                                        : 500;
+        const char *code = st == 404   ? "NotFound"
+                           : st == 400 ? "InvalidRequest"
+                           : st == 429 ? "TooManyReplays"
+                                       : "Internal";
+        return sl__http_error(r, st, code, "%s", err.msg[0] ? err.msg : sl_strerror(rc));
     }
     sl_buf_append(&b, "\n", 1);
     return sl__http_reply(r, 202, &b, "application/json", 0);

@@ -136,7 +136,13 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
     if (rc == SL_ETOOBIG && p->n > 1) {
         /* The batch is larger than a partition's whole buffer of the target
          * set: it could never be taken at once, so one event at a time. */
+        bool held = false; /* a retryable failure: the rest waits behind it (order) */
         for (size_t g = 0; g < p->n; g++) {
+            if (held) {
+                done(ctx, p->idx[g], SL_EDEFERRED,
+                     "target.set: not stored: an earlier event of its batch could not be");
+                continue;
+            }
             pending *one = malloc(sizeof *one + sizeof(size_t));
             sl_error e1 = {0};
             int r1 = one ? 0 : SL_ENOMEM;
@@ -159,6 +165,7 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
             /* A single event over the buffer can never be stored there. */
             done(ctx, p->idx[g], r1 == SL_ETOOBIG ? SL_EINVAL : r1,
                  r1 ? (e1.msg[0] ? e1.msg : sl_strerror(r1)) : NULL);
+            held = r1 && r1 != SL_ETOOBIG;
             free(one);
         }
         free(p);

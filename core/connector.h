@@ -11,6 +11,15 @@
  * before it returns and others later from another thread (an HTTP response,
  * a Kafka delivery report). Each payload is completed exactly once. The
  * runner moves a rule's cursor only when every payload of a batch completed.
+ *
+ * Statuses: 0 delivered; SL_EINVAL refused for good (the rule dead-letters
+ * it); SL_EDEFERRED not attempted (it is retried without using up one of
+ * the rule's attempts), SL_ESHUTDOWN likewise while the server stops; any
+ * other code a failed attempt, retried after the rule's back-off. Order: the
+ * payloads of one call are one partition's, in order; with cfg->ordered a
+ * target must not deliver a payload after one of the same call that failed
+ * in a retryable way (complete the rest SL_EDEFERRED instead), so that the
+ * retry does not arrive after its successors.
  */
 #ifndef SL_CONNECTOR_H
 #define SL_CONNECTOR_H

@@ -20,7 +20,7 @@
 #include "rules/rule.h"
 
 #include <inttypes.h>
-#include <jansson.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,6 +39,10 @@
 #define RULE_BIT 63                /* in a dead mask: the evaluation itself failed */
 #define REASON_MAX 1024            /* bytes of a reason kept in sluiceerror */
 #define REPLAYS_KEPT 32            /* finished replays still shown */
+#define REPLAYS_RUNNING_MAX 16     /* replays running at once */
+#define SCAN_NS 20000000           /* periodic(): retry times and missed wake-ups */
+#define SCAN_BUSY_NS 100000000     /* … at least this often when the queue is never empty */
+#define WAIT_CHECK_NS 50000000     /* a worker waiting for a target looks around this often */
 
 typedef struct rule_run rule_run;
 typedef struct replay replay;
@@ -62,8 +66,8 @@ typedef struct item {
     uint64_t dead;      /* targets that gave up: to the dead-letter set */
     uint32_t attempts;  /* deliveries that failed */
     uint32_t tries;     /* rounds, deferred ones too: drives the back-off */
-    int64_t first_fail_ms;
-    int64_t retry_at_ns; /* 0: to be scheduled */
+    int64_t first_fail_ms; /* monotonic (mono_ms) */
+    int64_t retry_at_ns;   /* 0: to be scheduled */
     char *reason;        /* the last failure */
 } item;
 
@@ -74,8 +78,10 @@ typedef struct consumer {
     int32_t part;
     sl_cursor cur;             /* live consumers only */
     _Atomic int64_t committed; /* cur.offset (replay: progress), for the API threads */
-    int64_t pos;               /* next offset to read */
-    int64_t end;               /* replay: stop before this offset */
+    int64_t pos;               /* next offset to read (see set_pos) */
+    _Atomic int64_t read_pos;  /* pos, for periodic()'s lag check */
+    int64_t start;             /* replay: where it began */
+    _Atomic int64_t end;       /* replay: stop before this offset */
     void *reader;              /* open between turns; NULL after a failure */
     item *pool;                /* owned by the worker running the consumer */
     size_t npool, pool_cap;
@@ -114,6 +120,7 @@ struct rule_run {
     target_inst *targets;
     size_t ntargets;
     target_inst dlq; /* impl NULL: no dead-letter set */
+    sl_target_config dlq_cfg; /* target.set { set = rc->dlq }: outlives its instance */
     consumer *cons;
     int32_t nparts;
     counters ctr;
@@ -174,8 +181,11 @@ struct sl_runner {
     bool stopping;
     int64_t retry_scan_ns; /* when periodic() last ran */
     worker *workers;
-    unsigned nworkers, started, max_workers;
-    unsigned waiting; /* workers waiting for a target */
+    unsigned nworkers;    /* slots holding a worker's resources (freed with the runner) */
+    unsigned started;     /* workers 0..started-1 run (joined at stop) */
+    unsigned max_workers; /* the pool's limit (workers' size) */
+    unsigned waiting;     /* workers waiting for a target */
+    bool growing;         /* maybe_grow() is building a worker */
     replay *replays; /* newest first; under lock */
     unsigned replay_seq;
 };
@@ -213,7 +223,7 @@ static void check_consumer(sl_runner *r, consumer *c, int64_t now)
     if (c->retry_at_ns && now >= c->retry_at_ns)
         push(r, c);
     else if (!c->hold && !c->rp && !c->queued && !c->running &&
-             atomic_load(&c->committed) < sl_store_end_offset(&c->rule->set->parts[c->part]))
+             atomic_load(&c->read_pos) < sl_store_end_offset(&c->rule->set->parts[c->part]))
         push(r, c);
 }
 
@@ -361,6 +371,13 @@ static void free_item(item *it)
     free(it->reason);
 }
 
+/* max_age is measured on the monotonic clock: a clock step must not give
+ * up on events early. */
+static int64_t mono_ms(void)
+{
+    return sl_clock_mono_ns() / 1000000;
+}
+
 static uint64_t next_random(worker *w)
 {
     /* xorshift64*: jitter needs no more */
@@ -404,31 +421,58 @@ static void on_done(void *ctx, size_t j, int status, const char *reason)
 
 static void *worker_main(void *arg);
 
-/* Starts one more worker when every worker waits for a target and work is
- * queued (runner lock held): slow endpoints hold the workers that wait for
- * them, not the other rules. The pool grows up to max_workers. */
-static void maybe_grow(sl_runner *r)
+static int init_worker(sl_runner *r, worker *w, sl_error *err)
 {
-    if (r->stopping || !r->head || r->waiting < r->started || r->nworkers >= r->max_workers)
-        return;
-    worker *w = &r->workers[r->nworkers];
-    sl_error err = {0};
     w->r = r;
-    w->rng = ((uint64_t)sl_clock_mono_ns() ^ (r->nworkers + 1ull) * 0x9e3779b97f4a7c15ull) | 1;
+    w->rng = ((uint64_t)sl_clock_mono_ns() ^ ((uintptr_t)w * 0x9e3779b97f4a7c15ull)) | 1;
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
-    r->nworkers++;
-    if (sl_rule_vm_new(r->opts.cfg, &w->vm, &err) ||
-        pthread_create(&w->thread, NULL, worker_main, w)) {
-        r->max_workers = r->nworkers; /* no more tries; the slot is freed with the rest */
-        fprintf(stderr, "sluice: rules: cannot add a worker: %s\n",
-                err.msg[0] ? err.msg : "thread creation failed");
-        return;
-    }
-    r->started++;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    return sl_rule_vm_new(r->opts.cfg, &w->vm, err);
 }
 
-/* Waits until every payload of the worker's deliver() call completed. */
+/* A monotonic deadline ns from now, for the CLOCK_MONOTONIC conditions. */
+static struct timespec deadline_in(int64_t ns)
+{
+    int64_t at = sl_clock_mono_ns() + ns;
+    return (struct timespec){.tv_sec = at / 1000000000, .tv_nsec = at % 1000000000};
+}
+
+/* Starts one more worker when every worker waits for a target and work is
+ * queued: slow endpoints hold the workers that wait for them, not the other
+ * rules. The pool grows up to max_workers, one worker at a time. Called and
+ * returns with the runner lock held; drops it while the worker's Lua state
+ * is built (that runs the config), so that appends are not held up. */
+static void maybe_grow(sl_runner *r)
+{
+    if (r->stopping || r->growing || !r->head || r->waiting < r->started ||
+        r->started >= r->max_workers)
+        return;
+    r->growing = true;
+    worker *w = &r->workers[r->started];
+    pthread_mutex_unlock(&r->lock);
+    sl_error err = {0};
+    int rc = init_worker(r, w, &err);
+    if (!rc && pthread_create(&w->thread, NULL, worker_main, w))
+        rc = sl_error_set(&err, SL_ENOMEM, "cannot start a thread");
+    pthread_mutex_lock(&r->lock);
+    if (rc) {
+        fprintf(stderr, "sluice: rules: cannot add a worker: %s\n", err.msg);
+        r->max_workers = r->started; /* no more tries; free_runner() frees the slot */
+        r->nworkers = r->started + 1;
+    } else {
+        r->nworkers = ++r->started;
+    }
+    r->growing = false;
+    pthread_cond_broadcast(&r->cond);
+}
+
+/* Waits until every payload of the worker's deliver() call completed. While
+ * it waits it does what an idle worker would: queue due retries and missed
+ * wake-ups, and grow the pool when every worker is waiting. */
 static void wait_targets(worker *w)
 {
     sl_runner *r = w->r;
@@ -437,16 +481,15 @@ static void wait_targets(worker *w)
     pthread_mutex_unlock(&r->lock);
     pthread_mutex_lock(&w->lock);
     while (w->pending) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = deadline_in(WAIT_CHECK_NS);
         if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) && w->pending) {
             pthread_mutex_unlock(&w->lock);
             pthread_mutex_lock(&r->lock);
+            int64_t now = sl_clock_mono_ns();
+            if (now - r->retry_scan_ns >= SCAN_NS) {
+                r->retry_scan_ns = now;
+                periodic(r, now);
+            }
             maybe_grow(r);
             pthread_mutex_unlock(&r->lock);
             pthread_mutex_lock(&w->lock);
@@ -555,54 +598,93 @@ static void clean_reason(const char *in, char *out, size_t len)
     out[o] = '\0';
 }
 
+/* Whether an event member is one a dead letter drops or sets itself. */
+static bool replaced_member(const sl_json_tok *key)
+{
+    static const char *const names[] = {"sluiceset",      "sluicepartition", "sluiceoffset",
+                                        "sluiceerror",    "sluiceattempts",  "sluicerule",
+                                        "sluicetarget",   "sluicefailedat"};
+    char k[32];
+    size_t kl = 0;
+    if (sl_json_unescape(key, k, sizeof k, &kl))
+        return false; /* longer than any of them */
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strlen(names[i]) == kl && memcmp(names[i], k, kl) == 0)
+            return true;
+    return false;
+}
+
 /* The dead letter of it: its source event (or the payload when that is an
- * event) with the sluice* error attributes; a payload that is not an event
- * is wrapped in one. Appends the JSON to out. */
+ * event) as it is, byte for byte, without the read-back members, plus the
+ * sluice* error attributes. A payload that is not an event is wrapped in a
+ * sluice.deadletter event: JSON as data, anything else as data_base64.
+ * Appends the JSON to out. */
 static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_buf *out)
 {
     const char *src = it->source ? it->source : it->payload;
     size_t len = it->source ? it->source_len : it->len;
-    json_t *ev = src ? json_loadb(src, len, 0, NULL) : NULL;
-    if (!ev || !json_is_object(ev) || !json_is_string(json_object_get(ev, "specversion"))) {
-        json_t *data = src ? json_loadb(src, len, JSON_DECODE_ANY, NULL) : NULL;
-        if (!data && src) {
-            char *text = strndup(src, len);
-            data = text ? json_stringn(text, len) : NULL; /* NULL when not UTF-8 */
-            free(text);
-        }
-        json_decref(ev);
-        char id[96], source[200];
-        snprintf(id, sizeof id, "%s-%d-%" PRId64 "-%" PRIu64, rr->rc->name, c->part, it->offset,
-                 atomic_fetch_add(&rr->wrapped, 1));
-        snprintf(source, sizeof source, "/sluice/rules/%s", rr->rc->name);
-        ev = json_pack("{s:s,s:s,s:s,s:s}", "specversion", "1.0", "id", id, "source", source,
-                       "type", "sluice.deadletter");
-        if (ev && data)
-            json_object_set_new(ev, "data", data);
-        else
-            json_decref(data);
+    sl_json_tok doc = {0}, key, val;
+    bool json = src && sl_json_validate(src, len, 512, &doc, NULL) == 0;
+    bool event = false;
+    sl_json_iter iter;
+    if (json && doc.type == SL_JSON_OBJECT) {
+        sl_json_iter_init(&iter, &doc);
+        while (!event && sl_json_iter_member(&iter, &key, &val))
+            event = key.len == 13 && memcmp(key.p, "\"specversion\"", 13) == 0 &&
+                    val.type == SL_JSON_STRING;
     }
-    if (!ev)
-        return SL_ENOMEM;
-    json_object_del(ev, "sluiceset");
-    json_object_del(ev, "sluicepartition");
-    json_object_del(ev, "sluiceoffset");
+    int rc = sl_buf_append(out, "{", 1);
+    if (event) {
+        bool first = true;
+        sl_json_iter_init(&iter, &doc);
+        while (!rc && sl_json_iter_member(&iter, &key, &val)) {
+            if (replaced_member(&key))
+                continue;
+            rc = sl_buf_printf(out, "%s%.*s:%.*s", first ? "" : ",", (int)key.len, key.p,
+                               (int)val.len, val.p);
+            first = false;
+        }
+    } else {
+        rc = sl_buf_printf(out, "\"specversion\":\"1.0\",\"id\":\"%s-%d-%" PRId64 "-%" PRIu64
+                                "\",\"source\":\"/sluice/rules/%s\",\"type\":\"sluice.deadletter\"",
+                           rr->rc->name, c->part, it->offset, atomic_fetch_add(&rr->wrapped, 1),
+                           rr->rc->name);
+        if (!rc && json) {
+            rc = sl_buf_printf(out, ",\"datacontenttype\":\"application/json\",\"data\":%.*s",
+                               (int)len, src);
+        } else if (!rc && src) {
+            size_t at = out->len;
+            rc = sl_buf_printf(out, ",\"data_base64\":\"");
+            rc = rc ? rc : sl_buf_reserve(out, 4 * ((len + 2) / 3) + 2);
+            if (!rc) {
+                int n = EVP_EncodeBlock(out->data + out->len, (const unsigned char *)src,
+                                        (int)len);
+                out->len += (size_t)n;
+                rc = sl_buf_append(out, "\"", 1);
+            }
+            if (rc)
+                out->len = at;
+        }
+    }
     char why[REASON_MAX], targets[256], at[SL_TIME_RFC3339_MAX];
     clean_reason(it->reason, why, sizeof why);
     target_names(rr, it->dead, targets, sizeof targets);
     sl_time_format_rfc3339(sl_clock_now_ms(), at);
-    int rc = json_object_set_new(ev, "sluiceerror", json_string(why[0] ? why : "unknown")) |
-             json_object_set_new(ev, "sluiceattempts", json_integer(it->attempts)) |
-             json_object_set_new(ev, "sluicerule", json_string(rr->rc->name)) |
-             json_object_set_new(ev, "sluicetarget", json_string(targets)) |
-             json_object_set_new(ev, "sluicefailedat", json_string(at));
-    char *text = rc ? NULL : json_dumps(ev, JSON_COMPACT);
-    json_decref(ev);
-    if (!text)
-        return SL_ENOMEM;
-    rc = sl_buf_append(out, text, strlen(text));
-    free(text);
+    rc = rc ? rc : sl_buf_printf(out, ",\"sluiceerror\":");
+    rc = rc ? rc : sl_json_put_string(out, why[0] ? why : "unknown", strlen(why[0] ? why : "unknown"));
+    rc = rc ? rc
+            : sl_buf_printf(out,
+                            ",\"sluiceattempts\":%u,\"sluicerule\":\"%s\",\"sluicetarget\":\"%s\","
+                            "\"sluicefailedat\":\"%s\"}",
+                            it->attempts, rr->rc->name, targets, at);
     return rc;
+}
+
+/* A payload gets one dead letter, once every target is done with it (some
+ * gave up, the others may have taken it), naming the ones that gave up. */
+static bool letter_due(const item *it)
+{
+    return it->dead && !it->todo;
 }
 
 /* Writes the dead letters of the pool's items with a dead mask to the rule's
@@ -613,14 +695,14 @@ static void dead_letters(worker *w, consumer *c)
     rule_run *rr = c->rule;
     size_t n = 0;
     for (size_t i = 0; i < c->npool; i++)
-        if (c->pool[i].dead)
+        if (letter_due(&c->pool[i]))
             n++;
     if (!n)
         return;
     if (!rr->dlq.impl) {
         for (size_t i = 0; i < c->npool; i++) {
             item *it = &c->pool[i];
-            if (!it->dead)
+            if (!letter_due(it))
                 continue;
             char targets[256], msg[SL_ERROR_MAX];
             target_names(rr, it->dead, targets, sizeof targets);
@@ -647,7 +729,7 @@ static void dead_letters(worker *w, consumer *c)
     size_t k = 0;
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
-        if (!it->dead)
+        if (!letter_due(it))
             continue;
         if (dead_letter_json(rr, c, it, &w->dlq))
             return;
@@ -697,7 +779,7 @@ static void settle(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     const sl_retry_config *rc = &rr->rc->retry;
-    int64_t now_ms = sl_clock_now_ms();
+    int64_t now_ms = mono_ms();
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
         if (!it->todo)
@@ -819,7 +901,7 @@ static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
 static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 {
     item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1,
-               .first_fail_ms = sl_clock_now_ms(), .offset = w->offs[e]};
+               .first_fail_ms = mono_ms(), .offset = w->offs[e]};
     it.source_len = w->evl[e];
     it.source = malloc(it.source_len);
     it.reason = strdup(why);
@@ -834,6 +916,12 @@ static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 }
 
 /* ---- one turn of a consumer ----------------------------------------------- */
+
+static void set_pos(consumer *c, int64_t pos)
+{
+    c->pos = pos;
+    atomic_store(&c->read_pos, pos);
+}
 
 /* Opens the consumer's reader at c->pos, moving it when retention or a
  * crash moved the partition's bounds. Returns 0 (with *wait when the
@@ -854,16 +942,19 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
         }
         char msg[200];
         if (c->pos < start) {
+            /* A replay only lost what its window held. */
+            int64_t lost = (c->rp && atomic_load(&c->end) < start ? atomic_load(&c->end) : start) -
+                           c->pos;
             snprintf(msg, sizeof msg, "retention deleted %" PRId64 " events before the rule "
-                     "delivered them; going on at offset %" PRId64, start - c->pos, start);
-            atomic_fetch_add(&c->ctr->failed, (uint64_t)(start - c->pos));
-            c->pos = start;
+                     "delivered them; going on at offset %" PRId64, lost, start);
+            atomic_fetch_add(&c->ctr->failed, (uint64_t)lost);
+            set_pos(c, start);
         } else {
             /* The log lost its unsynced tail in a crash (ack = "buffer"):
              * the offsets past its end will be given to new events. */
             snprintf(msg, sizeof msg, "the cursor is past the end of the partition (%" PRId64
                      "), which lost its unsynced tail in a crash; going on at the end", end);
-            c->pos = end;
+            set_pos(c, end);
         }
         rule_loss(rr, c->pos, c->part, msg);
         rc = sl_store_reader_open(st, c->pos, NULL, &c->reader, &err);
@@ -883,6 +974,20 @@ static int mark_replay(sl_buf *ev, const replay *rp)
     return sl_buf_printf(ev, ",\"sluicereplay\":\"%s\"}", rp->id);
 }
 
+/* Undoes a turn that failed half way: the items it added to the pool go (the
+ * batch is read again from c->pos), and so does the reader. Returns rc. */
+static int drop_turn(consumer *c, size_t pool_at, int rc)
+{
+    while (c->npool > pool_at) {
+        free_item(&c->pool[--c->npool]);
+        atomic_fetch_sub(&c->ctr->retrying, 1);
+    }
+    if (c->reader)
+        sl_store_reader_close(&c->rule->set->parts[c->part], c->reader);
+    c->reader = NULL;
+    return rc;
+}
+
 /* Reads, evaluates and delivers up to one batch from c->pos; what is not
  * delivered goes to the pool. Sets *more when it stopped before the end. */
 static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t whylen)
@@ -890,6 +995,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     rule_run *rr = c->rule;
     const sl_store *st = &rr->set->parts[c->part];
     sl_error err = {0};
+    size_t pool_at = c->npool; /* a failed turn takes back what it set aside */
     *more = false;
     if (c->rp && c->pos >= c->end)
         return 0; /* run_consumer() marks it done once its pool is empty */
@@ -1016,10 +1122,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         rc = grow_round(w, n);
     if (rc) {
         snprintf(why, whylen, "evaluating: %s", sl_strerror(rc));
-        if (c->reader)
-            sl_store_reader_close(st, c->reader);
-        c->reader = NULL;
-        return rc;
+        return drop_turn(c, pool_at, rc);
     }
     uint64_t all = rr->ntargets >= 64 ? ~0ull : (1ull << rr->ntargets) - 1;
     for (size_t i = 0; i < n; i++) {
@@ -1031,7 +1134,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         round_deliver(w, rr, n);
         note_retries(w, c, n, true);
     }
-    int64_t now_ms = sl_clock_now_ms();
+    int64_t now_ms = mono_ms();
     for (size_t i = 0; i < n; i++) {
         if (!w->todo[i] && !w->dead[i])
             atomic_fetch_add(&c->ctr->delivered, 1);
@@ -1041,12 +1144,9 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     if (rc) {
         /* Out of memory with payloads unresolved: read the batch again. */
         snprintf(why, whylen, "keeping failed payloads: %s", sl_strerror(rc));
-        if (c->reader)
-            sl_store_reader_close(st, c->reader);
-        c->reader = NULL;
-        return rc;
+        return drop_turn(c, pool_at, rc);
     }
-    c->pos = next;
+    set_pos(c, next);
     return 0;
 }
 
@@ -1124,7 +1224,6 @@ static bool run_consumer(worker *w, consumer *c)
     }
     pthread_mutex_unlock(&w->r->lock);
     if (rc) {
-        atomic_fetch_add(&c->ctr->retries, 1);
         char msg[SL_ERROR_MAX + 128];
         snprintf(msg, sizeof msg, "%s (trying again in %d ms)", why, c->backoff_ms);
         rule_failure(rr, c->pos, c->part, msg);
@@ -1139,16 +1238,10 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&r->lock);
     for (;;) {
         while (!r->head && !r->stopping) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            struct timespec ts = deadline_in(SCAN_NS);
             pthread_cond_timedwait(&r->cond, &r->lock, &ts);
             int64_t now = sl_clock_mono_ns();
-            if (now - r->retry_scan_ns >= 20000000) {
+            if (now - r->retry_scan_ns >= SCAN_NS) {
                 r->retry_scan_ns = now;
                 periodic(r, now);
             }
@@ -1156,7 +1249,7 @@ static void *worker_main(void *arg)
         if (r->stopping)
             break;
         int64_t now = sl_clock_mono_ns();
-        if (now - r->retry_scan_ns > 100000000) { /* busy queues must not starve retries */
+        if (now - r->retry_scan_ns > SCAN_BUSY_NS) { /* busy queues must not starve retries */
             r->retry_scan_ns = now;
             periodic(r, now);
         }
@@ -1276,11 +1369,10 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
     }
     if (rc->dlq) {
         /* Dead letters are appended like target.set does, lane and key kept. */
-        sl_target_config dc = {.kind = SL_TARGET_SET, .set = rc->dlq, .line = rc->line};
-        rr->dlq.kind = SL_TARGET_SET;
+        rr->dlq_cfg = (sl_target_config){.kind = SL_TARGET_SET, .set = rc->dlq, .line = rc->line};
         rr->dlq.ops = sl_target_find(SL_TARGET_SET);
         snprintf(rr->dlq.label, sizeof rr->dlq.label, "dlq");
-        int rc2 = rr->dlq.ops->open(&dc, &env, &rr->dlq.impl, err);
+        int rc2 = rr->dlq.ops->open(&rr->dlq_cfg, &env, &rr->dlq.impl, err);
         if (rc2)
             return rc2;
     }
@@ -1294,11 +1386,14 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
     if (rc2)
         return rc2;
     rr->nparts = rr->set->nparts;
-    if (!(rr->cons = calloc((size_t)rr->nparts, sizeof *rr->cons)) ||
-        !(rr->targets = calloc(rc->ntargets ? rc->ntargets : 1, sizeof *rr->targets)))
+    if (!(rr->cons = calloc((size_t)rr->nparts, sizeof *rr->cons)))
         return sl_error_set(err, SL_ENOMEM, "rule %s: out of memory", rc->name);
-    for (int32_t p = 0; p < rr->nparts; p++) /* none is open until its turn below */
+    for (int32_t p = 0; p < rr->nparts; p++) { /* none is open until its turn below */
+        rr->cons[p].rule = rr;
         rr->cons[p].cur.fd = -1;
+    }
+    if (!(rr->targets = calloc(rc->ntargets ? rc->ntargets : 1, sizeof *rr->targets)))
+        return sl_error_set(err, SL_ENOMEM, "rule %s: out of memory", rc->name);
     for (int32_t p = 0; p < rr->nparts; p++) {
         consumer *c = &rr->cons[p];
         c->rule = rr;
@@ -1324,7 +1419,7 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
             if ((rc2 = sl_cursor_commit(&c->cur, start, 0, err)))
                 return rc2;
         }
-        c->pos = c->cur.offset;
+        set_pos(c, c->cur.offset);
         atomic_store(&c->committed, c->cur.offset);
     }
     return open_targets(r, rr, err);
@@ -1337,7 +1432,11 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
         return sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
     r->opts = *opts;
     pthread_mutex_init(&r->lock, NULL);
-    pthread_cond_init(&r->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadline_in() */
+    pthread_cond_init(&r->cond, &ca);
+    pthread_condattr_destroy(&ca);
     const sl_config *cfg = opts->cfg;
     unsigned nw = opts->workers ? opts->workers : cfg->workers;
     if (!nw) {
@@ -1347,6 +1446,8 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     int rc = 0;
     r->rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof *r->rules);
     r->max_workers = nw * 4 > 8 ? nw * 4 : 8;
+    if (r->max_workers < nw)
+        r->max_workers = nw;
     r->workers = calloc(r->max_workers, sizeof *r->workers);
     if (!r->rules || !r->workers)
         rc = sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
@@ -1357,20 +1458,17 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
         pthread_mutex_init(&rr->err_lock, NULL);
         rc = open_rule(r, rr, err);
     }
-    for (unsigned i = 0; !rc && i < nw; i++) {
-        worker *w = &r->workers[r->nworkers++];
-        w->r = r;
-        w->rng = ((uint64_t)sl_clock_mono_ns() ^ ((uint64_t)i + 1) * 0x9e3779b97f4a7c15ull) | 1;
-        pthread_mutex_init(&w->lock, NULL);
-        pthread_cond_init(&w->cond, NULL);
-        rc = sl_rule_vm_new(cfg, &w->vm, err);
-    }
+    for (unsigned i = 0; !rc && i < nw; i++)
+        rc = init_worker(r, &r->workers[r->nworkers++], err);
+    /* Under the lock: a running worker may grow the pool (maybe_grow). */
+    pthread_mutex_lock(&r->lock);
     for (unsigned i = 0; !rc && i < r->nworkers; i++) {
         if (pthread_create(&r->workers[i].thread, NULL, worker_main, &r->workers[i]))
             rc = sl_error_set(err, SL_ENOMEM, "rule runner: cannot start a worker thread");
         else
             r->started++;
     }
+    pthread_mutex_unlock(&r->lock);
     if (rc) {
         sl_runner_stop(r);
         return rc;
@@ -1398,6 +1496,8 @@ void sl_runner_stop(sl_runner *r)
     pthread_mutex_lock(&r->lock);
     r->stopping = true;
     pthread_cond_broadcast(&r->cond);
+    while (r->growing) /* a worker being added: join it too */
+        pthread_cond_wait(&r->cond, &r->lock);
     pthread_mutex_unlock(&r->lock);
     /* A worker may be waiting for a target; let targets hurry so that a hung
      * endpoint cannot hold the stop (what they fail is delivered again). */
@@ -1461,7 +1561,7 @@ static int replay_json(sl_buf *out, replay *rp)
         rc = sl_buf_printf(out,
                            "%s{\"partition\":%d,\"start\":%" PRId64 ",\"end\":%" PRId64
                            ",\"position\":%" PRId64 ",\"done\":%s}",
-                           p ? "," : "", p, c->cur.offset, c->end, atomic_load(&c->committed),
+                           p ? "," : "", p, c->start, atomic_load(&c->end), atomic_load(&c->committed),
                            atomic_load(&c->done) ? "true" : "false");
     }
     return rc ? rc : sl_buf_printf(out, "]}");
@@ -1500,6 +1600,14 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
     if (from_ms >= to_ms)
         return sl_error_set(err, SL_EINVAL, "the window is empty: from must be before to (and "
                                             "before now)");
+    pthread_mutex_lock(&r->lock);
+    unsigned running = 0;
+    for (replay *q = r->replays; q; q = q->next)
+        running += !atomic_load(&q->finished_ms);
+    pthread_mutex_unlock(&r->lock);
+    if (running >= REPLAYS_RUNNING_MAX)
+        return sl_error_set(err, SL_EFULL, "%u replays are running, the limit; wait for one to "
+                                           "finish", running);
     replay *rp = calloc(1, sizeof *rp);
     if (!rp || !(rp->cons = calloc((size_t)rr->nparts, sizeof *rp->cons))) {
         free(rp);
@@ -1524,9 +1632,9 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
             rc = sl_store_offset_for_time(st, to_ms, &end, err);
         if (rc)
             continue;
-        c->cur.offset = start; /* where it began, for the progress report */
-        c->pos = start;
-        c->end = end;
+        c->start = start;
+        set_pos(c, start);
+        atomic_store(&c->end, end);
         atomic_store(&c->committed, start);
         if (start >= end) {
             atomic_store(&c->done, true);
@@ -1555,6 +1663,7 @@ int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out)
 {
     int rc = sl_buf_printf(out, "{\"replays\":[");
     pthread_mutex_lock(&r->lock);
+    trim_replays(r);
     bool first = true;
     for (replay *rp = r->replays; !rc && rp; rp = rp->next) {
         if (rule && strcmp(rp->rule->rc->name, rule) != 0)

@@ -48,9 +48,10 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
 /* Wakes the rules reading (set, partition); fits sl_databus_append_fn. */
 void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end);
 
-/* GET /v1/rules: {"rules":[{name, set, enabled, targets, partitions:[{partition,
- * cursor, end, lag}], lag, read, matched, filtered, dropped, failed,
- * delivered, retries, last_error}]} */
+/* GET /v1/rules: {"rules":[{name, set, enabled, ordered, dlq, targets,
+ * health:[{target, healthy, reason}], partitions:[{partition, cursor, end,
+ * lag}], lag, read, matched, filtered, dropped, failed, delivered, retries,
+ * dead_lettered, discarded, retrying, last_error}]} (docs/http-api.md). */
 int sl_runner_rules_json(sl_runner *r, sl_buf *out);
 
 /* Prometheus lines for /metrics (sluice_rule_*{rule="…"}). */

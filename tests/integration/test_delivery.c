@@ -1255,6 +1255,93 @@ static void test_two_targets_no_resend(void **state)
     s->passed = true;
 }
 
+/* One event refused (400) by the first target and failing for good (503) at
+ * the second gets one dead letter naming both, once both gave up; the dead
+ * letter is the stored event byte for byte (numbers keep their text). */
+static void test_one_letter_per_event(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "set \"in\" { partitions = 1 }\n"
+              "set \"in-dlq\" { partitions = 1 }\n"
+              "rule \"r\" {\n"
+              "  set = \"in\",\n"
+              "  targets = {\n"
+              "    target.http { url = \"http://127.0.0.1:%d/a\", timeout = \"2s\" },\n"
+              "    target.http { url = \"http://127.0.0.1:%d/b\", timeout = \"2s\" },\n"
+              "  },\n" RETRY "  dlq = \"in-dlq\",\n"
+              "}\n",
+              rx_port(g_rx), rx_port(g_rx2), 3);
+    rx_fail(g_rx, 100, 400, "no", NULL);
+    rx_fail(g_rx2, 100, 503, "down", NULL);
+    start_cfg(s, cfg);
+    const char *ev = "{\"specversion\":\"1.0\",\"id\":\"x1\",\"source\":\"/dlv\",\"type\":\"t\","
+                     "\"data\":{\"f\":0.1,\"g\":1.50,\"e\":1e2}}";
+    it_resp r = it_post(s, "in", IT_CT_CE, NULL, ev, SIZE_MAX);
+    json_decref(it_expect_results(&r, 1, 0));
+    it_resp_free(&r);
+    wait_stat(s, "r", "dead_lettered", 1);
+    wait_caught_up(s);
+    it_evs d = dlq_events(s, "in-dlq");
+    if (d.n != 1)
+        fail_msg("want one dead letter for the event, found %zu", d.n);
+    const char *t = d.v[0].text;
+    if (!strstr(t, "\"data\":{\"f\":0.1,\"g\":1.50,\"e\":1e2}"))
+        fail_msg("the dead letter changed the event's data: %s", t);
+    if (!strstr(t, "\"sluicetarget\":\"http#1,http#2\"") || !strstr(t, "\"sluiceattempts\":3"))
+        fail_msg("want sluicetarget http#1,http#2 and 3 attempts: %s", t);
+    it_evs_free(&d);
+    rx_unscript(g_rx);
+    rx_unscript(g_rx2);
+    s->passed = true;
+}
+
+/* A rule whose retry is due is not kept waiting by another rule's slow
+ * target holding the workers: the flaky rule fails first (503 with
+ * Retry-After: 1), then the slow rule's requests take a worker per
+ * partition; the retry must still go out while they are unanswered (the
+ * pool grows, and waiting workers queue due retries). */
+static void test_retry_beside_slow_target(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    write_cfg(s, cfg,
+              "server { workers = 1 }\n"
+              "set \"in\" { partitions = 4 }\n"
+              "rule \"slow\" { set = \"in\", match = { type = { \"slow\" } },\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"20s\" } }\n"
+              "rule \"flaky\" { set = \"in\", match = { type = { \"flaky\" } },\n"
+              "  target = target.http { url = \"http://127.0.0.1:%d/flaky\", timeout = \"5s\" },\n"
+              RETRY "}\n",
+              rx_port(g_rx), rx_port(g_rx2), 50);
+    rx_set_delay(g_rx, 6000);
+    rx_fail(g_rx2, 1, 503, "once", "1");
+    start_cfg(s, cfg);
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"f1\",\"source\":\"/dlv\",\"type\":"
+                      "\"flaky\"}\n");
+    json_decref(post_all(s, "in", NULL, &b, 1));
+    if (!rx_wait(g_rx2, 1, WAIT_S))
+        fail_msg("the flaky rule sent nothing");
+    b.len = 0;
+    for (int i = 0; i < 8; i++) /* most likely on every partition: a worker each */
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"s%d\",\"source\":\"/dlv\",\"type\":"
+                      "\"slow\",\"partitionkey\":\"k%d\"}\n",
+                      i, i);
+    json_decref(post_all(s, "in", NULL, &b, 8));
+    sl_buf_free(&b);
+    wait_ok(g_rx2, "\"id\":\"f1\"", 1);
+    /* Not a timing assertion: the order of two outcomes. */
+    json_t *st = rule_stats(s, "slow");
+    if (stat_of(st, "delivered") != 0)
+        fail_rule(st, "the flaky rule's retry waited for the slow target's answers");
+    json_decref(st);
+    rx_set_delay(g_rx, 0);
+    s->passed = true;
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1268,6 +1355,7 @@ int main(void)
         T(test_target_down),          T(test_sigkill_mid_delivery),
         T(test_slow_target_isolated), T(test_ordered_holds_one_partition),
         T(test_unordered_poison),     T(test_two_targets_no_resend),
+        T(test_one_letter_per_event), T(test_retry_beside_slow_target),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

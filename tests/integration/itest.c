@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,9 +147,9 @@ int it_http(CURL *c, int port, const it_call *k, it_resp *r)
 
 /* ---- the server process ----------------------------------------------------- */
 
-static int free_port(void)
+int it_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof a;
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
@@ -198,7 +199,7 @@ int it_srv_stop(it_server *s, int sig, double secs)
 /* One attempt to start the server on a free port; true once /healthz is 200. */
 static bool spawn(it_server *s)
 {
-    if ((s->port = free_port()) < 0)
+    if ((s->port = it_free_port()) < 0)
         return false;
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
@@ -291,6 +292,19 @@ bool it_log_contains(const it_server *s, const char *text)
         found = strstr(line, text) != NULL;
     fclose(f);
     return found;
+}
+
+int it_log_count(const it_server *s, const char *text)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    fclose(f);
+    return n;
 }
 
 int it_setup(void **state)
@@ -436,6 +450,256 @@ void it_post_one(it_server *s, const char *set, const char *ev, int *part, int64
     *off = it_res_off(a, 0);
     json_decref(a);
     it_resp_free(&r);
+}
+
+/* ---- configured servers (main thread only) ----------------------------------- */
+
+void it_path(char *out, const it_server *s, const char *name)
+{
+    snprintf(out, PATH_MAX, "%s/%s", s->dir, name);
+}
+
+static void vwrite_file(const char *path, const char *fmt, va_list ap)
+{
+    /* Written to a temporary name and renamed, so a reload never reads half
+     * a file. */
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        fail_msg("cannot write %s: %s", tmp, strerror(errno));
+    vfprintf(f, fmt, ap);
+    if (fclose(f) || rename(tmp, path))
+        fail_msg("cannot write %s: %s", path, strerror(errno));
+}
+
+void it_write_file(const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vwrite_file(path, fmt, ap);
+    va_end(ap);
+}
+
+void it_write_config(it_server *s, char *path, const char *fmt, ...)
+{
+    it_path(path, s, "sluice.lua");
+    va_list ap;
+    va_start(ap, fmt);
+    vwrite_file(path, fmt, ap);
+    va_end(ap);
+}
+
+/* Waits up to secs until the log holds more than `before` IT_READY_LINEs. */
+static void wait_ready(const it_server *s, int before, double secs)
+{
+    for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(5))
+        if (it_log_count(s, IT_READY_LINE) > before)
+            return;
+    fail_msg("the server did not log \"%s\" within %.0f s", IT_READY_LINE, secs);
+}
+
+void it_start_config(it_server *s, const char *cfg, double secs)
+{
+    int before = it_log_count(s, IT_READY_LINE);
+    it_srv_start(s, "-c", cfg, NULL);
+    wait_ready(s, before, secs);
+}
+
+void it_restart(it_server *s, double secs)
+{
+    int before = it_log_count(s, IT_READY_LINE);
+    it_srv_restart(s);
+    wait_ready(s, before, secs);
+}
+
+/* The whole of the file at path, NUL-terminated ("" when it cannot be
+ * read); caller frees. */
+static char *slurp(const char *path)
+{
+    sl_buf b = SL_BUF_INIT;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            if (sl_buf_append(&b, chunk, n))
+                fail_msg("out of memory reading %s", path);
+        fclose(f);
+    }
+    if (sl_buf_append(&b, "", 1))
+        fail_msg("out of memory reading %s", path);
+    return (char *)b.data;
+}
+
+int it_run(const it_server *s, const char *in_path, char **out, char **err, const char *const *args,
+           double secs)
+{
+    char opath[PATH_MAX], epath[PATH_MAX];
+    it_path(opath, s, "cli.out");
+    it_path(epath, s, "cli.err");
+    const char *argv[16] = {g_bin};
+    int n = 1;
+    for (; args[n - 1] && n < 15; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The parent may have threads: only async-signal-safe calls here,
+         * but for unsetenv(), which no other thread of a test calls. */
+        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+        int o = open(opath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = err ? open(epath, O_WRONLY | O_CREAT | O_TRUNC, 0644) : o;
+        if (in < 0 || o < 0 || e < 0)
+            _exit(126);
+        dup2(in, 0);
+        dup2(o, 1);
+        dup2(e, 2);
+        unsetenv("SLUICE_SERVER");
+        execv(g_bin, (char **)argv);
+        _exit(127);
+    }
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    int st = 0;
+    bool done = false;
+    for (double end = it_mono() + secs; it_mono() < end && !done;) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            done = true;
+        else
+            it_sleep_ms(5);
+    }
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    *out = slurp(opath);
+    if (err)
+        *err = slurp(epath);
+    return done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+json_t *it_post_all(it_server *s, const char *set, const char *const *hdrs, const sl_buf *b,
+                    size_t n)
+{
+    it_resp r = it_post(s, set, IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
+    json_t *a = it_expect_results(&r, n, 0);
+    it_resp_free(&r);
+    return a;
+}
+
+/* ---- GET /v1/rules (main thread only) ---------------------------------------- */
+
+json_t *it_rules(it_server *s)
+{
+    it_resp r = it_get(s, "/v1/rules");
+    if (r.status != 200)
+        fail_msg("GET /v1/rules answered %ld: %s", r.status, it_body(&r));
+    json_t *j = it_parse_json(&r);
+    it_resp_free(&r);
+    if (!json_is_array(json_object_get(j, "rules")))
+        fail_msg("GET /v1/rules has no \"rules\" list");
+    return j;
+}
+
+json_t *it_rule_in(json_t *rules, const char *name)
+{
+    json_t *list = json_object_get(rules, "rules"), *r;
+    size_t i;
+    json_array_foreach(list, i, r)
+    {
+        const char *n = json_string_value(json_object_get(r, "name"));
+        if (n && strcmp(n, name) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+json_t *it_rule(it_server *s, const char *name)
+{
+    json_t *j = it_rules(s);
+    json_t *found = json_incref(it_rule_in(j, name));
+    json_decref(j);
+    if (!found)
+        fail_msg("GET /v1/rules does not list %s", name);
+    return found;
+}
+
+json_int_t it_rule_int(json_t *rule, const char *key)
+{
+    json_t *v = json_object_get(rule, key);
+    if (!json_is_integer(v))
+        it_fail_rule(rule, "GET /v1/rules: \"%s\" is not an integer", key);
+    return json_integer_value(v);
+}
+
+int64_t it_rule_cursor(json_t *rule, int p)
+{
+    json_t *e = json_array_get(json_object_get(rule, "partitions"), (size_t)p);
+    json_t *c = json_object_get(e, "cursor");
+    if (!json_is_integer(c))
+        it_fail_rule(rule, "GET /v1/rules: partition %d has no cursor", p);
+    return (int64_t)json_integer_value(c);
+}
+
+void it_fail_rule(json_t *rule, const char *fmt, ...)
+{
+    char what[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    char *d = json_dumps(rule, JSON_COMPACT);
+    fail_msg("%s: %s", what, d ? d : "?");
+    free(d); /* not reached while cmocka runs a test */
+}
+
+void it_wait_rule_int(it_server *s, const char *name, const char *key, json_int_t want, double secs)
+{
+    for (double end = it_mono() + secs;; it_sleep_ms(20)) {
+        json_t *r = it_rule(s, name);
+        json_t *v = json_object_get(r, key);
+        if (json_is_integer(v) && json_integer_value(v) >= want) {
+            json_decref(r);
+            return;
+        }
+        if (it_mono() > end)
+            it_fail_rule(r, "rule %s: %s did not reach %lld within %.0f s", name, key,
+                         (long long)want, secs);
+        json_decref(r);
+    }
+}
+
+void it_wait_caught_up(it_server *s, double secs)
+{
+    int calm = 0;
+    char *last = NULL; /* the last answer, for the failure message */
+    for (double end = it_mono() + secs; it_mono() < end;) {
+        it_resp r = it_get(s, "/v1/rules");
+        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
+        free(last);
+        last = strdup(it_body(&r));
+        it_resp_free(&r);
+        json_t *list = json_object_get(j, "rules"), *e;
+        size_t i;
+        bool busy = !json_is_array(list);
+        json_array_foreach(list, i, e)
+        {
+            json_t *lag = json_object_get(e, "lag"), *rt = json_object_get(e, "retrying");
+            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
+            busy |= json_is_integer(rt) && json_integer_value(rt) != 0;
+        }
+        json_decref(j);
+        calm = busy ? 0 : calm + 1;
+        if (calm == 2) {
+            free(last);
+            return;
+        }
+        it_sleep_ms(20);
+    }
+    fail_msg("the rules did not catch up within %.0f s: %s", secs, last ? last : "");
+    free(last); /* not reached while cmocka runs a test */
 }
 
 /* ---- reading events back ---------------------------------------------------- */
@@ -604,6 +868,11 @@ int it_init(const char *prog)
 void it_cleanup(void)
 {
     curl_global_cleanup();
+}
+
+const char *it_bin(void)
+{
+    return g_bin;
 }
 
 bool it_soak(void)

@@ -135,6 +135,102 @@ int it_srv_stop(it_server *s, int sig, double secs);
 /* Whether a line of the server log contains text. Never asserts. */
 bool it_log_contains(const it_server *s, const char *text);
 
+/* How many lines of the server log contain text (0 when there is no log
+ * yet). Never asserts. */
+int it_log_count(const it_server *s, const char *text);
+
+/* A free loopback port (bound to port 0, then released), or -1. Never
+ * asserts. */
+int it_free_port(void);
+
+/* bin/sluice, as it_init() found it (an absolute path, valid until exit). */
+const char *it_bin(void);
+
+/* ---- configured servers (main thread only) ----------------------------------- */
+
+/* The server logs this line once it is completely wired (rules woken by
+ * appends, schemas checked). /healthz answers 200 a little earlier, so the
+ * tests of rules wait for this line to test one thing at a time. */
+#define IT_READY_LINE "sluice: listening on"
+
+/* Writes DIR/name (s's temp dir) into out, a buffer of PATH_MAX bytes. */
+void it_path(char *out, const it_server *s, const char *name);
+
+/* Writes the printf-formatted text to path, replacing the file: written to
+ * PATH.tmp, then renamed, so that a server reloading it never reads half a
+ * file. Fails the test when it cannot (PATH.tmp may be left behind then). */
+void it_write_file(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* it_write_file() of DIR/sluice.lua; path (PATH_MAX bytes) gets its name,
+ * for it_start_config(). */
+void it_write_config(it_server *s, char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Starts the server with `-c cfg` (a string that outlives s) like
+ * it_srv_start(), then waits up to secs until the log holds one more
+ * IT_READY_LINE than before the start. Fails the test when it does not. */
+void it_start_config(it_server *s, const char *cfg, double secs);
+
+/* it_srv_restart() (same data dir and arguments, a new port), then waits up
+ * to secs until the log holds one more IT_READY_LINE than before the
+ * restart. Fails the test when it does not. */
+void it_restart(it_server *s, double secs);
+
+/* Runs bin/sluice with args (NULL-terminated, at most 15), $SLUICE_SERVER
+ * unset, stdin from in_path (NULL: /dev/null). Its stdout goes to *out and
+ * its stderr to *err, or both (interleaved as written) to *out when err is
+ * NULL; the texts are NUL-terminated and the caller frees them with free()
+ * (also on -1). The output passes through DIR/cli.out and DIR/cli.err.
+ * Kills it after secs. Returns its exit status, or -1 when it did not exit
+ * normally in time. Fails the test when it cannot be started. */
+int it_run(const it_server *s, const char *in_path, char **out, char **err, const char *const *args,
+           double secs);
+
+/* POSTs the NDJSON in b (n events) to SET with Content-Type IT_CT_NDJSON
+ * and the NULL-terminated hdrs (may be NULL); asserts that all n were
+ * accepted (it_expect_results()) and returns the answer; caller frees with
+ * json_decref(). */
+json_t *it_post_all(it_server *s, const char *set, const char *const *hdrs, const sl_buf *b,
+                    size_t n);
+
+/* ---- GET /v1/rules (main thread only) ---------------------------------------- */
+
+/* GET /v1/rules, parsed; fails the test unless it answers 200 with a
+ * "rules" list. Caller frees with json_decref(). */
+json_t *it_rules(it_server *s);
+
+/* The entry of rule name in an it_rules() answer (borrowed from rules), or
+ * NULL when it is not listed. Never asserts. */
+json_t *it_rule_in(json_t *rules, const char *name);
+
+/* The entry of rule name from a fresh it_rules(); fails the test like
+ * it_rules() or when the rule is not listed. Caller frees with
+ * json_decref(). */
+json_t *it_rule(it_server *s, const char *name);
+
+/* Counter key of a rule entry ("delivered", "lag", …); fails the test
+ * (showing the entry) when it is not an integer. */
+json_int_t it_rule_int(json_t *rule, const char *key);
+
+/* The committed cursor of partition p of a rule entry; fails the test when
+ * it has none. */
+int64_t it_rule_cursor(json_t *rule, int p);
+
+/* Fails the test with the printf-formatted message, a colon and the rule
+ * entry as compact JSON. */
+void it_fail_rule(json_t *rule, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Polls it_rule() every 20 ms until counter key of rule name is at least
+ * want; after secs fails the test with the entry. */
+void it_wait_rule_int(it_server *s, const char *name, const char *key, json_int_t want,
+                      double secs);
+
+/* Polls GET /v1/rules every 20 ms until every rule has lag 0 and nothing
+ * waiting for a retry (retrying 0 where the entry has it), twice in a row:
+ * everything posted before the call has been delivered or given up on.
+ * After secs fails the test with the last answer. */
+void it_wait_caught_up(it_server *s, double secs);
+
 /* ---- requests with assertions (main thread only) ---------------------------- */
 
 /* GET of the printf-formatted path; fails the test when nothing answered.

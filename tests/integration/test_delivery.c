@@ -18,10 +18,8 @@
 #include "core/metrics.h" /* sl_buf_printf() */
 #include "receiver.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,126 +54,7 @@ static int teardown(void **state)
     return 0;
 }
 
-/* ---- the server ------------------------------------------------------------------ */
-
-static void write_cfg(it_server *s, char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void write_cfg(it_server *s, char *path, const char *fmt, ...)
-{
-    snprintf(path, PATH_MAX, "%s/sluice.lua", s->dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        fail_msg("cannot write %s: %s", path, strerror(errno));
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fclose(f);
-}
-
-static void start_cfg(it_server *s, const char *cfg)
-{
-    it_srv_start(s, "-c", cfg, NULL);
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
-        if (it_log_contains(s, "sluice: listening on"))
-            return;
-    fail_msg("the server did not get ready");
-}
-
-/* GET /v1/rules: the entry of rule name (caller frees with json_decref()). */
-static json_t *rule_stats(it_server *s, const char *name)
-{
-    it_resp r = it_get(s, "/v1/rules");
-    json_t *j = it_parse_json(&r);
-    it_resp_free(&r);
-    json_t *list = json_object_get(j, "rules"), *e, *found = NULL;
-    size_t i;
-    json_array_foreach(list, i, e)
-    {
-        const char *n = json_string_value(json_object_get(e, "name"));
-        if (n && strcmp(n, name) == 0)
-            found = json_incref(e);
-    }
-    json_decref(j);
-    if (!found)
-        fail_msg("GET /v1/rules does not list %s", name);
-    return found;
-}
-
-/* Counter key of a rule entry; fails the test when it is not an integer. */
-static json_int_t stat_of(json_t *r, const char *key)
-{
-    json_t *v = json_object_get(r, key);
-    if (!json_is_integer(v)) {
-        char *d = json_dumps(r, 0);
-        fail_msg("GET /v1/rules: \"%s\" is not an integer in %s", key, d);
-    }
-    return json_integer_value(v);
-}
-
-/* The committed cursor of partition p of a rule entry. */
-static int64_t cursor_of(json_t *r, int p)
-{
-    json_t *e = json_array_get(json_object_get(r, "partitions"), (size_t)p);
-    json_t *c = json_object_get(e, "cursor");
-    if (!json_is_integer(c))
-        fail_msg("GET /v1/rules: partition %d has no cursor", p);
-    return (int64_t)json_integer_value(c);
-}
-
-/* Fails the test with the rule's entry and a message. */
-static void fail_rule(json_t *r, const char *what)
-{
-    char *d = json_dumps(r, JSON_COMPACT);
-    fail_msg("%s: %s", what, d ? d : "?");
-}
-
-/* Waits until counter key of rule name is at least want. */
-static void wait_stat(it_server *s, const char *name, const char *key, json_int_t want)
-{
-    for (double end = it_mono() + WAIT_S;; it_sleep_ms(20)) {
-        json_t *r = rule_stats(s, name);
-        json_t *v = json_object_get(r, key);
-        if (json_is_integer(v) && json_integer_value(v) >= want) {
-            json_decref(r);
-            return;
-        }
-        if (it_mono() > end) {
-            char what[160];
-            snprintf(what, sizeof what, "rule %s: %s did not reach %lld within %.0f s", name, key,
-                     (long long)want, WAIT_S);
-            fail_rule(r, what);
-        }
-        json_decref(r);
-    }
-}
-
-/* Waits until every rule has lag 0 and nothing waiting for a retry, twice
- * in a row. */
-static void wait_caught_up(it_server *s)
-{
-    int calm = 0;
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(20)) {
-        it_resp r = it_get(s, "/v1/rules");
-        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
-        it_resp_free(&r);
-        json_t *list = json_object_get(j, "rules"), *e;
-        size_t i;
-        bool busy = !json_is_array(list);
-        json_array_foreach(list, i, e)
-        {
-            json_t *lag = json_object_get(e, "lag"), *rt = json_object_get(e, "retrying");
-            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
-            busy |= json_is_integer(rt) && json_integer_value(rt) != 0;
-        }
-        json_decref(j);
-        calm = busy ? 0 : calm + 1;
-        if (calm == 2)
-            return;
-    }
-    it_resp r = it_get(s, "/v1/rules");
-    fail_msg("the rules did not catch up within %.0f s: %s", WAIT_S, it_body(&r));
-}
+/* ---- waits and counters ---------------------------------------------------------- */
 
 /* Waits until the receiver accepted (2xx) n requests holding needle. */
 static void wait_ok(rx_receiver *rx, const char *needle, size_t n)
@@ -205,23 +84,13 @@ static void add_ev(sl_buf *b, const char *id, const char *key, long seq)
                   id, key, seq, id);
 }
 
-/* POSTs the NDJSON in b (n events) to set with the NULL-terminated hdrs;
- * asserts all were accepted and returns the answer (json_decref()). */
-static json_t *post_all(it_server *s, const char *set, const char *const *hdrs, sl_buf *b, size_t n)
-{
-    it_resp r = it_post(s, set, IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
-    json_t *a = it_expect_results(&r, n, 0);
-    it_resp_free(&r);
-    return a;
-}
-
 /* Posts one event (id, key, seq) and returns its offset. */
 static int64_t post_ev(it_server *s, const char *set, const char *const *hdrs, const char *id,
                        const char *key, long seq)
 {
     sl_buf b = SL_BUF_INIT;
     add_ev(&b, id, key, seq);
-    json_t *a = post_all(s, set, hdrs, &b, 1);
+    json_t *a = it_post_all(s, set, hdrs, &b, 1);
     int64_t off = it_res_off(a, 0);
     json_decref(a);
     sl_buf_free(&b);
@@ -485,8 +354,8 @@ static void test_status_classes(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_part_cfg, rx_port(g_rx), 4);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg, one_part_cfg, rx_port(g_rx), 4);
+    it_start_config(s, cfg, WAIT_S);
     static const unsigned codes[] = {200, 201, 202, 204, 500, 502, 503, 504, 408, 429, RX_DROP};
     size_t ncodes = sizeof codes / sizeof *codes, nfail = 0;
     for (size_t i = 0; i < ncodes; i++) {
@@ -498,7 +367,7 @@ static void test_status_classes(void **state)
         post_ev(s, "in", NULL, id, "k", (long)i);
         wait_ok(g_rx, id_needle(id, n, sizeof n), 1);
     }
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     it_sleep_ms(200); /* a late duplicate would show now */
     for (size_t i = 0; i < ncodes; i++) {
         char id[32];
@@ -510,18 +379,18 @@ static void test_status_classes(void **state)
                      "(want %zu, 1)",
                      codes[i], id, tries, oks, want);
     }
-    json_t *st = rule_stats(s, "r");
-    if (stat_of(st, "delivered") != (json_int_t)ncodes || stat_of(st, "failed") != 0 ||
-        stat_of(st, "dead_lettered") != 0 || stat_of(st, "discarded") != 0 ||
-        stat_of(st, "retrying") != 0)
-        fail_rule(st, "want delivered 11, failed/dead_lettered/discarded/retrying 0");
+    json_t *st = it_rule(s, "r");
+    if (it_rule_int(st, "delivered") != (json_int_t)ncodes || it_rule_int(st, "failed") != 0 ||
+        it_rule_int(st, "dead_lettered") != 0 || it_rule_int(st, "discarded") != 0 ||
+        it_rule_int(st, "retrying") != 0)
+        it_fail_rule(st, "want delivered 11, failed/dead_lettered/discarded/retrying 0");
     /* One retry per failed status, and one or two for the dropped pair. */
-    json_int_t retries = stat_of(st, "retries");
+    json_int_t retries = it_rule_int(st, "retries");
     if (retries < (json_int_t)nfail + 1 || retries > (json_int_t)nfail + 2)
-        fail_rule(st, "want retries 7 or 8");
+        it_fail_rule(st, "want retries 7 or 8");
     const char *dlq = json_string_value(json_object_get(st, "dlq"));
     if (!dlq || strcmp(dlq, "in-dlq"))
-        fail_rule(st, "\"dlq\" is not \"in-dlq\"");
+        it_fail_rule(st, "\"dlq\" is not \"in-dlq\"");
     json_decref(st);
     it_evs dl = dlq_events(s, "in-dlq");
     assert_int_equal(dl.n, 0);
@@ -549,7 +418,7 @@ static void retry_after_phase(it_server *s, unsigned status, const char *prefix)
         snprintf(key, sizeof key, "k%d", i);
         add_ev(&b, id, key, i);
     }
-    json_decref(post_all(s, "in", NULL, &b, 6));
+    json_decref(it_post_all(s, "in", NULL, &b, 6));
     sl_buf_free(&b);
     wait_all_accepted(g_rx, prefix, 7, WAIT_S);
     double t0 = rx_req_at(g_rx, 0)->at;
@@ -573,7 +442,7 @@ static void test_retry_after(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
@@ -583,15 +452,15 @@ static void test_retry_after(void **state)
         "  dlq = \"in-dlq\",\n"
         "}\n",
         rx_port(g_rx), 4);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     retry_after_phase(s, 429, "a");
     retry_after_phase(s, 503, "b");
-    wait_caught_up(s);
-    json_t *st = rule_stats(s, "r");
-    if (stat_of(st, "delivered") != 14 || stat_of(st, "failed") != 0 ||
-        stat_of(st, "dead_lettered") != 0)
-        fail_rule(st, "want delivered 14, failed 0, dead_lettered 0 (a Retry-After pause "
-                      "must not use up attempts)");
+    it_wait_caught_up(s, WAIT_S);
+    json_t *st = it_rule(s, "r");
+    if (it_rule_int(st, "delivered") != 14 || it_rule_int(st, "failed") != 0 ||
+        it_rule_int(st, "dead_lettered") != 0)
+        it_fail_rule(st, "want delivered 14, failed 0, dead_lettered 0 (a Retry-After pause "
+                         "must not use up attempts)");
     json_decref(st);
     s->passed = true;
 }
@@ -604,18 +473,18 @@ static void test_exhausted_to_dlq(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_part_cfg, rx_port(g_rx), 4);
+    it_write_config(s, cfg, one_part_cfg, rx_port(g_rx), 4);
     rx_fail_marker(g_rx, "doomed", -1, 500, "always broken");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     time_t since = time(NULL);
     sl_buf b = SL_BUF_INIT;
     add_ev(&b, "ok-0", "k", 0);
     add_ev(&b, "doomed-1", "k", 1);
     add_ev(&b, "ok-2", "k", 2);
-    json_decref(post_all(s, "in", NULL, &b, 3));
+    json_decref(it_post_all(s, "in", NULL, &b, 3));
     sl_buf_free(&b);
-    wait_stat(s, "r", "dead_lettered", 1);
-    wait_caught_up(s);
+    it_wait_rule_int(s, "r", "dead_lettered", 1, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     it_sleep_ms(200);
     if (tries_of(g_rx, "doomed-1") != 4)
         fail_msg("the doomed event was sent %zu times, want attempts = 4",
@@ -637,16 +506,16 @@ static void test_exhausted_to_dlq(void **state)
     json_decref(ev);
     it_evs_free(&dl);
 
-    json_t *st = rule_stats(s, "r");
-    if (stat_of(st, "dead_lettered") != 1 || stat_of(st, "failed") != 1 ||
-        stat_of(st, "discarded") != 0 || stat_of(st, "delivered") != 2 ||
-        stat_of(st, "retrying") != 0 || cursor_of(st, 0) != 3)
-        fail_rule(st, "want dead_lettered 1, failed 1, discarded 0, delivered 2, retrying 0, "
-                      "cursor 3");
+    json_t *st = it_rule(s, "r");
+    if (it_rule_int(st, "dead_lettered") != 1 || it_rule_int(st, "failed") != 1 ||
+        it_rule_int(st, "discarded") != 0 || it_rule_int(st, "delivered") != 2 ||
+        it_rule_int(st, "retrying") != 0 || it_rule_cursor(st, 0) != 3)
+        it_fail_rule(st, "want dead_lettered 1, failed 1, discarded 0, delivered 2, retrying 0, "
+                         "cursor 3");
     /* Retry deliveries made: doomed-1's requests 2 to 4. ok-2 waited behind
      * it unsent; its one request is not a retry. */
-    if (stat_of(st, "retries") != 3)
-        fail_rule(st, "want retries 3 (doomed-1 sent 4 times; ok-2 sent once)");
+    if (it_rule_int(st, "retries") != 3)
+        it_fail_rule(st, "want retries 3 (doomed-1 sent 4 times; ok-2 sent once)");
     json_decref(st);
     if (metric(s, "sluice_rule_dead_lettered_total{rule=\"r\"}") != 1 ||
         metric(s, "sluice_rule_discarded_total{rule=\"r\"}") != 0)
@@ -664,25 +533,26 @@ static void test_max_age_to_dlq(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "set \"in-dlq\" { partitions = 1 }\n"
-              "rule \"r\" {\n"
-              "  set = \"in\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/hook\", timeout = \"2s\" },\n"
-              "  retry = { attempts = 1000, max_age = \"1s\", backoff = \"fixed\",\n"
-              "            initial = \"200ms\", max = \"200ms\" },\n"
-              "  dlq = \"in-dlq\",\n"
-              "}\n",
-              rx_port(g_rx));
+    it_write_config(
+        s, cfg,
+        "set \"in\" { partitions = 1 }\n"
+        "set \"in-dlq\" { partitions = 1 }\n"
+        "rule \"r\" {\n"
+        "  set = \"in\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/hook\", timeout = \"2s\" },\n"
+        "  retry = { attempts = 1000, max_age = \"1s\", backoff = \"fixed\",\n"
+        "            initial = \"200ms\", max = \"200ms\" },\n"
+        "  dlq = \"in-dlq\",\n"
+        "}\n",
+        rx_port(g_rx));
     rx_fail_marker(g_rx, "doomed", -1, 503, "still down");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     time_t since = time(NULL);
     post_ev(s, "in", NULL, "doomed-0", "k", 0);
     post_ev(s, "in", NULL, "ok-1", "k", 1);
-    wait_stat(s, "r", "dead_lettered", 1);
+    it_wait_rule_int(s, "r", "dead_lettered", 1, WAIT_S);
     wait_ok(g_rx, "\"ok-1\"", 1);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     size_t tries = tries_of(g_rx, "doomed-0");
     if (!tries)
         fail_msg("the doomed event was dead-lettered without a request");
@@ -707,18 +577,18 @@ static void test_permanent_to_dlq(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_part_cfg, rx_port(g_rx), 4);
+    it_write_config(s, cfg, one_part_cfg, rx_port(g_rx), 4);
     rx_fail_marker(g_rx, "poison", -1, 400, "bad field x");
     rx_fail_marker(g_rx, "teapot", -1, 422, "unprocessable");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     time_t since = time(NULL);
     const char *lane[] = {"X-Sluice-Lane: beta", NULL};
     post_ev(s, "in", NULL, "ok-0", "k", 0);
     post_ev(s, "in", lane, "poison-1", "k", 1);
     post_ev(s, "in", NULL, "teapot-2", "k", 2);
     post_ev(s, "in", NULL, "ok-3", "k", 3);
-    wait_stat(s, "r", "dead_lettered", 2);
-    wait_caught_up(s);
+    it_wait_rule_int(s, "r", "dead_lettered", 2, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     it_sleep_ms(200);
     if (tries_of(g_rx, "poison-1") != 1 || tries_of(g_rx, "teapot-2") != 1)
         fail_msg("permanent failures were sent %zu (400) and %zu (422) times, want 1 each",
@@ -743,10 +613,11 @@ static void test_permanent_to_dlq(void **state)
         fail_msg("the dlq set's lane beta holds %zu events, want poison-1 alone", beta.n);
     it_evs_free(&beta);
 
-    json_t *st = rule_stats(s, "r");
-    if (stat_of(st, "dead_lettered") != 2 || stat_of(st, "failed") != 2 ||
-        stat_of(st, "delivered") != 2 || stat_of(st, "retries") != 0 || cursor_of(st, 0) != 4)
-        fail_rule(st, "want dead_lettered 2, failed 2, delivered 2, retries 0, cursor 4");
+    json_t *st = it_rule(s, "r");
+    if (it_rule_int(st, "dead_lettered") != 2 || it_rule_int(st, "failed") != 2 ||
+        it_rule_int(st, "delivered") != 2 || it_rule_int(st, "retries") != 0 ||
+        it_rule_cursor(st, 0) != 4)
+        it_fail_rule(st, "want dead_lettered 2, failed 2, delivered 2, retries 0, cursor 4");
     json_decref(st);
     s->passed = true;
 }
@@ -757,7 +628,7 @@ static void test_no_dlq_discards(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 1 }\n"
         "rule \"r\" {\n"
@@ -767,27 +638,27 @@ static void test_no_dlq_discards(void **state)
         rx_port(g_rx), 2);
     rx_fail_marker(g_rx, "poison", -1, 400, "bad field x");
     rx_fail_marker(g_rx, "doomed", -1, 500, "always broken");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     add_ev(&b, "ok-0", "k", 0);
     add_ev(&b, "poison-1", "k", 1);
     add_ev(&b, "doomed-2", "k", 2);
     add_ev(&b, "ok-3", "k", 3);
-    json_decref(post_all(s, "in", NULL, &b, 4));
+    json_decref(it_post_all(s, "in", NULL, &b, 4));
     sl_buf_free(&b);
-    wait_stat(s, "r", "discarded", 2);
-    wait_caught_up(s);
+    it_wait_rule_int(s, "r", "discarded", 2, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     if (tries_of(g_rx, "poison-1") != 1 || tries_of(g_rx, "doomed-2") != 2)
         fail_msg("poison sent %zu times (want 1), doomed %zu times (want attempts = 2)",
                  tries_of(g_rx, "poison-1"), tries_of(g_rx, "doomed-2"));
-    json_t *st = rule_stats(s, "r");
-    if (stat_of(st, "discarded") != 2 || stat_of(st, "failed") != 2 ||
-        stat_of(st, "dead_lettered") != 0 || stat_of(st, "delivered") != 2 ||
-        !json_is_null(json_object_get(st, "dlq")) || cursor_of(st, 0) != 4)
-        fail_rule(st, "want discarded 2, failed 2, dead_lettered 0, delivered 2, dlq null, "
-                      "cursor 4");
-    if (stat_of(st, "retries") != 1)
-        fail_rule(st, "want retries 1 (doomed-2 sent twice; ok-3 sent once)");
+    json_t *st = it_rule(s, "r");
+    if (it_rule_int(st, "discarded") != 2 || it_rule_int(st, "failed") != 2 ||
+        it_rule_int(st, "dead_lettered") != 0 || it_rule_int(st, "delivered") != 2 ||
+        !json_is_null(json_object_get(st, "dlq")) || it_rule_cursor(st, 0) != 4)
+        it_fail_rule(st, "want discarded 2, failed 2, dead_lettered 0, delivered 2, dlq null, "
+                         "cursor 4");
+    if (it_rule_int(st, "retries") != 1)
+        it_fail_rule(st, "want retries 1 (doomed-2 sent twice; ok-3 sent once)");
     json_decref(st);
     if (metric(s, "sluice_rule_discarded_total{rule=\"r\"}") != 2 ||
         metric(s, "sluice_rule_dead_lettered_total{rule=\"r\"}") != 0)
@@ -865,7 +736,7 @@ static void test_target_down(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
@@ -875,7 +746,7 @@ static void test_target_down(void **state)
         "  dlq = \"in-dlq\",\n"
         "}\n",
         rx_port(g_rx), 1000);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     long outage_ms = it_soak() ? 30000 : 5000;
     stream st = {.s = s, .cap = 100000};
     st.part = calloc((size_t)st.cap, sizeof(int));
@@ -899,7 +770,7 @@ static void test_target_down(void **state)
                  "during the outage",
                  atomic_load(&st.failed), during);
     wait_all_accepted(g_rx, "s", n, WAIT_S + (double)outage_ms / 1000);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     tally t = tally_of(g_rx, "s", n);
     for (int i = 0; i < n; i++)
         if (t.part[i] != st.part[i])
@@ -910,10 +781,10 @@ static void test_target_down(void **state)
         fail_msg("%ld duplicates: more than one in-flight request per partition", t.dups);
     tally_free(&t);
     free(st.part);
-    json_t *rs = rule_stats(s, "r");
-    if (stat_of(rs, "retries") < 1 || stat_of(rs, "failed") != 0 ||
-        stat_of(rs, "dead_lettered") != 0 || stat_of(rs, "delivered") < n)
-        fail_rule(rs, "want retries >= 1, failed 0, dead_lettered 0, delivered >= all");
+    json_t *rs = it_rule(s, "r");
+    if (it_rule_int(rs, "retries") < 1 || it_rule_int(rs, "failed") != 0 ||
+        it_rule_int(rs, "dead_lettered") != 0 || it_rule_int(rs, "delivered") < n)
+        it_fail_rule(rs, "want retries >= 1, failed 0, dead_lettered 0, delivered >= all");
     json_decref(rs);
     s->passed = true;
 }
@@ -927,7 +798,7 @@ static void test_sigkill_mid_delivery(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
@@ -938,7 +809,7 @@ static void test_sigkill_mid_delivery(void **state)
         "}\n",
         rx_port(g_rx), 1000);
     rx_set_delay(g_rx, 40);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     enum { N = 200, W1 = 30 }; /* W1 events first, the rest after they are committed */
     json_t *ans[2];
     for (int w = 0; w < 2; w++) {
@@ -949,24 +820,24 @@ static void test_sigkill_mid_delivery(void **state)
             snprintf(key, sizeof key, "k%d", i % 7);
             add_ev(&b, id, key, i);
         }
-        ans[w] = post_all(s, "in", NULL, &b, w ? N - W1 : W1);
+        ans[w] = it_post_all(s, "in", NULL, &b, w ? N - W1 : W1);
         sl_buf_free(&b);
         if (!w) {
             wait_all_accepted(g_rx, "s", W1, WAIT_S);
-            wait_caught_up(s);
+            it_wait_caught_up(s, WAIT_S);
         }
     }
     if (!rx_wait(g_rx, W1 + 40, WAIT_S))
         fail_msg("delivery of the second wave did not start");
-    json_t *rs = rule_stats(s, "r");
-    int64_t cur[2] = {cursor_of(rs, 0), cursor_of(rs, 1)};
+    json_t *rs = it_rule(s, "r");
+    int64_t cur[2] = {it_rule_cursor(rs, 0), it_rule_cursor(rs, 1)};
     json_decref(rs);
     it_srv_stop(s, SIGKILL, 5);
     size_t at_kill = rx_count(g_rx);
     it_sleep_ms(100); /* the requests in flight are answered, to nobody */
     it_srv_restart(s);
     wait_all_accepted(g_rx, "s", N, WAIT_S + 10);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     tally t = tally_of(g_rx, "s", N);
     long dups[2] = {0, 0};
     int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {-1, -1};
@@ -1006,7 +877,7 @@ static void test_slow_target_isolated(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 2 }\n"
         "rule \"slow\" { set = \"in\",\n"
@@ -1017,7 +888,7 @@ static void test_slow_target_isolated(void **state)
         "}\n",
         rx_port(g_rx), 1000, rx_port(g_rx2), 1000);
     rx_set_delay(g_rx, 500);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     enum { N = 60 };
     double lat[N], worst = 0, sum = 0;
     for (int i = 0; i < N; i++) {
@@ -1032,8 +903,8 @@ static void test_slow_target_isolated(void **state)
     }
     wait_all_accepted(g_rx2, "s", N, WAIT_S);
     size_t slow_got = rx_count(g_rx);
-    json_t *st = rule_stats(s, "slow");
-    json_int_t slow_lag = stat_of(st, "lag");
+    json_t *st = it_rule(s, "slow");
+    json_int_t slow_lag = it_rule_int(st, "lag");
     json_decref(st);
     int under = 0;
     for (int i = 0; i < N; i++)
@@ -1068,7 +939,7 @@ static void test_ordered_holds_one_partition(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
@@ -1080,11 +951,11 @@ static void test_ordered_holds_one_partition(void **state)
         "}\n",
         rx_port(g_rx), 1000, rx_port(g_rx2), 1000);
     rx_fail_marker(g_rx, "\"id\":\"s0\"", -1, 503, "busy");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     enum { N = 21 };
     sl_buf b = SL_BUF_INIT;
     add_ev(&b, "s0", "kp", 0);
-    json_t *a = post_all(s, "in", NULL, &b, 1);
+    json_t *a = it_post_all(s, "in", NULL, &b, 1);
     int hp = it_res_part(a, 0); /* the partition s0 holds */
     int64_t held = it_res_off(a, 0);
     json_decref(a);
@@ -1097,7 +968,7 @@ static void test_ordered_holds_one_partition(void **state)
         snprintf(key, sizeof key, "k%d", i);
         add_ev(&b, id, key, i);
     }
-    a = post_all(s, "in", NULL, &b, N - 1);
+    a = it_post_all(s, "in", NULL, &b, N - 1);
     sl_buf_free(&b);
     int part[N];
     part[0] = hp;
@@ -1127,13 +998,13 @@ static void test_ordered_holds_one_partition(void **state)
             fail_msg("ordered: %s (partition %d) was sent while s0 of its partition waited", id,
                      hp);
     }
-    json_t *st = rule_stats(s, "r");
-    if (cursor_of(st, hp) != held || stat_of(st, "retrying") < 1)
-        fail_rule(st, "while s0 waits: want its partition's cursor at it, retrying >= 1");
+    json_t *st = it_rule(s, "r");
+    if (it_rule_cursor(st, hp) != held || it_rule_int(st, "retrying") < 1)
+        it_fail_rule(st, "while s0 waits: want its partition's cursor at it, retrying >= 1");
     json_decref(st);
     rx_unscript(g_rx);
     wait_all_accepted(g_rx, "s", N, WAIT_S);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     tally t = tally_of(g_rx, "s", N); /* fails on a partition out of order */
     if (t.dups)
         fail_msg("%ld duplicates", t.dups);
@@ -1149,7 +1020,7 @@ static void test_unordered_poison(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { partitions = 1 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
@@ -1161,7 +1032,7 @@ static void test_unordered_poison(void **state)
         "}\n",
         rx_port(g_rx), 1000);
     rx_fail_marker(g_rx, "poison", -1, 503, "busy");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     enum { N = 11 };
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < N; i++) {
@@ -1169,7 +1040,7 @@ static void test_unordered_poison(void **state)
         snprintf(id, sizeof id, "%s%d", i ? "s" : "poison-s", i);
         add_ev(&b, id, "k", i);
     }
-    json_decref(post_all(s, "in", NULL, &b, N));
+    json_decref(it_post_all(s, "in", NULL, &b, N));
     sl_buf_free(&b);
     for (int i = 1; i < N; i++) {
         char n[32];
@@ -1179,13 +1050,14 @@ static void test_unordered_poison(void **state)
     if (!rx_wait_matching(g_rx, "poison", false, 3, WAIT_S))
         fail_msg("the failing event was tried %zu times, want 3 or more",
                  rx_count_matching(g_rx, "poison", false));
-    json_t *st = rule_stats(s, "r");
-    if (oks_of(g_rx, "poison-s0") != 0 || cursor_of(st, 0) != 0 || stat_of(st, "retrying") != 1)
-        fail_rule(st, "while the failing event (offset 0) waits: want cursor 0, retrying 1");
+    json_t *st = it_rule(s, "r");
+    if (oks_of(g_rx, "poison-s0") != 0 || it_rule_cursor(st, 0) != 0 ||
+        it_rule_int(st, "retrying") != 1)
+        it_fail_rule(st, "while the failing event (offset 0) waits: want cursor 0, retrying 1");
     json_decref(st);
     rx_unscript(g_rx); /* the endpoint recovers */
     wait_ok(g_rx, "poison", 1);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     it_sleep_ms(200);
     for (int i = 1; i < N; i++) {
         char id[16];
@@ -1195,12 +1067,12 @@ static void test_unordered_poison(void **state)
     }
     if (oks_of(g_rx, "poison-s0") != 1)
         fail_msg("the failing event was accepted %zu times, want once", oks_of(g_rx, "poison-s0"));
-    st = rule_stats(s, "r");
-    if (stat_of(st, "delivered") != N || stat_of(st, "failed") != 0 ||
-        stat_of(st, "dead_lettered") != 0 || stat_of(st, "retries") < 3 ||
-        stat_of(st, "retrying") != 0 || cursor_of(st, 0) != N)
-        fail_rule(st, "want delivered 11, failed 0, dead_lettered 0, retries >= 3, retrying 0, "
-                      "cursor 11");
+    st = it_rule(s, "r");
+    if (it_rule_int(st, "delivered") != N || it_rule_int(st, "failed") != 0 ||
+        it_rule_int(st, "dead_lettered") != 0 || it_rule_int(st, "retries") < 3 ||
+        it_rule_int(st, "retrying") != 0 || it_rule_cursor(st, 0) != N)
+        it_fail_rule(st, "want delivered 11, failed 0, dead_lettered 0, retries >= 3, retrying 0, "
+                         "cursor 11");
     json_decref(st);
     s->passed = true;
 }
@@ -1212,19 +1084,19 @@ static void test_two_targets_no_resend(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "set \"in-dlq\" { partitions = 1 }\n"
-              "rule \"r\" {\n"
-              "  set = \"in\",\n"
-              "  targets = {\n"
-              "    target.http { url = \"http://127.0.0.1:%d/a\", timeout = \"2s\" },\n"
-              "    target.http { url = \"http://127.0.0.1:%d/b\", timeout = \"2s\" },\n"
-              "  },\n" RETRY "  dlq = \"in-dlq\",\n"
-              "}\n",
-              rx_port(g_rx), rx_port(g_rx2), 4);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "set \"in-dlq\" { partitions = 1 }\n"
+                    "rule \"r\" {\n"
+                    "  set = \"in\",\n"
+                    "  targets = {\n"
+                    "    target.http { url = \"http://127.0.0.1:%d/a\", timeout = \"2s\" },\n"
+                    "    target.http { url = \"http://127.0.0.1:%d/b\", timeout = \"2s\" },\n"
+                    "  },\n" RETRY "  dlq = \"in-dlq\",\n"
+                    "}\n",
+                    rx_port(g_rx), rx_port(g_rx2), 4);
     rx_fail(g_rx2, 2, 500, "boom", NULL);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     enum { N = 5 };
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < N; i++) {
@@ -1232,11 +1104,11 @@ static void test_two_targets_no_resend(void **state)
         snprintf(id, sizeof id, "s%d", i);
         add_ev(&b, id, "k", i);
     }
-    json_decref(post_all(s, "in", NULL, &b, N));
+    json_decref(it_post_all(s, "in", NULL, &b, N));
     sl_buf_free(&b);
     wait_all_accepted(g_rx, "s", N, WAIT_S);
     wait_all_accepted(g_rx2, "s", N, WAIT_S);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     it_sleep_ms(200);
     tally ta = tally_of(g_rx, "s", N), tb = tally_of(g_rx2, "s", N);
     if (rx_count(g_rx) != N || ta.dups)
@@ -1247,10 +1119,10 @@ static void test_two_targets_no_resend(void **state)
                  tb.dups, N + 2);
     tally_free(&ta);
     tally_free(&tb);
-    json_t *st = rule_stats(s, "r");
-    if (stat_of(st, "failed") != 0 || stat_of(st, "dead_lettered") != 0 ||
-        stat_of(st, "retries") < 2)
-        fail_rule(st, "want failed 0, dead_lettered 0, retries >= 2");
+    json_t *st = it_rule(s, "r");
+    if (it_rule_int(st, "failed") != 0 || it_rule_int(st, "dead_lettered") != 0 ||
+        it_rule_int(st, "retries") < 2)
+        it_fail_rule(st, "want failed 0, dead_lettered 0, retries >= 2");
     json_decref(st);
     s->passed = true;
 }
@@ -1262,27 +1134,27 @@ static void test_one_letter_per_event(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "set \"in-dlq\" { partitions = 1 }\n"
-              "rule \"r\" {\n"
-              "  set = \"in\",\n"
-              "  targets = {\n"
-              "    target.http { url = \"http://127.0.0.1:%d/a\", timeout = \"2s\" },\n"
-              "    target.http { url = \"http://127.0.0.1:%d/b\", timeout = \"2s\" },\n"
-              "  },\n" RETRY "  dlq = \"in-dlq\",\n"
-              "}\n",
-              rx_port(g_rx), rx_port(g_rx2), 3);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "set \"in-dlq\" { partitions = 1 }\n"
+                    "rule \"r\" {\n"
+                    "  set = \"in\",\n"
+                    "  targets = {\n"
+                    "    target.http { url = \"http://127.0.0.1:%d/a\", timeout = \"2s\" },\n"
+                    "    target.http { url = \"http://127.0.0.1:%d/b\", timeout = \"2s\" },\n"
+                    "  },\n" RETRY "  dlq = \"in-dlq\",\n"
+                    "}\n",
+                    rx_port(g_rx), rx_port(g_rx2), 3);
     rx_fail(g_rx, 100, 400, "no", NULL);
     rx_fail(g_rx2, 100, 503, "down", NULL);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     const char *ev = "{\"specversion\":\"1.0\",\"id\":\"x1\",\"source\":\"/dlv\",\"type\":\"t\","
                      "\"data\":{\"f\":0.1,\"g\":1.50,\"e\":1e2}}";
     it_resp r = it_post(s, "in", IT_CT_CE, NULL, ev, SIZE_MAX);
     json_decref(it_expect_results(&r, 1, 0));
     it_resp_free(&r);
-    wait_stat(s, "r", "dead_lettered", 1);
-    wait_caught_up(s);
+    it_wait_rule_int(s, "r", "dead_lettered", 1, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     it_evs d = dlq_events(s, "in-dlq");
     if (d.n != 1)
         fail_msg("want one dead letter for the event, found %zu", d.n);
@@ -1306,22 +1178,23 @@ static void test_retry_beside_slow_target(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "server { workers = 1 }\n"
-              "set \"in\" { partitions = 4 }\n"
-              "rule \"slow\" { set = \"in\", match = { type = { \"slow\" } },\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"20s\" } }\n"
-              "rule \"flaky\" { set = \"in\", match = { type = { \"flaky\" } },\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/flaky\", timeout = \"5s\" },\n"
-              RETRY "}\n",
-              rx_port(g_rx), rx_port(g_rx2), 50);
+    it_write_config(
+        s, cfg,
+        "server { workers = 1 }\n"
+        "set \"in\" { partitions = 4 }\n"
+        "rule \"slow\" { set = \"in\", match = { type = { \"slow\" } },\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"20s\" } }\n"
+        "rule \"flaky\" { set = \"in\", match = { type = { \"flaky\" } },\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/flaky\", timeout = \"5s\" },\n" RETRY
+        "}\n",
+        rx_port(g_rx), rx_port(g_rx2), 50);
     rx_set_delay(g_rx, 6000);
     rx_fail(g_rx2, 1, 503, "once", "1");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"f1\",\"source\":\"/dlv\",\"type\":"
                       "\"flaky\"}\n");
-    json_decref(post_all(s, "in", NULL, &b, 1));
+    json_decref(it_post_all(s, "in", NULL, &b, 1));
     if (!rx_wait(g_rx2, 1, WAIT_S))
         fail_msg("the flaky rule sent nothing");
     b.len = 0;
@@ -1330,13 +1203,13 @@ static void test_retry_beside_slow_target(void **state)
                       "{\"specversion\":\"1.0\",\"id\":\"s%d\",\"source\":\"/dlv\",\"type\":"
                       "\"slow\",\"partitionkey\":\"k%d\"}\n",
                       i, i);
-    json_decref(post_all(s, "in", NULL, &b, 8));
+    json_decref(it_post_all(s, "in", NULL, &b, 8));
     sl_buf_free(&b);
     wait_ok(g_rx2, "\"id\":\"f1\"", 1);
     /* Not a timing assertion: the order of two outcomes. */
-    json_t *st = rule_stats(s, "slow");
-    if (stat_of(st, "delivered") != 0)
-        fail_rule(st, "the flaky rule's retry waited for the slow target's answers");
+    json_t *st = it_rule(s, "slow");
+    if (it_rule_int(st, "delivered") != 0)
+        it_fail_rule(st, "the flaky rule's retry waited for the slow target's answers");
     json_decref(st);
     rx_set_delay(g_rx, 0);
     s->passed = true;

@@ -15,8 +15,6 @@
 
 #include "core/metrics.h" /* sl_buf_printf() */
 
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -30,8 +28,6 @@
 
 #define WAIT_S 30.0
 #define MAX_IDS 1024
-
-static char g_sluice[PATH_MAX]; /* bin/sluice, found as itest.c finds it */
 
 /* ---- dead-letter events ------------------------------------------------------------ */
 
@@ -316,13 +312,9 @@ static void test_redrive_config(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    snprintf(cfg, sizeof cfg, "%s/sluice.lua", s->dir);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
-    fputs("set \"dead\" { partitions = 2 }\n"
-          "set \"live\" { partitions = 3 }\n",
-          f);
-    fclose(f);
+    it_write_config(s, cfg,
+                    "set \"dead\" { partitions = 2 }\n"
+                    "set \"live\" { partitions = 3 }\n");
     it_srv_start(s, "-c", cfg, NULL);
     post_dlq(s, "dead", 0, 30, NULL);
     /* An attribute name written with an escape is the same attribute. */
@@ -384,21 +376,17 @@ static void test_redrive_from_rule(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    snprintf(cfg, sizeof cfg, "%s/sluice.lua", s->dir);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
     /* Port 1 refuses connections: one attempt, then the dead-letter set. */
-    fputs("set \"orders\" { partitions = 2 }\n"
-          "set \"orders-dlq\" { partitions = 2 }\n"
-          "rule \"ship\" {\n"
-          "  set = \"orders\",\n"
-          "  start = \"beginning\",\n"
-          "  target = target.http { url = \"http://127.0.0.1:1/x\" },\n"
-          "  retry = { attempts = 1 },\n"
-          "  dlq = \"orders-dlq\",\n"
-          "}\n",
-          f);
-    fclose(f);
+    it_write_config(s, cfg,
+                    "set \"orders\" { partitions = 2 }\n"
+                    "set \"orders-dlq\" { partitions = 2 }\n"
+                    "rule \"ship\" {\n"
+                    "  set = \"orders\",\n"
+                    "  start = \"beginning\",\n"
+                    "  target = target.http { url = \"http://127.0.0.1:1/x\" },\n"
+                    "  retry = { attempts = 1 },\n"
+                    "  dlq = \"orders-dlq\",\n"
+                    "}\n");
     it_srv_start(s, "-c", cfg, NULL);
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"o1\",\"source\":\"/s\",\"type\":\"t\","
@@ -556,15 +544,11 @@ static void test_redrive_stop(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    snprintf(cfg, sizeof cfg, "%s/sluice.lua", s->dir);
-    FILE *f = fopen(cfg, "w");
-    assert_non_null(f);
     /* A buffer smaller than a chunk: the redrive goes one event (and one
      * fsync) at a time, so that it runs for a while. */
-    fputs("set \"dlq\" { partitions = 1 }\n"
-          "set \"slow\" { partitions = 1, buffer_bytes = \"4KiB\" }\n",
-          f);
-    fclose(f);
+    it_write_config(s, cfg,
+                    "set \"dlq\" { partitions = 1 }\n"
+                    "set \"slow\" { partitions = 1, buffer_bytes = \"4KiB\" }\n");
     it_srv_start(s, "-c", cfg, NULL);
     for (int i = 0; i < BIG; i += 500)
         post_dlq(s, "dlq", i, i + 500, NULL);
@@ -624,62 +608,6 @@ static void test_redrive_stop(void **state)
 
 /* ---- 5. the CLI, a damaged dead letter, and the position across a restart ---------- */
 
-/* Runs bin/sluice with args (NULL-terminated), stdin from in_path (NULL:
- * /dev/null); its stdout and stderr go to *out and *err (caller frees).
- * Returns the exit status, or -1 when it did not exit in time. */
-static int run_sluice(const it_server *s, const char *in_path, char **out, char **err,
-                      const char *const *args)
-{
-    char opath[PATH_MAX], epath[PATH_MAX];
-    snprintf(opath, sizeof opath, "%s/cli.out", s->dir);
-    snprintf(epath, sizeof epath, "%s/cli.err", s->dir);
-    const char *argv[16] = {g_sluice};
-    int n = 1;
-    for (; args[n - 1] && n < 15; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
-        int o = open(opath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(epath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (in < 0 || o < 0 || e < 0)
-            _exit(126);
-        dup2(in, 0);
-        dup2(o, 1);
-        dup2(e, 2);
-        unsetenv("SLUICE_SERVER");
-        execv(g_sluice, (char **)argv);
-        _exit(127);
-    }
-    assert_true(pid > 0);
-    int st = 0;
-    bool done = false;
-    for (double end = it_mono() + WAIT_S; it_mono() < end && !done;) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            done = true;
-        else
-            it_sleep_ms(5);
-    }
-    if (!done) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    char *const paths[2] = {opath, epath};
-    char **bufs[2] = {out, err};
-    for (int i = 0; i < 2; i++) {
-        *bufs[i] = calloc(1, 65536);
-        FILE *f = fopen(paths[i], "r");
-        if (f) {
-            size_t len = fread(*bufs[i], 1, 65535, f);
-            (*bufs[i])[len] = '\0';
-            fclose(f);
-        }
-    }
-    return done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_redrive_cli_restart(void **state)
 {
     it_server *s = *state;
@@ -690,37 +618,40 @@ static void test_redrive_cli_restart(void **state)
     snprintf(server, sizeof server, "http://127.0.0.1:%d", s->port);
     char *out, *err;
 
-    int rc = run_sluice(s, NULL, &out, &err,
-                        (const char *[]){"redrive", "orders-dlq", "--to", "orders", "--max", "5",
-                                         "--server", server, NULL});
+    int rc = it_run(s, NULL, &out, &err,
+                    (const char *[]){"redrive", "orders-dlq", "--to", "orders", "--max", "5",
+                                     "--server", server, NULL},
+                    WAIT_S);
     if (rc != 0 || strcmp(out, "redriven 5 events from orders-dlq to orders (0 skipped)\n") != 0)
         fail_msg("sluice redrive exited %d: stdout %s stderr %s", rc, out, err);
     free(out);
     free(err);
-    rc = run_sluice(
-        s, NULL, &out, &err,
-        (const char *[]){"redrive", "orders-dlq", "--to=orders", "--server", server, NULL});
+    rc = it_run(s, NULL, &out, &err,
+                (const char *[]){"redrive", "orders-dlq", "--to=orders", "--server", server, NULL},
+                WAIT_S);
     if (rc != 0 || strcmp(out, "redriven 7 events from orders-dlq to orders (0 skipped)\n") != 0)
         fail_msg("sluice redrive exited %d: stdout %s stderr %s", rc, out, err);
     free(out);
     free(err);
     /* Errors: exit 1 with the server's reason; usage errors exit 2. */
-    rc = run_sluice(
+    rc = it_run(
         s, NULL, &out, &err,
-        (const char *[]){"redrive", "orders-dlq", "--to", "nosuch", "--server", server, NULL});
+        (const char *[]){"redrive", "orders-dlq", "--to", "nosuch", "--server", server, NULL},
+        WAIT_S);
     if (rc != 1 || !strstr(err, "nosuch") || !strstr(err, "does not exist") || out[0])
         fail_msg("redrive to a missing set exited %d: stdout %s stderr %s", rc, out, err);
     free(out);
     free(err);
-    rc = run_sluice(s, NULL, &out, &err,
-                    (const char *[]){"redrive", "orders-dlq", "--server", server, NULL});
+    rc = it_run(s, NULL, &out, &err,
+                (const char *[]){"redrive", "orders-dlq", "--server", server, NULL}, WAIT_S);
     if (rc != 2 || !strstr(err, "--to"))
         fail_msg("redrive without --to exited %d: stderr %s", rc, err);
     free(out);
     free(err);
-    rc = run_sluice(s, NULL, &out, &err,
-                    (const char *[]){"redrive", "orders-dlq", "--to", "orders", "--server",
-                                     "http://127.0.0.1:1", NULL});
+    rc = it_run(s, NULL, &out, &err,
+                (const char *[]){"redrive", "orders-dlq", "--to", "orders", "--server",
+                                 "http://127.0.0.1:1", NULL},
+                WAIT_S);
     if (rc != 1 || !err[0])
         fail_msg("redrive with no server exited %d: stderr %s", rc, err);
     free(out);
@@ -731,13 +662,10 @@ static void test_redrive_cli_restart(void **state)
      * new dead letters move and the damaged one is skipped and reported. */
     assert_true(it_srv_stop(s, SIGTERM, 20) >= 0);
     char in[PATH_MAX], pdir[PATH_MAX];
-    snprintf(in, sizeof in, "%s/garbage.txt", s->dir);
-    FILE *f = fopen(in, "w");
-    assert_non_null(f);
-    fputs("this is not an event\n", f);
-    fclose(f);
+    it_path(in, s, "garbage.txt");
+    it_write_file(in, "this is not an event\n");
     snprintf(pdir, sizeof pdir, "%s/sets/orders-dlq/0", s->data);
-    rc = run_sluice(s, in, &out, &err, (const char *[]){"log", "append", pdir, "--sync", NULL});
+    rc = it_run(s, in, &out, &err, (const char *[]){"log", "append", pdir, "--sync", NULL}, WAIT_S);
     if (rc != 0)
         fail_msg("sluice log append exited %d: %s", rc, err);
     free(out);
@@ -756,9 +684,10 @@ static void test_redrive_cli_restart(void **state)
     expect_once(&a, 15);
     assert_int_equal(a.live, 1);
     /* The skipped record is behind the position now. */
-    rc = run_sluice(
+    rc = it_run(
         s, NULL, &out, &err,
-        (const char *[]){"redrive", "orders-dlq", "--to", "orders", "--server", server, NULL});
+        (const char *[]){"redrive", "orders-dlq", "--to", "orders", "--server", server, NULL},
+        WAIT_S);
     if (rc != 0 || strcmp(out, "redriven 0 events from orders-dlq to orders (0 skipped)\n") != 0)
         fail_msg("sluice redrive exited %d: stdout %s stderr %s", rc, out, err);
     free(out);
@@ -773,37 +702,11 @@ static void test_redrive_cli_restart(void **state)
 
 /* ---- main ------------------------------------------------------------------------------ */
 
-/* bin/sluice, looked for as itest.c does. */
-static int find_sluice(void)
-{
-    const char *env = getenv("SLUICE_BIN");
-    if (env && *env) {
-        snprintf(g_sluice, sizeof g_sluice, "%s", env);
-        return access(g_sluice, X_OK);
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        for (int up = 0; up < 4; up++) {
-            char *slash = strrchr(exe, '/');
-            if (slash)
-                *slash = '\0';
-        }
-        snprintf(g_sluice, sizeof g_sluice, "%s/bin/sluice", exe);
-        if (access(g_sluice, X_OK) == 0)
-            return 0;
-    }
-    if (!realpath("bin/sluice", g_sluice))
-        return -1;
-    return access(g_sluice, X_OK);
-}
-
 #define T(f) cmocka_unit_test_setup_teardown(f, it_setup, it_teardown)
 
 int main(void)
 {
-    if (it_init("test_redrive") || find_sluice())
+    if (it_init("test_redrive"))
         return 1;
     const struct CMUnitTest tests[] = {
         T(test_redrive_api),       T(test_redrive_errors),     T(test_redrive_config),

@@ -11,18 +11,14 @@
 
 #include "core/metrics.h" /* sl_buf_printf() */
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -30,41 +26,12 @@
 
 #define WAIT_S 20.0 /* every wait gives up after this long */
 
-static char g_sluice[PATH_MAX]; /* bin/sluice, found as itest.c finds it */
-
 /* ---- files ------------------------------------------------------------------ */
-
-/* DIR/name in a buffer of PATH_MAX bytes. */
-static void path_in(char *out, const it_server *s, const char *name)
-{
-    snprintf(out, PATH_MAX, "%s/%s", s->dir, name);
-}
-
-/* Writes the printf-formatted text to path (replacing it); fails the test
- * when it cannot. */
-static void write_file(const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void write_file(const char *path, const char *fmt, ...)
-{
-    /* Written to a temporary name and renamed, so a reload never reads half
-     * a file. */
-    char tmp[PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        fail_msg("cannot write %s: %s", tmp, strerror(errno));
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    if (fclose(f) || rename(tmp, path))
-        fail_msg("cannot write %s: %s", path, strerror(errno));
-}
 
 static void make_dir(const it_server *s, const char *name)
 {
     char p[PATH_MAX];
-    path_in(p, s, name);
+    it_path(p, s, name);
     if (mkdir(p, 0755) && errno != EEXIST)
         fail_msg("mkdir %s: %s", p, strerror(errno));
 }
@@ -179,121 +146,7 @@ static void add_event(sl_buf *b, const char *id, const char *type, const char *d
     sl_buf_printf(b, "%s}\n", extra ? extra : "");
 }
 
-/* POSTs NDJSON to set (hdrs may be NULL), asserts every entry was accepted
- * and returns the answer (caller frees with json_decref()). */
-static json_t *post_all(it_server *s, const char *set, const char *const *hdrs, sl_buf *b, size_t n)
-{
-    it_resp r = it_post(s, set, IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
-    json_t *a = it_expect_results(&r, n, 0);
-    it_resp_free(&r);
-    return a;
-}
-
 /* ---- rules ------------------------------------------------------------------------ */
-
-/* GET /v1/rules, parsed; caller frees with json_decref(). */
-static json_t *get_rules(it_server *s)
-{
-    it_resp r = it_get(s, "/v1/rules");
-    if (r.status != 200)
-        fail_msg("GET /v1/rules answered %ld: %s", r.status, it_body(&r));
-    json_t *j = it_parse_json(&r);
-    it_resp_free(&r);
-    if (!json_is_array(json_object_get(j, "rules")))
-        fail_msg("GET /v1/rules has no \"rules\" list");
-    return j;
-}
-
-/* The entry of rule name in a GET /v1/rules answer (borrowed), or NULL. */
-static json_t *rule_of(json_t *rules, const char *name)
-{
-    json_t *list = json_object_get(rules, "rules"), *r;
-    size_t i;
-    json_array_foreach(list, i, r)
-    {
-        const char *n = json_string_value(json_object_get(r, "name"));
-        if (n && strcmp(n, name) == 0)
-            return r;
-    }
-    return NULL;
-}
-
-/* Waits until every listed rule has lag 0 (twice in a row, 20 ms apart):
- * everything posted before the call has been delivered. */
-static void wait_caught_up(it_server *s)
-{
-    int calm = 0;
-    char *last = NULL;
-    for (double end = it_mono() + WAIT_S; it_mono() < end;) {
-        it_resp r = it_get(s, "/v1/rules");
-        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
-        free(last);
-        last = strdup(it_body(&r));
-        it_resp_free(&r);
-        json_t *list = json_object_get(j, "rules"), *e;
-        size_t i;
-        bool busy = !json_is_array(list);
-        json_array_foreach(list, i, e)
-        {
-            json_t *lag = json_object_get(e, "lag");
-            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
-        }
-        json_decref(j);
-        calm = busy ? 0 : calm + 1;
-        if (calm == 2) {
-            free(last);
-            return;
-        }
-        it_sleep_ms(20);
-    }
-    fail_msg("the rules did not catch up within %.0f s: %s", WAIT_S, last ? last : "");
-}
-
-/* Lines of the server log that contain text. Never asserts. */
-static int log_count(const it_server *s, const char *text)
-{
-    FILE *f = fopen(s->log, "r");
-    if (!f)
-        return 0;
-    char line[4096];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, text) != NULL;
-    fclose(f);
-    return n;
-}
-
-/* The server prints this once it is completely wired (rules woken by
- * appends, schemas checked). /healthz answers 200 a little earlier: see
- * test_ready_means_wired, which shows what that costs; the other tests wait
- * for this line so that they test one thing at a time. */
-#define READY_LINE "sluice: listening on"
-
-/* Waits until the server log has more than `before` READY_LINE lines. */
-static void wait_ready(const it_server *s, int before)
-{
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
-        if (log_count(s, READY_LINE) > before)
-            return;
-    fail_msg("the server did not log \"%s\" within %.0f s", READY_LINE, WAIT_S);
-}
-
-/* Starts the server on the config file (a string that outlives s) and waits
- * until it is wired. */
-static void start_cfg(it_server *s, const char *cfg)
-{
-    int before = log_count(s, READY_LINE);
-    it_srv_start(s, "-c", cfg, NULL);
-    wait_ready(s, before);
-}
-
-/* Restarts the server with the same arguments and waits until it is wired. */
-static void restart(it_server *s)
-{
-    int before = log_count(s, READY_LINE);
-    it_srv_restart(s);
-    wait_ready(s, before);
-}
 
 /* Waits until the server log has a line containing text. */
 static void wait_log(const it_server *s, const char *text)
@@ -310,10 +163,7 @@ static void expect_counts(it_server *s, const char *name, json_int_t read, json_
                           json_int_t filtered, json_int_t dropped, json_int_t failed,
                           json_int_t delivered)
 {
-    json_t *j = get_rules(s);
-    json_t *r = rule_of(j, name);
-    if (!r)
-        fail_msg("GET /v1/rules does not list rule %s", name);
+    json_t *r = it_rule(s, name);
     static const char *const f[] = {"read",    "matched", "filtered",
                                     "dropped", "failed",  "delivered"};
     json_int_t want[] = {read, matched, filtered, dropped, failed, delivered};
@@ -321,12 +171,10 @@ static void expect_counts(it_server *s, const char *name, json_int_t read, json_
         if (want[i] < 0)
             continue;
         json_t *v = json_object_get(r, f[i]);
-        if (!json_is_integer(v) || json_integer_value(v) != want[i]) {
-            char *t = json_dumps(r, JSON_COMPACT);
-            fail_msg("rule %s: want %s = %lld: %s", name, f[i], (long long)want[i], t);
-        }
+        if (!json_is_integer(v) || json_integer_value(v) != want[i])
+            it_fail_rule(r, "rule %s: want %s = %lld", name, f[i], (long long)want[i]);
     }
-    json_decref(j);
+    json_decref(r);
 }
 
 /* ---- 1. routing ------------------------------------------------------------------- */
@@ -350,10 +198,10 @@ static void test_routing(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX], out[PATH_MAX];
     make_dir(s, "out");
-    path_in(cfg, s, "sluice.lua");
-    path_in(out, s, "out/big.ndjson");
-    write_file(cfg, big_orders_cfg, "out/big.ndjson"); /* relative to the config's folder */
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(out, s, "out/big.ndjson");
+    it_write_file(cfg, big_orders_cfg, "out/big.ndjson"); /* relative to the config's folder */
+    it_start_config(s, cfg, WAIT_S);
 
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 200; i++) {
@@ -362,9 +210,9 @@ static void test_routing(void **state)
         snprintf(data, sizeof data, "{\"amount\":%d}", i);
         add_event(&b, id, i % 2 ? "order.cancelled" : "order.created", data, "");
     }
-    json_t *a = post_all(s, "orders", NULL, &b, 200);
+    json_t *a = it_post_all(s, "orders", NULL, &b, 200);
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
 
     outlines o = read_out(out);
     if (o.bad || o.unfinished)
@@ -420,15 +268,15 @@ static void test_file_target_new_folder(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], out[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(out, s, "out/big.ndjson");
-    write_file(cfg, big_orders_cfg, "out/big.ndjson");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(out, s, "out/big.ndjson");
+    it_write_file(cfg, big_orders_cfg, "out/big.ndjson");
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "n1", "order.created", "{\"amount\":500}", "");
-    json_decref(post_all(s, "orders", NULL, &b, 1));
+    json_decref(it_post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(count_lines(out), 1);
     s->passed = true;
 }
@@ -439,43 +287,43 @@ static void test_fanout_drop_filter(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], fan[PATH_MAX], drop[PATH_MAX], filt[PATH_MAX], batch[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(fan, s, "fan.ndjson");
-    path_in(drop, s, "drop.ndjson");
-    path_in(filt, s, "filt.ndjson");
-    path_in(batch, s, "batch.ndjson");
-    write_file(cfg,
-               "set \"s\" { partitions = 2 }\n"
-               "rule \"fan\" {\n"
-               "  set = \"s\",\n"
-               "  transform = function(e)\n"
-               "    local c = {}\n"
-               "    for k, v in pairs(e) do c[k] = v end\n"
-               "    c.id = e.id .. \"-copy\"\n"
-               "    return { e, c }\n"
-               "  end,\n"
-               "  target = target.file { path = \"fan.ndjson\" },\n"
-               "}\n"
-               "rule \"drop\" {\n"
-               "  set = \"s\",\n"
-               "  transform = function(e) if e.data.n %% 2 == 1 then return nil end return e end,\n"
-               "  target = target.file { path = \"drop.ndjson\" },\n"
-               "}\n"
-               "rule \"filt\" {\n"
-               "  set = \"s\",\n"
-               "  filter = function(e) return e.data.n %% 3 == 0 end,\n"
-               "  target = target.file { path = \"filt.ndjson\" },\n"
-               "}\n"
-               "rule \"batch\" {\n"
-               "  set = \"s\",\n"
-               "  transform_batch = function(evs)\n"
-               "    local out = {}\n"
-               "    for _, e in ipairs(evs) do if e.data.n < 10 then out[#out + 1] = e end end\n"
-               "    return out\n"
-               "  end,\n"
-               "  target = target.file { path = \"batch.ndjson\" },\n"
-               "}\n");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(fan, s, "fan.ndjson");
+    it_path(drop, s, "drop.ndjson");
+    it_path(filt, s, "filt.ndjson");
+    it_path(batch, s, "batch.ndjson");
+    it_write_file(
+        cfg, "set \"s\" { partitions = 2 }\n"
+             "rule \"fan\" {\n"
+             "  set = \"s\",\n"
+             "  transform = function(e)\n"
+             "    local c = {}\n"
+             "    for k, v in pairs(e) do c[k] = v end\n"
+             "    c.id = e.id .. \"-copy\"\n"
+             "    return { e, c }\n"
+             "  end,\n"
+             "  target = target.file { path = \"fan.ndjson\" },\n"
+             "}\n"
+             "rule \"drop\" {\n"
+             "  set = \"s\",\n"
+             "  transform = function(e) if e.data.n %% 2 == 1 then return nil end return e end,\n"
+             "  target = target.file { path = \"drop.ndjson\" },\n"
+             "}\n"
+             "rule \"filt\" {\n"
+             "  set = \"s\",\n"
+             "  filter = function(e) return e.data.n %% 3 == 0 end,\n"
+             "  target = target.file { path = \"filt.ndjson\" },\n"
+             "}\n"
+             "rule \"batch\" {\n"
+             "  set = \"s\",\n"
+             "  transform_batch = function(evs)\n"
+             "    local out = {}\n"
+             "    for _, e in ipairs(evs) do if e.data.n < 10 then out[#out + 1] = e end end\n"
+             "    return out\n"
+             "  end,\n"
+             "  target = target.file { path = \"batch.ndjson\" },\n"
+             "}\n");
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 30; i++) {
         char id[16], data[32];
@@ -483,9 +331,9 @@ static void test_fanout_drop_filter(void **state)
         snprintf(data, sizeof data, "{\"n\":%d}", i);
         add_event(&b, id, "t", data, "");
     }
-    json_decref(post_all(s, "s", NULL, &b, 30));
+    json_decref(it_post_all(s, "s", NULL, &b, 30));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
 
     /* Fan-out: each event, directly followed by its copy. */
     outlines o = read_out(fan);
@@ -545,9 +393,9 @@ static void test_sandbox_holds(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], good[PATH_MAX], pwned[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(good, s, "good.ndjson");
-    path_in(pwned, s, "pwned");
+    it_path(cfg, s, "sluice.lua");
+    it_path(good, s, "good.ndjson");
+    it_path(pwned, s, "pwned");
     static const struct {
         const char *name, *body, *reason;
     } bad[] = {
@@ -573,9 +421,9 @@ static void test_sandbox_holds(void **state)
     }
     sl_buf_printf(
         &c, "rule \"good\" { set = \"s\", target = target.file { path = \"good.ndjson\" } }\n");
-    write_file(cfg, "%.*s", (int)c.len, (const char *)c.data);
+    it_write_file(cfg, "%.*s", (int)c.len, (const char *)c.data);
     sl_buf_free(&c);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
 
     for (int round = 0; round < 2; round++) {
         sl_buf b = SL_BUF_INIT;
@@ -584,14 +432,14 @@ static void test_sandbox_holds(void **state)
             snprintf(id, sizeof id, "x%d", round * 10 + i);
             add_event(&b, id, "t", "{\"k\":1}", "");
         }
-        json_decref(post_all(s, "s", NULL, &b, 10));
+        json_decref(it_post_all(s, "s", NULL, &b, 10));
         sl_buf_free(&b);
-        wait_caught_up(s);
+        it_wait_caught_up(s, WAIT_S);
         assert_int_equal(it_status_of(s->port, "/healthz"), 200);
     }
-    json_t *j = get_rules(s);
+    json_t *j = it_rules(s);
     for (size_t i = 0; i < nbad; i++) {
-        json_t *r = rule_of(j, bad[i].name);
+        json_t *r = it_rule_in(j, bad[i].name);
         assert_non_null(r);
         char *t = json_dumps(r, JSON_COMPACT);
         if (jint(r, "failed") != 20 || jint(r, "matched") != 0 || jint(r, "delivered") != 0)
@@ -602,7 +450,7 @@ static void test_sandbox_holds(void **state)
         free(t);
         char p[PATH_MAX], file[64];
         snprintf(file, sizeof file, "%s.ndjson", bad[i].name);
-        path_in(p, s, file);
+        it_path(p, s, file);
         if (count_lines(p))
             fail_msg("rule %s delivered %zu lines", bad[i].name, count_lines(p));
     }
@@ -624,19 +472,19 @@ static void test_rules_api(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    write_file(cfg, "set \"orders\" { partitions = 2 }\n"
-                    "rule \"created\" {\n"
-                    "  set = \"orders\",\n"
-                    "  match = [[{\"type\": [\"order.created\"]}]],\n"
-                    "  target = target.file { path = \"created.ndjson\" },\n"
-                    "}\n"
-                    "rule \"all\" { set = \"orders\", targets = { target.file { path = "
-                    "\"all1.ndjson\" }, target.file { path = \"all2.ndjson\" } } }\n");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_write_file(cfg, "set \"orders\" { partitions = 2 }\n"
+                       "rule \"created\" {\n"
+                       "  set = \"orders\",\n"
+                       "  match = [[{\"type\": [\"order.created\"]}]],\n"
+                       "  target = target.file { path = \"created.ndjson\" },\n"
+                       "}\n"
+                       "rule \"all\" { set = \"orders\", targets = { target.file { path = "
+                       "\"all1.ndjson\" }, target.file { path = \"all2.ndjson\" } } }\n");
+    it_start_config(s, cfg, WAIT_S);
 
     /* Before any event: cursors at 0, no lag. */
-    json_t *j = get_rules(s);
+    json_t *j = it_rules(s);
     assert_int_equal(json_array_size(json_object_get(j, "rules")), 2);
     assert_string_equal(jstr(json_array_get(json_object_get(j, "rules"), 0), "name"), "created");
     assert_string_equal(jstr(json_array_get(json_object_get(j, "rules"), 1), "name"), "all");
@@ -648,19 +496,19 @@ static void test_rules_api(void **state)
         snprintf(id, sizeof id, "r%d", i);
         add_event(&b, id, i < 10 ? "order.created" : "order.cancelled", "{}", "");
     }
-    json_t *a = post_all(s, "orders", NULL, &b, 15);
+    json_t *a = it_post_all(s, "orders", NULL, &b, 15);
     sl_buf_free(&b);
     int per_part[2] = {0, 0};
     for (size_t i = 0; i < 15; i++)
         per_part[it_res_part(a, i)]++;
     json_decref(a);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
 
-    j = get_rules(s);
+    j = it_rules(s);
     static const char *const names[] = {"created", "all"};
     static const json_int_t matched[] = {10, 15};
     for (size_t k = 0; k < 2; k++) {
-        json_t *r = rule_of(j, names[k]);
+        json_t *r = it_rule_in(j, names[k]);
         assert_non_null(r);
         char *t = json_dumps(r, JSON_COMPACT);
         printf("GET /v1/rules: %s\n", t);
@@ -696,7 +544,7 @@ static void test_rules_api(void **state)
     static const size_t lines[] = {10, 15, 15};
     for (size_t i = 0; i < 3; i++) {
         char p[PATH_MAX];
-        path_in(p, s, files[i]);
+        it_path(p, s, files[i]);
         assert_int_equal(count_lines(p), lines[i]);
     }
 
@@ -724,11 +572,12 @@ static void test_target_set_small_buffer(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    write_file(cfg, "set \"orders\" { partitions = 1 }\n"
-                    "set \"audit\" { partitions = 1, buffer_bytes = \"1KiB\" }\n"
-                    "rule \"copy\" { set = \"orders\", target = target.set { set = \"audit\" } }\n");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_write_file(cfg,
+                  "set \"orders\" { partitions = 1 }\n"
+                  "set \"audit\" { partitions = 1, buffer_bytes = \"1KiB\" }\n"
+                  "rule \"copy\" { set = \"orders\", target = target.set { set = \"audit\" } }\n");
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 40; i++) {
         char id[16], data[64];
@@ -736,9 +585,9 @@ static void test_target_set_small_buffer(void **state)
         snprintf(data, sizeof data, "{\"n\":%d,\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}", i);
         add_event(&b, id, "order.created", data, "");
     }
-    json_decref(post_all(s, "orders", NULL, &b, 40));
+    json_decref(it_post_all(s, "orders", NULL, &b, 40));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     it_evs e = it_read_all(s, "audit", 0, "*");
     if (e.n != 40)
         fail_msg("audit holds %zu events, want 40", e.n);
@@ -755,15 +604,15 @@ static void test_target_set(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    write_file(cfg, "set \"orders\" { partitions = 2 }\n"
-                    "set \"audit\" { partitions = 1 }\n"
-                    "rule \"copy\" {\n"
-                    "  set = \"orders\",\n"
-                    "  match = { type = { \"order.created\" } },\n"
-                    "  target = target.set { set = \"audit\" },\n"
-                    "}\n");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_write_file(cfg, "set \"orders\" { partitions = 2 }\n"
+                       "set \"audit\" { partitions = 1 }\n"
+                       "rule \"copy\" {\n"
+                       "  set = \"orders\",\n"
+                       "  match = { type = { \"order.created\" } },\n"
+                       "  target = target.set { set = \"audit\" },\n"
+                       "}\n");
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 4; i++) {
         char id[16], data[32];
@@ -772,19 +621,19 @@ static void test_target_set(void **state)
         add_event(&b, id, "order.created", data, "");
     }
     add_event(&b, "a4", "order.cancelled", "{\"n\":4}", "");
-    json_decref(post_all(s, "orders", NULL, &b, 5));
+    json_decref(it_post_all(s, "orders", NULL, &b, 5));
     b.len = 0;
     const char *blue[] = {"X-Sluice-Lane: blue", NULL};
     add_event(&b, "b0", "order.created", "{\"n\":10}", "");
     add_event(&b, "b1", "order.created", "{\"n\":11}", "");
     add_event(&b, "b2", "order.cancelled", "{\"n\":12}", "");
-    json_decref(post_all(s, "orders", blue, &b, 3));
+    json_decref(it_post_all(s, "orders", blue, &b, 3));
     b.len = 0;
     add_event(&b, "g0", "order.created", "{\"n\":20}", ",\"lane\":\"green\"");
     add_event(&b, "g1", "order.cancelled", "{\"n\":21}", ",\"lane\":\"green\"");
-    json_decref(post_all(s, "orders", NULL, &b, 2));
+    json_decref(it_post_all(s, "orders", NULL, &b, 2));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
 
     static const struct {
         const char *id, *lane;
@@ -840,26 +689,26 @@ static void test_input_transformer(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], data[PATH_MAX], tmpl[PATH_MAX], multi[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(data, s, "data.ndjson");
-    path_in(tmpl, s, "tmpl.ndjson");
-    path_in(multi, s, "multi.ndjson");
-    write_file(cfg, "set \"s\" { partitions = 1 }\n"
-                    "rule \"data\" { set = \"s\", input = \"$.data\",\n"
-                    "  target = target.file { path = \"data.ndjson\" } }\n"
-                    "rule \"tmpl\" {\n"
-                    "  set = \"s\",\n"
-                    "  input = { paths = { who = \"$.data.user\" }, template = [[{\"who\": "
-                    "\"<who>\"}]] },\n"
-                    "  target = target.file { path = \"tmpl.ndjson\" },\n"
-                    "}\n"
-                    "rule \"multi\" {\n"
-                    "  set = \"s\",\n"
-                    "  input = { paths = { who = \"$.data.user\", n = \"$.data.n\" },\n"
-                    "            template = [[{\n  \"who\": \"<who>\",\n  \"n\": <n>\n}]] },\n"
-                    "  target = target.file { path = \"multi.ndjson\" },\n"
-                    "}\n");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(data, s, "data.ndjson");
+    it_path(tmpl, s, "tmpl.ndjson");
+    it_path(multi, s, "multi.ndjson");
+    it_write_file(cfg, "set \"s\" { partitions = 1 }\n"
+                       "rule \"data\" { set = \"s\", input = \"$.data\",\n"
+                       "  target = target.file { path = \"data.ndjson\" } }\n"
+                       "rule \"tmpl\" {\n"
+                       "  set = \"s\",\n"
+                       "  input = { paths = { who = \"$.data.user\" }, template = [[{\"who\": "
+                       "\"<who>\"}]] },\n"
+                       "  target = target.file { path = \"tmpl.ndjson\" },\n"
+                       "}\n"
+                       "rule \"multi\" {\n"
+                       "  set = \"s\",\n"
+                       "  input = { paths = { who = \"$.data.user\", n = \"$.data.n\" },\n"
+                       "            template = [[{\n  \"who\": \"<who>\",\n  \"n\": <n>\n}]] },\n"
+                       "  target = target.file { path = \"multi.ndjson\" },\n"
+                       "}\n");
+    it_start_config(s, cfg, WAIT_S);
     static const char *const datas[] = {"{\"user\":\"ann\",\"n\":1}",
                                         "{\"user\":\"bob\",\"n\":2,\"tags\":[\"x\",null]}",
                                         "{\"user\":\"q\\\"uote\",\"n\":3}"};
@@ -870,9 +719,9 @@ static void test_input_transformer(void **state)
         snprintf(id, sizeof id, "i%d", i);
         add_event(&b, id, "t", datas[i], "");
     }
-    json_decref(post_all(s, "s", NULL, &b, 3));
+    json_decref(it_post_all(s, "s", NULL, &b, 3));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
 
     outlines o = read_out(data);
     assert_int_equal(o.n, 3);
@@ -914,7 +763,7 @@ static void post_ids(it_server *s, const char *set, const char *prefix, int from
         snprintf(id, sizeof id, "%s%d", prefix, i);
         add_event(&b, id, "t", "{}", "");
     }
-    json_decref(post_all(s, set, NULL, &b, (size_t)(to - from)));
+    json_decref(it_post_all(s, set, NULL, &b, (size_t)(to - from)));
     sl_buf_free(&b);
 }
 
@@ -965,28 +814,28 @@ static void test_start_beginning(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], fa[PATH_MAX], fb[PATH_MAX], fc[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(fa, s, "a.ndjson");
-    path_in(fb, s, "b.ndjson");
-    path_in(fc, s, "c.ndjson");
+    it_path(cfg, s, "sluice.lua");
+    it_path(fa, s, "a.ndjson");
+    it_path(fb, s, "b.ndjson");
+    it_path(fc, s, "c.ndjson");
     static const char rule_a[] = "set \"s\" { partitions = 2 }\n"
                                  "rule \"a\" { set = \"s\", target = target.file { path = "
                                  "\"a.ndjson\" } }\n";
-    write_file(cfg, "%s", rule_a);
-    start_cfg(s, cfg);
+    it_write_file(cfg, "%s", rule_a);
+    it_start_config(s, cfg, WAIT_S);
     post_ids(s, "s", "old", 0, 10);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
 
-    write_file(cfg,
-               "%s"
-               "rule \"b\" { set = \"s\", start = \"beginning\",\n"
-               "  target = target.file { path = \"b.ndjson\" } }\n"
-               "rule \"c\" { set = \"s\", target = target.file { path = \"c.ndjson\" } }\n",
-               rule_a);
-    restart(s);
+    it_write_file(cfg,
+                  "%s"
+                  "rule \"b\" { set = \"s\", start = \"beginning\",\n"
+                  "  target = target.file { path = \"b.ndjson\" } }\n"
+                  "rule \"c\" { set = \"s\", target = target.file { path = \"c.ndjson\" } }\n",
+                  rule_a);
+    it_restart(s, WAIT_S);
     post_ids(s, "s", "new", 0, 5);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     expect_ids(fa, {"old", 0, 10}, {"new", 0, 5});
     expect_ids(fb, {"old", 0, 10}, {"new", 0, 5});
     expect_ids(fc, {"new", 0, 5});
@@ -994,9 +843,9 @@ static void test_start_beginning(void **state)
     /* Where a rule starts is decided once: b does not start over after a
      * restart. */
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
-    restart(s);
+    it_restart(s, WAIT_S);
     post_ids(s, "s", "new", 5, 6);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     expect_ids(fb, {"old", 0, 10}, {"new", 0, 6});
     expect_ids(fc, {"new", 0, 6});
     s->passed = true;
@@ -1039,18 +888,18 @@ static void test_cursor_kill9(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], out[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(out, s, "all.ndjson");
+    it_path(cfg, s, "sluice.lua");
+    it_path(out, s, "all.ndjson");
     /* A transform that takes about a millisecond, so the crash lands while
      * the rule is still delivering. */
-    write_file(cfg, "set \"s\" { partitions = 2 }\n"
-                    "rule \"all\" {\n"
-                    "  set = \"s\",\n"
-                    "  transform = function(e) local x = 0; for i = 1, 100000 do x = x + i end; "
-                    "return e end,\n"
-                    "  target = target.file { path = \"all.ndjson\" },\n"
-                    "}\n");
-    start_cfg(s, cfg);
+    it_write_file(cfg, "set \"s\" { partitions = 2 }\n"
+                       "rule \"all\" {\n"
+                       "  set = \"s\",\n"
+                       "  transform = function(e) local x = 0; for i = 1, 100000 do x = x + i end; "
+                       "return e end,\n"
+                       "  target = target.file { path = \"all.ndjson\" },\n"
+                       "}\n");
+    it_start_config(s, cfg, WAIT_S);
     const int n = 3000;
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < n; i++) {
@@ -1058,7 +907,7 @@ static void test_cursor_kill9(void **state)
         snprintf(id, sizeof id, "k%d", i);
         add_event(&b, id, "t", "{\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}", "");
     }
-    json_decref(post_all(s, "s", NULL, &b, (size_t)n));
+    json_decref(it_post_all(s, "s", NULL, &b, (size_t)n));
     sl_buf_free(&b);
     size_t before = 0;
     for (double end = it_mono() + WAIT_S; it_mono() < end && !before; it_sleep_ms(2))
@@ -1067,8 +916,8 @@ static void test_cursor_kill9(void **state)
     before = count_lines(out);
     printf("kill -9 with %zu of %d events in the file\n", before, n);
 
-    restart(s);
-    wait_caught_up(s);
+    it_restart(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     int dups[2];
     size_t lines;
     count_dups(out, n, dups, &lines);
@@ -1079,8 +928,8 @@ static void test_cursor_kill9(void **state)
 
     /* A clean restart delivers nothing twice. */
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
-    restart(s);
-    wait_caught_up(s);
+    it_restart(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(count_lines(out), lines);
     b = (sl_buf)SL_BUF_INIT;
     for (int i = n; i < n + 100; i++) {
@@ -1088,12 +937,12 @@ static void test_cursor_kill9(void **state)
         snprintf(id, sizeof id, "k%d", i);
         add_event(&b, id, "t", "{}", "");
     }
-    json_decref(post_all(s, "s", NULL, &b, 100));
+    json_decref(it_post_all(s, "s", NULL, &b, 100));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(it_srv_stop(s, SIGTERM, 10) & 0xffff, 0);
-    restart(s);
-    wait_caught_up(s);
+    it_restart(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     int dups2[2];
     size_t lines2;
     count_dups(out, n + 100, dups2, &lines2);
@@ -1111,9 +960,9 @@ static void test_sighup_reload(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], fa[PATH_MAX], fb[PATH_MAX];
-    path_in(cfg, s, "sluice.lua");
-    path_in(fa, s, "a.ndjson");
-    path_in(fb, s, "b.ndjson");
+    it_path(cfg, s, "sluice.lua");
+    it_path(fa, s, "a.ndjson");
+    it_path(fb, s, "b.ndjson");
     static const char rule_a[] = "set \"s\" { partitions = 2 }\n"
                                  "rule \"a\" { set = \"s\", target = target.file { path = "
                                  "\"a.ndjson\" } }\n";
@@ -1121,33 +970,33 @@ static void test_sighup_reload(void **state)
                                  "  set = \"s\",\n"
                                  "  target = target.file { path = \"b.ndjson\" },\n"
                                  "}\n";
-    write_file(cfg, "%s", rule_a);
-    start_cfg(s, cfg);
+    it_write_file(cfg, "%s", rule_a);
+    it_start_config(s, cfg, WAIT_S);
     post_ids(s, "s", "p", 0, 10);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
 
-    write_file(cfg, "%s%s", rule_a, rule_b);
+    it_write_file(cfg, "%s%s", rule_a, rule_b);
     kill(s->pid, SIGHUP);
     wait_log(s, "reloaded");
     post_ids(s, "s", "q", 0, 10);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     expect_ids(fa, {"p", 0, 10}, {"q", 0, 10}); /* nothing skipped or repeated across the reload */
     expect_ids(fb, {"q", 0, 10});
-    json_t *j = get_rules(s);
-    assert_non_null(rule_of(j, "b"));
+    json_t *j = it_rules(s);
+    assert_non_null(it_rule_in(j, "b"));
     json_decref(j);
 
     /* A mistake: the reload is refused with FILE:LINE and the old config
      * keeps running. rule_a takes lines 1-2, rule_b lines 3-6, so the key
      * is on line 9. */
-    write_file(cfg,
-               "%s%s"
-               "rule \"c\" {\n"
-               "  set = \"s\",\n"
-               "  colour = \"blue\",\n"
-               "  target = target.file { path = \"c.ndjson\" },\n"
-               "}\n",
-               rule_a, rule_b);
+    it_write_file(cfg,
+                  "%s%s"
+                  "rule \"c\" {\n"
+                  "  set = \"s\",\n"
+                  "  colour = \"blue\",\n"
+                  "  target = target.file { path = \"c.ndjson\" },\n"
+                  "}\n",
+                  rule_a, rule_b);
     kill(s->pid, SIGHUP);
     wait_log(s, "refused");
     char where[PATH_MAX + 16];
@@ -1156,11 +1005,11 @@ static void test_sighup_reload(void **state)
         fail_msg("the refused reload does not name %s and the key \"colour\"", where);
     assert_int_equal(it_status_of(s->port, "/healthz"), 200);
     post_ids(s, "s", "r", 0, 10);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     expect_ids(fa, {"p", 0, 10}, {"q", 0, 10}, {"r", 0, 10});
     expect_ids(fb, {"q", 0, 10}, {"r", 0, 10});
-    j = get_rules(s);
-    assert_null(rule_of(j, "c"));
+    j = it_rules(s);
+    assert_null(it_rule_in(j, "c"));
     json_decref(j);
     s->passed = true;
 }
@@ -1182,15 +1031,16 @@ static void test_schemas(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX], schema[PATH_MAX];
     make_dir(s, "schemas");
-    path_in(cfg, s, "sluice.lua");
-    path_in(schema, s, "schemas/order.json");
-    write_file(schema, "{\"type\": \"object\", \"required\": [\"amount\"],\n"
-                       " \"properties\": {\"amount\": {\"type\": \"number\", \"minimum\": 0}}}\n");
-    write_file(cfg, "set \"orders\" {\n"
-                    "  partitions = 1,\n"
-                    "  schemas = { [\"order.created\"] = \"schemas/order.json\" },\n"
-                    "}\n");
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(schema, s, "schemas/order.json");
+    it_write_file(schema,
+                  "{\"type\": \"object\", \"required\": [\"amount\"],\n"
+                  " \"properties\": {\"amount\": {\"type\": \"number\", \"minimum\": 0}}}\n");
+    it_write_file(cfg, "set \"orders\" {\n"
+                       "  partitions = 1,\n"
+                       "  schemas = { [\"order.created\"] = \"schemas/order.json\" },\n"
+                       "}\n");
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "v0", "order.created", "{\"amount\":5}", "");
     add_event(&b, "x1", "order.created", "{\"amount\":-1}", "");
@@ -1306,58 +1156,12 @@ static void test_pattern_test_api(void **state)
 /* ---- 12. sluice check -------------------------------------------------------------------------
  */
 
-/* Runs `sluice ARGS…` (NULL-terminated, at most 15); its stdout and stderr
- * go to *out (caller frees). Returns the exit status, or -1 when it did not
- * exit normally in time. */
-static int run_sluice(const it_server *s, char **out, ...)
-{
-    char log[PATH_MAX];
-    path_in(log, s, "cli.out");
-    const char *argv[17] = {g_sluice};
-    va_list ap;
-    va_start(ap, out);
-    for (int i = 1; i < 16 && (argv[i] = va_arg(ap, const char *)); i++)
-        ;
-    va_end(ap);
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    assert_true(fd >= 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(g_sluice, (char *const *)argv);
-        _exit(127);
-    }
-    close(fd);
-    assert_true(pid > 0);
-    int st = 0;
-    bool done = false;
-    for (double end = it_mono() + WAIT_S; it_mono() < end && !done;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            done = true;
-        else
-            it_sleep_ms(5);
-    }
-    if (!done) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
-    size_t len = 0;
-    FILE *f = fopen(log, "r");
-    *out = calloc(1, 65536);
-    if (f) {
-        len = fread(*out, 1, 65535, f);
-        fclose(f);
-    }
-    (*out)[len] = '\0';
-    return done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
+/* Runs `sluice check path`; its stdout and stderr go to *out (caller
+ * frees). Returns the exit status, or -1 when it did not exit normally in
+ * time. */
 static int run_check(const it_server *s, const char *path, char **out)
 {
-    return run_sluice(s, out, "check", path, (char *)NULL);
+    return it_run(s, NULL, out, NULL, (const char *const[]){"check", path, NULL}, WAIT_S);
 }
 
 static void test_check(void **state)
@@ -1407,8 +1211,8 @@ static void test_check(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char path[PATH_MAX], file[64], where[PATH_MAX + 16];
         snprintf(file, sizeof file, "%s.lua", bad[i].name);
-        path_in(path, s, file);
-        write_file(path, "%s", bad[i].text);
+        it_path(path, s, file);
+        it_write_file(path, "%s", bad[i].text);
         char *out;
         int rc = run_check(s, path, &out);
         snprintf(where, sizeof where, "%s:%d:", path, bad[i].line);
@@ -1425,10 +1229,10 @@ static void test_check(void **state)
     }
     /* Several mistakes are all reported at once. */
     char path[PATH_MAX];
-    path_in(path, s, "many.lua");
-    write_file(path, "set \"x\" { colour = 1 }\n"
-                     "rule \"r\" {\n  set = \"x\",\n  shade = 2,\n"
-                     "  target = target.file { path = \"x.ndjson\" },\n}\n");
+    it_path(path, s, "many.lua");
+    it_write_file(path, "set \"x\" { colour = 1 }\n"
+                        "rule \"r\" {\n  set = \"x\",\n  shade = 2,\n"
+                        "  target = target.file { path = \"x.ndjson\" },\n}\n");
     char *out;
     assert_int_equal(run_check(s, path, &out), 1);
     char w1[PATH_MAX + 16], w2[PATH_MAX + 16];
@@ -1440,22 +1244,22 @@ static void test_check(void **state)
     /* A good config. */
     make_dir(s, "schemas");
     char schema[PATH_MAX];
-    path_in(schema, s, "schemas/t.json");
-    write_file(schema, "{\"type\":\"object\"}\n");
-    path_in(path, s, "good.lua");
-    write_file(path, "server { lua_memory = \"16MiB\" }\n"
-                     "set \"orders\" { partitions = 2, retention = \"7d\",\n"
-                     "  schemas = { [\"t\"] = \"schemas/t.json\" } }\n"
-                     "set \"audit\" { partitions = 1 }\n"
-                     "rule \"big-orders\" {\n"
-                     "  set = \"orders\",\n"
-                     "  match = { type = { \"order.created\" }, data = { amount = { { numeric = "
-                     "{ \">\", 100 } } } } },\n"
-                     "  transform = function(e) e.data.vip = true; return e end,\n"
-                     "  target = target.file { path = \"out/big.ndjson\" },\n"
-                     "}\n"
-                     "rule \"copy\" { set = \"orders\", input = \"$.data\",\n"
-                     "  targets = { target.set { set = \"audit\" } } }\n");
+    it_path(schema, s, "schemas/t.json");
+    it_write_file(schema, "{\"type\":\"object\"}\n");
+    it_path(path, s, "good.lua");
+    it_write_file(path, "server { lua_memory = \"16MiB\" }\n"
+                        "set \"orders\" { partitions = 2, retention = \"7d\",\n"
+                        "  schemas = { [\"t\"] = \"schemas/t.json\" } }\n"
+                        "set \"audit\" { partitions = 1 }\n"
+                        "rule \"big-orders\" {\n"
+                        "  set = \"orders\",\n"
+                        "  match = { type = { \"order.created\" }, data = { amount = { { numeric = "
+                        "{ \">\", 100 } } } } },\n"
+                        "  transform = function(e) e.data.vip = true; return e end,\n"
+                        "  target = target.file { path = \"out/big.ndjson\" },\n"
+                        "}\n"
+                        "rule \"copy\" { set = \"orders\", input = \"$.data\",\n"
+                        "  targets = { target.set { set = \"audit\" } } }\n");
     int rc = run_check(s, path, &out);
     if (rc != 0 || !strstr(out, "ok"))
         fail_msg("sluice check on a good config exited %d: %s", rc, out);
@@ -1465,24 +1269,14 @@ static void test_check(void **state)
 
 /* ---- 13. ready means wired ---------------------------------------------------------------- */
 
-/* A free loopback port (bound to 0, then released). */
-static int pick_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
-        getsockname(fd, (struct sockaddr *)&a, &len))
-        fail_msg("cannot find a free port: %s", strerror(errno));
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* Starts `sluice serve -c cfg --data data --listen 127.0.0.1:port` without
  * waiting for anything (output appended to s->log); s->pid is set so the
- * teardown kills it. */
+ * teardown kills it. A port of -1 (it_free_port() found none) fails the
+ * test. */
 static void spawn_raw(it_server *s, const char *cfg, const char *data, int port)
 {
+    if (port < 0)
+        fail_msg("cannot find a free port: %s", strerror(errno));
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     int fd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -1492,7 +1286,7 @@ static void spawn_raw(it_server *s, const char *cfg, const char *data, int port)
     if (pid == 0) {
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(g_sluice, g_sluice, "serve", "-c", cfg, "--data", data, "--listen", listen,
+        execl(it_bin(), it_bin(), "serve", "-c", cfg, "--data", data, "--listen", listen,
               (char *)NULL);
         _exit(127);
     }
@@ -1570,7 +1364,7 @@ static void post_batch(it_server *s, const char *prefix, int n)
         snprintf(id, sizeof id, "%s%d", prefix, i);
         add_event(&b, id, "t", i % 10 == 3 ? "{\"bad\":true}" : "{\"bad\":false}", "");
     }
-    json_decref(post_all(s, "in", NULL, &b, (size_t)n));
+    json_decref(it_post_all(s, "in", NULL, &b, (size_t)n));
     sl_buf_free(&b);
 }
 
@@ -1642,11 +1436,11 @@ static void test_replay(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX], copy[PATH_MAX], picky[PATH_MAX];
     make_dir(s, "out");
-    path_in(cfg, s, "sluice.lua");
-    path_in(copy, s, "out/copy.ndjson");
-    path_in(picky, s, "out/picky.ndjson");
-    write_file(cfg, "%s", replay_cfg);
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(copy, s, "out/copy.ndjson");
+    it_path(picky, s, "out/picky.ndjson");
+    it_write_file(cfg, "%s", replay_cfg);
+    it_start_config(s, cfg, WAIT_S);
 
     /* Three batches in three time windows. */
     post_batch(s, "a", 20);
@@ -1658,10 +1452,10 @@ static void test_replay(void **state)
     int64_t t2 = now_ms();
     it_sleep_ms(30);
     post_batch(s, "c", 20);
-    wait_caught_up(s);
-    json_t *before = get_rules(s);
-    json_int_t delivered = jint(rule_of(before, "copy"), "delivered");
-    json_t *curs = json_deep_copy(json_object_get(rule_of(before, "copy"), "partitions"));
+    it_wait_caught_up(s, WAIT_S);
+    json_t *before = it_rules(s);
+    json_int_t delivered = jint(it_rule_in(before, "copy"), "delivered");
+    json_t *curs = json_deep_copy(json_object_get(it_rule_in(before, "copy"), "partitions"));
     json_decref(before);
     assert_int_equal(delivered, 60);
 
@@ -1698,9 +1492,9 @@ static void test_replay(void **state)
                          count_out(copy, "c", id2), 60);
     assert_int_equal(count_out(copy, "", NULL), 60);
     /* The live cursor did not move, and the live counters did not count it. */
-    json_t *after = get_rules(s);
-    assert_true(json_equal(curs, json_object_get(rule_of(after, "copy"), "partitions")));
-    assert_int_equal(jint(rule_of(after, "copy"), "delivered"), 60);
+    json_t *after = it_rules(s);
+    assert_true(json_equal(curs, json_object_get(it_rule_in(after, "copy"), "partitions")));
+    assert_int_equal(jint(it_rule_in(after, "copy"), "delivered"), 60);
     json_decref(after);
     json_decref(curs);
 
@@ -1711,8 +1505,10 @@ static void test_replay(void **state)
     snprintf(f1, sizeof f1, "%lld", (long long)t1);
     snprintf(f2, sizeof f2, "%lld", (long long)t2);
     char *out = NULL;
-    int st = run_sluice(s, &out, "replay", "picky", "--from", f1, "--to", f2, "--server", server,
-                        (char *)NULL);
+    int st = it_run(s, NULL, &out, NULL,
+                    (const char *const[]){"replay", "picky", "--from", f1, "--to", f2, "--server",
+                                          server, NULL},
+                    WAIT_S);
     print_message("sluice replay -> %d: %s", st, out);
     assert_int_equal(st, 0);
     assert_non_null(strstr(out, "20/20 events"));
@@ -1726,7 +1522,9 @@ static void test_replay(void **state)
     snprintf(body, sizeof body, "{\"from\":%lld,\"to\":%lld}", (long long)t2, (long long)t1);
     assert_int_equal(start_replay(s, "copy", body, &a), 400);
     assert_int_equal(start_replay(s, "copy", "{\"from\":\"yesterday\"}", &a), 400);
-    st = run_sluice(s, &out, "replay", "copy", "--from", "soon", "--server", server, (char *)NULL);
+    st = it_run(s, NULL, &out, NULL,
+                (const char *const[]){"replay", "copy", "--from", "soon", "--server", server, NULL},
+                WAIT_S);
     assert_int_equal(st, 2);
     free(out);
     (void)port;
@@ -1740,12 +1538,12 @@ static void test_failed_eval_dead_letters(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX], picky[PATH_MAX];
     make_dir(s, "out");
-    path_in(cfg, s, "sluice.lua");
-    path_in(picky, s, "out/picky.ndjson");
-    write_file(cfg, "%s", replay_cfg);
-    start_cfg(s, cfg);
+    it_path(cfg, s, "sluice.lua");
+    it_path(picky, s, "out/picky.ndjson");
+    it_write_file(cfg, "%s", replay_cfg);
+    it_start_config(s, cfg, WAIT_S);
     post_batch(s, "x", 30);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(count_out(picky, "x", NULL), 27);
     it_evs d = it_read_all(s, "dead", 0, "*");
     assert_int_equal(d.n, 3);
@@ -1762,8 +1560,8 @@ static void test_failed_eval_dead_letters(void **state)
         json_decref(e);
     }
     it_evs_free(&d);
-    json_t *rules = get_rules(s);
-    json_t *p = rule_of(rules, "picky"), *c = rule_of(rules, "careless");
+    json_t *rules = it_rules(s);
+    json_t *p = it_rule_in(rules, "picky"), *c = it_rule_in(rules, "careless");
     assert_int_equal(jint(p, "dead_lettered"), 3);
     assert_int_equal(jint(p, "failed"), 3);
     assert_int_equal(jint(c, "discarded"), 3);
@@ -1786,9 +1584,9 @@ static void test_ready_means_wired(void **state)
     it_server *s = *state;
     char schema[PATH_MAX];
     make_dir(s, "schemas");
-    path_in(schema, s, "schemas/order.json");
-    write_file(schema, "{\"type\":\"object\",\"required\":[\"amount\"],"
-                       "\"properties\":{\"amount\":{\"type\":\"number\",\"minimum\":0}}}\n");
+    it_path(schema, s, "schemas/order.json");
+    it_write_file(schema, "{\"type\":\"object\",\"required\":[\"amount\"],"
+                          "\"properties\":{\"amount\":{\"type\":\"number\",\"minimum\":0}}}\n");
     static const char body[] =
         "{\"specversion\":\"1.0\",\"id\":\"bad\",\"source\":\"/s\",\"type\":\"order.created\","
         "\"data\":{\"amount\":-1}}\n"
@@ -1800,16 +1598,16 @@ static void test_ready_means_wired(void **state)
     for (; attempts < 40 && it_mono() < until && !(unchecked && stalled); attempts++) {
         char cfg[PATH_MAX], data[PATH_MAX], name[64];
         snprintf(name, sizeof name, "race%d.lua", attempts);
-        path_in(cfg, s, name);
+        it_path(cfg, s, name);
         snprintf(name, sizeof name, "data%d", attempts);
-        path_in(data, s, name);
-        write_file(cfg,
-                   "set \"orders\" { partitions = 1,\n"
-                   "  schemas = { [\"order.created\"] = \"schemas/order.json\" } }\n"
-                   "rule \"all\" { set = \"orders\", target = target.file { path = "
-                   "\"race%d.ndjson\" } }\n",
-                   attempts);
-        spawn_raw(s, cfg, data, pick_port());
+        it_path(data, s, name);
+        it_write_file(cfg,
+                      "set \"orders\" { partitions = 1,\n"
+                      "  schemas = { [\"order.created\"] = \"schemas/order.json\" } }\n"
+                      "rule \"all\" { set = \"orders\", target = target.file { path = "
+                      "\"race%d.ndjson\" } }\n",
+                      attempts);
+        spawn_raw(s, cfg, data, it_free_port());
         /* Several clients post as soon as the port takes connections. */
         racer rc[RACERS];
         pthread_t th[RACERS];
@@ -1840,7 +1638,7 @@ static void test_ready_means_wired(void **state)
         for (double end = it_mono() + 3; !caught_up && it_mono() < end; it_sleep_ms(20)) {
             it_resp g = it_get(s, "/v1/rules");
             json_t *j = json_loads(it_body(&g), 0, NULL);
-            json_t *rl = rule_of(j, "all");
+            json_t *rl = it_rule_in(j, "all");
             caught_up = rl && json_integer_value(json_object_get(rl, "lag")) == 0 &&
                         json_integer_value(json_object_get(rl, "read")) > 0;
             snprintf(last, sizeof last, "%s", it_body(&g));
@@ -1864,37 +1662,11 @@ static void test_ready_means_wired(void **state)
 /* ---- main -------------------------------------------------------------------------------------
  */
 
-/* bin/sluice, looked for as itest.c does. */
-static int find_sluice(void)
-{
-    const char *env = getenv("SLUICE_BIN");
-    if (env && *env) {
-        snprintf(g_sluice, sizeof g_sluice, "%s", env);
-        return access(g_sluice, X_OK);
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        for (int up = 0; up < 4; up++) {
-            char *slash = strrchr(exe, '/');
-            if (slash)
-                *slash = '\0';
-        }
-        snprintf(g_sluice, sizeof g_sluice, "%s/bin/sluice", exe);
-        if (access(g_sluice, X_OK) == 0)
-            return 0;
-    }
-    if (!realpath("bin/sluice", g_sluice))
-        return -1;
-    return access(g_sluice, X_OK);
-}
-
 #define T(f) cmocka_unit_test_setup_teardown(f, it_setup, it_teardown)
 
 int main(void)
 {
-    if (it_init("test_rules") || find_sluice())
+    if (it_init("test_rules"))
         return 1;
     const struct CMUnitTest tests[] = {
         T(test_routing),

@@ -11,8 +11,6 @@
 #include "core/metrics.h" /* sl_buf_printf() */
 #include "receiver.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,85 +57,7 @@ static int teardown(void **state)
     return it_teardown(state);
 }
 
-/* ---- the server ------------------------------------------------------------------ */
-
-static void write_cfg(it_server *s, char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void write_cfg(it_server *s, char *path, const char *fmt, ...)
-{
-    snprintf(path, PATH_MAX, "%s/sluice.lua", s->dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        fail_msg("cannot write %s: %s", path, strerror(errno));
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fclose(f);
-}
-
-static bool log_has(const it_server *s, const char *text)
-{
-    return it_log_contains(s, text);
-}
-
-static void start_cfg(it_server *s, const char *cfg)
-{
-    it_srv_start(s, "-c", cfg, NULL);
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
-        if (log_has(s, "sluice: listening on"))
-            return;
-    fail_msg("the server did not get ready");
-}
-
-/* GET /v1/rules: the entry of rule name (caller frees with json_decref()). */
-static json_t *rule_stats(it_server *s, const char *name)
-{
-    it_resp r = it_get(s, "/v1/rules");
-    json_t *j = it_parse_json(&r);
-    it_resp_free(&r);
-    json_t *list = json_object_get(j, "rules"), *e, *found = NULL;
-    size_t i;
-    json_array_foreach(list, i, e)
-    {
-        const char *n = json_string_value(json_object_get(e, "name"));
-        if (n && strcmp(n, name) == 0)
-            found = json_incref(e);
-    }
-    json_decref(j);
-    if (!found)
-        fail_msg("GET /v1/rules does not list %s", name);
-    return found;
-}
-
-static json_int_t stat_of(json_t *r, const char *key)
-{
-    return json_integer_value(json_object_get(r, key));
-}
-
-/* Waits until every rule has lag 0 twice in a row. */
-static void wait_caught_up(it_server *s)
-{
-    int calm = 0;
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(20)) {
-        it_resp r = it_get(s, "/v1/rules");
-        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
-        it_resp_free(&r);
-        json_t *list = json_object_get(j, "rules"), *e;
-        size_t i;
-        bool busy = !json_is_array(list);
-        json_array_foreach(list, i, e)
-        {
-            json_t *lag = json_object_get(e, "lag");
-            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
-        }
-        json_decref(j);
-        calm = busy ? 0 : calm + 1;
-        if (calm == 2)
-            return;
-    }
-    fail_msg("the rules did not catch up within %.0f s", WAIT_S);
-}
+/* ---- waits ----------------------------------------------------------------------- */
 
 /* Waits until the receiver holds at least n requests. */
 static void wait_requests(size_t n)
@@ -154,14 +74,6 @@ static void add_event(sl_buf *b, const char *id, const char *type, const char *e
                   "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/shop\",\"type\":\"%s\","
                   "\"data\":{\"n\":\"%s\"}%s}\n",
                   id, type, id, extra ? extra : "");
-}
-
-static json_t *post_all(it_server *s, const char *set, const char *const *hdrs, sl_buf *b, size_t n)
-{
-    it_resp r = it_post(s, set, IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
-    json_t *a = it_expect_results(&r, n, 0);
-    it_resp_free(&r);
-    return a;
 }
 
 /* The exact stored text of every event in set (both partitions), by id. */
@@ -183,17 +95,17 @@ static void test_structured(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"orders\" { partitions = 2 }\n"
-              "rule \"hook\" {\n"
-              "  set = \"orders\",\n"
-              "  match = { type = { \"order.created\" } },\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/hook/{subject}\",\n"
-              "    headers = { [\"X-Custom\"] = \"yes\" },\n"
-              "    auth = { bearer = \"tok123\" .. string.rep(\"x\", 1500) } },\n"
-              "}\n",
-              rx_port(g_rx));
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"orders\" { partitions = 2 }\n"
+                    "rule \"hook\" {\n"
+                    "  set = \"orders\",\n"
+                    "  match = { type = { \"order.created\" } },\n"
+                    "  target = target.http { url = \"http://127.0.0.1:%d/hook/{subject}\",\n"
+                    "    headers = { [\"X-Custom\"] = \"yes\" },\n"
+                    "    auth = { bearer = \"tok123\" .. string.rep(\"x\", 1500) } },\n"
+                    "}\n",
+                    rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
     static char bearer[1600];
     int bl = snprintf(bearer, sizeof bearer, "Bearer tok123");
     memset(bearer + bl, 'x', 1500);
@@ -205,13 +117,13 @@ static void test_structured(void **state)
         snprintf(extra, sizeof extra, ",\"subject\":\"s %d/x\"", i % 5);
         add_event(&b, id, i % 3 == 2 ? "order.cancelled" : "order.created", extra);
     }
-    json_decref(post_all(s, "orders", NULL, &b, 30));
+    json_decref(it_post_all(s, "orders", NULL, &b, 30));
     b.len = 0;
     add_event(&b, "lane1", "order.created", ",\"subject\":\"l\"");
     const char *lane_hdr[] = {"X-Sluice-Lane: beta", NULL};
-    json_decref(post_all(s, "orders", lane_hdr, &b, 1));
+    json_decref(it_post_all(s, "orders", lane_hdr, &b, 1));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     wait_requests(21);
     it_sleep_ms(100);
     assert_int_equal(rx_count(g_rx), 21);
@@ -262,9 +174,9 @@ static void test_structured(void **state)
         last[p] = off;
         json_decref(j);
     }
-    json_t *st = rule_stats(s, "hook");
-    assert_int_equal(stat_of(st, "delivered"), 21);
-    assert_int_equal(stat_of(st, "failed"), 0);
+    json_t *st = it_rule(s, "hook");
+    assert_int_equal(it_rule_int(st, "delivered"), 21);
+    assert_int_equal(it_rule_int(st, "failed"), 0);
     json_decref(st);
     it_evs_free(&ev[0]);
     it_evs_free(&ev[1]);
@@ -277,20 +189,21 @@ static void test_binary_base64_escapes(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"orders\" { partitions = 1 }\n"
-              "rule \"bin\" { set = \"orders\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/b64\", body = \"binary\" } }\n",
-              rx_port(g_rx));
-    start_cfg(s, cfg);
+    it_write_config(
+        s, cfg,
+        "set \"orders\" { partitions = 1 }\n"
+        "rule \"bin\" { set = \"orders\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/b64\", body = \"binary\" } }\n",
+        rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
     /* "aGk+" escaped as \u0061\u0047\u006b\u002B: the bytes "hi>" */
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"e1\",\"source\":\"/s\",\"type\":\"t\","
                       "\"datacontenttype\":\"text/plain\","
                       "\"data_base64\":\"\\u0061\\u0047\\u006b\\u002B\"}\n");
-    json_decref(post_all(s, "orders", NULL, &b, 1));
+    json_decref(it_post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 1);
     assert_string_equal(req(0)->path, "/b64");
     assert_string_equal(req(0)->body, "hi>");
@@ -303,19 +216,20 @@ static void test_binary_and_batch(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"orders\" { partitions = 1 }\n"
-              "rule \"bin\" { set = \"orders\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/bin/{id}\", body = "
-              "\"binary\", method = \"PUT\",\n"
-              "    auth = { basic = { user = \"u\", password = \"p\" } } } }\n"
-              "rule \"batch\" { set = \"orders\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/batch\", batch = 4 } }\n"
-              "rule \"data\" { set = \"orders\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/data\", body = \"data\",\n"
-              "    auth = { api_key = { header = \"X-Api-Key\", value = \"k1\" } } } }\n",
-              rx_port(g_rx), rx_port(g_rx), rx_port(g_rx));
-    start_cfg(s, cfg);
+    it_write_config(
+        s, cfg,
+        "set \"orders\" { partitions = 1 }\n"
+        "rule \"bin\" { set = \"orders\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/bin/{id}\", body = "
+        "\"binary\", method = \"PUT\",\n"
+        "    auth = { basic = { user = \"u\", password = \"p\" } } } }\n"
+        "rule \"batch\" { set = \"orders\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/batch\", batch = 4 } }\n"
+        "rule \"data\" { set = \"orders\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/data\", body = \"data\",\n"
+        "    auth = { api_key = { header = \"X-Api-Key\", value = \"k1\" } } } }\n",
+        rx_port(g_rx), rx_port(g_rx), rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++) {
         char id[16];
@@ -324,9 +238,9 @@ static void test_binary_and_batch(void **state)
                   ",\"subject\":\"caf\xc3\xa9 x\",\"datacontenttype\":\"application/json\","
                   "\"region\":\"eu\"");
     }
-    json_decref(post_all(s, "orders", NULL, &b, 10));
+    json_decref(it_post_all(s, "orders", NULL, &b, 10));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     size_t nbin = 0, nbatch = 0, batched = 0, ndata = 0;
     bool seen[10] = {false};
     for (size_t i = 0; i < rx_count(g_rx); i++) {
@@ -394,18 +308,18 @@ static void test_500_then_success(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    it_write_config(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
     rx_fail(g_rx, 2, 500, "boom", NULL);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++) {
         char id[16];
         snprintf(id, sizeof id, "r%d", i);
         add_event(&b, id, "t", ",\"subject\":\"k\"");
     }
-    json_decref(post_all(s, "orders", NULL, &b, 10));
+    json_decref(it_post_all(s, "orders", NULL, &b, 10));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 12); /* two refused, then the ten in order */
     for (int i = 0; i < 10; i++) {
         char want[16];
@@ -413,9 +327,10 @@ static void test_500_then_success(void **state)
         if (!strstr(req(i + 2)->body, want))
             fail_msg("request %d is not event r%d: %s", i + 2, i, req(i + 2)->body);
     }
-    json_t *st = rule_stats(s, "hook");
-    if (stat_of(st, "retries") < 2 || stat_of(st, "failed") != 0 || stat_of(st, "delivered") != 10)
-        fail_msg("want retries >= 2, failed 0, delivered 10: %s", json_dumps(st, 0));
+    json_t *st = it_rule(s, "hook");
+    if (it_rule_int(st, "retries") < 2 || it_rule_int(st, "failed") != 0 ||
+        it_rule_int(st, "delivered") != 10)
+        it_fail_rule(st, "want retries >= 2, failed 0, delivered 10");
     const char *le = json_string_value(json_object_get(st, "last_error"));
     if (!le || !strstr(le, "HTTP 500"))
         fail_msg("last_error does not name the status: %s", le ? le : "(none)");
@@ -428,28 +343,28 @@ static void test_429_retry_after(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    it_write_config(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
     rx_fail(g_rx, 1, 429, "slow down", "2");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 3; i++) {
         char id[16];
         snprintf(id, sizeof id, "q%d", i);
         add_event(&b, id, "t", ",\"subject\":\"k\"");
     }
-    json_decref(post_all(s, "orders", NULL, &b, 3));
+    json_decref(it_post_all(s, "orders", NULL, &b, 3));
     sl_buf_free(&b);
     wait_requests(4);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 4);
     double gap = req(1)->at - req(0)->at;
     if (gap < 1.95)
         fail_msg("the request after a 429 with Retry-After: 2 came %.3f s later", gap);
-    json_t *st = rule_stats(s, "hook");
+    json_t *st = it_rule(s, "hook");
     const char *le = json_string_value(json_object_get(st, "last_error"));
     if (!le || !strstr(le, "Retry-After: 2"))
         fail_msg("last_error does not report Retry-After: %s", le ? le : "(none)");
-    assert_int_equal(stat_of(st, "delivered"), 3);
+    assert_int_equal(it_rule_int(st, "delivered"), 3);
     json_decref(st);
     s->passed = true;
 }
@@ -459,18 +374,18 @@ static void test_503_retry_after_date(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], date[64];
-    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
-    start_cfg(s, cfg);
+    it_write_config(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
     time_t when = time(NULL) + 2;
     struct tm tm;
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&when, &tm));
     rx_fail(g_rx, 1, 503, "maintenance", date);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "m0", "t", ",\"subject\":\"k\"");
-    json_decref(post_all(s, "orders", NULL, &b, 1));
+    json_decref(it_post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
     wait_requests(2);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 2);
     double gap = req(1)->at - req(0)->at;
     if (gap < 1.0) /* whole seconds in the date: at least 2 s minus the rounding */
@@ -483,25 +398,26 @@ static void test_timeout(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"orders\" { partitions = 1 }\n"
-              "rule \"hook\" { set = \"orders\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"300ms\" "
-              "} }\n",
-              rx_port(g_rx));
+    it_write_config(
+        s, cfg,
+        "set \"orders\" { partitions = 1 }\n"
+        "rule \"hook\" { set = \"orders\",\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"300ms\" "
+        "} }\n",
+        rx_port(g_rx));
     rx_script(g_rx, &(rx_rule){.n = 1, .status = 200, .body = "late", .delay_ms = 1000});
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "s0", "t", "");
-    json_decref(post_all(s, "orders", NULL, &b, 1));
+    json_decref(it_post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
     wait_requests(2);
-    wait_caught_up(s);
-    json_t *st = rule_stats(s, "hook");
+    it_wait_caught_up(s, WAIT_S);
+    json_t *st = it_rule(s, "hook");
     const char *le = json_string_value(json_object_get(st, "last_error"));
-    if (stat_of(st, "retries") < 1 || stat_of(st, "delivered") != 1 || !le ||
+    if (it_rule_int(st, "retries") < 1 || it_rule_int(st, "delivered") != 1 || !le ||
         !strstr(le, "imed out"))
-        fail_msg("want a timeout retried, then delivered: %s", json_dumps(st, 0));
+        it_fail_rule(st, "want a timeout retried, then delivered");
     json_decref(st);
     s->passed = true;
 }
@@ -511,12 +427,12 @@ static void test_rate(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"orders\" { partitions = 2 }\n"
-              "rule \"hook\" { set = \"orders\",\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/r\", rate = 5 } }\n",
-              rx_port(g_rx));
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"orders\" { partitions = 2 }\n"
+                    "rule \"hook\" { set = \"orders\",\n"
+                    "  target = target.http { url = \"http://127.0.0.1:%d/r\", rate = 5 } }\n",
+                    rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++) {
         char id[16], extra[48];
@@ -524,10 +440,10 @@ static void test_rate(void **state)
         snprintf(extra, sizeof extra, ",\"subject\":\"k%d\"", i);
         add_event(&b, id, "t", extra);
     }
-    json_decref(post_all(s, "orders", NULL, &b, 10));
+    json_decref(it_post_all(s, "orders", NULL, &b, 10));
     sl_buf_free(&b);
     wait_requests(10);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 10);
     double span = req(9)->at - req(0)->at;
     if (span < 1.7)
@@ -541,12 +457,12 @@ static void test_rate(void **state)
 static void shutdown_inflight(it_server *s, const char *tmpl, int slow_ms, double limit)
 {
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, tmpl, 1, rx_port(g_rx));
+    it_write_config(s, cfg, tmpl, 1, rx_port(g_rx));
     rx_script(g_rx, &(rx_rule){.n = 1, .status = 200, .body = "late", .delay_ms = slow_ms});
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     add_event(&b, "x0", "t", ",\"subject\":\"k\"");
-    json_decref(post_all(s, "orders", NULL, &b, 1));
+    json_decref(it_post_all(s, "orders", NULL, &b, 1));
     sl_buf_free(&b);
     wait_requests(1);
     double t0 = it_mono();
@@ -586,21 +502,22 @@ static void test_400_permanent(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
+    it_write_config(s, cfg, one_rule_cfg, 1, rx_port(g_rx));
     rx_fail(g_rx, 1, 400, "bad field x", NULL);
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 5; i++) {
         char id[16];
         snprintf(id, sizeof id, "p%d", i);
         add_event(&b, id, "t", ",\"subject\":\"k\"");
     }
-    json_decref(post_all(s, "orders", NULL, &b, 5));
-    wait_caught_up(s);
+    json_decref(it_post_all(s, "orders", NULL, &b, 5));
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 5);
-    json_t *st = rule_stats(s, "hook");
-    if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 4 || stat_of(st, "retries"))
-        fail_msg("want failed 1, delivered 4, retries 0: %s", json_dumps(st, 0));
+    json_t *st = it_rule(s, "hook");
+    if (it_rule_int(st, "failed") != 1 || it_rule_int(st, "delivered") != 4 ||
+        it_rule_int(st, "retries"))
+        it_fail_rule(st, "want failed 1, delivered 4, retries 0");
     const char *le = json_string_value(json_object_get(st, "last_error"));
     if (!le || !strstr(le, "HTTP 400: bad field x"))
         fail_msg("last_error does not quote the answer: %s", le ? le : "(none)");
@@ -609,13 +526,13 @@ static void test_400_permanent(void **state)
     b.len = 0;
     add_event(&b, "nosubj", "t", "");
     add_event(&b, "p5", "t", ",\"subject\":\"k\"");
-    json_decref(post_all(s, "orders", NULL, &b, 2));
+    json_decref(it_post_all(s, "orders", NULL, &b, 2));
     sl_buf_free(&b);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     assert_int_equal(rx_count(g_rx), 6);
-    st = rule_stats(s, "hook");
-    assert_int_equal(stat_of(st, "failed"), 2);
-    assert_int_equal(stat_of(st, "delivered"), 5);
+    st = it_rule(s, "hook");
+    assert_int_equal(it_rule_int(st, "failed"), 2);
+    assert_int_equal(it_rule_int(st, "delivered"), 5);
     le = json_string_value(json_object_get(st, "last_error"));
     if (!le || !strstr(le, "\"subject\""))
         fail_msg("last_error does not name the missing attribute: %s", le ? le : "(none)");
@@ -629,8 +546,8 @@ static void test_receiver_down(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg, one_rule_cfg, 2, rx_port(g_rx));
-    start_cfg(s, cfg);
+    it_write_config(s, cfg, one_rule_cfg, 2, rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
     rx_stop(g_rx);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 40; i++) {
@@ -639,12 +556,12 @@ static void test_receiver_down(void **state)
         snprintf(extra, sizeof extra, ",\"subject\":\"k%d\"", i % 7);
         add_event(&b, id, "t", extra);
     }
-    json_t *a = post_all(s, "orders", NULL, &b, 40);
+    json_t *a = it_post_all(s, "orders", NULL, &b, 40);
     sl_buf_free(&b);
     it_sleep_ms(2000);
     if (rx_restart(g_rx))
         fail_msg("cannot restart the receiver on port %d", rx_port(g_rx));
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     bool seen[40] = {false};
     int64_t last[2] = {-1, -1};
     for (size_t i = 0; i < rx_count(g_rx); i++) {
@@ -665,9 +582,9 @@ static void test_receiver_down(void **state)
     for (int k = 0; k < 40; k++)
         if (!seen[k])
             fail_msg("event d%d was not delivered", k);
-    json_t *st = rule_stats(s, "hook");
-    if (stat_of(st, "retries") < 1 || stat_of(st, "failed") != 0)
-        fail_msg("want retries >= 1, failed 0: %s", json_dumps(st, 0));
+    json_t *st = it_rule(s, "hook");
+    if (it_rule_int(st, "retries") < 1 || it_rule_int(st, "failed") != 0)
+        it_fail_rule(st, "want retries >= 1, failed 0");
     json_decref(st);
     json_decref(a);
     s->passed = true;
@@ -683,25 +600,26 @@ static void test_unordered_concurrent(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"orders\" { partitions = 1 }\n"
-              "rule \"fast\" { set = \"orders\", ordered = false,\n"
-              "  target = target.http { url = \"http://127.0.0.1:%d/u\", concurrency = 4 } }\n",
-              rx_port(g_rx));
+    it_write_config(
+        s, cfg,
+        "set \"orders\" { partitions = 1 }\n"
+        "rule \"fast\" { set = \"orders\", ordered = false,\n"
+        "  target = target.http { url = \"http://127.0.0.1:%d/u\", concurrency = 4 } }\n",
+        rx_port(g_rx));
     enum { DELAY_MS = 400, N = 8 };
     rx_set_delay(g_rx, DELAY_MS);
     rx_fail_marker(g_rx, "\"u2\"", 1, 500, "once");
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < N; i++) {
         char id[16];
         snprintf(id, sizeof id, "u%d", i);
         add_event(&b, id, "t", ",\"subject\":\"k\"");
     }
-    json_decref(post_all(s, "orders", NULL, &b, N));
+    json_decref(it_post_all(s, "orders", NULL, &b, N));
     sl_buf_free(&b);
     wait_requests(N + 1);
-    wait_caught_up(s);
+    it_wait_caught_up(s, WAIT_S);
     size_t n = rx_count(g_rx);
     int most = 0;
     for (size_t i = 0; i < n; i++) {
@@ -725,9 +643,9 @@ static void test_unordered_concurrent(void **state)
             fail_msg("event u%d: %zu requests, %zu answered 2xx (want %d and 1)", i, got, ok,
                      i == 2 ? 2 : 1);
     }
-    json_t *st = rule_stats(s, "fast");
-    if (stat_of(st, "delivered") != N || stat_of(st, "failed") != 0)
-        fail_msg("want delivered %d, failed 0: %s", N, json_dumps(st, 0));
+    json_t *st = it_rule(s, "fast");
+    if (it_rule_int(st, "delivered") != N || it_rule_int(st, "failed") != 0)
+        it_fail_rule(st, "want delivered %d, failed 0", N);
     json_decref(st);
     s->passed = true;
 }

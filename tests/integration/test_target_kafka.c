@@ -31,7 +31,7 @@
 
 #define WAIT_S 30.0 /* every wait gives up after this long */
 
-static char g_root[PATH_MAX]; /* the repository: bin/sluice, build/rel/tools/kafka_mock */
+static char g_root[PATH_MAX]; /* the repository: build/rel/tools/kafka_mock */
 
 /* ---- the mock cluster ------------------------------------------------------------ */
 
@@ -292,98 +292,17 @@ static size_t count_of(const char *hay, const char *needle)
 
 /* ---- the server ------------------------------------------------------------------ */
 
-static void write_cfg(it_server *s, char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void write_cfg(it_server *s, char *path, const char *fmt, ...)
-{
-    snprintf(path, PATH_MAX, "%s/sluice.lua", s->dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        fail_msg("cannot write %s: %s", path, strerror(errno));
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(f, fmt, ap);
-    va_end(ap);
-    fclose(f);
-}
-
-static void start_cfg(it_server *s, const char *cfg)
-{
-    it_srv_start(s, "-c", cfg, NULL);
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(5))
-        if (it_log_contains(s, "sluice: listening on"))
-            return;
-    fail_msg("the server did not get ready");
-}
-
-/* GET /v1/rules: the entry of rule name (caller frees with json_decref()). */
-static json_t *rule_stats(it_server *s, const char *name)
-{
-    it_resp r = it_get(s, "/v1/rules");
-    json_t *j = it_parse_json(&r);
-    it_resp_free(&r);
-    json_t *list = json_object_get(j, "rules"), *e, *found = NULL;
-    size_t i;
-    json_array_foreach(list, i, e)
-    {
-        const char *n = json_string_value(json_object_get(e, "name"));
-        if (n && strcmp(n, name) == 0)
-            found = json_incref(e);
-    }
-    json_decref(j);
-    if (!found)
-        fail_msg("GET /v1/rules does not list %s", name);
-    return found;
-}
-
-static json_int_t stat_of(json_t *r, const char *key)
-{
-    return json_integer_value(json_object_get(r, key));
-}
-
 /* Whether rule's first target reports itself healthy in GET /v1/rules;
  * reason gets what it says when not. */
 static bool healthy(it_server *s, const char *rule, char *reason, size_t cap)
 {
-    json_t *st = rule_stats(s, rule);
+    json_t *st = it_rule(s, rule);
     json_t *h = json_array_get(json_object_get(st, "health"), 0);
     bool ok = !json_is_false(json_object_get(h, "healthy"));
     const char *why = json_string_value(json_object_get(h, "reason"));
     snprintf(reason, cap, "%s", why ? why : "");
     json_decref(st);
     return ok;
-}
-
-/* Waits until every rule has lag 0 twice in a row. */
-static void wait_caught_up(it_server *s, double secs)
-{
-    int calm = 0;
-    for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(50)) {
-        it_resp r = it_get(s, "/v1/rules");
-        json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
-        it_resp_free(&r);
-        json_t *list = json_object_get(j, "rules"), *e;
-        size_t i;
-        bool busy = !json_is_array(list);
-        json_array_foreach(list, i, e)
-        {
-            json_t *lag = json_object_get(e, "lag");
-            busy |= !json_is_integer(lag) || json_integer_value(lag) != 0;
-        }
-        json_decref(j);
-        calm = busy ? 0 : calm + 1;
-        if (calm == 2)
-            return;
-    }
-    fail_msg("the rules did not catch up within %.0f s", secs);
-}
-
-static json_t *post_all(it_server *s, const char *const *hdrs, sl_buf *b, size_t n)
-{
-    it_resp r = it_post(s, "in", IT_CT_NDJSON, hdrs, (const char *)b->data, b->len);
-    json_t *a = it_expect_results(&r, n, 0);
-    it_resp_free(&r);
-    return a;
 }
 
 /* ---- tests ----------------------------------------------------------------------- */
@@ -397,12 +316,12 @@ static void test_binary(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 2 }\n"
-              "rule \"bin\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
-              "  topic = \"bin-{type}\", properties = { [\"linger.ms\"] = 1 } } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 2 }\n"
+                    "rule \"bin\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"bin-{type}\", properties = { [\"linger.ms\"] = 1 } } }\n",
+                    g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 10; i++)
         sl_buf_printf(
@@ -418,14 +337,14 @@ static void test_binary(void **state)
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"b11\",\"source\":\"/shop\",\"type\":"
                       "\"order\",\"datacontenttype\":\"application/octet-stream\","
                       "\"data_base64\":\"aGk+\"}\n");
-    json_decref(post_all(s, NULL, &b, 12));
+    json_decref(it_post_all(s, "in", NULL, &b, 12));
     b.len = 0;
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"l0\",\"source\":\"/shop\",\"type\":"
                       "\"order\",\"partitionkey\":\"k0\",\"data\":{\"lane\":1}}\n");
     const char *lane_hdr[] = {"X-Sluice-Lane: beta", NULL};
-    json_decref(post_all(s, lane_hdr, &b, 1));
+    json_decref(it_post_all(s, "in", lane_hdr, &b, 1));
     sl_buf_free(&b);
-    wait_caught_up(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
 
     krecs ord = consume("bin-order", 8), ref = consume("bin-refund", 5);
     assert_int_equal(ord.n, 8);
@@ -500,9 +419,9 @@ static void test_binary(void **state)
         !strstr(out, "ce_id=b11") || !strstr(out, "\t{\"n\":4}\n") || !strstr(out, "k1\t"))
         fail_msg("kcat reads back:\n%s", out);
     free(out);
-    json_t *st = rule_stats(s, "bin");
-    assert_int_equal(stat_of(st, "delivered"), 13);
-    assert_int_equal(stat_of(st, "failed"), 0);
+    json_t *st = it_rule(s, "bin");
+    assert_int_equal(it_rule_int(st, "delivered"), 13);
+    assert_int_equal(it_rule_int(st, "failed"), 0);
     json_decref(st);
     s->passed = true;
 }
@@ -514,27 +433,28 @@ static void test_structured_and_data(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 2 }\n"
-              "rule \"st\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"st\",\n"
-              "  body = \"structured\", key = \"{subject}/{type}\", headers = { [\"X-Origin\"] = "
-              "\"sluice\" },\n"
-              "  properties = { [\"linger.ms\"] = 1 } } }\n"
-              "rule \"dm\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"dm\",\n"
-              "  body = \"data\", compression = \"gzip\" } }\n",
-              g_mk.boot, g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(
+        s, cfg,
+        "set \"in\" { partitions = 2 }\n"
+        "rule \"st\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+        "\"st\",\n"
+        "  body = \"structured\", key = \"{subject}/{type}\", headers = { [\"X-Origin\"] = "
+        "\"sluice\" },\n"
+        "  properties = { [\"linger.ms\"] = 1 } } }\n"
+        "rule \"dm\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+        "\"dm\",\n"
+        "  body = \"data\", compression = \"gzip\" } }\n",
+        g_mk.boot, g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 6; i++)
         sl_buf_printf(&b,
                       "{\"specversion\":\"1.0\",\"id\":\"s%d\",\"source\":\"/shop\",\"type\":\"t\","
                       "\"subject\":\"sub%d\",\"data\":{\"n\":%d}}\n",
                       i, i, i);
-    json_decref(post_all(s, NULL, &b, 6));
+    json_decref(it_post_all(s, "in", NULL, &b, 6));
     sl_buf_free(&b);
-    wait_caught_up(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     for (int pass = 0; pass < 2; pass++) {
         krecs rs = consume(pass ? "dm" : "st", 6);
         assert_int_equal(rs.n, 6);
@@ -573,13 +493,14 @@ static void test_outage_order(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 2 }\n"
-              "rule \"ord\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"ord\",\n"
-              "  timeout = \"2s\", properties = { [\"linger.ms\"] = 1 } } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(
+        s, cfg,
+        "set \"in\" { partitions = 2 }\n"
+        "rule \"ord\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+        "\"ord\",\n"
+        "  timeout = \"2s\", properties = { [\"linger.ms\"] = 1 } } }\n",
+        g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     enum { N = 300, CHUNK = 30, KEYS = 5 };
     for (int c = 0; c < N / CHUNK; c++) {
         if (c == 2)
@@ -608,11 +529,11 @@ static void test_outage_order(void **state)
                 "{\"specversion\":\"1.0\",\"id\":\"o%d\",\"source\":\"/s\",\"type\":\"t\","
                 "\"partitionkey\":\"k%d\",\"data\":{\"i\":%d}}\n",
                 i, i % KEYS, i);
-        json_decref(post_all(s, NULL, &b, CHUNK));
+        json_decref(it_post_all(s, "in", NULL, &b, CHUNK));
         sl_buf_free(&b);
         it_sleep_ms(300);
     }
-    wait_caught_up(s, 90);
+    it_wait_caught_up(s, 90);
     char why[SL_ERROR_MAX];
     if (!healthy(s, "ord", why, sizeof why))
         fail_msg("the brokers are back, but the target's health says \"%s\"", why);
@@ -645,13 +566,14 @@ static void test_outage_order(void **state)
         lost += copies[i] == 0;
         dups += copies[i] > 1 ? copies[i] - 1 : 0;
     }
-    json_t *st = rule_stats(s, "ord");
+    json_t *st = it_rule(s, "ord");
     print_message("outage: %d events, %zu records, %d duplicates, %lld retries\n", N, rs.n, dups,
-                  (long long)stat_of(st, "retries"));
+                  (long long)it_rule_int(st, "retries"));
     if (lost)
         fail_msg("%d events lost across the outage", lost);
-    if (stat_of(st, "retries") < 1 || stat_of(st, "failed") != 0 || stat_of(st, "delivered") < N)
-        fail_msg("want retries >= 1, failed 0, delivered >= %d: %s", N, json_dumps(st, 0));
+    if (it_rule_int(st, "retries") < 1 || it_rule_int(st, "failed") != 0 ||
+        it_rule_int(st, "delivered") < N)
+        it_fail_rule(st, "want retries >= 1, failed 0, delivered >= %d", N);
     json_decref(st);
     krecs_free(&rs);
     s->passed = true;
@@ -664,15 +586,15 @@ static void test_permanent(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "rule \"perm\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
-              "  topic = \"p-{region}\", properties = { [\"message.max.bytes\"] = 10000,\n"
-              "  [\"linger.ms\"] = 1 } } }\n"
-              "rule \"pkey\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
-              "  topic = \"pk\", key = \"{tenant}\" } }\n",
-              g_mk.boot, g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"perm\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"p-{region}\", properties = { [\"message.max.bytes\"] = 10000,\n"
+                    "  [\"linger.ms\"] = 1 } } }\n"
+                    "rule \"pkey\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"pk\", key = \"{tenant}\" } }\n",
+                    g_mk.boot, g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     const char *ev = "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\",\"type\":\"t\"%s,"
                      "\"data\":\"%s\"}\n";
     char *big = malloc(20001);
@@ -691,10 +613,10 @@ static void test_permanent(void **state)
     for (size_t i = 0; i < sizeof evs / sizeof *evs; i++) {
         sl_buf b = SL_BUF_INIT;
         sl_buf_printf(&b, ev, evs[i].id, evs[i].attrs, evs[i].data);
-        json_decref(post_all(s, NULL, &b, 1));
+        json_decref(it_post_all(s, "in", NULL, &b, 1));
         sl_buf_free(&b);
-        wait_caught_up(s, WAIT_S);
-        json_t *st = rule_stats(s, "perm");
+        it_wait_caught_up(s, WAIT_S);
+        json_t *st = it_rule(s, "perm");
         const char *le = json_string_value(json_object_get(st, "last_error"));
         if (evs[i].why && (!le || !strstr(le, evs[i].why)))
             fail_msg("event %s: last_error does not say %s: %s", evs[i].id, evs[i].why,
@@ -702,13 +624,14 @@ static void test_permanent(void **state)
         json_decref(st);
     }
     free(big);
-    json_t *st = rule_stats(s, "perm");
-    if (stat_of(st, "failed") != 3 || stat_of(st, "delivered") != 2 || stat_of(st, "retries"))
-        fail_msg("perm: want failed 3, delivered 2, retries 0: %s", json_dumps(st, 0));
+    json_t *st = it_rule(s, "perm");
+    if (it_rule_int(st, "failed") != 3 || it_rule_int(st, "delivered") != 2 ||
+        it_rule_int(st, "retries"))
+        it_fail_rule(st, "perm: want failed 3, delivered 2, retries 0");
     json_decref(st);
-    st = rule_stats(s, "pkey");
-    if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 4)
-        fail_msg("pkey: want failed 1, delivered 4: %s", json_dumps(st, 0));
+    st = it_rule(s, "pkey");
+    if (it_rule_int(st, "failed") != 1 || it_rule_int(st, "delivered") != 4)
+        it_fail_rule(st, "pkey: want failed 1, delivered 4");
     const char *le = json_string_value(json_object_get(st, "last_error"));
     if (!le || !strstr(le, "\"tenant\""))
         fail_msg("pkey: last_error does not name the attribute: %s", le ? le : "(none)");
@@ -726,12 +649,12 @@ static void test_shutdown_brokers_down(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "rule \"sd\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"sd\" } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"sd\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+                    "\"sd\" } }\n",
+                    g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     mock_cmd("down 1");
     mock_cmd("down 2");
     mock_cmd("down 3");
@@ -741,7 +664,7 @@ static void test_shutdown_brokers_down(void **state)
                       "{\"specversion\":\"1.0\",\"id\":\"d%d\",\"source\":\"/s\",\"type\":\"t\","
                       "\"data\":%d}\n",
                       i, i);
-    json_decref(post_all(s, NULL, &b, 20));
+    json_decref(it_post_all(s, "in", NULL, &b, 20));
     sl_buf_free(&b);
     it_sleep_ms(1000);
     double t0 = it_mono();
@@ -754,7 +677,7 @@ static void test_shutdown_brokers_down(void **state)
     mock_cmd("up 2");
     mock_cmd("up 3");
     it_srv_restart(s);
-    wait_caught_up(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     krecs rs = consume("sd", 20);
     bool seen[20] = {false};
     for (size_t k = 0; k < rs.n; k++)
@@ -774,42 +697,43 @@ static void test_unknown_topic(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     mock_cmd("topicerror later 3"); /* UNKNOWN_TOPIC_OR_PART */
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "rule \"un\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"later\",\n"
-              "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000 } } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"un\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+                    "\"later\",\n"
+                    "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000 } } }\n",
+                    g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 3; i++)
         sl_buf_printf(&b,
                       "{\"specversion\":\"1.0\",\"id\":\"u%d\",\"source\":\"/s\",\"type\":\"t\","
                       "\"data\":%d}\n",
                       i, i);
-    json_decref(post_all(s, NULL, &b, 3));
+    json_decref(it_post_all(s, "in", NULL, &b, 3));
     sl_buf_free(&b);
     const char *le = NULL;
     json_t *st = NULL;
     for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(100)) {
         json_decref(st);
-        st = rule_stats(s, "un");
+        st = it_rule(s, "un");
         le = json_string_value(json_object_get(st, "last_error"));
         if (le && strstr(le, "may yet be created"))
             break;
     }
     if (!le || !strstr(le, "topic later") || !strstr(le, "may yet be created") ||
-        stat_of(st, "failed") || stat_of(st, "delivered"))
-        fail_msg("an unknown topic: want a retryable error naming it: %s", json_dumps(st, 0));
+        it_rule_int(st, "failed") || it_rule_int(st, "delivered"))
+        it_fail_rule(st, "an unknown topic: want a retryable error naming it");
     json_decref(st);
     mock_cmd("topicerror later 0"); /* now the cluster creates it when asked */
-    wait_caught_up(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     krecs rs = consume("later", 3);
     assert_int_equal(rs.n, 3);
     krecs_free(&rs);
-    st = rule_stats(s, "un");
-    if (stat_of(st, "delivered") != 3 || stat_of(st, "failed") != 0 || stat_of(st, "retries") < 1)
-        fail_msg("want delivered 3, failed 0, retries >= 1: %s", json_dumps(st, 0));
+    st = it_rule(s, "un");
+    if (it_rule_int(st, "delivered") != 3 || it_rule_int(st, "failed") != 0 ||
+        it_rule_int(st, "retries") < 1)
+        it_fail_rule(st, "want delivered 3, failed 0, retries >= 1");
     json_decref(st);
     s->passed = true;
 }
@@ -821,14 +745,14 @@ static void test_fatal_recreate(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "rule \"fa\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"fa\",\n"
-              "  properties = { [\"linger.ms\"] = 1 } } }\n",
-              g_mk.boot);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"fa\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+                    "\"fa\",\n"
+                    "  properties = { [\"linger.ms\"] = 1 } } }\n",
+                    g_mk.boot);
     mock_cmd("error initproducerid 31 1"); /* CLUSTER_AUTHORIZATION_FAILED: fatal */
-    start_cfg(s, cfg);
+    it_start_config(s, cfg, WAIT_S);
     for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(50))
         if (it_log_contains(s, "fatal producer error"))
             break;
@@ -838,18 +762,18 @@ static void test_fatal_recreate(void **state)
                       "{\"specversion\":\"1.0\",\"id\":\"f%d\",\"source\":\"/s\",\"type\":\"t\","
                       "\"data\":%d}\n",
                       i, i);
-    json_decref(post_all(s, NULL, &b, 5));
+    json_decref(it_post_all(s, "in", NULL, &b, 5));
     sl_buf_free(&b);
-    wait_caught_up(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     if (!it_log_contains(s, "fatal producer error") ||
         !it_log_contains(s, "made a new producer after a fatal error"))
         fail_msg("the log does not tell of the fatal error and the new producer");
     krecs rs = consume("fa", 5);
     assert_int_equal(rs.n, 5);
     krecs_free(&rs);
-    json_t *st = rule_stats(s, "fa");
-    if (stat_of(st, "delivered") != 5 || stat_of(st, "failed") != 0)
-        fail_msg("want delivered 5, failed 0: %s", json_dumps(st, 0));
+    json_t *st = it_rule(s, "fa");
+    if (it_rule_int(st, "delivered") != 5 || it_rule_int(st, "failed") != 0)
+        it_fail_rule(st, "want delivered 5, failed 0");
     char why[SL_ERROR_MAX];
     if (!healthy(s, "fa", why, sizeof why))
         fail_msg("the new producer works, but the target's health says \"%s\"", why);
@@ -857,23 +781,11 @@ static void test_fatal_recreate(void **state)
     s->passed = true;
 }
 
-/* The output and wait status of `bin/sluice check FILE` (stderr too).
- * Caller frees. */
-static char *run_check(const char *cfg, int *status)
+/* Runs `bin/sluice check FILE`; its stdout and stderr go to *out (caller
+ * frees). Returns the exit status, or -1 when it did not exit normally. */
+static int run_check(const it_server *s, const char *cfg, char **out)
 {
-    char cmd[PATH_MAX * 2 + 64];
-    snprintf(cmd, sizeof cmd, "%s/bin/sluice check '%s' 2>&1", g_root, cfg);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        fail_msg("cannot run %s: %s", cmd, strerror(errno));
-    sl_buf out = SL_BUF_INIT;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0)
-        sl_buf_append(&out, chunk, n);
-    sl_buf_append(&out, "", 1);
-    *status = pclose(p);
-    return (char *)out.data;
+    return it_run(s, NULL, out, NULL, (const char *const[]){"check", cfg, NULL}, WAIT_S);
 }
 
 /* `sluice check` refuses what librdkafka refuses, and bad templates, each
@@ -883,7 +795,7 @@ static void test_check(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { }\n"
         "rule \"a\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
@@ -901,9 +813,9 @@ static void test_check(void **state)
         "rule \"g\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
         "  properties = { [\"enable.sasl.oauthbearer.unsecure.jwt\"] = \"hunter2-secret\",\n"
         "                 [\"sasl.passwordx\"] = \"hunter3-secret\" } } }\n");
-    int st;
-    char *o = run_check(cfg, &st);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) == 0)
+    char *o;
+    int rc = run_check(s, cfg, &o);
+    if (rc <= 0)
         fail_msg("sluice check accepted it:\n%s", o);
     char want[PATH_MAX + 64];
     const struct {
@@ -929,13 +841,14 @@ static void test_check(void **state)
     free(o);
 
     /* Turning idempotence off is the user's call: accepted, silently. */
-    write_cfg(
+    it_write_config(
         s, cfg,
         "set \"in\" { }\n"
         "rule \"a\" { set = \"in\", target = target.kafka { brokers = \"h:1\", topic = \"t\",\n"
         "  properties = { [\"enable.idempotence\"] = false, acks = 1 } } }\n");
-    char *o2 = run_check(cfg, &st);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strstr(o2, "%") || strstr(o2, "rdkafka"))
+    char *o2;
+    rc = run_check(s, cfg, &o2);
+    if (rc != 0 || strstr(o2, "%") || strstr(o2, "rdkafka"))
         fail_msg("sluice check on enable.idempotence = false, acks = 1:\n%s", o2);
     free(o2);
     s->passed = true;
@@ -950,37 +863,37 @@ static void test_ordered_hold(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     mock_cmd("topicerror h-gone 3"); /* UNKNOWN_TOPIC_OR_PART */
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "set \"dead\" { partitions = 1 }\n"
-              "rule \"ho\" { set = \"in\", ordered = true, dlq = \"dead\",\n"
-              "  retry = { attempts = 1, initial = \"100ms\", max = \"200ms\" },\n"
-              "  target = target.kafka { brokers = \"%s\", topic = \"h-{region}\",\n"
-              "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000,\n"
-              "  [\"linger.ms\"] = 1 } } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "set \"dead\" { partitions = 1 }\n"
+                    "rule \"ho\" { set = \"in\", ordered = true, dlq = \"dead\",\n"
+                    "  retry = { attempts = 1, initial = \"100ms\", max = \"200ms\" },\n"
+                    "  target = target.kafka { brokers = \"%s\", topic = \"h-{region}\",\n"
+                    "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000,\n"
+                    "  [\"linger.ms\"] = 1 } } }\n",
+                    g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     const char *ev = "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/s\",\"type\":\"t\","
                      "\"region\":\"%s\",\"data\":1}\n";
     /* First the producer learns that h-gone does not exist. */
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, ev, "g0", "gone");
-    json_decref(post_all(s, NULL, &b, 1));
-    wait_caught_up(s, WAIT_S);
+    json_decref(it_post_all(s, "in", NULL, &b, 1));
+    it_wait_caught_up(s, WAIT_S);
     /* Then one call: g1 cannot be queued, a1 and a2 are held behind it. */
     b.len = 0;
     sl_buf_printf(&b, ev, "g1", "gone");
     sl_buf_printf(&b, ev, "a1", "ok");
     sl_buf_printf(&b, ev, "a2", "ok");
-    json_decref(post_all(s, NULL, &b, 3));
+    json_decref(it_post_all(s, "in", NULL, &b, 3));
     sl_buf_free(&b);
-    wait_caught_up(s, WAIT_S);
+    it_wait_caught_up(s, WAIT_S);
     krecs rs = consume("h-ok", 2);
     assert_int_equal(rs.n, 2);
     krecs_free(&rs);
-    json_t *st = rule_stats(s, "ho");
-    if (stat_of(st, "failed") != 2 || stat_of(st, "delivered") != 2)
-        fail_msg("want failed 2 (g0, g1), delivered 2 (a1, a2): %s", json_dumps(st, 0));
+    json_t *st = it_rule(s, "ho");
+    if (it_rule_int(st, "failed") != 2 || it_rule_int(st, "delivered") != 2)
+        it_fail_rule(st, "want failed 2 (g0, g1), delivered 2 (a1, a2)");
     /* "Local: Unknown topic": g1 was refused when produced (not by a delivery
      * report), so a1 and a2 were held behind it, never produced. */
     const char *le = json_string_value(json_object_get(st, "last_error"));
@@ -996,31 +909,30 @@ static void test_invalid_timestamp(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "rule \"ts\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"ts\",\n"
-              "  properties = { [\"linger.ms\"] = 1 } } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"ts\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+                    "\"ts\",\n"
+                    "  properties = { [\"linger.ms\"] = 1 } } }\n",
+                    g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"w0\",\"source\":\"/s\",\"type\":\"t\","
                       "\"time\":\"2026-01-02T03:04:05.678Z\",\"data\":1}\n");
-    json_decref(post_all(s, NULL, &b, 1)); /* the producer is up and running */
-    wait_caught_up(s, WAIT_S);
+    json_decref(it_post_all(s, "in", NULL, &b, 1)); /* the producer is up and running */
+    it_wait_caught_up(s, WAIT_S);
     mock_cmd("error produce 32 1"); /* INVALID_TIMESTAMP */
     b.len = 0;
     sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"w1\",\"source\":\"/s\",\"type\":\"t\","
                       "\"time\":\"2001-02-03T04:05:06.789Z\",\"data\":2}\n");
-    json_decref(post_all(s, NULL, &b, 1));
+    json_decref(it_post_all(s, "in", NULL, &b, 1));
     sl_buf_free(&b);
-    wait_caught_up(s, WAIT_S);
-    json_t *st = rule_stats(s, "ts");
+    it_wait_caught_up(s, WAIT_S);
+    json_t *st = it_rule(s, "ts");
     const char *le = json_string_value(json_object_get(st, "last_error"));
-    if (stat_of(st, "failed") != 1 || stat_of(st, "delivered") != 1 || stat_of(st, "retries") ||
-        !le || !strstr(le, "2001-02-03T04:05:06.789Z"))
-        fail_msg("want failed 1 naming the event's time, delivered 1, no retries: %s",
-                 json_dumps(st, 0));
+    if (it_rule_int(st, "failed") != 1 || it_rule_int(st, "delivered") != 1 ||
+        it_rule_int(st, "retries") || !le || !strstr(le, "2001-02-03T04:05:06.789Z"))
+        it_fail_rule(st, "want failed 1 naming the event's time, delivered 1, no retries");
     json_decref(st);
     s->passed = true;
 }
@@ -1031,12 +943,12 @@ static void test_health_back(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX], why[SL_ERROR_MAX] = "";
-    write_cfg(s, cfg,
-              "set \"in\" { partitions = 1 }\n"
-              "rule \"hb\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
-              "\"hb\" } }\n",
-              g_mk.boot);
-    start_cfg(s, cfg);
+    it_write_config(s, cfg,
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"hb\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
+                    "\"hb\" } }\n",
+                    g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
     mock_cmd("down 1");
     mock_cmd("down 2");
     mock_cmd("down 3");

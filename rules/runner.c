@@ -865,6 +865,18 @@ static void retry_due(worker *w, consumer *c)
     }
 }
 
+/* Copies event e of the batch (its decorated JSON, offset and lane) into it:
+ * what its dead letter is made of. */
+static int copy_source(const worker *w, size_t e, item *it)
+{
+    it->offset = w->offs[e];
+    it->source_len = w->evl[e];
+    if (!(it->source = malloc(it->source_len)))
+        return SL_ENOMEM;
+    memcpy(it->source, (const char *)w->ev.data + (e ? w->ev_ends[e - 1] : 0), it->source_len);
+    return 0;
+}
+
 /* Sets payload i of the fresh batch aside (copies what it needs). */
 static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
 {
@@ -872,25 +884,15 @@ static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
                .dead = w->dead[i],
                .attempts = w->failed[i] || w->dead[i] ? 1 : 0,
                .tries = 1,
-               .first_fail_ms = now_ms};
-    it.len = w->dl[i].len;
-    it.payload = malloc(it.len ? it.len : 1);
-    int32_t e = w->out_src[i];
-    if (e >= 0) {
-        it.source_len = w->evl[e];
-        it.source = malloc(it.source_len);
-        it.offset = w->offs[e];
-        if (it.source)
-            memcpy(it.source, (const char *)w->ev.data + (e ? w->ev_ends[e - 1] : 0),
-                   it.source_len);
-    } else {
-        it.offset = w->offs[0];
-    }
+               .first_fail_ms = now_ms,
+               .offset = w->offs[0], /* transform_batch: the batch's first event */
+               .len = w->dl[i].len};
     memcpy(it.lane, w->dl[i].lane, SL_EVENT_LANE_MAX + 1);
-    it.reason = strdup(reason_at(w, w->reason[i]));
-    if (it.payload)
+    int rc = w->out_src[i] >= 0 ? copy_source(w, (size_t)w->out_src[i], &it) : 0;
+    if (!rc && (it.payload = malloc(it.len ? it.len : 1)))
         memcpy(it.payload, w->dl[i].data, it.len);
-    if (!it.payload || (e >= 0 && !it.source) || !it.reason || add_item(c, &it)) {
+    it.reason = strdup(reason_at(w, w->reason[i]));
+    if (rc || !it.payload || !it.reason || add_item(c, &it)) {
         free_item(&it);
         return SL_ENOMEM;
     }
@@ -900,15 +902,10 @@ static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
 /* An event whose evaluation failed: straight to the dead letters. */
 static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 {
-    item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1,
-               .first_fail_ms = mono_ms(), .offset = w->offs[e]};
-    it.source_len = w->evl[e];
-    it.source = malloc(it.source_len);
-    it.reason = strdup(why);
+    item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = mono_ms()};
     memcpy(it.lane, w->lanes[e], SL_EVENT_LANE_MAX + 1);
-    if (it.source)
-        memcpy(it.source, (const char *)w->ev.data + (e ? w->ev_ends[e - 1] : 0), it.source_len);
-    if (!it.source || !it.reason || add_item(c, &it)) {
+    it.reason = strdup(why);
+    if (copy_source(w, e, &it) || !it.reason || add_item(c, &it)) {
         free_item(&it);
         return SL_ENOMEM;
     }
@@ -1062,12 +1059,12 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         c->reader = NULL;
         return rc;
     }
-    /* After a lane split or the end of a replay window the reader went one
-     * record too far. */
     /* A replay that finds nothing before its end (retention took it) is
      * over rather than polling an empty partition. */
     if (c->rp && !nev && last_taken < 0 && !*more)
         at_end = true;
+    /* After a lane split or the end of a replay window the reader went one
+     * record too far. */
     int64_t next;
     if (at_end) {
         next = last_taken >= 0 ? last_taken + 1 : c->pos;
@@ -1160,6 +1157,13 @@ static int64_t safe_position(const consumer *c)
     return at;
 }
 
+/* Whether the pool keeps the consumer from reading on: ordered, anything
+ * waiting holds the partition; unordered, only a full pool does. */
+static bool pool_blocks(const consumer *c)
+{
+    return c->npool && (c->rule->rc->ordered || c->npool >= POOL_MAX);
+}
+
 /* Runs one turn and commits; decides whether the consumer goes on. */
 static bool run_consumer(worker *w, consumer *c)
 {
@@ -1171,8 +1175,7 @@ static bool run_consumer(worker *w, consumer *c)
         retry_due(w, c);
         settle(w, c);
     }
-    bool blocked = c->npool && (rr->rc->ordered || c->npool >= POOL_MAX);
-    if (!blocked) {
+    if (!pool_blocks(c)) {
         rc = fresh_batch(w, c, &more, why, sizeof why);
         if (c->npool)
             settle(w, c);
@@ -1201,7 +1204,7 @@ static bool run_consumer(worker *w, consumer *c)
     for (size_t i = 0; i < c->npool; i++)
         if (c->pool[i].retry_at_ns && (!next_retry || c->pool[i].retry_at_ns < next_retry))
             next_retry = c->pool[i].retry_at_ns;
-    blocked = c->npool && (rr->rc->ordered || c->npool >= POOL_MAX);
+    bool blocked = pool_blocks(c);
     pthread_mutex_lock(&w->r->lock);
     if (rc) {
         /* Hold the partition and read again from where it stands later. */

@@ -1,7 +1,9 @@
 /*
  * tests/integration/receiver.c — the scriptable HTTP test endpoint of the
  * integration tests (see receiver.h): libmicrohttpd with a thread per
- * connection, so that a delayed answer holds only its own connection.
+ * connection, so that a delayed answer holds only its own connection, over
+ * plain HTTP or TLS; and self-signed certificates made with libcrypto, so
+ * that the tests need no openssl command.
  */
 #include "receiver.h"
 
@@ -12,7 +14,13 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +41,7 @@ typedef struct rule {
 struct rx_receiver {
     struct MHD_Daemon *d; /* NULL when stopped */
     int port;
+    char *cert, *key;     /* PEM of the last successful rx_start_tls(); NULL: plain HTTP */
     pthread_mutex_t lock; /* everything below */
     rx_req **v;           /* each request allocated alone: pointers stay valid */
     size_t n, cap;
@@ -208,22 +217,49 @@ void rx_free(rx_receiver *rx)
         return;
     rx_stop(rx);
     rx_reset(rx);
+    free(rx->cert);
+    free(rx->key);
     free(rx->v);
     pthread_mutex_destroy(&rx->lock);
     free(rx);
 }
 
-int rx_start(rx_receiver *rx, int port)
+/* libmicrohttpd's error log, to stderr, without the failed TLS handshakes:
+ * the tests of certificate checks make the client give up on purpose. */
+static void log_error(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (!strstr(msg, "handshake"))
+        fputs(msg, stderr);
+}
+
+/* Starts the daemon on port: HTTPS with cert and key (PEM) when cert is
+ * not NULL, else plain HTTP. Returns 0 or -1 as rx_start(). */
+static int start(rx_receiver *rx, int port, char *cert, char *key)
 {
     if (rx->d || port < 0 || port > 65535)
         return -1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, key},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    if (cert) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+            return -1;
+        flags |= MHD_USE_TLS;
+    }
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0,
-        NULL, NULL, on_request, rx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, NULL,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+        flags, 0, NULL, NULL, on_request, rx, MHD_OPTION_EXTERNAL_LOGGER, log_error, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_UNESCAPE_CALLBACK, keep_escapes, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        NULL, MHD_OPTION_ARRAY, cert ? tls : tls + 2, MHD_OPTION_END);
     if (!d)
         return -1;
     const union MHD_DaemonInfo *i = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -232,9 +268,36 @@ int rx_start(rx_receiver *rx, int port)
     return 0;
 }
 
+int rx_start(rx_receiver *rx, int port)
+{
+    if (start(rx, port, NULL, NULL))
+        return -1;
+    free(rx->cert);
+    free(rx->key);
+    rx->cert = rx->key = NULL;
+    return 0;
+}
+
+int rx_start_tls(rx_receiver *rx, int port, const char *cert_pem, const char *key_pem)
+{
+    char *cert = strdup(cert_pem), *key = strdup(key_pem);
+    if (!cert || !key || start(rx, port, cert, key)) {
+        free(cert);
+        free(key);
+        return -1;
+    }
+    /* libmicrohttpd may keep pointers to the PEM text while it runs: the
+     * copies live in rx, and the old pair's daemon is stopped. */
+    free(rx->cert);
+    free(rx->key);
+    rx->cert = cert;
+    rx->key = key;
+    return 0;
+}
+
 int rx_restart(rx_receiver *rx)
 {
-    return rx->port ? rx_start(rx, rx->port) : -1;
+    return rx->port ? start(rx, rx->port, rx->cert, rx->key) : -1;
 }
 
 void rx_stop(rx_receiver *rx)
@@ -242,6 +305,87 @@ void rx_stop(rx_receiver *rx)
     if (rx->d)
         MHD_stop_daemon(rx->d);
     rx->d = NULL;
+}
+
+/* The PEM text of what b holds, NUL-terminated (caller frees); NULL when
+ * out of memory. */
+static char *bio_text(BIO *b)
+{
+    char *p;
+    long n = BIO_get_mem_data(b, &p);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s) {
+        memcpy(s, p, (size_t)n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+/* Adds the X.509v3 extension nid with value (openssl.cnf syntax) to x,
+ * issued by itself. Returns 0 or -1. */
+static int add_ext(X509 *x, int nid, const char *value)
+{
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
+    X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &ctx, nid, value);
+    int rc = e && X509_add_ext(x, e, -1) ? 0 : -1;
+    X509_EXTENSION_free(e);
+    return rc;
+}
+
+int rx_make_cert(const char *name, char **cert_pem, char **key_pem)
+{
+    *cert_pem = *key_pem = NULL;
+    unsigned char addr[16], serial[8];
+    bool ip = inet_pton(AF_INET, name, addr) == 1 || inet_pton(AF_INET6, name, addr) == 1;
+    char san[300];
+    if (snprintf(san, sizeof san, "%s:%s", ip ? "IP" : "DNS", name) >= (int)sizeof san)
+        return -1;
+    EVP_PKEY *pk = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    BIO *bc = BIO_new(BIO_s_mem()), *bk = BIO_new(BIO_s_mem());
+    if (!pk || !x || !bc || !bk || RAND_bytes(serial, sizeof serial) != 1)
+        goto fail;
+    serial[0] &= 0x7f; /* a positive serial number */
+    uint64_t sn = 0;
+    for (size_t i = 0; i < sizeof serial; i++)
+        sn = sn << 8 | serial[i];
+    X509_NAME *subj = X509_get_subject_name(x);
+    if (!X509_set_version(x, X509_VERSION_3) ||
+        !ASN1_INTEGER_set_uint64(X509_get_serialNumber(x), sn) ||
+        !X509_gmtime_adj(X509_getm_notBefore(x), -60) ||
+        !X509_gmtime_adj(X509_getm_notAfter(x), 24 * 3600) || !X509_set_pubkey(x, pk) ||
+        !X509_NAME_add_entry_by_txt(subj, "CN", MBSTRING_UTF8, (const unsigned char *)name, -1, -1,
+                                    0) ||
+        !X509_set_issuer_name(x, subj))
+        goto fail;
+    if (add_ext(x, NID_basic_constraints, "critical,CA:TRUE") ||
+        add_ext(x, NID_subject_key_identifier, "hash") ||
+        add_ext(x, NID_authority_key_identifier, "keyid:always") ||
+        add_ext(x, NID_subject_alt_name, san))
+        goto fail;
+    if (!X509_sign(x, pk, EVP_sha256()) || !PEM_write_bio_X509(bc, x) ||
+        !PEM_write_bio_PrivateKey(bk, pk, NULL, NULL, 0, NULL, NULL))
+        goto fail;
+    *cert_pem = bio_text(bc);
+    *key_pem = bio_text(bk);
+    if (!*cert_pem || !*key_pem)
+        goto fail;
+    BIO_free(bc);
+    BIO_free(bk);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    return 0;
+fail:
+    free(*cert_pem);
+    free(*key_pem);
+    *cert_pem = *key_pem = NULL;
+    BIO_free(bc);
+    BIO_free(bk);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    return -1;
 }
 
 int rx_port(const rx_receiver *rx)

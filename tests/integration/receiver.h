@@ -4,7 +4,9 @@
  * (method, path, headers, body, arrival time, the answer it got) and answers
  * as the test scripted it: a status for the first N requests or for bodies
  * holding a marker, Retry-After, a delay, or a dropped connection. It can be
- * stopped and started again on the same port to play an outage.
+ * stopped and started again on the same port to play an outage. It serves
+ * plain HTTP (rx_start()) or HTTPS with a given certificate (rx_start_tls(),
+ * e.g. one from rx_make_cert()).
  *
  * Every function is thread-safe: the daemon's threads record while the test
  * reads. Nothing here asserts (the test decides what a failure means).
@@ -58,14 +60,30 @@ void rx_free(rx_receiver *rx);
  * and a start. */
 int rx_start(rx_receiver *rx, int port);
 
-/* Starts again on the port it had (the outage is over). Returns as
- * rx_start(). */
+/* Starts serving HTTPS on 127.0.0.1:port (0: a free port) with the
+ * certificate chain cert_pem and the private key key_pem, both PEM text
+ * (copied). Everything else works as with rx_start(). Returns 0, or -1 when
+ * it runs already, the port cannot be bound, libmicrohttpd has no TLS or
+ * refuses the pair (nothing changed then). */
+int rx_start_tls(rx_receiver *rx, int port, const char *cert_pem, const char *key_pem);
+
+/* Starts again on the port it had (the outage is over), with HTTPS and the
+ * same certificate when the last successful start was rx_start_tls().
+ * Returns as rx_start(). */
 int rx_restart(rx_receiver *rx);
 
 /* Stops listening: new connections are refused, open ones are closed once
  * their request is answered (a delayed answer is waited for). Does nothing
  * when it is not running. */
 void rx_stop(rx_receiver *rx);
+
+/* Makes a self-signed certificate for name, valid for a day (from a minute
+ * ago), with a fresh EC P-256 key: CN = name and a subjectAltName IP:name
+ * when name is an IPv4 or IPv6 address, else DNS:name; basicConstraints
+ * CA:TRUE, so that the certificate is its own CA bundle. On success returns
+ * 0 and sets *cert_pem and *key_pem (PKCS#8) to NUL-terminated PEM text the
+ * caller frees with free(); on error returns -1 with both set to NULL. */
+int rx_make_cert(const char *name, char **cert_pem, char **key_pem);
 
 /* The port it listens on (or last listened on); 0 before the first start. */
 int rx_port(const rx_receiver *rx);

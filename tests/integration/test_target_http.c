@@ -650,6 +650,185 @@ static void test_unordered_concurrent(void **state)
     s->passed = true;
 }
 
+/* ---- HTTPS (tls_verify, ca_file) ------------------------------------------------ */
+
+/* Makes a self-signed certificate for name, restarts the receiver serving
+ * HTTPS with it on a free port, and writes the certificate to DIR/NAME.pem;
+ * ca (PATH_MAX bytes) gets that path, for ca_file. */
+static void serve_tls(it_server *s, const char *name, char *ca)
+{
+    char *cert, *key;
+    if (rx_make_cert(name, &cert, &key))
+        fail_msg("cannot make a certificate for %s", name);
+    rx_stop(g_rx);
+    if (rx_start_tls(g_rx, 0, cert, key))
+        fail_msg("cannot start the HTTPS receiver");
+    char file[128];
+    snprintf(file, sizeof file, "%s.pem", name);
+    it_path(ca, s, file);
+    it_write_file(ca, "%s", cert);
+    free(cert);
+    free(key);
+}
+
+/* Posts n events "IDk" (k = 0 … n-1) with subject "k" to "orders". */
+static void post_n(it_server *s, const char *id, int n)
+{
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < n; i++) {
+        char ev[32];
+        snprintf(ev, sizeof ev, "%s%d", id, i);
+        add_event(&b, ev, "t", ",\"subject\":\"k\"");
+    }
+    json_decref(it_post_all(s, "orders", NULL, &b, (size_t)n));
+    sl_buf_free(&b);
+}
+
+/* Each of the n events "IDk" arrived exactly once, answered 200. */
+static void expect_each_once(const char *id, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char want[40];
+        snprintf(want, sizeof want, "\"%s%d\"", id, i);
+        size_t got = rx_count_matching(g_rx, want, false);
+        if (got != 1 || rx_count_matching(g_rx, want, true) != 1)
+            fail_msg("event %s%d arrived %zu times over TLS (want once, answered 200)", id, i, got);
+    }
+}
+
+/* Waits until rule name has retried at least 3 times, then checks that it
+ * delivered nothing, gave nothing up (failed, dead_lettered, discarded 0,
+ * the dlq set empty) and that last_error holds want, curl's reason. */
+static void expect_tls_refused(it_server *s, const char *name, const char *want)
+{
+    it_wait_rule_int(s, name, "retries", 3, 10);
+    json_t *st = it_rule(s, name);
+    if (it_rule_int(st, "delivered") || it_rule_int(st, "failed") ||
+        it_rule_int(st, "dead_lettered") || it_rule_int(st, "discarded"))
+        it_fail_rule(st, "want delivered, failed, dead_lettered, discarded 0");
+    const char *le = json_string_value(json_object_get(st, "last_error"));
+    if (!le || !strstr(le, want))
+        it_fail_rule(st, "last_error does not say \"%s\"", want);
+    json_decref(st);
+    it_evs dl = it_read_all(s, "dlq", 0, "*");
+    if (dl.n)
+        fail_msg("%zu events were dead-lettered, want none: %s", dl.n, dl.v[0].text);
+    it_evs_free(&dl);
+}
+
+/* A short retry policy, so that a refused target retries a few times a
+ * second, and a dead-letter set that must stay empty. */
+#define TLS_RETRY                                                                                  \
+    "  retry = { attempts = 1000, initial = \"50ms\", max = \"200ms\" }, dlq = \"dlq\",\n"
+#define TLS_SETS "set \"orders\" { partitions = 1 }\nset \"dlq\" { partitions = 1 }\n"
+
+/* https:// with ca_file naming the receiver's self-signed certificate:
+ * verified and delivered, every body received over TLS. */
+static void test_tls_ca_file(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], ca[PATH_MAX];
+    serve_tls(s, "127.0.0.1", ca);
+    it_write_config(s, cfg,
+                    TLS_SETS "rule \"hook\" { set = \"orders\",\n" TLS_RETRY
+                             "  target = target.http { url = \"https://127.0.0.1:%d/hook\",\n"
+                             "    ca_file = \"%s\" } }\n",
+                    rx_port(g_rx), ca);
+    it_start_config(s, cfg, WAIT_S);
+    post_n(s, "c", 5);
+    wait_requests(5);
+    it_wait_caught_up(s, WAIT_S);
+    assert_int_equal(rx_count(g_rx), 5);
+    expect_each_once("c", 5);
+    assert_string_equal(req(0)->path, "/hook");
+    json_t *st = it_rule(s, "hook");
+    if (it_rule_int(st, "delivered") != 5 || it_rule_int(st, "retries") ||
+        it_rule_int(st, "failed"))
+        it_fail_rule(st, "want delivered 5, retries 0, failed 0");
+    json_decref(st);
+    s->passed = true;
+}
+
+/* The same without ca_file: verified against the system CAs, which do not
+ * know the certificate, so nothing is delivered; a TLS error is retryable,
+ * so the rule retries and gives nothing up. The server then stops cleanly
+ * with the events still waiting. */
+static void test_tls_untrusted(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], ca[PATH_MAX];
+    serve_tls(s, "127.0.0.1", ca);
+    it_write_config(s, cfg,
+                    TLS_SETS "rule \"hook\" { set = \"orders\",\n" TLS_RETRY
+                             "  target = target.http { url = \"https://127.0.0.1:%d/hook\" } }\n",
+                    rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
+    post_n(s, "u", 2);
+    expect_tls_refused(s, "hook", "certificate");
+    assert_int_equal(rx_count(g_rx), 0); /* no request got past the handshake */
+    double t0 = it_mono();
+    int ws = it_srv_stop(s, SIGTERM, 10);
+    if (ws < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        fail_msg("SIGTERM while retrying a TLS error: wait status %d after %.1f s", ws,
+                 it_mono() - t0);
+    s->passed = true;
+}
+
+/* tls_verify = false without ca_file: the unknown certificate is accepted. */
+static void test_tls_no_verify(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], ca[PATH_MAX];
+    serve_tls(s, "127.0.0.1", ca);
+    it_write_config(s, cfg,
+                    TLS_SETS "rule \"hook\" { set = \"orders\",\n" TLS_RETRY
+                             "  target = target.http { url = \"https://127.0.0.1:%d/hook\",\n"
+                             "    tls_verify = false } }\n",
+                    rx_port(g_rx));
+    it_start_config(s, cfg, WAIT_S);
+    post_n(s, "n", 5);
+    wait_requests(5);
+    it_wait_caught_up(s, WAIT_S);
+    assert_int_equal(rx_count(g_rx), 5);
+    expect_each_once("n", 5);
+    json_t *st = it_rule(s, "hook");
+    if (it_rule_int(st, "delivered") != 5 || it_rule_int(st, "retries"))
+        it_fail_rule(st, "want delivered 5, retries 0");
+    json_decref(st);
+    s->passed = true;
+}
+
+/* A certificate for another name (example.invalid), trusted through
+ * ca_file: the chain is fine but the host name is not, so the rule that
+ * verifies is refused (retryable), while tls_verify = false delivers. */
+static void test_tls_wrong_name(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX], ca[PATH_MAX];
+    serve_tls(s, "example.invalid", ca);
+    it_write_config(s, cfg,
+                    TLS_SETS "rule \"strict\" { set = \"orders\",\n" TLS_RETRY
+                             "  target = target.http { url = \"https://127.0.0.1:%d/strict\",\n"
+                             "    ca_file = \"%s\" } }\n"
+                             "rule \"lax\" { set = \"orders\",\n" TLS_RETRY
+                             "  target = target.http { url = \"https://127.0.0.1:%d/lax\",\n"
+                             "    ca_file = \"%s\", tls_verify = false } }\n",
+                    rx_port(g_rx), ca, rx_port(g_rx), ca);
+    it_start_config(s, cfg, WAIT_S);
+    post_n(s, "w", 3);
+    it_wait_rule_int(s, "lax", "delivered", 3, WAIT_S);
+    expect_tls_refused(s, "strict", "host name");
+    expect_each_once("w", 3);
+    for (size_t i = 0; i < rx_count(g_rx); i++)
+        if (strcmp(req(i)->path, "/lax"))
+            fail_msg("request %zu went to %s past host-name verification", i, req(i)->path);
+    json_t *st = it_rule(s, "lax");
+    if (it_rule_int(st, "delivered") != 3 || it_rule_int(st, "retries"))
+        it_fail_rule(st, "want delivered 3, retries 0");
+    json_decref(st);
+    s->passed = true;
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -668,6 +847,10 @@ int main(void)
         T(test_400_permanent),
         T(test_receiver_down),
         T(test_unordered_concurrent),
+        T(test_tls_ca_file),
+        T(test_tls_untrusted),
+        T(test_tls_no_verify),
+        T(test_tls_wrong_name),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -87,6 +87,10 @@ struct http_target {
     char paused_by[SL_ERROR_MAX / 2]; /* the answer that asked for the pause */
     double tokens;                    /* rate limiting */
     int64_t tokens_at_ms;
+    /* health(): the last request's outcome */
+    pthread_mutex_t hlock;
+    int64_t failing_since_ms; /* 0: the last request got an answer that was not a failure */
+    char failing[SL_ERROR_MAX / 2];
 };
 
 /* What cancel() leaves requests in flight when the server stops. */
@@ -543,6 +547,35 @@ static int64_t retry_after_ms(const char *v)
     return ms > RETRY_AFTER_MAX_MS ? RETRY_AFTER_MAX_MS : ms;
 }
 
+/* Records the last request's outcome for health(): why it failed in a way
+ * worth retrying, or NULL when the endpoint answered (2xx or a refusal). */
+static void note_health(http_target *t, const char *why)
+{
+    pthread_mutex_lock(&t->hlock);
+    if (!why) {
+        t->failing_since_ms = 0;
+    } else {
+        if (!t->failing_since_ms)
+            t->failing_since_ms = mono_ms();
+        snprintf(t->failing, sizeof t->failing, "%s", why);
+    }
+    pthread_mutex_unlock(&t->hlock);
+}
+
+/* Unhealthy while the last request failed (network, TLS, timeout, 408/429/5xx)
+ * or a Retry-After pause lasts; healthy again at the next answer. */
+static int http_health(void *impl, char *msg, size_t len)
+{
+    http_target *t = impl;
+    pthread_mutex_lock(&t->hlock);
+    int64_t since = t->failing_since_ms;
+    if (since)
+        snprintf(msg, len, "requests failing for %lld s: %s",
+                 (long long)((mono_ms() - since) / 1000), t->failing);
+    pthread_mutex_unlock(&t->hlock);
+    return since != 0;
+}
+
 /* A request of c ended with result res: completes its payloads, and either
  * queues c's next request or finishes c. */
 static void request_done(http_target *t, call *c, CURLcode res)
@@ -593,6 +626,7 @@ static void request_done(http_target *t, call *c, CURLcode res)
         status = SL_EINVAL;
         snprintf(why, sizeof why, "HTTP %ld: %.*s", code, blen, body);
     }
+    note_health(t, status && status != SL_EINVAL ? why : NULL);
     if (status && status != SL_EINVAL) {
         /* The rest of the call is not sent (it would overtake the failed
          * payload): deferred, which does not count as an attempt. */
@@ -724,6 +758,7 @@ static void http_free(http_target *t)
         curl_multi_cleanup(t->multi);
     curl_slist_free_all(t->common);
     free(t->rule);
+    pthread_mutex_destroy(&t->hlock);
     free(t);
 }
 
@@ -740,6 +775,7 @@ static int http_open(const sl_target_config *cfg, const sl_target_env *env, void
     http_target *t = calloc(1, sizeof *t);
     if (!t)
         return sl_error_set(err, SL_ENOMEM, "target.http: out of memory");
+    pthread_mutex_init(&t->hlock, NULL); /* destroyed by http_free() */
     t->cfg = cfg;
     t->rule = strdup(env && env->rule ? env->rule : "");
     int rc = t->rule ? 0 : SL_ENOMEM;
@@ -806,4 +842,5 @@ const sl_target_ops sl__target_http_ops = {
     .deliver = http_deliver,
     .close = http_close,
     .cancel = http_cancel,
+    .health = http_health,
 };

@@ -757,6 +757,13 @@ static void test_target_down(void **state)
     int before = atomic_load(&st.posted);
     it_sleep_ms(outage_ms);
     int during = atomic_load(&st.posted) - before;
+    /* GET /v1/rules says the target is failing while it is down... */
+    json_t *hs = it_rule(s, "r");
+    json_t *h = json_array_get(json_object_get(hs, "health"), 0);
+    if (!json_is_false(json_object_get(h, "healthy")) ||
+        !json_is_string(json_object_get(h, "reason")))
+        it_fail_rule(hs, "want the target unhealthy, with a reason, while it is down");
+    json_decref(hs);
     if (rx_restart(g_rx))
         fail_msg("cannot restart the receiver on port %d", rx_port(g_rx));
     it_sleep_ms(1000);
@@ -785,6 +792,9 @@ static void test_target_down(void **state)
     if (it_rule_int(rs, "retries") < 1 || it_rule_int(rs, "failed") != 0 ||
         it_rule_int(rs, "dead_lettered") != 0 || it_rule_int(rs, "delivered") < n)
         it_fail_rule(rs, "want retries >= 1, failed 0, dead_lettered 0, delivered >= all");
+    /* ... and healthy again once it answers. */
+    if (!json_is_true(json_object_get(json_array_get(json_object_get(rs, "health"), 0), "healthy")))
+        it_fail_rule(rs, "want the target healthy again after the outage");
     json_decref(rs);
     s->passed = true;
 }

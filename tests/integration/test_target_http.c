@@ -766,6 +766,13 @@ static void test_tls_untrusted(void **state)
     post_n(s, "u", 2);
     expect_tls_refused(s, "hook", "certificate");
     assert_int_equal(rx_count(g_rx), 0); /* no request got past the handshake */
+    /* The failing target says so in GET /v1/rules (health). */
+    json_t *st = it_rule(s, "hook");
+    json_t *h = json_array_get(json_object_get(st, "health"), 0);
+    const char *why = json_string_value(json_object_get(h, "reason"));
+    if (!json_is_false(json_object_get(h, "healthy")) || !why || !strstr(why, "certificate"))
+        it_fail_rule(st, "want the target unhealthy, with the certificate problem as reason");
+    json_decref(st);
     double t0 = it_mono();
     int ws = it_srv_stop(s, SIGTERM, 10);
     if (ws < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
@@ -794,6 +801,8 @@ static void test_tls_no_verify(void **state)
     json_t *st = it_rule(s, "hook");
     if (it_rule_int(st, "delivered") != 5 || it_rule_int(st, "retries"))
         it_fail_rule(st, "want delivered 5, retries 0");
+    if (!json_is_true(json_object_get(json_array_get(json_object_get(st, "health"), 0), "healthy")))
+        it_fail_rule(st, "want the target healthy");
     json_decref(st);
     s->passed = true;
 }

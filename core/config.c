@@ -601,6 +601,23 @@ static bool header_value_ok(const char *s, size_t n)
     return true;
 }
 
+/* Appends "NAME SEP VALUE" to a list of lines (headers, properties). */
+static void add_line(loader *ld, char ***list, size_t *n, const char *name, const char *sep,
+                     const char *val)
+{
+    char **g = realloc(*list, (*n + 1) * sizeof *g);
+    if (g)
+        *list = g;
+    size_t len = strlen(name) + strlen(sep) + strlen(val) + 1;
+    char *line = g ? malloc(len) : NULL;
+    if (!line) {
+        ld->oom = 1;
+        return;
+    }
+    snprintf(line, len, "%s%s%s", name, sep, val);
+    (*list)[(*n)++] = line;
+}
+
 static void read_headers(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
 {
     lua_State *L = ld->L;
@@ -620,21 +637,8 @@ static void read_headers(loader *ld, int idx, const key *k, const block *b, sl_t
         else if (!val || !header_value_ok(val, vl))
             problem(ld, line, "%s: headers: %s must be a string without line breaks", b->what,
                     name);
-        else {
-            char **g = realloc(t->headers, (t->nheaders + 1) * sizeof *g);
-            size_t n = strlen(name) + vl + 3;
-            char *h = malloc(n);
-            if (!g || !h) {
-                if (g)
-                    t->headers = g;
-                free(h);
-                ld->oom = 1;
-            } else {
-                snprintf(h, n, "%s: %s", name, val);
-                t->headers = g;
-                t->headers[t->nheaders++] = h;
-            }
-        }
+        else
+            add_line(ld, &t->headers, &t->nheaders, name, ": ", val);
         lua_pop(L, 1);
     }
 }
@@ -743,21 +747,8 @@ static void read_props(loader *ld, int idx, const key *k, const block *b, sl_tar
         else if (vt == LUA_TNONE)
             problem(ld, line, "%s: properties: %s must be a string, number or boolean (under "
                               "1024 bytes)", b->what, name);
-        else {
-            char **g = realloc(t->properties, (t->nproperties + 1) * sizeof *g);
-            size_t n = strlen(name) + strlen(val) + 2;
-            char *h = malloc(n);
-            if (!g || !h) {
-                if (g)
-                    t->properties = g;
-                free(h);
-                ld->oom = 1;
-            } else {
-                snprintf(h, n, "%s=%s", name, val);
-                t->properties = g;
-                t->properties[t->nproperties++] = h;
-            }
-        }
+        else
+            add_line(ld, &t->properties, &t->nproperties, name, "=", val);
         lua_pop(L, 1);
     }
 }

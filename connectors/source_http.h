@@ -12,6 +12,7 @@
 #ifndef SL_SOURCE_HTTP_H
 #define SL_SOURCE_HTTP_H
 
+#include "connectors/source_webhook.h"
 #include "core/databus.h"
 #include "core/err.h"
 #include "core/set.h"
@@ -45,6 +46,15 @@ typedef struct sl_http_hooks {
      * for an unknown set, SL_EINVAL with err for a bad request. */
     int (*redrive)(void *ctx, const char *dlq, const char *to, uint64_t max, sl_buf *out,
                    sl_error *err);
+    /* POST /v1/webhooks/{name}: verifies and maps the request into res
+     * (connectors/source_webhook.h). SL_ENOENT when no source.webhook has
+     * that name. */
+    int (*webhook)(void *ctx, const char *name, sl_webhook_header_fn *get, void *hctx,
+                   const char *body, size_t len, sl_webhook_result *res);
+    /* After a STORE: whether the event was stored (its delivery id is then
+     * remembered for dedupe) or not. */
+    void (*webhook_stored)(void *ctx, const char *name, const sl_webhook_result *res,
+                           bool stored);
 } sl_http_hooks;
 
 typedef struct sl_http_options {

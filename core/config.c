@@ -1086,7 +1086,7 @@ static void cross_check(loader *ld)
                 problem(ld, tc->line, "rule \"%s\": target.kafka needs brokers and a topic",
                         r->name);
             /* What only the connector knows (e.g. librdkafka's properties). */
-            const sl_target_ops *ops = sl_target_find(tc->kind);
+            const sl_target_ops *ops = sl_target_ops_of(tc);
             sl_error terr = {0};
             if (ops && ops->check && ops->check(tc, &terr))
                 problem(ld, tc->line, "rule \"%s\": target.%s: %s", r->name, ops->name,

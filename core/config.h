@@ -33,7 +33,11 @@ typedef enum sl_target_kind {
     SL_TARGET_SET,  /* events appended to another event set */
     SL_TARGET_HTTP, /* requests to an HTTP endpoint (libcurl) */
     SL_TARGET_KAFKA, /* records produced to an external Kafka topic (librdkafka) */
+    SL_TARGET_PLUGIN, /* a kind a loadable plugin registered (core/plugin.h) */
 } sl_target_kind;
+
+struct sl_target_ops;
+struct sl_source_ops;
 
 /* How target.http (and target.kafka) sends a payload. */
 typedef enum sl_http_body {
@@ -72,9 +76,73 @@ typedef struct sl_target_config {
     char *compression; /* compression.type; NULL: zstd */
     char **properties; /* "name=value" lines passed to librdkafka as they are */
     size_t nproperties;
+    /* plugin: its ops and its keys' values as "name=value" lines (values
+     * normalised: durations in ms, sizes in bytes, booleans true/false) */
+    const struct sl_target_ops *plugin;
+    char **options;
+    size_t noptions;
     /* set by the loader from the owning rule */
     bool ordered; /* keep per-partition order (rule.ordered) */
 } sl_target_config;
+
+typedef enum sl_source_kind {
+    SL_SOURCE_FILE,    /* lines of files, tailed (connectors/source_file.c) */
+    SL_SOURCE_WEBHOOK, /* verified SaaS webhooks on POST /v1/webhooks/NAME */
+    SL_SOURCE_KAFKA,   /* records of an external Kafka cluster (consumer group) */
+    SL_SOURCE_PLUGIN,  /* a kind a loadable plugin registered */
+} sl_source_kind;
+
+/* How source.file turns a line into an event. */
+typedef enum sl_source_parse {
+    SL_PARSE_JSON, /* a CloudEvent as it is; other JSON becomes data; non-JSON: text data */
+    SL_PARSE_TEXT, /* the line is text data */
+    SL_PARSE_LUA,  /* parse = function(line) … end (see docs/sources.md) */
+} sl_source_parse;
+
+/* source.KIND { … }: one declaration. Strings are owned. */
+typedef struct sl_source_config {
+    sl_source_kind kind;
+    const char *kind_name; /* "file", "webhook", "kafka" or the plugin's name */
+    int line;
+    size_t index;  /* among the config's sources (rule VMs find parse functions by it) */
+    char *name;    /* unique among sources; state lives in DATA/sources/NAME */
+    char *set;     /* required: where the events go */
+    char *lane;    /* stamped on every event; NULL: base (or what the event says) */
+    char *type;    /* CloudEvent type of wrapped payloads; NULL: the kind's default */
+    char *source;  /* CloudEvent source of wrapped payloads; NULL: the kind's default */
+    bool from_beginning; /* start = "beginning" (file, kafka); default "end" */
+    /* file */
+    char *path; /* glob pattern, resolved against the config's folder */
+    sl_source_parse parse;
+    char *multiline;             /* ERE a line must match to start a new event; NULL: off */
+    int64_t multiline_timeout_ms; /* a pending group is emitted after this quiet time; 1 s */
+    uint64_t max_line;           /* bytes; default 1 MiB */
+    bool split_long;             /* long_lines = "split" (default) or "skip" */
+    int64_t poll_ms;             /* file check / glob rescan interval; default 250 ms */
+    bool inotify;                /* use inotify when it works; default true */
+    /* webhook */
+    char *preset;           /* "github" | "stripe" | "slack" | "generic" */
+    char *secret;           /* one, or several comma-separated (rotation) */
+    char *header;           /* generic: the signature header */
+    char *algorithm;        /* generic: sha1 | sha256 | sha512 */
+    bool base64;            /* generic: encoding = "base64" (default "hex") */
+    char *prefix;           /* generic: e.g. "sha256=" */
+    char *timestamp_header; /* generic */
+    int64_t tolerance_ms;   /* timestamp window; default 5 min */
+    char *id_header;        /* generic: the delivery id header used for dedupe */
+    int64_t dedupe_ms;      /* how long a delivery id is remembered; default 24 h */
+    /* kafka */
+    char *brokers;
+    char **topics; /* names, or regexes starting with ^ (librdkafka's rule) */
+    size_t ntopics;
+    char *group;
+    char **properties; /* "name=value" librdkafka consumer properties */
+    size_t nproperties;
+    /* plugin (as for targets) */
+    const struct sl_source_ops *plugin;
+    char **options;
+    size_t noptions;
+} sl_source_config;
 
 typedef enum sl_backoff {
     SL_BACKOFF_EXPONENTIAL, /* initial, 2×, 4× … up to max, with full jitter */
@@ -140,6 +208,9 @@ typedef struct sl_config {
     size_t nsets;
     sl_rule_config *rules;
     size_t nrules;
+    sl_source_config *sources;
+    size_t nsources;
+    char *plugin_dir; /* server.plugin_dir, resolved; NULL: no plugins */
 } sl_config;
 
 /* Loads and checks the config file at path. Returns 0 and *out (free with
@@ -160,6 +231,9 @@ struct sl_event;
  * (may be NULL) must carry JSON data that fits it. Returns 0, or SL_EINVAL
  * with err naming the JSON pointer and the reason. */
 int sl_config_check_event(const sl_set_decl *set, const struct sl_event *ev, sl_error *err);
+
+/* The source called name, or NULL. */
+const sl_source_config *sl_config_source(const sl_config *cfg, const char *name);
 
 /* The declaration of set name, or NULL. */
 const sl_set_decl *sl_config_set(const sl_config *cfg, const char *name);

@@ -1352,7 +1352,7 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
     for (size_t t = 0; t < rc->ntargets; t++) {
         target_inst *ti = &rr->targets[t];
         ti->kind = rc->targets[t].kind;
-        ti->ops = sl_target_find(ti->kind);
+        ti->ops = sl_target_ops_of(&rc->targets[t]);
         /* A target that waits per call (a Kafka delivery report) moves more
          * per turn; the others keep turns short (a cursor commit each). */
         if (ti->ops->batch_hint > rr->batch_records)

@@ -1,0 +1,48 @@
+/*
+ * connectors/sources.h — the running sources of a config: one instance per
+ * source.KIND { … } block, each with its host (core/connector.h): the
+ * checks, batching and Databus publishing every source shares, with the
+ * counters GET /v1/sources and /metrics show. source.webhook instances are
+ * kept here too and served by the HTTP API through the router's hooks.
+ */
+#ifndef SL_SOURCES_H
+#define SL_SOURCES_H
+
+#include "connectors/source_webhook.h"
+#include "core/buf.h"
+#include "core/config.h"
+#include "core/databus.h"
+#include "core/err.h"
+#include "core/set.h"
+
+struct sl_event;
+
+typedef struct sl_sources sl_sources;
+
+typedef struct sl_sources_options {
+    const sl_config *cfg; /* must outlive the sources */
+    sl_sets *sets;
+    sl_databus *bus;
+    const char *data_dir;
+    /* The schema check of ingest (may be NULL). */
+    int (*validate)(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
+    void *ctx;
+} sl_sources_options;
+
+/* Opens every source of cfg. On error nothing is left running. */
+int sl_sources_start(const sl_sources_options *opts, sl_sources **out, sl_error *err);
+
+/* The webhook called name, or NULL. */
+sl_webhook_source *sl_sources_webhook(sl_sources *s, const char *name);
+
+/* GET /v1/sources: {"sources":[{name, kind, set, events, …, healthy}]}. */
+int sl_sources_json(sl_sources *s, sl_buf *out);
+
+/* /metrics lines of every source. */
+int sl_sources_metrics(sl_sources *s, sl_buf *out);
+
+/* Stops every source (flushes in progress end with SL_ESHUTDOWN), joins
+ * and frees. NULL is ignored. */
+void sl_sources_stop(sl_sources *s);
+
+#endif

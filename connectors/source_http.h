@@ -55,6 +55,8 @@ typedef struct sl_http_hooks {
      * remembered for dedupe) or not. */
     void (*webhook_stored)(void *ctx, const char *name, const sl_webhook_result *res,
                            bool stored);
+    /* The body of GET /v1/sources. */
+    int (*sources_json)(void *ctx, sl_buf *out);
 } sl_http_hooks;
 
 typedef struct sl_http_options {

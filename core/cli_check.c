@@ -32,7 +32,8 @@ int sl_cli_check_main(int argc, char **argv)
         if (!diag.len)
             fprintf(stderr, "%s: %s\n", argv[1], sl_strerror(rc));
     } else {
-        printf("%s: ok (%zu sets, %zu rules)\n", argv[1], cfg->nsets, cfg->nrules);
+        printf("%s: ok (%zu sets, %zu rules, %zu sources)\n", argv[1], cfg->nsets, cfg->nrules,
+               cfg->nsources);
     }
     sl_buf_free(&diag);
     sl_config_free(cfg);

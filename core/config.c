@@ -5,10 +5,12 @@
  */
 #include "core/config.h"
 
+#include "connectors/source_webhook.h"
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/event.h"
 #include "core/metrics.h"
+#include "core/plugin.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
 #include "rules/sandbox.h"
@@ -17,6 +19,7 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <limits.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +49,12 @@ typedef enum key_type {
     K_BODY,     /* "structured" | "binary" | "data" */
     K_RETRY,    /* a table of retry_keys (rule.retry) */
     K_BACKOFF,  /* "exponential" | "fixed" */
-    K_PROPS,    /* { ["name"] = string | number | boolean } -> "name=value" lines */
+    K_PROPS,    /* { ["name"] = string | number | boolean } -> "name=value" lines
+                 * (the field is a char ** followed by its size_t count) */
+    K_STRINGS,  /* a string or a list of strings (char ** followed by its size_t count) */
+    K_PARSE,    /* "json" | "text" | a function -> sl_source_parse */
+    K_LONGLINES, /* "split" | "skip" -> bool split_long */
+    K_ENCODING, /* "hex" | "base64" -> bool base64 */
 } key_type;
 
 typedef struct key {
@@ -75,6 +83,9 @@ static const key server_keys[] = {
      "memory cap of each Lua state"},
     {"lua_instructions", K_INT, FIELD(sl_config, lua_instructions), 1000, INT64_MAX, "10000000",
      "instruction budget of each Lua call"},
+    {"plugin_dir", K_STRING, FIELD(sl_config, plugin_dir), 0, 0, "none",
+     "a folder of connector plugins (`*.so`, plugins/README.md), loaded before the sources "
+     "and targets are read (relative to the config file)"},
     {"set_defaults", K_SETBODY, FIELD(sl_config, set_defaults), 0, 0, "",
      "set keys (as in `set`) for sets created on first use"},
 };
@@ -221,6 +232,95 @@ static const key kafka_target_keys[] = {
      "= \"sasl_ssl\" }` (set last: they win over the keys above)"},
 };
 
+/* Keys every source block takes. */
+#define SOURCE_COMMON_KEYS                                                                         \
+    {"name", K_STRING, FIELD(sl_source_config, name), 0, 0, "KIND-SET",                           \
+     "unique among sources; its state lives in DATA/sources/NAME"},                                \
+        {"set", K_STRING, FIELD(sl_source_config, set), 0, 0, "required",                          \
+         "the event set the events go to (declared with `set`)"},                                  \
+        {"lane", K_STRING, FIELD(sl_source_config, lane), 0, 0, "base",                            \
+         "lane stamped on every event (an event naming another lane is refused)"},                 \
+        {"type", K_STRING, FIELD(sl_source_config, type), 0, 0, "per kind",                        \
+         "CloudEvent `type` of payloads that are not CloudEvents"},                                \
+        {"source", K_STRING, FIELD(sl_source_config, source), 0, 0, "per kind",                    \
+         "CloudEvent `source` of payloads that are not CloudEvents"}
+
+#define SOURCE_START_KEY                                                                           \
+    {"start", K_START, FIELD(sl_source_config, from_beginning), 0, 0, "\"end\"",                  \
+     "where a source without a stored position starts: \"beginning\" or \"end\""}
+
+static const key file_source_keys[] = {
+    SOURCE_COMMON_KEYS,
+    SOURCE_START_KEY,
+    {"path", K_STRING, FIELD(sl_source_config, path), 0, 0, "required",
+     "a file or a glob (`/var/log/app/*.log`), relative to the config file; new matches are "
+     "picked up"},
+    {"parse", K_PARSE, FIELD(sl_source_config, parse), 0, 0, "\"json\"",
+     "\"json\": a CloudEvent as it is, other JSON as data, anything else as text; \"text\": "
+     "the line as text data; `function(line) … end`: what it returns (docs/sources.md)"},
+    {"multiline", K_STRING, FIELD(sl_source_config, multiline), 0, 0, "off",
+     "an extended regex (POSIX) a line must match to start a new event; other lines join "
+     "the event before them"},
+    {"multiline_timeout", K_DURATION, FIELD(sl_source_config, multiline_timeout_ms), 1,
+     3600000, "\"1s\"", "a multi-line event is complete after this long without a new line"},
+    {"max_line", K_SIZE, FIELD(sl_source_config, max_line), 16, 64 << 20, "\"1MiB\"",
+     "longest line (or multi-line event) kept whole"},
+    {"long_lines", K_LONGLINES, FIELD(sl_source_config, split_long), 0, 0, "\"split\"",
+     "what happens to a longer line: \"split\" into max_line pieces or \"skip\" (counted)"},
+    {"poll", K_DURATION, FIELD(sl_source_config, poll_ms), 10, 600000, "\"250ms\"",
+     "how often files are checked and the glob is expanded again (also with inotify)"},
+    {"inotify", K_BOOL, FIELD(sl_source_config, inotify), 0, 0, "true",
+     "wake up on inotify events; false: polling only (e.g. network file systems)"},
+};
+
+static const key webhook_source_keys[] = {
+    SOURCE_COMMON_KEYS,
+    {"preset", K_STRING, FIELD(sl_source_config, preset), 0, 0, "required",
+     "\"github\", \"stripe\", \"slack\" or \"generic\": how requests are signed"},
+    {"secret", K_STRING, FIELD(sl_source_config, secret), 0, 0, "required",
+     "the signing secret; several separated by commas while rotating (use `env \"NAME\"`)"},
+    {"header", K_STRING, FIELD(sl_source_config, header), 0, 0, "required for generic",
+     "generic: the header carrying the signature"},
+    {"algorithm", K_STRING, FIELD(sl_source_config, algorithm), 0, 0, "\"sha256\"",
+     "generic: HMAC algorithm, sha1, sha256 or sha512"},
+    {"encoding", K_ENCODING, FIELD(sl_source_config, base64), 0, 0, "\"hex\"",
+     "generic: the signature's encoding, \"hex\" or \"base64\""},
+    {"prefix", K_STRING, FIELD(sl_source_config, prefix), 0, 0, "none",
+     "generic: text before the signature, e.g. \"sha256=\""},
+    {"timestamp_header", K_STRING, FIELD(sl_source_config, timestamp_header), 0, 0, "none",
+     "generic: a header with the Unix time; the signed content is then TIMESTAMP.BODY"},
+    {"tolerance", K_DURATION, FIELD(sl_source_config, tolerance_ms), 1000, 86400000,
+     "\"5m\"", "how far a signed timestamp may be from now (stripe, slack, generic)"},
+    {"id_header", K_STRING, FIELD(sl_source_config, id_header), 0, 0, "none",
+     "generic: the header with the delivery id used as event id and for dedupe"},
+    {"dedupe", K_DURATION, FIELD(sl_source_config, dedupe_ms), 1000, 30LL * 86400000,
+     "\"24h\"", "how long a delivery id is remembered: a repeat within it is not stored again"},
+};
+
+static const key kafka_source_keys[] = {
+    SOURCE_COMMON_KEYS,
+    SOURCE_START_KEY,
+    {"brokers", K_STRING, FIELD(sl_source_config, brokers), 0, 0, "required",
+     "bootstrap servers, `\"host:9092,host2:9092\"`"},
+    {"topics", K_STRINGS, FIELD(sl_source_config, topics), 0, 0, "required",
+     "topic names, or regexes starting with `^`; a string or a list"},
+    {"group", K_STRING, FIELD(sl_source_config, group), 0, 0, "\"sluice-NAME\"",
+     "consumer group; offsets are committed only after the events are stored"},
+    {"properties", K_PROPS, FIELD(sl_source_config, properties), 0, 0, "none",
+     "any librdkafka consumer property (set last)"},
+};
+
+/* Plugin sources take the common keys and start besides their own. */
+static const key plugin_source_keys[] = {SOURCE_COMMON_KEYS, SOURCE_START_KEY};
+
+typedef struct source_kind {
+    const char *name;
+    sl_source_kind kind;
+    const key *keys;
+    size_t nkeys;
+    const char *doc;
+} source_kind;
+
 typedef struct target_kind {
     const char *name;
     sl_target_kind kind;
@@ -230,6 +330,15 @@ typedef struct target_kind {
 } target_kind;
 
 #define KEYS(k) k, sizeof k / sizeof *k
+
+static const source_kind source_kinds[] = {
+    {"file", SL_SOURCE_FILE, KEYS(file_source_keys),
+     "tail files: one event per line (or multi-line group), position kept in the data dir"},
+    {"webhook", SL_SOURCE_WEBHOOK, KEYS(webhook_source_keys),
+     "SaaS webhooks on `POST /v1/webhooks/NAME`, signature verified before anything is stored"},
+    {"kafka", SL_SOURCE_KAFKA, KEYS(kafka_source_keys),
+     "consume topics of an external Kafka cluster (consumer group, cooperative-sticky)"},
+};
 
 static const target_kind target_kinds[] = {
     {"file", SL_TARGET_FILE, KEYS(file_target_keys), "append events as NDJSON lines to a file"},
@@ -344,6 +453,9 @@ static void check_block(loader *ld, int idx, const key *keys, size_t nkeys, cons
                         void *extra);
 
 static void read_set_body(loader *ld, int idx, sl_set_config *sc, const block *b, void *decl);
+static void read_key(loader *ld, const key *k, const block *b, void *extra);
+static void add_line(loader *ld, char ***list, size_t *n, const char *name, const char *sep,
+                     const char *val);
 
 /* Encodes the Lua value at idx as JSON text (a pattern or an inline schema). */
 static char *lua_to_json(loader *ld, int idx, int line, const char *what)
@@ -438,6 +550,173 @@ static void read_input(loader *ld, int idx, const key *k, const block *b, sl_rul
         problem(ld, line, "%s: input: %s", b->what, err.msg);
 }
 
+/* The value at idx as a plugin key's normalised text (core/connector.h),
+ * or false with a problem. */
+static bool plugin_value(loader *ld, int idx, const sl_plugin_key *pk, const block *b, int line,
+                         sl_buf *v)
+{
+    lua_State *L = ld->L;
+    int t = lua_type(L, idx);
+    bool ok = false;
+    const char *want = "";
+    switch (pk->type) {
+    case SL_PKEY_STRING:
+        want = "a string";
+        ok = t == LUA_TSTRING && !sl_buf_append(v, lua_tostring(L, idx), lua_rawlen(L, idx));
+        break;
+    case SL_PKEY_INT:
+        want = "an integer";
+        ok = t == LUA_TNUMBER && lua_isinteger(L, idx) &&
+             !sl_buf_printf(v, "%lld", (long long)lua_tointeger(L, idx));
+        break;
+    case SL_PKEY_BOOL:
+        want = "true or false";
+        ok = t == LUA_TBOOLEAN && !sl_buf_printf(v, "%s", lua_toboolean(L, idx) ? "true" : "false");
+        break;
+    case SL_PKEY_DURATION: {
+        want = "a duration like \"30s\" or a number of ms";
+        int64_t ms = 0;
+        ok = (t == LUA_TNUMBER && lua_isinteger(L, idx) && (ms = lua_tointeger(L, idx)) >= 0) ||
+             (t == LUA_TSTRING && sl_parse_duration_ms(lua_tostring(L, idx), &ms) == 0);
+        ok = ok && !sl_buf_printf(v, "%lld", (long long)ms);
+        break;
+    }
+    case SL_PKEY_SIZE: {
+        want = "a size like \"1MiB\" or a number of bytes";
+        uint64_t u = 0;
+        ok = (t == LUA_TNUMBER && lua_isinteger(L, idx) && lua_tointeger(L, idx) >= 0 &&
+              (u = (uint64_t)lua_tointeger(L, idx), true)) ||
+             (t == LUA_TSTRING && sl_parse_bytes(lua_tostring(L, idx), &u) == 0);
+        ok = ok && !sl_buf_printf(v, "%llu", (unsigned long long)u);
+        break;
+    }
+    case SL_PKEY_STRINGS: {
+        want = "a string or a list of strings (without line breaks)";
+        if (t == LUA_TSTRING) {
+            ok = !strchr(lua_tostring(L, idx), '\n') &&
+                 !sl_buf_append(v, lua_tostring(L, idx), lua_rawlen(L, idx));
+            break;
+        }
+        lua_Integer n = t == LUA_TTABLE ? luaL_len(L, idx) : 0;
+        ok = n > 0;
+        for (lua_Integer i = 1; ok && i <= n; i++) {
+            lua_geti(L, idx, i);
+            ok = lua_type(L, -1) == LUA_TSTRING && !strchr(lua_tostring(L, -1), '\n') &&
+                 !(i > 1 && sl_buf_append(v, "\n", 1)) &&
+                 !sl_buf_append(v, lua_tostring(L, -1), lua_rawlen(L, -1));
+            lua_pop(L, 1);
+        }
+        break;
+    }
+    }
+    if (!ok)
+        problem(ld, line, "%s: %s must be %s", b->what, pk->name, want);
+    return ok;
+}
+
+/* The body of a plugin's block (at idx): the common keys (may be none) go
+ * to the struct through check_block's reader, the plugin's own keys become
+ * "name=value" option lines. */
+static void read_plugin_body(loader *ld, int idx, const key *common, size_t ncommon,
+                             const sl_plugin_key *pk, size_t npk, const block *b, char ***opts,
+                             size_t *nopts)
+{
+    lua_State *L = ld->L;
+    bool seen[64] = {false};
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        const char *name = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        const key *k = NULL;
+        const sl_plugin_key *p = NULL;
+        for (size_t i = 0; name && !k && i < ncommon; i++)
+            if (strcmp(common[i].name, name) == 0)
+                k = &common[i];
+        for (size_t i = 0; name && !k && !p && i < npk; i++)
+            if (strcmp(pk[i].name, name) == 0) {
+                p = &pk[i];
+                if (i < 64)
+                    seen[i] = true;
+            }
+        if (k) {
+            read_key(ld, k, b, NULL);
+        } else if (p) {
+            sl_buf v = SL_BUF_INIT;
+            if (plugin_value(ld, lua_gettop(L), p, b, key_line(ld, b->line, name), &v) &&
+                !sl_buf_append(&v, "", 1))
+                add_line(ld, opts, nopts, name, "=", (const char *)v.data);
+            sl_buf_free(&v);
+        } else {
+            char known[512] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < ncommon + npk && o < sizeof known; i++)
+                o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "",
+                                      i < ncommon ? common[i].name : pk[i - ncommon].name);
+            problem(ld, name ? key_line(ld, b->line, name) : b->line,
+                    "%s: unknown key \"%s\" (known: %s)", b->what, name ? name : "?", known);
+        }
+        lua_pop(L, 1);
+    }
+    for (size_t i = 0; i < npk && i < 64; i++)
+        if (pk[i].required && !seen[i])
+            problem(ld, b->line, "%s: %s is required", b->what, pk[i].name);
+}
+
+/* "file, set, http, kafka" plus the plugins' kinds of that family. */
+static void known_kinds(char *out, size_t cap, const char *builtin, const char *family)
+{
+    char plugins[512];
+    sl_plugin_kinds(plugins, sizeof plugins);
+    size_t o = (size_t)snprintf(out, cap, "%s", builtin);
+    size_t fl = strlen(family);
+    for (char *p = plugins; *p && o < cap;) {
+        char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n > fl + 1 && strncmp(p, family, fl) == 0 && p[fl] == '.')
+            o += (size_t)snprintf(out + o, cap - o, ", %.*s", (int)(n - fl - 1), p + fl + 1);
+        p += n;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+}
+
+static sl_target_config *new_target(loader *ld, sl_rule_config *r, int line)
+{
+    sl_target_config *grown = realloc(r->targets, (r->ntargets + 1) * sizeof *grown);
+    if (!grown) {
+        ld->oom = 1;
+        return NULL;
+    }
+    r->targets = grown;
+    sl_target_config *t = &r->targets[r->ntargets++];
+    memset(t, 0, sizeof *t);
+    t->line = line;
+    t->keep = 5;
+    t->tls_verify = true;
+    t->connect_timeout_ms = 5000;
+    t->timeout_ms = 30000;
+    t->concurrency = 8;
+    t->batch = 1;
+    return t;
+}
+
+/* target.NAME { … } of a plugin (the target value is at idx). */
+static void read_plugin_target(loader *ld, int idx, const block *b, int line, sl_rule_config *r,
+                               const sl_target_ops *ops)
+{
+    sl_target_config *t = new_target(ld, r, line);
+    if (!t)
+        return;
+    t->kind = SL_TARGET_PLUGIN;
+    t->plugin = ops;
+    char what[200];
+    snprintf(what, sizeof what, "%s: target.%s", b->what, ops->name);
+    block tb = {what, line, t};
+    lua_getfield(ld->L, idx, "body");
+    read_plugin_body(ld, lua_gettop(ld->L), NULL, 0, ops->keys, ops->nkeys, &tb, &t->options,
+                     &t->noptions);
+    lua_pop(ld->L, 1);
+}
+
 static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_config *r)
 {
     lua_State *L = ld->L;
@@ -460,29 +739,25 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     for (size_t i = 0; kind && i < sizeof target_kinds / sizeof *target_kinds; i++)
         if (strcmp(target_kinds[i].name, kind) == 0)
             tk = &target_kinds[i];
-    if (!tk) {
-        problem(ld, tline, "%s: unknown target kind target.%s (known: file, set, http, kafka)", b->what,
-                kind ? kind : "?");
+    const sl_target_ops *plugin = tk || !kind ? NULL : sl_plugin_target(kind);
+    if (!tk && !plugin) {
+        char known[600];
+        known_kinds(known, sizeof known, "file, set, http, kafka", "target");
+        problem(ld, tline, "%s: unknown target kind target.%s (known: %s)", b->what,
+                kind ? kind : "?", known);
+        lua_pop(L, 1);
+        return;
+    }
+    if (plugin) {
+        read_plugin_target(ld, idx, b, tline, r, plugin);
         lua_pop(L, 1);
         return;
     }
     lua_pop(L, 1);
-    sl_target_config *grown = realloc(r->targets, (r->ntargets + 1) * sizeof *grown);
-    if (!grown) {
-        ld->oom = 1;
+    sl_target_config *t = new_target(ld, r, tline);
+    if (!t)
         return;
-    }
-    r->targets = grown;
-    sl_target_config *t = &r->targets[r->ntargets++];
-    memset(t, 0, sizeof *t);
     t->kind = tk->kind;
-    t->line = tline;
-    t->keep = 5;
-    t->tls_verify = true;
-    t->connect_timeout_ms = 5000;
-    t->timeout_ms = 30000;
-    t->concurrency = 8;
-    t->batch = 1;
     t->body = tk->kind == SL_TARGET_KAFKA ? SL_HTTP_BODY_BINARY : SL_HTTP_BODY_STRUCTURED;
     char what[200];
     snprintf(what, sizeof what, "%s: target.%s", b->what, tk->name);
@@ -715,7 +990,7 @@ static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_targ
 }
 
 /* properties = { ["name"] = value }: librdkafka's names are dotted words. */
-static void read_props(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
+static void read_props(loader *ld, int idx, const key *k, const block *b, char *field)
 {
     lua_State *L = ld->L;
     int line = key_line(ld, b->line, k->name);
@@ -748,7 +1023,35 @@ static void read_props(loader *ld, int idx, const key *k, const block *b, sl_tar
             problem(ld, line, "%s: properties: %s must be a string, number or boolean (under "
                               "1024 bytes)", b->what, name);
         else
-            add_line(ld, &t->properties, &t->nproperties, name, "=", val);
+            add_line(ld, (char ***)field, (size_t *)(field + sizeof(char **)), name, "=", val);
+        lua_pop(L, 1);
+    }
+}
+
+/* A string or a list of strings (topics = { "a", "^b.*" }). */
+static void read_strings(loader *ld, int idx, const key *k, const block *b, char *field)
+{
+    lua_State *L = ld->L;
+    int line = key_line(ld, b->line, k->name);
+    char ***list = (char ***)field;
+    size_t *n = (size_t *)(field + sizeof(char **));
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        add_line(ld, list, n, lua_tostring(L, idx), "", "");
+        return;
+    }
+    lua_Integer len = lua_istable(L, idx) ? luaL_len(L, idx) : 0;
+    if (len == 0) {
+        problem(ld, line, "%s: %s must be a string or a non-empty list of strings", b->what,
+                k->name);
+        return;
+    }
+    for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, idx, i);
+        if (lua_type(L, -1) == LUA_TSTRING && lua_rawlen(L, -1) > 0)
+            add_line(ld, list, n, lua_tostring(L, -1), "", "");
+        else
+            problem(ld, line, "%s: %s[%lld] must be a non-empty string", b->what, k->name,
+                    (long long)i);
         lua_pop(L, 1);
     }
 }
@@ -881,8 +1184,37 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
         read_auth(ld, idx, k, b, b->obj);
         return;
     case K_PROPS:
-        read_props(ld, idx, k, b, b->obj);
+        read_props(ld, idx, k, b, field);
         return;
+    case K_STRINGS:
+        read_strings(ld, idx, k, b, field);
+        return;
+    case K_PARSE: {
+        const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        sl_source_parse *pp = (sl_source_parse *)field;
+        if (t == LUA_TFUNCTION)
+            *pp = SL_PARSE_LUA;
+        else if (strcmp(s, "json") == 0)
+            *pp = SL_PARSE_JSON;
+        else if (strcmp(s, "text") == 0)
+            *pp = SL_PARSE_TEXT;
+        else
+            problem(ld, line, "%s: parse must be \"json\", \"text\" or a function(line)",
+                    b->what);
+        return;
+    }
+    case K_LONGLINES:
+    case K_ENCODING: {
+        const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        const char *yes = k->type == K_LONGLINES ? "split" : "base64";
+        const char *no = k->type == K_LONGLINES ? "skip" : "hex";
+        if (strcmp(s, yes) == 0 || strcmp(s, no) == 0)
+            *(bool *)field = strcmp(s, yes) == 0;
+        else
+            problem(ld, line, "%s: %s must be \"%s\" or \"%s\"", b->what, k->name,
+                    k->type == K_LONGLINES ? yes : no, k->type == K_LONGLINES ? no : yes);
+        return;
+    }
     case K_RETRY: {
         if (t != LUA_TTABLE) {
             problem(ld, line, "%s: %s must be a table { attempts = …, max_age = …, … }", b->what,
@@ -970,6 +1302,62 @@ static const sl_set_decl *find_set(const sl_config *cfg, const char *name)
     return NULL;
 }
 
+/* source.KIND { … } (body at idx). */
+static void read_source(loader *ld, int body, const char *kind, int line)
+{
+    sl_config *cfg = ld->cfg;
+    const source_kind *sk = NULL;
+    for (size_t i = 0; i < sizeof source_kinds / sizeof *source_kinds; i++)
+        if (strcmp(source_kinds[i].name, kind) == 0)
+            sk = &source_kinds[i];
+    const sl_source_ops *plugin = sk ? NULL : sl_plugin_source(kind);
+    if (!sk && !plugin) {
+        char known[600];
+        known_kinds(known, sizeof known, "file, webhook, kafka", "source");
+        problem(ld, line, "unknown source kind source.%s (known: %s)", kind, known);
+        return;
+    }
+    sl_source_config *g = grow(ld, cfg->sources, cfg->nsources, sizeof *g);
+    if (!g)
+        return;
+    cfg->sources = g;
+    sl_source_config *sc = &cfg->sources[cfg->nsources];
+    sc->index = cfg->nsources++;
+    sc->owner = cfg;
+    sc->line = line;
+    sc->kind = sk ? sk->kind : SL_SOURCE_PLUGIN;
+    sc->kind_name = sk ? sk->name : plugin->name;
+    sc->plugin = plugin;
+    sc->parse = SL_PARSE_JSON;
+    sc->multiline_timeout_ms = 1000;
+    sc->max_line = 1 << 20;
+    sc->split_long = true;
+    sc->poll_ms = 250;
+    sc->inotify = true;
+    sc->tolerance_ms = 300000;
+    sc->dedupe_ms = 24LL * 3600 * 1000;
+    char what[200];
+    snprintf(what, sizeof what, "source.%s", sc->kind_name);
+    block b = {what, line, sc};
+    if (sk)
+        check_block(ld, body, sk->keys, sk->nkeys, &b, NULL);
+    else
+        read_plugin_body(ld, body, KEYS(plugin_source_keys), plugin->keys, plugin->nkeys, &b,
+                         &sc->options, &sc->noptions);
+    if (!sc->name && sc->set) {
+        size_t n = strlen(sc->kind_name) + strlen(sc->set) + 2;
+        if ((sc->name = malloc(n)))
+            snprintf(sc->name, n, "%s-%s", sc->kind_name, sc->set);
+        else
+            ld->oom = 1;
+    }
+    if (sc->kind == SL_SOURCE_FILE && sc->path) {
+        char *abs = resolve_path(ld, sc->path);
+        free(sc->path);
+        sc->path = abs;
+    }
+}
+
 static void read_decl(loader *ld, int idx)
 {
     lua_State *L = ld->L;
@@ -1027,6 +1415,8 @@ static void read_decl(loader *ld, int idx)
             for (size_t t = 0; t < r->ntargets; t++)
                 r->targets[t].ordered = r->ordered;
         }
+    } else if (strcmp(kind, "source") == 0) {
+        read_source(ld, body, name, line);
     }
     lua_pop(L, 4);
 }
@@ -1095,6 +1485,93 @@ static void cross_check(loader *ld)
     }
 }
 
+/* The sources: names, sets, what each kind requires, the connector's own
+ * checks. */
+static void check_sources(loader *ld)
+{
+    sl_config *cfg = ld->cfg;
+    for (size_t i = 0; i < cfg->nsources; i++) {
+        sl_source_config *sc = &cfg->sources[i];
+        char what[300];
+        snprintf(what, sizeof what, "source.%s%s%s%s", sc->kind_name, sc->name ? " \"" : "",
+                 sc->name ? sc->name : "", sc->name ? "\"" : "");
+        if (!sc->set)
+            problem(ld, sc->line, "%s: set is required (the event set its events go to)", what);
+        else if (!find_set(cfg, sc->set))
+            problem(ld, key_line(ld, sc->line, "set"),
+                    "%s: set \"%s\" is not declared (add set \"%s\" { })", what, sc->set,
+                    sc->set);
+        if (sc->name && !sl_set_name_valid(sc->name))
+            problem(ld, key_line(ld, sc->line, "name"),
+                    "%s: a source name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+        for (size_t j = 0; j < i && sc->name; j++)
+            if (cfg->sources[j].name && strcmp(cfg->sources[j].name, sc->name) == 0) {
+                problem(ld, sc->line,
+                        "%s: the name is taken by the source at line %d (give each source "
+                        "its own name = \"…\")",
+                        what, cfg->sources[j].line);
+                break;
+            }
+        if (sc->lane && !sl_lane_valid(sc->lane, strlen(sc->lane)))
+            problem(ld, key_line(ld, sc->line, "lane"),
+                    "%s: lane \"%s\" is not a lane name ([a-z0-9-]{1,32})", what, sc->lane);
+        if (sc->kind == SL_SOURCE_FILE) {
+            if (!sc->path)
+                problem(ld, sc->line, "%s: path is required (a file or a glob)", what);
+            regex_t re;
+            int rc = sc->multiline ? regcomp(&re, sc->multiline, REG_EXTENDED | REG_NOSUB) : 0;
+            if (rc) {
+                char msg[200];
+                regerror(rc, &re, msg, sizeof msg);
+                problem(ld, key_line(ld, sc->line, "multiline"),
+                        "%s: multiline is not an extended regex: %s", what, msg);
+            } else if (sc->multiline) {
+                regfree(&re);
+            }
+        } else if (sc->kind == SL_SOURCE_WEBHOOK) {
+            sl_error werr = {0};
+            if (!sc->name || !sc->preset || !sc->secret)
+                problem(ld, sc->line,
+                        "%s: name, preset and secret are required (the URL is "
+                        "/v1/webhooks/NAME)", what);
+            else if (sl_webhook_source_check(sc, &werr))
+                problem(ld, sc->line, "%s: %s", what, werr.msg);
+        } else if (sc->kind == SL_SOURCE_KAFKA) {
+            if (!sc->brokers || !sc->ntopics)
+                problem(ld, sc->line, "%s: brokers and topics are required", what);
+        }
+        const sl_source_ops *ops = sl_source_ops_of(sc);
+        sl_error serr = {0};
+        if (ops && ops->check && ops->check(sc, &serr))
+            problem(ld, sc->line, "%s: %s", what, serr.msg);
+    }
+}
+
+/* server.plugin_dir: the plugins' kinds must be known before the sources
+ * and targets are read. */
+static void load_plugins(loader *ld)
+{
+    sl_config *cfg = ld->cfg;
+    if (!cfg->plugin_dir)
+        return;
+    char *abs = resolve_path(ld, cfg->plugin_dir);
+    if (!abs)
+        return;
+    free(cfg->plugin_dir);
+    cfg->plugin_dir = abs;
+    sl_buf diag = SL_BUF_INIT;
+    if (sl_plugin_load_dir(abs, &diag) && sl_buf_append(&diag, "", 1) == 0) {
+        for (char *p = (char *)diag.data, *nl; p && *p; p = nl ? nl + 1 : NULL) {
+            nl = strchr(p, '\n');
+            if (nl)
+                *nl = '\0';
+            if (*p)
+                problem(ld, key_line(ld, 1, "plugin_dir"), "%s", p);
+        }
+    }
+    sl_buf_free(&diag);
+}
+
 /* Reads what the file declared (lua_CFunction; the loader is argument 1). */
 static int walk(lua_State *L)
 {
@@ -1135,9 +1612,12 @@ static int walk(lua_State *L)
             }
             lua_pop(L, 1);
         }
+        if (pass == 0)
+            load_plugins(ld);
     }
     lua_pop(L, 1);
     cross_check(ld);
+    check_sources(ld);
     return 0;
 }
 
@@ -1234,6 +1714,14 @@ const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name)
     return NULL;
 }
 
+const sl_source_config *sl_config_source(const sl_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->nsources; i++)
+        if (cfg->sources[i].name && strcmp(cfg->sources[i].name, name) == 0)
+            return &cfg->sources[i];
+    return NULL;
+}
+
 const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size_t type_len)
 {
     for (size_t i = 0; i < set->nschemas; i++)
@@ -1275,6 +1763,8 @@ static const char *const type_names[] = {
     [K_TARGETS] = "target(s)",  [K_SCHEMAS] = "table",     [K_SETBODY] = "table",
     [K_HEADERS] = "table",      [K_AUTH] = "table",        [K_BODY] = "string",
     [K_RETRY] = "table",        [K_BACKOFF] = "string",    [K_PROPS] = "table",
+    [K_STRINGS] = "string(s)",  [K_PARSE] = "string or function", [K_LONGLINES] = "string",
+    [K_ENCODING] = "string",
 };
 
 static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
@@ -1304,7 +1794,44 @@ int sl_config_keys_markdown(sl_buf *out)
         if (!rc)
             rc = sl_buf_printf(out, "\n%s.\n", target_kinds[i].doc);
     }
+    for (size_t i = 0; !rc && i < sizeof source_kinds / sizeof *source_kinds; i++) {
+        char title[64];
+        snprintf(title, sizeof title, "source.%s { … }", source_kinds[i].name);
+        rc = keys_table(out, title, source_kinds[i].keys, source_kinds[i].nkeys);
+        if (!rc)
+            rc = sl_buf_printf(out, "\n%s.\n", source_kinds[i].doc);
+    }
     return rc;
+}
+
+static void free_lines(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void free_source(sl_source_config *sc)
+{
+    free(sc->name);
+    free(sc->set);
+    free(sc->lane);
+    free(sc->type);
+    free(sc->source);
+    free(sc->path);
+    free(sc->multiline);
+    free(sc->preset);
+    free(sc->secret);
+    free(sc->header);
+    free(sc->algorithm);
+    free(sc->prefix);
+    free(sc->timestamp_header);
+    free(sc->id_header);
+    free(sc->brokers);
+    free_lines(sc->topics, sc->ntopics);
+    free(sc->group);
+    free_lines(sc->properties, sc->nproperties);
+    free_lines(sc->options, sc->noptions);
 }
 
 static void free_rule(sl_rule_config *r)
@@ -1334,9 +1861,8 @@ static void free_rule(sl_rule_config *r)
         free(tc->topic);
         free(tc->key);
         free(tc->compression);
-        for (size_t p = 0; p < tc->nproperties; p++)
-            free(tc->properties[p]);
-        free(tc->properties);
+        free_lines(tc->properties, tc->nproperties);
+        free_lines(tc->options, tc->noptions);
     }
     free(r->targets);
     free(r->dlq);
@@ -1349,6 +1875,10 @@ void sl_config_free(sl_config *cfg)
     for (size_t i = 0; i < cfg->nrules; i++)
         free_rule(&cfg->rules[i]);
     free(cfg->rules);
+    for (size_t i = 0; i < cfg->nsources; i++)
+        free_source(&cfg->sources[i]);
+    free(cfg->sources);
+    free(cfg->plugin_dir);
     for (size_t i = 0; i < cfg->nsets; i++) {
         free(cfg->sets[i].name);
         for (size_t s = 0; s < cfg->sets[i].nschemas; s++) {

@@ -142,6 +142,7 @@ typedef struct sl_source_config {
     const struct sl_source_ops *plugin;
     char **options;
     size_t noptions;
+    const struct sl_config *owner; /* the config this block belongs to */
 } sl_source_config;
 
 typedef enum sl_backoff {

@@ -3,6 +3,9 @@
  */
 #include "core/router.h"
 
+#include "connectors/sources.h"
+
+#include "core/clock.h"
 #include "core/event.h"
 #include "core/redrive.h"
 #include "rules/runner.h"
@@ -23,6 +26,7 @@ struct sl_router {
     pthread_rwlock_t lock;
     sl_config *cfg;
     sl_runner *runner;
+    sl_sources *sources; /* started after the runner, stopped before it */
 };
 
 /* Declares the sets of cfg; live sets keep their settings unless starting. */
@@ -47,6 +51,30 @@ static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_er
             return rc;
     }
     return 0;
+}
+
+static int validate(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
+
+static int start_sources(sl_router *r, const sl_config *cfg, sl_sources **out, sl_error *err)
+{
+    sl_sources_options so = {.cfg = cfg,
+                             .sets = r->sets,
+                             .bus = r->bus,
+                             .data_dir = r->data_dir,
+                             .validate = validate,
+                             .ctx = r};
+    return sl_sources_start(&so, out, err);
+}
+
+/* Takes the running sources away (under the lock) and stops them (outside:
+ * a flush may wait for the Databus). */
+static void stop_sources(sl_router *r)
+{
+    pthread_rwlock_wrlock(&r->lock);
+    sl_sources *old = r->sources;
+    r->sources = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_sources_stop(old);
 }
 
 static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
@@ -77,6 +105,8 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     int rc = declare_sets(r, cfg, true, err);
     if (!rc)
         rc = start_runner(r, cfg, &r->runner, err);
+    if (!rc)
+        rc = start_sources(r, cfg, &r->sources, err);
     if (rc) {
         sl_router_free(r);
         return rc;
@@ -92,6 +122,9 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
         sl_config_free(cfg);
         return rc;
     }
+    /* The sources read the old config: they stop first and start again
+     * from their committed positions with the new one. */
+    stop_sources(r);
     pthread_rwlock_wrlock(&r->lock);
     sl_runner *old = r->runner;
     r->runner = NULL;
@@ -106,10 +139,29 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
             fprintf(stderr, "sluice: reload: the old rules could not restart either: %s\n",
                     e2.msg);
     }
+    sl_sources *src = NULL;
+    sl_error serr = {0};
+    int src_rc = start_sources(r, keep, &src, &serr);
+    if (src_rc && keep == cfg) {
+        /* The new sources cannot run: the whole old config runs again. */
+        fprintf(stderr, "sluice: reload: %s; the old config runs again\n", serr.msg);
+        sl_runner_stop(fresh);
+        fresh = NULL;
+        keep = r->cfg;
+        sl_error e2 = {0};
+        if (start_runner(r, keep, &fresh, &e2) || start_sources(r, keep, &src, &e2))
+            fprintf(stderr, "sluice: reload: the old config could not restart either: %s\n",
+                    e2.msg);
+        if (!rc)
+            rc = sl_error_set(err, src_rc, "%s", serr.msg);
+    } else if (src_rc) {
+        fprintf(stderr, "sluice: reload: the old sources could not restart: %s\n", serr.msg);
+    }
     pthread_rwlock_wrlock(&r->lock);
     sl_config *drop = keep == cfg ? r->cfg : cfg;
     r->cfg = keep;
     r->runner = fresh;
+    r->sources = src;
     pthread_rwlock_unlock(&r->lock);
     sl_config_free(drop);
     return rc;
@@ -139,6 +191,8 @@ static int metrics(void *ctx, sl_buf *out)
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);
     int rc = r->runner ? sl_runner_metrics(r->runner, out) : 0;
+    if (!rc)
+        rc = sl_sources_metrics(r->sources, out);
     pthread_rwlock_unlock(&r->lock);
     return rc;
 }
@@ -173,6 +227,37 @@ static int replays_json(void *ctx, const char *rule, sl_buf *out)
     return rc;
 }
 
+static int webhook(void *ctx, const char *name, sl_webhook_header_fn *get, void *hctx,
+                   const char *body, size_t len, sl_webhook_result *res)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    sl_webhook_source *w = sl_sources_webhook(r->sources, name);
+    if (w)
+        sl_webhook_source_handle(w, get, hctx, body, len, sl_clock_now_ms(), res);
+    pthread_rwlock_unlock(&r->lock);
+    return w ? 0 : SL_ENOENT;
+}
+
+static void webhook_stored(void *ctx, const char *name, const sl_webhook_result *res, bool stored)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    sl_webhook_source *w = sl_sources_webhook(r->sources, name);
+    if (w)
+        sl_webhook_source_stored(w, res, stored);
+    pthread_rwlock_unlock(&r->lock);
+}
+
+static int sources_json(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = sl_sources_json(r->sources, out);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
 void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
 {
     *out = (sl_http_hooks){.ctx = r,
@@ -181,7 +266,10 @@ void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
                            .metrics = metrics,
                            .redrive = redrive,
                            .replay = replay,
-                           .replays_json = replays_json};
+                           .replays_json = replays_json,
+                           .webhook = webhook,
+                           .webhook_stored = webhook_stored,
+                           .sources_json = sources_json};
 }
 
 void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
@@ -197,6 +285,7 @@ void sl_router_stop(sl_router *r)
 {
     if (!r)
         return;
+    stop_sources(r);
     pthread_rwlock_wrlock(&r->lock);
     sl_runner *old = r->runner;
     r->runner = NULL;

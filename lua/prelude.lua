@@ -9,6 +9,7 @@
 --   server { listen = "127.0.0.1:8080", data_dir = "./sluice-data" }
 --   set "orders" { partitions = 4, retention = "7d" }
 --   rule "big" { set = "orders", match = {…}, target = target.file { path = "…" } }
+--   source.file { path = "/var/log/*.log", set = "logs" }
 --   env "NAME"  /  env("NAME", "default")
 --
 -- Declarations end up in the registry-visible table returned by
@@ -82,6 +83,23 @@ target = setmetatable({}, {
     end
   end,
   __newindex = function() error("target is read-only", 2) end,
+})
+
+-- source.KIND { … } declares a source (file, webhook, kafka or a plugin's
+-- kind); it is recorded like set and rule, with kind = "source" and the
+-- source kind as its name.
+source = setmetatable({}, {
+  __index = function(_, kind)
+    return function(body)
+      local line = line_of(2)
+      if type(body) ~= "table" then
+        problem(line, "source." .. tostring(kind) .. ": the body must be a table { … }")
+        body = {}
+      end
+      decls[#decls + 1] = { kind = "source", name = tostring(kind), body = body, line = line }
+    end
+  end,
+  __newindex = function() error("source is read-only", 2) end,
 })
 
 -- env "NAME" reads an environment variable (for secrets); env("NAME", d)

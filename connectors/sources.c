@@ -1,0 +1,613 @@
+/*
+ * connectors/sources.c — the running sources and the host they write
+ * through (see sources.h and core/connector.h).
+ *
+ * Every source event takes the path of an HTTP ingest entry: parsed and
+ * checked as a CloudEvent (core/event.h), its lane applied, the set's
+ * schema check, encoded as stored, then batched. flush() publishes the
+ * batch in one Databus call and waits for its acknowledgement; the waiter is
+ * reference-counted so that a stopping source can walk away from a publish
+ * whose fsync never comes (a failing disk) without the Databus writing into
+ * freed memory.
+ */
+#include "connectors/sources.h"
+
+#include "core/clock.h"
+#include "core/connector.h"
+#include "core/event.h"
+#include "core/json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* One event of the batch: its stored form and key in the arena. */
+typedef struct pending {
+    size_t off, len;
+    size_t key_off, key_len; /* key_len SIZE_MAX: none */
+    char lane[SL_EVENT_LANE_MAX + 1];
+} pending;
+
+/* A durable publish being waited for; freed by whoever lets go last. */
+typedef struct waiter {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    int status;
+    _Atomic int refs;
+} waiter;
+
+typedef struct src {
+    sl_sources *owner;
+    const sl_source_config *cfg;
+    const sl_source_ops *ops; /* NULL for webhooks */
+    void *impl;
+    sl_webhook_source *webhook;
+    sl_source_host host;
+    sl_set *set;
+    char state_dir[4096];
+    const char *dflt_type, *dflt_source;
+    /* the batch (one thread at a time, by contract) */
+    pending *v;
+    size_t n, cap;
+    sl_buf arena;
+    sl_buf wrap; /* emit_data's CloudEvent */
+    sl_event ev;
+    /* counters */
+    _Atomic uint64_t events, bytes, refused, batches, full_waits;
+    /* the log limiter */
+    pthread_mutex_t log_lock;
+    int64_t log_sec;
+    uint64_t log_dropped;
+} src;
+
+struct sl_sources {
+    sl_sources_options opts;
+    src **v;
+    size_t n;
+    _Atomic bool stopping;
+    pthread_mutex_t lock; /* with cond: host->wait() */
+    pthread_cond_t cond;
+};
+
+/* ---- the host ---------------------------------------------------------------- */
+
+static void host_log(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void host_log(void *ctx, const char *fmt, ...)
+{
+    src *s = ctx;
+    int64_t sec = sl_clock_mono_ns() / 1000000000;
+    pthread_mutex_lock(&s->log_lock);
+    if (sec == s->log_sec) {
+        s->log_dropped++;
+        pthread_mutex_unlock(&s->log_lock);
+        return;
+    }
+    uint64_t dropped = s->log_dropped;
+    s->log_sec = sec;
+    s->log_dropped = 0;
+    pthread_mutex_unlock(&s->log_lock);
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (dropped)
+        fprintf(stderr, "sluice: source %s: %s (%" PRIu64 " more messages in the last second)\n",
+                s->cfg->name, msg, dropped);
+    else
+        fprintf(stderr, "sluice: source %s: %s\n", s->cfg->name, msg);
+}
+
+static bool host_stopping(void *ctx)
+{
+    src *s = ctx;
+    return atomic_load(&s->owner->stopping);
+}
+
+static bool host_wait(void *ctx, int64_t ms)
+{
+    src *s = ctx;
+    sl_sources *o = s->owner;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&o->lock);
+    while (!atomic_load(&o->stopping) && pthread_cond_timedwait(&o->cond, &o->lock, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&o->lock);
+    return atomic_load(&o->stopping);
+}
+
+static const char *host_option(void *ctx, const char *name)
+{
+    src *s = ctx;
+    size_t nl = strlen(name);
+    for (size_t i = 0; i < s->cfg->noptions; i++) {
+        const char *line = s->cfg->options[i];
+        if (strncmp(line, name, nl) == 0 && line[nl] == '=')
+            return line + nl + 1;
+    }
+    return NULL;
+}
+
+static size_t host_pending(void *ctx, size_t *bytes)
+{
+    src *s = ctx;
+    if (bytes)
+        *bytes = s->arena.len;
+    return s->n;
+}
+
+/* A refused event: counted, logged (rate-limited), error returned. */
+static int refuse(src *s, sl_event_status st, sl_error *err, const char *msg)
+{
+    atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
+    host_log(s, "event refused (%s): %s", sl_event_status_name(st), msg);
+    return sl_error_set(err, SL_EINVAL, "%s: %s", sl_event_status_name(st), msg);
+}
+
+static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane,
+                           sl_error *err)
+{
+    src *s = ctx;
+    sl_sources *o = s->owner;
+    sl_event_limits lim = {.max_bytes = s->set->cfg.max_event_bytes,
+                           .max_depth = SL_EVENT_MAX_DEPTH_DEFAULT,
+                           .generate_ids = true};
+    sl_error e = {0};
+    sl_event_status st = sl_event_parse(json, len, &lim, &s->ev, &e);
+    if (st == SL_EVENT_OK)
+        st = sl_event_apply_lane(&s->ev, lane ? lane : s->cfg->lane, &e);
+    if (st == SL_EVENT_OK && o->opts.validate && o->opts.validate(o->opts.ctx, s->set, &s->ev, &e))
+        st = SL_EVENT_SCHEMA_VIOLATION;
+    if (st != SL_EVENT_OK)
+        return refuse(s, st, err, e.msg[0] ? e.msg : sl_event_status_name(st));
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        pending *g = realloc(s->v, cap * sizeof *g);
+        if (!g)
+            return sl_error_set(err, SL_ENOMEM, "out of memory");
+        s->v = g;
+        s->cap = cap;
+    }
+    pending *p = &s->v[s->n];
+    size_t mark = s->arena.len;
+    p->off = mark;
+    if (sl_event_encode(&s->ev, &(sl_event_fill){.now_ms = sl_clock_now_ms()}, &s->arena))
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    p->len = s->arena.len - mark;
+    if (p->len > s->set->cfg.max_event_bytes) {
+        s->arena.len = mark;
+        char msg[160];
+        snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's max_event of %u",
+                 p->len, s->set->cfg.max_event_bytes);
+        return refuse(s, SL_EVENT_TOO_LARGE, err, msg);
+    }
+    p->key_len = SIZE_MAX;
+    if (s->ev.key) {
+        p->key_off = s->arena.len;
+        p->key_len = s->ev.key_len;
+        if (sl_buf_append(&s->arena, s->ev.key, s->ev.key_len)) {
+            s->arena.len = mark;
+            return sl_error_set(err, SL_ENOMEM, "out of memory");
+        }
+    }
+    memcpy(p->lane, s->ev.lane, sizeof p->lane);
+    s->n++;
+    return 0;
+}
+
+/* Appends "name":"value" (value JSON-escaped) to b. */
+static int put_attr(sl_buf *b, const char *name, const char *v, size_t len)
+{
+    return sl_buf_printf(b, ",\"%s\":", name) || sl_json_put_string(b, v, len);
+}
+
+static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
+{
+    if (len > (SIZE_MAX / 4) * 3 - 3 || sl_buf_reserve(b, 4 * ((len + 2) / 3) + 3))
+        return SL_ENOMEM;
+    b->data[b->len++] = '"';
+    for (size_t off = 0; off < len;) {
+        size_t chunk = len - off > 3 * 4096 ? 3 * 4096 : len - off; /* int-sized calls */
+        b->len += (size_t)EVP_EncodeBlock(b->data + b->len, d + off, (int)chunk);
+        off += chunk;
+    }
+    b->data[b->len++] = '"';
+    return 0;
+}
+
+static int host_emit_data(void *ctx, const void *data, size_t len, const sl_source_meta *meta,
+                          sl_error *err)
+{
+    src *s = ctx;
+    static const sl_source_meta none = {0};
+    const sl_source_meta *m = meta ? meta : &none;
+    const char *d = data ? data : "";
+    bool json = m->data == SL_DATA_JSON;
+    if (m->data == SL_DATA_AUTO)
+        json = len && sl_json_validate(d, len, SL_EVENT_MAX_DEPTH_DEFAULT - 1, NULL, NULL) == 0;
+    bool text = !json && sl_json_utf8_valid(d, len);
+    sl_buf *b = &s->wrap;
+    b->len = 0;
+    char id[37];
+    if (!m->id)
+        sl_event_uuid7(sl_clock_now_ms(), id);
+    const char *type = m->type ? m->type : s->cfg->type ? s->cfg->type : s->dflt_type;
+    const char *source = m->source ? m->source : s->cfg->source ? s->cfg->source : s->dflt_source;
+    const char *ct = m->content_type ? m->content_type
+                     : json          ? "application/json"
+                     : text          ? "text/plain"
+                                     : "application/octet-stream";
+    int rc = sl_buf_append(b, "{\"specversion\":\"1.0\"", 20) ||
+             put_attr(b, "id", m->id ? m->id : id, m->id ? m->id_len : 36) ||
+             put_attr(b, "source", source, strlen(source)) ||
+             put_attr(b, "type", type, strlen(type)) ||
+             put_attr(b, "datacontenttype", ct, strlen(ct));
+    if (!rc && m->time_ms) {
+        char t[SL_TIME_RFC3339_MAX];
+        size_t tl = sl_time_format_rfc3339(m->time_ms, t);
+        rc = put_attr(b, "time", t, tl);
+    }
+    if (!rc && m->subject)
+        rc = put_attr(b, "subject", m->subject, strlen(m->subject));
+    if (!rc && m->key)
+        rc = put_attr(b, "partitionkey", m->key, m->key_len);
+    if (!rc && json)
+        rc = sl_buf_append(b, ",\"data\":", 8) || sl_buf_append(b, d, len);
+    else if (!rc && text)
+        rc = sl_buf_append(b, ",\"data\":", 8) || sl_json_put_string(b, d, len);
+    else if (!rc)
+        rc = sl_buf_append(b, ",\"data_base64\":", 15) ||
+             put_base64(b, (const unsigned char *)d, len);
+    if (!rc)
+        rc = sl_buf_append(b, "}", 1);
+    if (rc)
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    return host_emit_event(s, (const char *)b->data, b->len, m->lane, err);
+}
+
+static void waiter_release(waiter *w)
+{
+    if (atomic_fetch_sub(&w->refs, 1) == 1) {
+        pthread_mutex_destroy(&w->lock);
+        pthread_cond_destroy(&w->cond);
+        free(w);
+    }
+}
+
+static void durable_done(void *ctx, int status)
+{
+    waiter *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    w->status = status;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    waiter_release(w);
+}
+
+/* Waits for a durable publish; SL_ESHUTDOWN when the source stops first. */
+static int wait_durable(src *s, waiter *w)
+{
+    pthread_mutex_lock(&w->lock);
+    while (!w->done && !host_stopping(s)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+    }
+    int rc = w->done ? w->status : SL_ESHUTDOWN;
+    pthread_mutex_unlock(&w->lock);
+    waiter_release(w);
+    return rc ? SL_ESHUTDOWN : 0;
+}
+
+/* Publishes batch entries [from, to) until the Databus takes them. */
+static int publish_range(src *s, size_t from, size_t to, sl_databus_event *evs,
+                         sl_databus_result *res, sl_error *err)
+{
+    sl_sources *o = s->owner;
+    size_t n = to - from;
+    for (size_t i = 0; i < n; i++) {
+        const pending *p = &s->v[from + i];
+        evs[i] = (sl_databus_event){
+            .value = s->arena.data + p->off,
+            .value_len = p->len,
+            .key = p->key_len == SIZE_MAX ? NULL : s->arena.data + p->key_off,
+            .key_len = p->key_len == SIZE_MAX ? 0 : p->key_len,
+            .lane = p->lane,
+            .ts_ms = sl_clock_now_ms(),
+        };
+    }
+    for (int64_t backoff = 5;;) {
+        if (host_stopping(s))
+            return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
+        waiter *w = calloc(1, sizeof *w);
+        if (!w)
+            return sl_error_set(err, SL_ENOMEM, "out of memory");
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cond, NULL);
+        atomic_init(&w->refs, 2);
+        sl_error e = {0};
+        int rc = sl_databus_publish(o->opts.bus, s->set, evs, n, res, durable_done, w, &e);
+        if (rc == 1)
+            return wait_durable(s, w);
+        atomic_store(&w->refs, 1);
+        waiter_release(w);
+        if (rc == 0)
+            return 0;
+        if (rc == SL_ESHUTDOWN)
+            return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
+        if (rc == SL_ETOOBIG && n > 1) {
+            size_t half = n / 2;
+            rc = publish_range(s, from, from + half, evs, res, err);
+            return rc ? rc : publish_range(s, from + half, to, evs, res, err);
+        }
+        if (rc == SL_ETOOBIG) {
+            /* One event larger than a whole buffer: it can never be taken. */
+            atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
+            host_log(s, "event dropped: %s", e.msg);
+            return 0;
+        }
+        /* Full buffers (back-pressure) or a failing disk: wait and retry,
+         * the source reads nothing meanwhile. */
+        if (rc == SL_EFULL)
+            atomic_fetch_add_explicit(&s->full_waits, 1, memory_order_relaxed);
+        else
+            host_log(s, "cannot store events yet (%s); retrying", e.msg);
+        if (host_wait(s, backoff))
+            return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
+        backoff = backoff * 2 > 500 ? 500 : backoff * 2;
+    }
+}
+
+static int host_flush(void *ctx, sl_error *err)
+{
+    src *s = ctx;
+    if (!s->n)
+        return host_stopping(s) ? sl_error_set(err, SL_ESHUTDOWN, "the server is stopping") : 0;
+    sl_databus_event *evs = calloc(s->n, sizeof *evs);
+    sl_databus_result *res = calloc(s->n, sizeof *res);
+    int rc = evs && res ? publish_range(s, 0, s->n, evs, res, err)
+                        : sl_error_set(err, SL_ENOMEM, "out of memory");
+    free(evs);
+    free(res);
+    if (rc == SL_ENOMEM)
+        return rc; /* the batch is kept: the caller may retry */
+    if (!rc) {
+        atomic_fetch_add_explicit(&s->events, s->n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, s->arena.len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->batches, 1, memory_order_relaxed);
+    }
+    s->n = 0;
+    s->arena.len = 0;
+    return rc;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------- */
+
+static int mkdirs(char *path)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static void src_free(src *s)
+{
+    if (!s)
+        return;
+    sl_webhook_source_free(s->webhook);
+    free(s->v);
+    sl_buf_free(&s->arena);
+    sl_buf_free(&s->wrap);
+    pthread_mutex_destroy(&s->log_lock);
+    free(s);
+}
+
+static const char *default_type(const sl_source_config *c)
+{
+    switch (c->kind) {
+    case SL_SOURCE_FILE:
+        return "sluice.file.line";
+    case SL_SOURCE_KAFKA:
+        return "sluice.kafka.record";
+    case SL_SOURCE_WEBHOOK:
+        return "sluice.webhook";
+    case SL_SOURCE_PLUGIN:
+        break;
+    }
+    return "sluice.plugin";
+}
+
+static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_error *err)
+{
+    src *s = calloc(1, sizeof *s);
+    if (!s)
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    pthread_mutex_init(&s->log_lock, NULL);
+    s->owner = o;
+    s->cfg = c;
+    s->arena = (sl_buf)SL_BUF_INIT;
+    s->wrap = (sl_buf)SL_BUF_INIT;
+    s->dflt_type = default_type(c);
+    s->dflt_source = c->kind == SL_SOURCE_FILE && c->path ? c->path : c->kind_name;
+    int rc = sl_sets_get(o->opts.sets, c->set, false, &s->set, err);
+    if (!rc && c->kind == SL_SOURCE_WEBHOOK) {
+        rc = sl_webhook_source_new(c, &s->webhook, err);
+    } else if (!rc) {
+        s->ops = sl_source_ops_of(c);
+        snprintf(s->state_dir, sizeof s->state_dir, "%s/sources/%s", o->opts.data_dir, c->name);
+        if (!s->ops)
+            rc = sl_error_set(err, SL_EINVAL, "source.%s: no such connector", c->kind_name);
+        else if (mkdirs(s->state_dir))
+            rc = sl_error_set(err, SL_EIO, "source %s: cannot create %s: %s", c->name,
+                              s->state_dir, strerror(errno));
+    }
+    if (!rc && s->ops) {
+        s->host = (sl_source_host){.abi_version = SL_CONNECTOR_ABI_VERSION,
+                                   .ctx = s,
+                                   .name = c->name,
+                                   .state_dir = s->state_dir,
+                                   .emit_event = host_emit_event,
+                                   .emit_data = host_emit_data,
+                                   .pending = host_pending,
+                                   .flush = host_flush,
+                                   .stopping = host_stopping,
+                                   .wait = host_wait,
+                                   .log = host_log,
+                                   .option = host_option};
+        sl_error e = {0};
+        if ((rc = s->ops->open(c, &s->host, &s->impl, &e)))
+            sl_error_set(err, rc, "source %s (line %d): %s", c->name, c->line, e.msg);
+    }
+    if (rc) {
+        src_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int sl_sources_start(const sl_sources_options *opts, sl_sources **out, sl_error *err)
+{
+    sl_sources *o = calloc(1, sizeof *o);
+    size_t n = opts->cfg->nsources;
+    if (!o || (n && !(o->v = calloc(n, sizeof *o->v)))) {
+        free(o);
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    }
+    o->opts = *opts;
+    pthread_mutex_init(&o->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&o->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    for (size_t i = 0; i < n; i++) {
+        int rc = src_open(o, &opts->cfg->sources[i], &o->v[i], err);
+        if (rc) {
+            sl_sources_stop(o);
+            return rc;
+        }
+        o->n++;
+    }
+    *out = o;
+    return 0;
+}
+
+sl_webhook_source *sl_sources_webhook(sl_sources *o, const char *name)
+{
+    for (size_t i = 0; o && i < o->n; i++)
+        if (o->v[i]->webhook && strcmp(o->v[i]->cfg->name, name) == 0)
+            return o->v[i]->webhook;
+    return NULL;
+}
+
+static bool src_health(src *s, char *msg, size_t cap)
+{
+    msg[0] = '\0';
+    return !(s->ops && s->ops->health && s->ops->health(s->impl, msg, cap));
+}
+
+int sl_sources_json(sl_sources *o, sl_buf *out)
+{
+    int rc = sl_buf_append(out, "{\"sources\":[", 12);
+    for (size_t i = 0; !rc && o && i < o->n; i++) {
+        src *s = o->v[i];
+        char msg[256];
+        bool ok = src_health(s, msg, sizeof msg);
+        rc = sl_buf_printf(out, "%s{\"name\":", i ? "," : "") ||
+             sl_json_put_string(out, s->cfg->name, strlen(s->cfg->name)) ||
+             sl_buf_printf(out, ",\"kind\":\"%s\",\"set\":", s->cfg->kind_name) ||
+             sl_json_put_string(out, s->cfg->set, strlen(s->cfg->set)) ||
+             sl_buf_printf(out,
+                           ",\"events\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"refused\":%" PRIu64
+                           ",\"batches\":%" PRIu64 ",\"backpressure_waits\":%" PRIu64
+                           ",\"healthy\":%s",
+                           atomic_load(&s->events), atomic_load(&s->bytes),
+                           atomic_load(&s->refused), atomic_load(&s->batches),
+                           atomic_load(&s->full_waits), ok ? "true" : "false");
+        if (!rc && !ok)
+            rc = sl_buf_append(out, ",\"health\":", 10) || sl_json_put_string(out, msg, strlen(msg));
+        if (!rc)
+            rc = sl_buf_append(out, "}", 1);
+    }
+    return rc ? rc : sl_buf_append(out, "]}\n", 3);
+}
+
+int sl_sources_metrics(sl_sources *o, sl_buf *out)
+{
+    int rc = 0;
+    for (size_t i = 0; !rc && o && i < o->n; i++) {
+        src *s = o->v[i];
+        const char *nm = s->cfg->name, *k = s->cfg->kind_name;
+        char msg[256];
+        rc = sl_buf_printf(out,
+                           "sluice_source_events_total{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n"
+                           "sluice_source_bytes_total{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n"
+                           "sluice_source_refused_total{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n"
+                           "sluice_source_backpressure_waits_total{source=\"%s\",kind=\"%s\"} %" PRIu64
+                           "\n"
+                           "sluice_source_healthy{source=\"%s\",kind=\"%s\"} %d\n",
+                           nm, k, atomic_load(&s->events), nm, k, atomic_load(&s->bytes), nm, k,
+                           atomic_load(&s->refused), nm, k, atomic_load(&s->full_waits), nm, k,
+                           src_health(s, msg, sizeof msg));
+        if (!rc && s->webhook)
+            rc = sl_webhook_source_metrics(s->webhook, out);
+        if (!rc && s->ops && s->ops->metrics) {
+            char buf[16384];
+            size_t len = s->ops->metrics(s->impl, buf, sizeof buf);
+            rc = sl_buf_append(out, buf, len < sizeof buf ? len : sizeof buf - 1);
+        }
+    }
+    return rc;
+}
+
+void sl_sources_stop(sl_sources *o)
+{
+    if (!o)
+        return;
+    pthread_mutex_lock(&o->lock);
+    atomic_store(&o->stopping, true);
+    pthread_cond_broadcast(&o->cond);
+    pthread_mutex_unlock(&o->lock);
+    for (size_t i = 0; i < o->n; i++)
+        if (o->v[i]->ops && o->v[i]->ops->stop)
+            o->v[i]->ops->stop(o->v[i]->impl);
+    for (size_t i = 0; i < o->n; i++) {
+        if (o->v[i]->ops)
+            o->v[i]->ops->close(o->v[i]->impl);
+        src_free(o->v[i]);
+    }
+    free(o->v);
+    pthread_mutex_destroy(&o->lock);
+    pthread_cond_destroy(&o->cond);
+    free(o);
+}

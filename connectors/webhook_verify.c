@@ -49,6 +49,7 @@ typedef struct parsed {
     span ts;               /* the timestamp digits as sent */
     span parts[4];         /* the signed content, in order */
     size_t nparts;
+    bool missing; /* parsing failed because a header is absent */
 } parsed;
 
 typedef struct algo {
@@ -300,6 +301,16 @@ static const char *need(sl_webhook_header_fn *get, void *ctx, const char *name, 
     return v;
 }
 
+/* need() for the request being parsed: notes a missing header in r. */
+static const char *need_r(parsed *r, sl_webhook_header_fn *get, void *ctx, const char *name,
+                          sl_error *err)
+{
+    const char *v = need(get, ctx, name, err);
+    if (!v)
+        r->missing = true;
+    return v;
+}
+
 /* "PREFIX<hex>" with one signature (GitHub, Slack). */
 static int parse_prefixed_hex(parsed *r, const char *v, const char *prefix, sl_error *err)
 {
@@ -365,20 +376,20 @@ static int parse_request(const sl_webhook_config *cfg, const algo *al, sl_webhoo
     switch (cfg->kind) {
     case SL_WEBHOOK_GITHUB:
         r->header = "X-Hub-Signature-256";
-        if (!(v = need(get, ctx, r->header, err)))
+        if (!(v = need_r(r, get, ctx, r->header, err)))
             return SL_EINVAL;
         return parse_prefixed_hex(r, v, "sha256=", err);
     case SL_WEBHOOK_STRIPE:
         r->header = "Stripe-Signature";
-        if (!(v = need(get, ctx, r->header, err)))
+        if (!(v = need_r(r, get, ctx, r->header, err)))
             return SL_EINVAL;
         return parse_stripe(r, v, err);
     case SL_WEBHOOK_SLACK:
         r->header = "X-Slack-Signature";
-        if (!(v = need(get, ctx, r->header, err)))
+        if (!(v = need_r(r, get, ctx, r->header, err)))
             return SL_EINVAL;
         r->ts_header = "X-Slack-Request-Timestamp";
-        if (!(ts = need(get, ctx, r->ts_header, err)))
+        if (!(ts = need_r(r, get, ctx, r->ts_header, err)))
             return SL_EINVAL;
         r->ts = (span){ts, strlen(ts)};
         rc = check_ts(r->ts_header, r->ts, err);
@@ -390,11 +401,11 @@ static int parse_request(const sl_webhook_config *cfg, const algo *al, sl_webhoo
         return rc;
     case SL_WEBHOOK_GENERIC:
         r->header = cfg->header;
-        if (!(v = need(get, ctx, r->header, err)))
+        if (!(v = need_r(r, get, ctx, r->header, err)))
             return SL_EINVAL;
         if (cfg->timestamp_header) {
             r->ts_header = cfg->timestamp_header;
-            if (!(ts = need(get, ctx, r->ts_header, err)))
+            if (!(ts = need_r(r, get, ctx, r->ts_header, err)))
                 return SL_EINVAL;
             r->ts = (span){ts, strlen(ts)};
             if ((rc = check_ts(r->ts_header, r->ts, err)))
@@ -468,9 +479,33 @@ static int hmac_match(const algo *al, const span *keys, int nkeys, const parsed 
     return rc;
 }
 
+static const char *const k_refusal_names[] = {
+#define XX(code, name) [SL_WEBHOOK_REFUSED_##code] = name,
+    SL_WEBHOOK_REFUSAL_MAP(XX)
+#undef XX
+};
+
+const char *sl_webhook_refusal_name(sl_webhook_refusal why)
+{
+    if ((unsigned)why >= SL_WEBHOOK_REFUSAL_COUNT)
+        return "?";
+    return k_refusal_names[why];
+}
+
 int sl_webhook_verify(const sl_webhook_config *cfg, sl_webhook_header_fn *get, void *ctx,
                       const char *body, size_t len, int64_t now_ms, sl_error *err)
 {
+    return sl_webhook_verify_why(cfg, get, ctx, body, len, now_ms, NULL, err);
+}
+
+int sl_webhook_verify_why(const sl_webhook_config *cfg, sl_webhook_header_fn *get, void *ctx,
+                          const char *body, size_t len, int64_t now_ms, sl_webhook_refusal *why,
+                          sl_error *err)
+{
+    sl_webhook_refusal dummy;
+    if (!why)
+        why = &dummy;
+    *why = SL_WEBHOOK_REFUSED_ERROR;
     span keys[SL_WEBHOOK_MAX_SECRETS];
     int rc = sl_webhook_config_check(cfg, err);
     if (rc)
@@ -481,16 +516,21 @@ int sl_webhook_verify(const sl_webhook_config *cfg, sl_webhook_header_fn *get, v
     const algo *al = cfg->kind == SL_WEBHOOK_GENERIC ? find_algo(cfg->algorithm) : &k_algos[1];
 
     parsed r = {0};
-    if ((rc = parse_request(cfg, al, get, ctx, &r, err)))
+    if ((rc = parse_request(cfg, al, get, ctx, &r, err))) {
+        *why = r.missing ? SL_WEBHOOK_REFUSED_MISSING_HEADER : SL_WEBHOOK_REFUSED_MALFORMED_HEADER;
         return rc;
+    }
     if (r.ts_header) {
         int64_t tol = cfg->tolerance_ms ? cfg->tolerance_ms : SL_WEBHOOK_TOLERANCE_MS;
-        if ((rc = check_window(&r, tol, now_ms, err)))
+        if ((rc = check_window(&r, tol, now_ms, err))) {
+            *why = SL_WEBHOOK_REFUSED_STALE_TIMESTAMP;
             return rc;
+        }
     }
     bool match = false;
     if ((rc = hmac_match(al, keys, nkeys, &r, body, len, &match, err)))
         return rc;
+    *why = match ? SL_WEBHOOK_REFUSED_NONE : SL_WEBHOOK_REFUSED_NO_MATCH;
     if (!match)
         return sl_error_set(err, SL_EINVAL,
                             "%s: no signature matches (%zu signature%s checked against %d "
@@ -503,10 +543,16 @@ int sl_webhook_verify(const sl_webhook_config *cfg, sl_webhook_header_fn *get, v
 
 #define NIL UINT32_MAX
 
+/* Entry states: remembered, claimed by a request that is storing its event,
+ * or forgotten (a failed store; the slot stays in the ring until it is the
+ * oldest, and a new claim of the id revives it). */
+enum { DD_SEEN, DD_PENDING, DD_DEAD };
+
 typedef struct dd_entry {
     unsigned char key[32]; /* SHA-256 of the id */
-    int64_t t;             /* first seen */
+    int64_t t;             /* first seen (claimed) */
     uint32_t next;         /* next slot in the same bucket, NIL at the end */
+    uint8_t state;         /* DD_… */
 } dd_entry;
 
 /* The entries live in a ring in insertion order (oldest at head); a chained
@@ -515,6 +561,7 @@ struct sl_webhook_dedupe {
     pthread_mutex_t mu;
     int64_t window;
     size_t cap, head, count;
+    size_t dead; /* entries in state DD_DEAD */
     size_t mask; /* buckets - 1 */
     uint32_t *buckets;
     dd_entry *ring;
@@ -569,50 +616,135 @@ static void drop_oldest(sl_webhook_dedupe *d)
     while (*link != slot)
         link = &d->ring[*link].next;
     *link = d->ring[slot].next;
+    if (d->ring[slot].state == DD_DEAD)
+        d->dead--;
     d->head = (d->head + 1) % d->cap;
     d->count--;
+}
+
+/* Hashes id into key; false when libcrypto cannot. */
+static bool dd_key(const char *id, size_t len, unsigned char key[32])
+{
+    unsigned int kn = 0;
+    return EVP_Digest(id, len, key, &kn, EVP_sha256(), NULL) && kn == 32;
+}
+
+/* The slot holding key, or NIL. Call with d->mu held. */
+static uint32_t dd_find(const sl_webhook_dedupe *d, const unsigned char *key)
+{
+    for (uint32_t s = d->buckets[bucket_of(d, key)]; s != NIL; s = d->ring[s].next)
+        if (memcmp(d->ring[s].key, key, 32) == 0)
+            return s;
+    return NIL;
+}
+
+/* Adds key with time now and state, dropping the oldest entry when full.
+ * Call with d->mu held, after checking that key is not there. */
+static void dd_insert(sl_webhook_dedupe *d, const unsigned char *key, int64_t now, uint8_t state)
+{
+    if (d->count == d->cap)
+        drop_oldest(d);
+    size_t b = bucket_of(d, key);
+    uint32_t slot = (uint32_t)((d->head + d->count) % d->cap);
+    memcpy(d->ring[slot].key, key, 32);
+    d->ring[slot].t = now;
+    d->ring[slot].state = state;
+    d->ring[slot].next = d->buckets[b];
+    d->buckets[b] = slot;
+    d->count++;
+}
+
+/* Gives entry s a fresh start at now in state (an expired or forgotten id
+ * seen again). Call with d->mu held. */
+static void dd_restart(sl_webhook_dedupe *d, uint32_t s, int64_t now, uint8_t state)
+{
+    if (d->ring[s].state == DD_DEAD)
+        d->dead--;
+    d->ring[s].t = now;
+    d->ring[s].state = state;
+}
+
+static void dd_expire(sl_webhook_dedupe *d, int64_t now)
+{
+    while (d->count > 0 && expired(d, d->ring[d->head].t, now))
+        drop_oldest(d);
 }
 
 bool sl_webhook_dedupe_check(sl_webhook_dedupe *d, const char *id, size_t len, int64_t now_ms)
 {
     unsigned char key[32];
-    unsigned int kn = 0;
-    if (!EVP_Digest(id, len, key, &kn, EVP_sha256(), NULL) || kn != sizeof key)
+    if (!dd_key(id, len, key))
         return false;
     bool seen = false;
     pthread_mutex_lock(&d->mu);
-    while (d->count > 0 && expired(d, d->ring[d->head].t, now_ms))
-        drop_oldest(d);
-    size_t b = bucket_of(d, key);
-    for (uint32_t s = d->buckets[b]; s != NIL; s = d->ring[s].next) {
-        if (memcmp(d->ring[s].key, key, sizeof key) == 0) {
-            /* Only when now_ms went backwards can a later entry have expired
-             * while the head has not: treat it as new from now on. */
-            if (expired(d, d->ring[s].t, now_ms))
-                d->ring[s].t = now_ms;
-            else
-                seen = true;
-            goto out;
-        }
-    }
-    if (d->count == d->cap)
-        drop_oldest(d);
-    b = bucket_of(d, key); /* unchanged; dropping only unlinks */
-    uint32_t slot = (uint32_t)((d->head + d->count) % d->cap);
-    memcpy(d->ring[slot].key, key, sizeof key);
-    d->ring[slot].t = now_ms;
-    d->ring[slot].next = d->buckets[b];
-    d->buckets[b] = slot;
-    d->count++;
-out:
+    dd_expire(d, now_ms);
+    uint32_t s = dd_find(d, key);
+    if (s == NIL)
+        dd_insert(d, key, now_ms, DD_SEEN);
+    /* Only when now_ms went backwards can a later entry have expired while
+     * the head has not: treat it as new from now on, like a forgotten one. */
+    else if (d->ring[s].state == DD_DEAD || expired(d, d->ring[s].t, now_ms))
+        dd_restart(d, s, now_ms, DD_SEEN);
+    else
+        seen = true;
     pthread_mutex_unlock(&d->mu);
     return seen;
+}
+
+sl_webhook_claim sl_webhook_dedupe_claim(sl_webhook_dedupe *d, const char *id, size_t len,
+                                         int64_t now_ms)
+{
+    unsigned char key[32];
+    if (!dd_key(id, len, key))
+        return SL_WEBHOOK_CLAIM_NEW;
+    sl_webhook_claim c = SL_WEBHOOK_CLAIM_NEW;
+    pthread_mutex_lock(&d->mu);
+    dd_expire(d, now_ms);
+    uint32_t s = dd_find(d, key);
+    if (s == NIL) {
+        dd_insert(d, key, now_ms, DD_PENDING);
+    } else if (d->ring[s].state == DD_DEAD || expired(d, d->ring[s].t, now_ms)) {
+        dd_restart(d, s, now_ms, DD_PENDING);
+    } else if (d->ring[s].state == DD_SEEN) {
+        c = SL_WEBHOOK_CLAIM_SEEN;
+    } else if (now_ms - d->ring[s].t < SL_WEBHOOK_CLAIM_MS) {
+        c = SL_WEBHOOK_CLAIM_PENDING;
+    } else {
+        /* A claim nobody settled: take it over. The time stays, so that the
+         * ring keeps its order. */
+    }
+    pthread_mutex_unlock(&d->mu);
+    return c;
+}
+
+void sl_webhook_dedupe_settle(sl_webhook_dedupe *d, const char *id, size_t len, int64_t now_ms,
+                              bool stored)
+{
+    unsigned char key[32];
+    if (!dd_key(id, len, key))
+        return;
+    pthread_mutex_lock(&d->mu);
+    dd_expire(d, now_ms);
+    uint32_t s = dd_find(d, key);
+    if (s == NIL) {
+        if (stored) /* the cache dropped the claim meanwhile */
+            dd_insert(d, key, now_ms, DD_SEEN);
+    } else if (stored) {
+        if (d->ring[s].state == DD_DEAD)
+            dd_restart(d, s, now_ms, DD_SEEN);
+        else
+            d->ring[s].state = DD_SEEN;
+    } else if (d->ring[s].state == DD_PENDING) { /* never undoes another request's store */
+        d->ring[s].state = DD_DEAD;
+        d->dead++;
+    }
+    pthread_mutex_unlock(&d->mu);
 }
 
 size_t sl_webhook_dedupe_count(sl_webhook_dedupe *d)
 {
     pthread_mutex_lock(&d->mu);
-    size_t n = d->count;
+    size_t n = d->count - d->dead;
     pthread_mutex_unlock(&d->mu);
     return n;
 }

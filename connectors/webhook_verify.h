@@ -115,6 +115,33 @@ int sl_webhook_config_check(const sl_webhook_config *cfg, sl_error *err);
 int sl_webhook_verify(const sl_webhook_config *cfg, sl_webhook_header_fn *get, void *ctx,
                       const char *body, size_t len, int64_t now_ms, sl_error *err);
 
+/* Why sl_webhook_verify_why() refused a request (one table drives the enum
+ * and sl_webhook_refusal_name(), whose names are metric labels). */
+#define SL_WEBHOOK_REFUSAL_MAP(XX)                                                                 \
+    XX(NONE, "none")                         /* verified */                                       \
+    XX(MISSING_HEADER, "missing_header")     /* a signature or timestamp header is absent */      \
+    XX(MALFORMED_HEADER, "malformed_header") /* present but unparseable */                         \
+    XX(STALE_TIMESTAMP, "stale_timestamp")   /* outside the tolerance window */                    \
+    XX(NO_MATCH, "no_match")                 /* wrong secret, tampered body */                     \
+    XX(ERROR, "error")                       /* invalid config, out of memory */
+
+typedef enum sl_webhook_refusal {
+#define XX(code, _) SL_WEBHOOK_REFUSED_##code,
+    SL_WEBHOOK_REFUSAL_MAP(XX)
+#undef XX
+        SL_WEBHOOK_REFUSAL_COUNT
+} sl_webhook_refusal;
+
+/* The label of why ("missing_header", …); "?" for other values. */
+const char *sl_webhook_refusal_name(sl_webhook_refusal why);
+
+/* sl_webhook_verify(), also saying why it refused: *why (may be NULL) is
+ * SL_WEBHOOK_REFUSED_NONE when it returns 0, else the reason (ERROR for an
+ * invalid config or SL_ENOMEM). */
+int sl_webhook_verify_why(const sl_webhook_config *cfg, sl_webhook_header_fn *get, void *ctx,
+                          const char *body, size_t len, int64_t now_ms, sl_webhook_refusal *why,
+                          sl_error *err);
+
 /* ---- replay dedupe ------------------------------------------------------- */
 
 /* A fixed-capacity, thread-safe set of recently seen delivery ids. Ids are
@@ -137,6 +164,33 @@ sl_webhook_dedupe *sl_webhook_dedupe_new(size_t cap, int64_t window_ms);
  * follows insertion order, which matches time order when now_ms never goes
  * backwards. */
 bool sl_webhook_dedupe_check(sl_webhook_dedupe *d, const char *id, size_t len, int64_t now_ms);
+
+/* Two-step dedupe for a connector that must remember an id only once the
+ * event it names is stored: sl_webhook_dedupe_claim() when the request
+ * arrives, sl_webhook_dedupe_settle() when the store succeeded or failed. A
+ * claim older than SL_WEBHOOK_CLAIM_MS is taken over by the next claim (its
+ * publish never settled). */
+#define SL_WEBHOOK_CLAIM_MS 60000
+
+typedef enum sl_webhook_claim {
+    SL_WEBHOOK_CLAIM_NEW,     /* not seen in the window: claimed, store it, then settle */
+    SL_WEBHOOK_CLAIM_SEEN,    /* stored already within the window: a replay */
+    SL_WEBHOOK_CLAIM_PENDING, /* another request is storing it right now */
+} sl_webhook_claim;
+
+/* Claims id[0..len) at now_ms (dropping expired entries first, and the
+ * oldest entry when the cache is full). Returns NEW (the id is now pending;
+ * the caller must settle it), SEEN or PENDING (nothing changed). Returns NEW
+ * without claiming anything when libcrypto cannot hash the id (settling it
+ * is then harmless). sl_webhook_dedupe_check() counts a pending id as seen. */
+sl_webhook_claim sl_webhook_dedupe_claim(sl_webhook_dedupe *d, const char *id, size_t len,
+                                         int64_t now_ms);
+
+/* Ends a claim: stored, the id is remembered for the window (counted from
+ * the claim; inserted anew if the cache dropped the claim meanwhile); not
+ * stored, it is forgotten, so the sender's retry is new again. */
+void sl_webhook_dedupe_settle(sl_webhook_dedupe *d, const char *id, size_t len, int64_t now_ms,
+                              bool stored);
 
 /* Number of ids currently remembered (for metrics and tests). */
 size_t sl_webhook_dedupe_count(sl_webhook_dedupe *d);

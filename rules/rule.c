@@ -43,6 +43,7 @@ struct sl_rule_vm {
     size_t bcap;
     sl_buf enc;      /* encoding buffer, reused */
     rule_refs *refs; /* one per cfg->rules[i] */
+    int *parse;      /* one per cfg->sources[i]: its parse function, or LUA_NOREF */
 };
 
 static int ref_field(lua_State *L, int body, const char *name)
@@ -58,7 +59,10 @@ static int ref_field(lua_State *L, int body, const char *name)
 int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
 {
     sl_rule_vm *vm = calloc(1, sizeof *vm);
-    if (!vm || !(vm->refs = calloc(cfg->nrules + 1, sizeof *vm->refs))) {
+    if (!vm || !(vm->refs = calloc(cfg->nrules + 1, sizeof *vm->refs)) ||
+        !(vm->parse = calloc(cfg->nsources + 1, sizeof *vm->parse))) {
+        if (vm)
+            free(vm->refs);
         free(vm);
         return sl_error_set(err, SL_ENOMEM, "rule worker: out of memory");
     }
@@ -66,6 +70,8 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
     sl_pattern_event_init(&vm->pev);
     for (size_t i = 0; i < cfg->nrules; i++)
         vm->refs[i] = (rule_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF};
+    for (size_t i = 0; i < cfg->nsources; i++)
+        vm->parse[i] = LUA_NOREF;
     sl_sandbox_options so = {.mem_bytes = cfg->lua_memory,
                              .instructions = cfg->lua_instructions,
                              .privileged_src = sl_lua_src_prelude,
@@ -93,11 +99,21 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
     lua_State *L = vm->L;
     lua_getglobal(L, "__sluice_decls");
     lua_call(L, 0, 1);
+    size_t nsource = 0; /* sources are found by their place among the sources */
     for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
         lua_geti(L, -1, i);
         lua_getfield(L, -1, "kind");
         lua_getfield(L, -2, "name");
         const char *kind = lua_tostring(L, -2), *name = lua_tostring(L, -1);
+        if (kind && strcmp(kind, "source") == 0) {
+            size_t si = nsource++;
+            if (si < cfg->nsources) {
+                lua_getfield(L, -3, "body");
+                if (lua_istable(L, -1))
+                    vm->parse[si] = ref_field(L, lua_gettop(L), "parse");
+                lua_pop(L, 1);
+            }
+        }
         for (size_t r = 0; name && strcmp(kind, "rule") == 0 && r < cfg->nrules; r++) {
             if (strcmp(cfg->rules[r].name, name))
                 continue;
@@ -130,6 +146,7 @@ void sl_rule_vm_free(sl_rule_vm *vm)
     free(vm->bidx);
     sl_buf_free(&vm->enc);
     free(vm->refs);
+    free(vm->parse);
     free(vm);
 }
 
@@ -531,4 +548,64 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
     }
     *passed = np;
     return 0;
+}
+
+/* ---- source.file's parse functions ------------------------------------------ */
+
+bool sl_rule_vm_has_parse(const sl_rule_vm *vm, size_t source)
+{
+    return source < vm->cfg->nsources && vm->parse[source] != LUA_NOREF;
+}
+
+/* The name of source i, for messages. */
+static const char *source_name(const sl_rule_vm *vm, size_t i)
+{
+    const sl_source_config *sc = &vm->cfg->sources[i];
+    return sc->name ? sc->name : sc->kind_name ? sc->kind_name : "?";
+}
+
+int sl_rule_vm_parse(sl_rule_vm *vm, size_t source, const char *line, size_t len, sl_buf *out,
+                     sl_rule_parsed *kind, sl_error *err)
+{
+    if (!sl_rule_vm_has_parse(vm, source))
+        return sl_error_set(err, SL_EINVAL, "source %zu has no parse function", source);
+    lua_State *L = vm->L;
+    int top = lua_gettop(L);
+    size_t len0 = out->len;
+    if (!lua_checkstack(L, 4))
+        return sl_error_set(err, SL_ENOMEM, "source \"%s\": Lua stack", source_name(vm, source));
+    lua_rawgeti(L, LUA_REGISTRYINDEX, vm->parse[source]);
+    lua_pushlstring(L, line, len);
+    sl_error e = {0};
+    int r = sl_sandbox_call(L, 1, 1, &e);
+    if (r)
+        return sl_error_set(err, r, "source \"%s\": parse: %s", source_name(vm, source), e.msg);
+    int t = lua_type(L, -1);
+    if (t == LUA_TNIL || (t == LUA_TBOOLEAN && !lua_toboolean(L, -1))) {
+        *kind = SL_PARSED_SKIP;
+    } else if (t == LUA_TSTRING) {
+        size_t n;
+        const char *s = lua_tolstring(L, -1, &n);
+        if ((r = sl_buf_append(out, s, n)))
+            sl_error_set(err, r, "source \"%s\": parse: out of memory", source_name(vm, source));
+        *kind = SL_PARSED_TEXT;
+    } else if (t == LUA_TTABLE) {
+        /* Raw reads only: the encoder too runs no metamethod. */
+        lua_pushliteral(L, "specversion");
+        bool event = lua_rawget(L, -2) != LUA_TNIL;
+        lua_pop(L, 1);
+        r = sl_luajson_encode(L, lua_gettop(L), out, &e);
+        if (r)
+            sl_error_set(err, r, "source \"%s\": parse returned a table that is not JSON: %s",
+                         source_name(vm, source), e.msg);
+        *kind = event ? SL_PARSED_EVENT : SL_PARSED_DATA;
+    } else {
+        r = sl_error_set(err, SL_EINVAL,
+                         "source \"%s\": parse returned a %s; want nil, false, a string or a "
+                         "table", source_name(vm, source), luaL_typename(L, -1));
+    }
+    lua_settop(L, top);
+    if (r)
+        out->len = len0;
+    return r;
 }

@@ -24,7 +24,8 @@ typedef struct sl_rule_vm sl_rule_vm;
 
 /* Builds a VM for cfg (which must outlive it): a sandbox with the config's
  * memory and instruction limits, the config source run again, every rule's
- * functions referenced. Returns 0 and *out, or SL_ESCRIPT/SL_ENOMEM with err. */
+ * functions and every source's `parse` function referenced. Returns 0 and
+ * *out, or SL_ESCRIPT/SL_ENOMEM with err. */
 int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err);
 void sl_rule_vm_free(sl_rule_vm *vm);
 
@@ -74,5 +75,27 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
 int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
                        const size_t *lens, size_t n, const sl_input_ctx *ictx, sl_rule_out *out,
                        size_t *passed, sl_error *err);
+
+/* ---- source.file's parse = function(line) ------------------------------------ */
+
+/* What a line became. */
+typedef enum sl_rule_parsed {
+    SL_PARSED_SKIP,  /* the function returned nil or false: the line is dropped */
+    SL_PARSED_TEXT,  /* a string: out holds it, to be wrapped as text data */
+    SL_PARSED_DATA,  /* a table without specversion: out holds its JSON, to be wrapped */
+    SL_PARSED_EVENT, /* a table with specversion: out holds a whole CloudEvent's JSON */
+} sl_rule_parsed;
+
+/* True when cfg->sources[source] declared parse = function(line) … end. */
+bool sl_rule_vm_has_parse(const sl_rule_vm *vm, size_t source);
+
+/* Calls the parse function of cfg->sources[source] with the line (len bytes,
+ * any bytes) as a Lua string, and appends what it returned to out as
+ * *kind says. Returns 0; or, with out as it was: SL_EINVAL when the source
+ * has no parse function or the function returned something else than nil,
+ * false, a string or a table that encodes as JSON; SL_ESCRIPT, SL_EBUDGET,
+ * SL_ENOMEM as for sl_rule_eval. err says why, naming the source. */
+int sl_rule_vm_parse(sl_rule_vm *vm, size_t source, const char *line, size_t len, sl_buf *out,
+                     sl_rule_parsed *kind, sl_error *err);
 
 #endif

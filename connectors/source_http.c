@@ -187,6 +187,10 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
         known = true;
         if (get)
             return sl__http_rules(r);
+    } else if (n == 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sources") == 0) {
+        known = true;
+        if (get)
+            return sl__http_sources(r);
     } else if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0 &&
                strcmp(seg[3], "replay") == 0) {
         known = true;

@@ -84,6 +84,9 @@ enum MHD_Result sl__http_metrics(sl_http_req *r);
 
 /* GET /v1/rules and POST /v1/patterns/test (source_http_rules.c). */
 enum MHD_Result sl__http_rules(sl_http_req *r);
+
+/* GET /v1/sources (source_http_rules.c). */
+enum MHD_Result sl__http_sources(sl_http_req *r);
 enum MHD_Result sl__http_pattern_test(sl_http_req *r);
 /* source_http_rules.c: POST /v1/rules/{rule}/replay, GET …/replays */
 enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule);

@@ -1,7 +1,8 @@
 /*
  * connectors/source_http_rules.c — GET /v1/rules (the rule runner's cursors,
- * lag and counts) and POST /v1/patterns/test (EventBridge's TestEventPattern:
- * try a pattern on an event without a config).
+ * lag and counts), GET /v1/sources (each source's counts and health) and
+ * POST /v1/patterns/test (EventBridge's TestEventPattern: try a pattern on
+ * an event without a config).
  */
 #include "connectors/source_http_internal.h"
 #include "core/clock.h"
@@ -20,6 +21,19 @@ enum MHD_Result sl__http_rules(sl_http_req *r)
     if (rc) {
         sl_buf_free(&b);
         return sl__http_error(r, 500, "Internal", "listing the rules: %s", sl_strerror(rc));
+    }
+    return sl__http_reply(r, 200, &b, "application/json", 0);
+}
+
+enum MHD_Result sl__http_sources(sl_http_req *r)
+{
+    sl_http *h = r->h;
+    sl_buf b = SL_BUF_INIT;
+    int rc = h->hooks.sources_json ? h->hooks.sources_json(h->hooks.ctx, &b)
+                                   : sl_buf_append(&b, "{\"sources\":[]}\n", 15);
+    if (rc) {
+        sl_buf_free(&b);
+        return sl__http_error(r, 500, "Internal", "listing the sources: %s", sl_strerror(rc));
     }
     return sl__http_reply(r, 200, &b, "application/json", 0);
 }

@@ -589,6 +589,95 @@ static void test_kafka_target(void **state)
                    3, "must be a string, number or boolean");
 }
 
+static void test_sources(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "set \"logs\" { }\nset \"gh\" { }\n"
+                  "source.file { path = \"logs/*.log\", set = \"logs\", type = \"app.log\",\n"
+                  "  parse = \"text\", multiline = \"^[0-9]{4}-\", max_line = \"64KiB\",\n"
+                  "  long_lines = \"skip\", start = \"beginning\", lane = \"feature-x\" }\n"
+                  "source.file { name = \"lua\", path = \"/abs/x.log\", set = \"logs\",\n"
+                  "  parse = function(line) return { l = line } end, inotify = false }\n"
+                  "source.webhook { name = \"gh\", preset = \"github\", secret = \"a, b\", set = \"gh\" }\n"
+                  "source.kafka { brokers = \"b:1\", topics = \"in\", set = \"logs\",\n"
+                  "  properties = { [\"fetch.min.bytes\"] = 1 } }\n"
+                  "source.kafka { name = \"k2\", brokers = \"b:1\", topics = { \"a\", \"^b.*\" },\n"
+                  "  group = \"g\", set = \"logs\" }\n",
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    assert_int_equal(cfg->nsources, 5);
+    const sl_source_config *a = &cfg->sources[0];
+    assert_int_equal(a->kind, SL_SOURCE_FILE);
+    assert_string_equal(a->name, "file-logs"); /* KIND-SET by default */
+    assert_non_null(strstr(a->path, "/logs/*.log"));
+    assert_true(a->path[0] == '/'); /* resolved against the config's folder */
+    assert_int_equal(a->parse, SL_PARSE_TEXT);
+    assert_int_equal(a->max_line, 64 << 10);
+    assert_false(a->split_long);
+    assert_true(a->from_beginning);
+    assert_string_equal(a->lane, "feature-x");
+    assert_int_equal(a->poll_ms, 250);
+    assert_int_equal(a->multiline_timeout_ms, 1000);
+    const sl_source_config *l = sl_config_source(cfg, "lua");
+    assert_non_null(l);
+    assert_int_equal(l->parse, SL_PARSE_LUA);
+    assert_int_equal(l->index, 1);
+    assert_false(l->inotify);
+    assert_string_equal(l->path, "/abs/x.log");
+    assert_true(l->owner == cfg);
+    const sl_source_config *w = sl_config_source(cfg, "gh");
+    assert_int_equal(w->kind, SL_SOURCE_WEBHOOK);
+    assert_string_equal(w->preset, "github");
+    assert_int_equal(w->tolerance_ms, 300000);
+    assert_int_equal(w->dedupe_ms, 24LL * 3600 * 1000);
+    const sl_source_config *k = sl_config_source(cfg, "kafka-logs");
+    assert_non_null(k);
+    assert_int_equal(k->ntopics, 1);
+    assert_string_equal(k->topics[0], "in");
+    assert_int_equal(k->nproperties, 1);
+    assert_string_equal(k->properties[0], "fetch.min.bytes=1");
+    const sl_source_config *k2 = sl_config_source(cfg, "k2");
+    assert_int_equal(k2->ntopics, 2);
+    assert_string_equal(k2->topics[1], "^b.*");
+    assert_string_equal(k2->group, "g");
+    assert_null(sl_config_source(cfg, "nope"));
+    sl_config_free(cfg);
+
+    expect_mistake(f, "set \"x\" { }\nsource.file { set = \"x\" }\n", 2, "path is required");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\" }\n", 2, "set is required");
+    expect_mistake(f, "set \"x\" { }\nsource.file {\n path = \"a\", set = \"y\" }\n", 3,
+                   "set \"y\" is not declared");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\" }\n"
+                      "source.file { path = \"b\", set = \"x\" }\n",
+                   3, "the name is taken by the source at line 2");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n multiline = \"(\" }\n",
+                   3, "multiline is not an extended regex");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n parse = \"xml\" }\n",
+                   3, "parse must be \"json\", \"text\" or a function");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n long_lines = 1 }\n",
+                   3, "long_lines must be \"split\" or \"skip\"");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n lane = \"Prod\" }\n",
+                   3, "is not a lane name");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n name = \"../up\" }\n",
+                   3, "a source name is");
+    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\", tail = 1 }\n", 2,
+                   "unknown key \"tail\"");
+    expect_mistake(f, "set \"x\" { }\nsource.webhook { name = \"w\", set = \"x\" }\n", 2,
+                   "name, preset and secret are required");
+    expect_mistake(f, "set \"x\" { }\nsource.kafka { brokers = \"b:1\", set = \"x\" }\n", 2,
+                   "brokers and topics are required");
+    expect_mistake(f, "set \"x\" { }\nsource.kafka { brokers = \"b:1\", set = \"x\",\n topics = {} }\n",
+                   3, "topics must be a string or a non-empty list");
+    expect_mistake(f, "set \"x\" { }\nsource.exec { set = \"x\" }\n", 2,
+                   "unknown source kind source.exec (known: file, webhook, kafka)");
+    expect_mistake(f, "set \"x\" { }\nsource.file \"x\"\n", 2, "the body must be a table");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -599,6 +688,7 @@ int main(void)
         T(test_lua_errors),        T(test_env),           T(test_all_mistakes_at_once),
         T(test_missing_file),      T(test_keys_markdown), T(test_cursor_roundtrip),
         T(test_cursor_torn_slot),  T(test_delivery_keys), T(test_kafka_target),
+        T(test_sources),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

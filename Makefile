@@ -41,14 +41,36 @@ ITEST_BIN := $(ITEST_SRC:tests/integration/%.c=build/rel/itests/%)
 # Programs the tests start (tests/tools/*.c), e.g. the Kafka mock cluster.
 TOOL_SRC := $(wildcard tests/tools/*.c)
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=build/rel/tools/%)
+# Plugins: each folder plugins/NAME/ with C files becomes build/rel/plugins/NAME.so;
+# tests/plugins/NAME.c are the test-only ones (plugins/README.md).
+PLUGIN_SRC := $(wildcard plugins/*/*.c)
+PLUGIN_BIN := $(patsubst plugins/%/,build/rel/plugins/%.so,$(sort $(dir $(PLUGIN_SRC))))
+TPLUGIN_SRC := $(wildcard tests/plugins/*.c)
+TPLUGIN_BIN := $(TPLUGIN_SRC:tests/plugins/%.c=build/rel/tests/plugins/%.so)
 
 .PRECIOUS: $(B)/tests/%.o
 .PHONY: all run test unit itests bench soak format clean
-all: bin/sluice
+all: bin/sluice $(PLUGIN_BIN)
 
 bin/sluice: $(B)/core/main.o $(B)/libsluice.a
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# A plugin is built against the repo's headers only: sluice hands it every
+# function it may call, so it does not link libsluice (-z defs proves it) and
+# is never sanitized (the program loading it may not be). Order-only: building
+# bin/sluice builds the plugins without relinking it when one changes.
+bin/sluice: | $(PLUGIN_BIN)
+PLUGIN_CFLAGS = $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(CFLAGS)) -fPIC -shared \
+                -Wl,-z,defs
+$(foreach p,$(PLUGIN_BIN),$(eval $(p): $(wildcard $(p:build/rel/%.so=%)/*.c)))
+build/rel/plugins/%.so:
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $(filter %.c,$^)
+
+build/rel/tests/plugins/%.so: tests/plugins/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -o $@ $<
 
 $(B)/libsluice.a: $(LIB_OBJ)
 	@rm -f $@
@@ -104,7 +126,7 @@ test:
 	@$(MAKE) -s SANITIZE=address,undefined unit
 	@scripts/run-tests.sh build/rel/tests build/san/tests build/rel/itests
 
-itests: $(ITEST_BIN) $(TOOL_BIN)
+itests: $(ITEST_BIN) $(TOOL_BIN) $(PLUGIN_BIN) $(TPLUGIN_BIN)
 
 build/rel/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)

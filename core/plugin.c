@@ -33,12 +33,13 @@ typedef struct kind {
     bool target;
     const void *ops; /* sl_source_ops or sl_target_ops, the plugin's own table */
     const char *name;
-    const char *file; /* the plugin's realpath (owned by its file entry) */
+    const char *file; /* the plugin's path (owned by its file entry) */
 } kind;
 
 /* One plugin file that was opened and whose register function ran. */
 typedef struct file {
     char *path;  /* realpath */
+    char *shown; /* the path it was found at, for messages */
     char *error; /* NULL: loaded; else the problem, reported again on later loads */
 } file;
 
@@ -57,9 +58,8 @@ static const char *const common_source_keys[] = {"name", "set", "lane", "type", 
 /* While a plugin's register function runs: where its kinds go. */
 typedef struct loading {
     const char *path;
-    sl_buf *diag;
+    sl_buf *diag; /* its own problems */
     size_t first; /* its first entry in kinds (they are dropped if register fails) */
-    int problems;
 } loading;
 
 static bool valid_name(const char *s)
@@ -82,8 +82,7 @@ static const kind *find_locked(const char *name, bool target)
 }
 
 /* Checks a key table; a sentence in why (cap bytes) when it is bad. */
-static bool valid_keys(const sl_plugin_key *keys, size_t nkeys, bool source, char *why,
-                       size_t cap)
+static bool valid_keys(const sl_plugin_key *keys, size_t nkeys, bool source, char *why, size_t cap)
 {
     if (nkeys && !keys) {
         snprintf(why, cap, "nkeys is %zu but keys is NULL", nkeys);
@@ -160,9 +159,7 @@ static int add_kind(loading *ld, bool target, uint32_t abi, const char *name, co
         kinds[nkinds++] = (kind){target, ops, name, ld->path};
         return 0;
     }
-    if (ld->diag)
-        sl_buf_printf(ld->diag, "plugin %s: refused %s\n", ld->path, why);
-    ld->problems++;
+    sl_buf_printf(ld->diag, "plugin %s: table refused: %s\n", ld->path, why);
     return SL_EINVAL;
 }
 
@@ -174,30 +171,30 @@ static bool registering(void *ctx)
     return ctx && ctx == current;
 }
 
+/* A table's other fields are read only when its version says they exist. */
 static int add_source(void *ctx, const sl_source_ops *ops)
 {
     if (!registering(ctx))
         return SL_EINVAL;
-    const char *missing = !ops ? NULL
-                          : !ops->open ? "open"
-                          : !ops->stop ? "stop"
-                          : !ops->close ? "close"
-                                        : NULL;
-    return add_kind(ctx, false, ops ? ops->abi_version : 0, ops ? ops->name : NULL, ops,
-                    ops ? ops->keys : NULL, ops ? ops->nkeys : 0, missing);
+    if (!ops || ops->abi_version != SL_CONNECTOR_ABI_VERSION)
+        return add_kind(ctx, false, ops ? ops->abi_version : 0, ops ? ops->name : NULL, ops, NULL,
+                        0, NULL);
+    const char *missing = !ops->open ? "open" : !ops->stop ? "stop" : !ops->close ? "close" : NULL;
+    return add_kind(ctx, false, ops->abi_version, ops->name, ops, ops->keys, ops->nkeys, missing);
 }
 
 static int add_target(void *ctx, const sl_target_ops *ops)
 {
     if (!registering(ctx))
         return SL_EINVAL;
-    const char *missing = !ops ? NULL
-                          : !ops->open ? "open"
+    if (!ops || ops->abi_version != SL_CONNECTOR_ABI_VERSION)
+        return add_kind(ctx, true, ops ? ops->abi_version : 0, ops ? ops->name : NULL, ops, NULL, 0,
+                        NULL);
+    const char *missing = !ops->open      ? "open"
                           : !ops->deliver ? "deliver"
-                          : !ops->close ? "close"
-                                        : NULL;
-    return add_kind(ctx, true, ops ? ops->abi_version : 0, ops ? ops->name : NULL, ops,
-                    ops ? ops->keys : NULL, ops ? ops->nkeys : 0, missing);
+                          : !ops->close   ? "close"
+                                          : NULL;
+    return add_kind(ctx, true, ops->abi_version, ops->name, ops, ops->keys, ops->nkeys, missing);
 }
 
 /* Makes room for one more entry in files, before a register function runs
@@ -236,11 +233,17 @@ static int load_file(const char *shown, sl_buf *diag)
     /* Until register is called the plugin can be closed again (and is
      * retried on the next load, so that a rebuilt file is picked up). */
     char msg[1024];
+    char *shown_copy = strdup(shown);
+    if (!shown_copy) {
+        free(path);
+        return SL_ENOMEM;
+    }
     dlerror();
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        snprintf(msg, sizeof msg, "plugin %s: cannot load it: %s\n", path, e ? e : "dlopen failed");
+        snprintf(msg, sizeof msg, "plugin %s: cannot load it: %s\n", shown,
+                 e ? e : "dlopen failed");
         goto refuse;
     }
     dlerror();
@@ -249,14 +252,14 @@ static int load_file(const char *shown, sl_buf *diag)
         const char *e = dlerror();
         snprintf(msg, sizeof msg,
                  "plugin %s: no symbol %s (%s); is it a sluice plugin? (plugins/README.md)\n",
-                 path, SL_PLUGIN_ABI_SYMBOL, e ? e : "it is NULL");
+                 shown, SL_PLUGIN_ABI_SYMBOL, e ? e : "it is NULL");
         goto refuse;
     }
     if (*abi != SL_CONNECTOR_ABI_VERSION) {
         snprintf(msg, sizeof msg,
                  "plugin %s: built for sluice plugin ABI %u, this sluice speaks ABI %d; rebuild "
                  "it against this sluice's headers\n",
-                 path, (unsigned)*abi, SL_CONNECTOR_ABI_VERSION);
+                 shown, (unsigned)*abi, SL_CONNECTOR_ABI_VERSION);
         goto refuse;
     }
     dlerror();
@@ -269,46 +272,47 @@ static int load_file(const char *shown, sl_buf *diag)
     if (!reg.p) {
         const char *e = dlerror();
         snprintf(msg, sizeof msg, "plugin %s: no symbol %s (%s); it cannot register its kinds\n",
-                 path, SL_PLUGIN_REGISTER_SYMBOL, e ? e : "it is NULL");
+                 shown, SL_PLUGIN_REGISTER_SYMBOL, e ? e : "it is NULL");
         goto refuse;
     }
 
     if (files_reserve()) {
-        snprintf(msg, sizeof msg, "plugin %s: out of memory\n", path);
+        snprintf(msg, sizeof msg, "plugin %s: out of memory\n", shown);
         goto refuse;
     }
-    loading ld = {path, diag, nkinds, 0};
+    sl_buf own = SL_BUF_INIT; /* this plugin's problems, given again on later loads */
+    loading ld = {shown_copy, &own, nkinds};
     sl_plugin_registry r = {SL_CONNECTOR_ABI_VERSION, &ld, add_source, add_target};
     current = &ld;
     int rc = reg.fn(SL_CONNECTOR_ABI_VERSION, &r);
     current = NULL;
-    msg[0] = '\0';
     if (rc) {
         /* Its kinds are dropped; the library stays (it may have started
          * something), and the same message is given on later loads. */
         nkinds = ld.first;
-        snprintf(msg, sizeof msg, "plugin %s: %s returned %d (%s); none of its kinds is used\n",
-                 path, SL_PLUGIN_REGISTER_SYMBOL, rc, sl_strerror(rc));
-        if (diag)
-            sl_buf_printf(diag, "%s", msg);
+        sl_buf_printf(&own, "plugin %s: %s returned %d (%s); none of its kinds is used\n", shown,
+                      SL_PLUGIN_REGISTER_SYMBOL, rc, sl_strerror(rc));
     } else if (nkinds == ld.first) {
-        snprintf(msg, sizeof msg, "plugin %s: registered no source or target kind\n", path);
-        if (diag)
-            sl_buf_printf(diag, "%s", msg);
+        sl_buf_printf(&own, "plugin %s: registered no source or target kind\n", shown);
     }
-    /* Kinds refused by the registry were reported by it; they are not
-     * reported again on later loads (the plugin's other kinds work). */
+    /* A plugin with problems keeps its good kinds, and the same lines are
+     * given on every later load (a reload must not accept what the first
+     * load refused). */
     char *e = NULL;
-    if (msg[0] && !(e = strdup(msg)))
+    if (own.len && (sl_buf_append(&own, "", 1) || !(e = strdup((const char *)own.data))))
         e = (char *)"plugin: out of memory\n"; /* never freed: files live until exit */
-    files[nfiles++] = (file){path, e};
-    return msg[0] || ld.problems ? SL_EINVAL : 0;
+    sl_buf_free(&own);
+    if (e && diag)
+        sl_buf_printf(diag, "%s", e);
+    files[nfiles++] = (file){path, shown_copy, e};
+    return e ? SL_EINVAL : 0;
 
 refuse:
     if (diag)
         sl_buf_printf(diag, "%s", msg);
     if (h)
         dlclose(h);
+    free(shown_copy);
     free(path);
     return SL_EINVAL;
 }
@@ -360,7 +364,7 @@ int sl_plugin_load_dir(const char *dir, sl_buf *diag)
         qsort(names, n, sizeof *names, cmp_names);
 
     pthread_mutex_lock(&mu);
-    for (size_t i = 0; !rc && i < n; i++) {
+    for (size_t i = 0; rc != SL_ENOMEM && i < n; i++) {
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) {
             if (diag)

@@ -1,15 +1,1244 @@
-/* connectors/source_file.c — placeholder until source.file is written. */
+/*
+ * connectors/source_file.c — source.file: lines of files, tailed like
+ * `tail -F` (docs/sources.md).
+ *
+ * One thread per instance. It finds files with glob(3) (again on every
+ * directory event and every poll interval, so new files are picked up),
+ * reads each with a bounded buffer, turns lines into events (parse = "json",
+ * "text" or a Lua function; optional multi-line grouping) and hands them to
+ * the host, which publishes them through the Databus. A file is known by
+ * (dev, inode) plus a fingerprint (CRC-32C of its first bytes, up to 256), so
+ * that a reused inode is not mistaken for the file it replaced.
+ *
+ * Positions: every file has the offset up to which its bytes became events
+ * (or were dropped on purpose), and the committed offset, which moves to it
+ * only after host->flush() returned 0 (the Databus acknowledged the batch).
+ * Committed offsets are kept in STATE_DIR/positions, one line per file
+ * ("DEV INO OFFSET FPLEN FPCRC PATH"), replaced atomically (tmp + rename,
+ * fdatasync at most once a second). A restart reads from there, so it
+ * repeats at most the batch that was not acknowledged and loses nothing.
+ *
+ * Rotation: when a path names another inode, or no file, the old file is
+ * "gone": its descriptor is read to the end and kept until it has been idle
+ * for ROTATE_GRACE_MS after the rename, then closed and forgotten; the new
+ * file is read from offset 0. A file whose size fell below the position, or
+ * whose first bytes changed (copy-truncate), is read again from 0. A file
+ * deleted while open (st_nlink == 0) is gone in the same way.
+ *
+ * A final line without '\n' is held until its newline comes; only when its
+ * file is gone (rotated or deleted, then idle) is it emitted as it is.
+ * Back-pressure: flush() blocks inside the host while the set's buffers are
+ * full, and nothing is read meanwhile.
+ */
+#include "core/clock.h"
 #include "core/connector.h"
+#include "core/crc32c.h"
+#include "core/json.h"
+#include "rules/rule.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define READ_BUF (1u << 20)         /* one read(2) at most */
+#define ROUND_BYTES (4u << 20)      /* read from one file per round, for fairness */
+#define FP_MAX 256                  /* fingerprint: CRC-32C of the first bytes */
+#define MAX_OPEN 256                /* open descriptors per instance */
+#define FLUSH_EVENTS 8192           /* a batch ends at this many events … */
+#define FLUSH_BYTES (1u << 20)      /* … or this many line bytes */
+#define ROTATE_GRACE_MS 1000        /* a gone file is kept this long after its last data */
+#define SYNC_EVERY_MS 1000          /* fdatasync of the positions at most this often */
+#define DEFAULT_TYPE "sluice.file.line"
+#define POSITIONS "positions"
+#define POSITIONS_HEADER "# sluice source.file positions v1\n"
+
+/* One file being tailed. */
+typedef struct sf_file {
+    char *path;
+    char *src; /* CloudEvent source of its lines: "file://PATH" (NULL: cfg->source) */
+    dev_t dev;
+    ino_t ino;
+    int fd; /* -1 when closed (not opened yet, or recycled) */
+    uint64_t off;       /* the next byte read(2) gives */
+    uint64_t done;      /* bytes before it became events or were dropped */
+    uint64_t committed; /* acknowledged: what the positions file says */
+    uint32_t fp;        /* CRC-32C of the first fp_len bytes */
+    uint32_t fp_len;
+    sl_buf line;     /* the current line so far (at most max_line bytes) */
+    bool skipping;   /* dropping the rest of a line longer than max_line */
+    bool split_cont; /* pieces of the current line were emitted already */
+    /* multiline: the pending event's lines, joined with '\n' */
+    sl_buf group;
+    bool grouping;
+    uint64_t group_start; /* where its first line starts */
+    uint64_t group_end;   /* where its last line ends */
+    int64_t group_ms;     /* when a line was last added */
+    bool gone;            /* renamed away or deleted: drain, then forget */
+    int64_t gone_ms;
+    int64_t data_ms; /* last time a read gave bytes */
+    int64_t used_ms; /* last time it was read: the oldest is closed first */
+    bool seen;       /* found by the current scan */
+    bool want;       /* has (or may have) unread bytes: keep or get a descriptor */
+} sf_file;
+
+/* A position read back from the positions file at start. */
+typedef struct sf_pos {
+    dev_t dev;
+    ino_t ino;
+    uint64_t off;
+    uint32_t fp_len, fp;
+} sf_pos;
+
+/* A watched directory. */
+typedef struct sf_watch {
+    int wd;
+    char *dir;
+} sf_watch;
+
+typedef struct sf {
+    const sl_source_config *cfg;
+    const sl_source_host *host;
+    pthread_t thread;
+    bool started;
+    int wake_fd;     /* eventfd: stop() wakes the thread's poll(2) */
+    int ino_fd;      /* inotify, or -1: polling only */
+    atomic_bool halt; /* stop() was called, or flush() said SL_ESHUTDOWN */
+    regex_t re;
+    bool has_re;
+    sl_rule_vm *vm; /* parse = function(line) */
+    const char *type;
+    sf_file **files;
+    size_t nfiles, cap;
+    size_t nopen;
+    sf_pos *stored; /* positions from the last run, until the first scan used them */
+    size_t nstored;
+    sf_watch *watches;
+    size_t nwatches;
+    char *rbuf;     /* READ_BUF bytes */
+    sl_buf out;     /* what parse functions return */
+    sl_buf posbuf;  /* the positions file being written */
+    char *pos_path, *pos_tmp;
+    char *dir;      /* the pattern's literal folder (for health) */
+    size_t batch_events, batch_bytes;
+    bool dirty;     /* positions to write even without a batch */
+    int64_t synced_ms;
+    int64_t now;    /* monotonic ms, refreshed per round */
+    bool initial;   /* the first scan: `start` applies */
+    /* counters (read by metrics() from other threads) */
+    atomic_uint_fast64_t n_files, n_lines, n_bytes, n_rotations, n_truncations, n_parse_errors,
+        n_skipped, n_refused;
+    pthread_mutex_t mu; /* guards health */
+    char health[256];   /* "" when healthy */
+} sf;
+
+static int64_t mono_ms(void)
+{
+    return sl_clock_mono_ns() / 1000000;
+}
+
+static void set_health(sf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_health(sf *s, const char *fmt, ...)
+{
+    char msg[sizeof s->health];
+    msg[0] = 0;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_lock(&s->mu);
+    bool changed = strcmp(msg, s->health) != 0;
+    snprintf(s->health, sizeof s->health, "%s", msg);
+    pthread_mutex_unlock(&s->mu);
+    if (changed && msg[0])
+        s->host->log(s->host->ctx, "%s", msg);
+}
+
+/* ---- events ---------------------------------------------------------------------- */
+
+/* True when the validated object obj has a top-level "specversion" member. */
+static bool has_specversion(const sl_json_tok *obj)
+{
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &k, &v))
+        if (k.len == 13 && memcmp(k.p, "\"specversion\"", 13) == 0)
+            return true;
+    return false;
+}
+
+static void emitted(sf *s, int rc, size_t n, const sl_error *err)
+{
+    if (rc) {
+        /* The host counted and logged a refusal; memory is ours to say. */
+        atomic_fetch_add(&s->n_refused, 1);
+        if (rc != SL_EINVAL)
+            s->host->log(s->host->ctx, "a line was not added: %s", err->msg);
+        return;
+    }
+    s->batch_events++;
+    s->batch_bytes += n;
+}
+
+/* Turns one line (or multi-line group, or piece of a long line) into an
+ * event of the batch. */
+static void emit_one(sf *s, sf_file *f, const char *p, size_t n)
+{
+    const sl_source_host *h = s->host;
+    sl_error err = {0};
+    sl_source_meta meta = {.type = s->type, .source = f->src, .data = SL_DATA_TEXT};
+    int rc;
+    atomic_fetch_add(&s->n_lines, 1);
+    atomic_fetch_add(&s->n_bytes, n);
+    switch (s->cfg->parse) {
+    case SL_PARSE_TEXT:
+        rc = h->emit_data(h->ctx, p, n, &meta, &err);
+        break;
+    case SL_PARSE_JSON: {
+        sl_json_tok tok;
+        if (sl_json_validate(p, n, 64, &tok, NULL) == 0) {
+            if (tok.type == SL_JSON_OBJECT && memmem(p, n, "\"specversion\"", 13) &&
+                has_specversion(&tok)) {
+                rc = h->emit_event(h->ctx, p, n, NULL, &err);
+                break;
+            }
+            meta.data = SL_DATA_JSON;
+        } else {
+            atomic_fetch_add(&s->n_parse_errors, 1);
+        }
+        rc = h->emit_data(h->ctx, p, n, &meta, &err);
+        break;
+    }
+    case SL_PARSE_LUA: {
+        sl_rule_parsed kind;
+        s->out.len = 0;
+        rc = sl_rule_vm_parse(s->vm, s->cfg->index, p, n, &s->out, &kind, &err);
+        if (rc) {
+            /* Nothing is lost: the line goes on as text. */
+            atomic_fetch_add(&s->n_parse_errors, 1);
+            h->log(h->ctx, "%s: %s", f->path, err.msg);
+            rc = h->emit_data(h->ctx, p, n, &meta, &err);
+            break;
+        }
+        const char *o = (const char *)s->out.data;
+        switch (kind) {
+        case SL_PARSED_SKIP:
+            return;
+        case SL_PARSED_TEXT:
+            rc = h->emit_data(h->ctx, o ? o : "", s->out.len, &meta, &err);
+            break;
+        case SL_PARSED_DATA:
+            meta.data = SL_DATA_JSON;
+            rc = h->emit_data(h->ctx, o, s->out.len, &meta, &err);
+            break;
+        case SL_PARSED_EVENT:
+            rc = h->emit_event(h->ctx, o, s->out.len, NULL, &err);
+            break;
+        default:
+            abort();
+        }
+        if (s->out.cap > (4u << 20))
+            sl_buf_free(&s->out);
+        break;
+    }
+    default:
+        abort();
+    }
+    emitted(s, rc, n, &err);
+}
+
+/* Emits the pending multi-line group of f. */
+static void group_emit(sf *s, sf_file *f)
+{
+    if (!f->grouping)
+        return;
+    emit_one(s, f, (const char *)f->group.data, f->group.len);
+    f->grouping = false;
+    f->group.len = 0;
+    if (f->group.cap > 2 * s->cfg->max_line + 4096)
+        sl_buf_free(&f->group);
+}
+
+static bool starts_group(sf *s, const char *p, size_t n)
+{
+    regmatch_t m[1] = {{.rm_so = 0, .rm_eo = (regoff_t)n}};
+    return regexec(&s->re, p ? p : "", 1, m, REG_STARTEND) == 0;
+}
+
+/* One finished line of f: bytes [f->done, end) of the file, p/n without the
+ * line end. */
+static void line_out(sf *s, sf_file *f, const char *p, size_t n, uint64_t end)
+{
+    uint64_t start = f->done;
+    if (!s->has_re) {
+        if (n)
+            emit_one(s, f, p, n);
+        f->done = end;
+        return;
+    }
+    bool first = starts_group(s, p, n);
+    if (f->grouping && (first || f->group.len + 1 + n > s->cfg->max_line))
+        group_emit(s, f);
+    if (f->grouping) {
+        if (sl_buf_append(&f->group, "\n", 1) || sl_buf_append(&f->group, p, n)) {
+            group_emit(s, f); /* out of memory: the group so far */
+        }
+        f->group_end = end;
+        f->group_ms = s->now;
+    } else if (n || first) {
+        f->group.len = 0;
+        if (sl_buf_append(&f->group, p, n) == 0) {
+            f->grouping = true;
+            f->group_start = start;
+            f->group_end = end;
+            f->group_ms = s->now;
+        }
+    }
+    f->done = end;
+}
+
+/* Where a restart must read f again from. */
+static uint64_t commit_pos(const sf_file *f)
+{
+    return f->grouping ? f->group_start : f->done;
+}
+
+/* ---- positions ------------------------------------------------------------------- */
+
+static void load_positions(sf *s)
+{
+    FILE *fp = fopen(s->pos_path, "re");
+    if (!fp)
+        return;
+    char line[PATH_MAX + 128];
+    while (fgets(line, sizeof line, fp)) {
+        if (line[0] == '#')
+            continue;
+        unsigned long long dev, ino, off;
+        unsigned fplen, crc;
+        if (sscanf(line, "%llu %llu %llu %u %x", &dev, &ino, &off, &fplen, &crc) != 5)
+            continue;
+        sf_pos *g = realloc(s->stored, (s->nstored + 1) * sizeof *g);
+        if (!g)
+            break;
+        s->stored = g;
+        s->stored[s->nstored++] =
+            (sf_pos){(dev_t)dev, (ino_t)ino, (uint64_t)off, fplen > FP_MAX ? FP_MAX : fplen, crc};
+    }
+    fclose(fp);
+}
+
+/* Writes every file's committed position (tmp + rename). */
+static void save_positions(sf *s, bool sync)
+{
+    sl_buf *b = &s->posbuf;
+    b->len = 0;
+    int rc = sl_buf_append(b, POSITIONS_HEADER, strlen(POSITIONS_HEADER));
+    for (size_t i = 0; !rc && i < s->nfiles; i++) {
+        const sf_file *f = s->files[i];
+        char head[128];
+        int n = snprintf(head, sizeof head, "%llu %llu %llu %u %08x ", (unsigned long long)f->dev,
+                         (unsigned long long)f->ino, (unsigned long long)f->committed, f->fp_len,
+                         f->fp);
+        rc = sl_buf_append(b, head, (size_t)n);
+        size_t at = b->len;
+        if (!rc)
+            rc = sl_buf_append(b, f->path, strlen(f->path));
+        for (size_t j = at; !rc && j < b->len; j++)
+            if (b->data[j] == '\n')
+                b->data[j] = '?'; /* the path is for people only */
+        if (!rc)
+            rc = sl_buf_append(b, "\n", 1);
+    }
+    if (rc)
+        return;
+    int fd = open(s->pos_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        s->host->log(s->host->ctx, "%s: %s", s->pos_tmp, strerror(errno));
+        return;
+    }
+    size_t w = 0;
+    while (w < b->len) {
+        ssize_t k = write(fd, b->data + w, b->len - w);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        w += (size_t)k;
+    }
+    bool ok = w == b->len;
+    if (ok && (sync || s->now - s->synced_ms >= SYNC_EVERY_MS)) {
+        ok = fdatasync(fd) == 0;
+        s->synced_ms = s->now;
+    }
+    close(fd);
+    if (!ok || rename(s->pos_tmp, s->pos_path)) {
+        s->host->log(s->host->ctx, "%s: cannot write the positions: %s", s->pos_path,
+                     strerror(errno));
+        unlink(s->pos_tmp);
+        return;
+    }
+    s->dirty = false;
+    if (b->cap > (1u << 20))
+        sl_buf_free(b);
+}
+
+/* Every file's position is acknowledged (the batch was flushed, or empty):
+ * moves the committed offsets and writes them when they changed. */
+static void commit(sf *s, bool sync)
+{
+    bool changed = s->dirty;
+    for (size_t i = 0; i < s->nfiles; i++) {
+        sf_file *f = s->files[i];
+        uint64_t p = commit_pos(f);
+        if (p != f->committed) {
+            f->committed = p;
+            changed = true;
+        }
+    }
+    if (changed || sync)
+        save_positions(s, sync);
+}
+
+/* Publishes the batch and commits. Returns false when the server stops
+ * (nothing committed). */
+static bool flush_commit(sf *s)
+{
+    if (s->batch_events) {
+        sl_error err = {0};
+        int rc = s->host->flush(s->host->ctx, &err);
+        if (rc) {
+            atomic_store(&s->halt, true);
+            return false;
+        }
+        s->batch_events = s->batch_bytes = 0;
+        s->now = mono_ms();
+    }
+    commit(s, false);
+    return true;
+}
+
+static bool halted(sf *s)
+{
+    return atomic_load_explicit(&s->halt, memory_order_relaxed);
+}
+
+/* Flushes when the batch is full. */
+static void maybe_flush(sf *s)
+{
+    if (s->batch_events >= FLUSH_EVENTS || s->batch_bytes >= FLUSH_BYTES)
+        flush_commit(s);
+}
+
+/* ---- lines ----------------------------------------------------------------------- */
+
+/* Splits the n bytes just read at file offset base into lines. Stops early
+ * when the server stops. */
+static void consume(sf *s, sf_file *f, const char *data, size_t n, uint64_t base)
+{
+    const uint64_t max = s->cfg->max_line;
+    const char *p = data, *end = data + n;
+    while (p < end && !halted(s)) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t seg = (size_t)((nl ? nl : end) - p);
+        uint64_t pos = base + (uint64_t)(p - data); /* file offset of p */
+        if (f->skipping) {
+            if (!nl)
+                return;
+            f->skipping = false;
+            f->done = pos + seg + 1;
+            p = nl + 1;
+            continue;
+        }
+        /* The line's content, a trailing '\r' left out. */
+        size_t have = f->line.len + seg;
+        bool cr = nl && (seg ? p[seg - 1] == '\r' : (f->line.len && f->line.data[f->line.len - 1] == '\r'));
+        size_t content = have - (cr ? 1 : 0);
+        if (content > max || (!nl && have > max)) {
+            if (s->cfg->split_long) {
+                /* A piece of exactly max bytes: what is held, then from p. */
+                size_t take = (size_t)(max - f->line.len);
+                const char *piece = p;
+                size_t plen = (size_t)max;
+                if (f->line.len) {
+                    if (sl_buf_append(&f->line, p, take)) {
+                        take = 0; /* out of memory: what is held goes alone */
+                        plen = f->line.len;
+                    }
+                    piece = (const char *)f->line.data;
+                }
+                line_out(s, f, piece, plen, f->done + plen);
+                f->line.len = 0;
+                f->split_cont = true;
+                p += take;
+            } else {
+                atomic_fetch_add(&s->n_skipped, 1);
+                s->host->log(s->host->ctx, "%s: a line at byte %" PRIu64 " is longer than %" PRIu64
+                             " bytes: skipped", f->path, f->done, max);
+                f->line.len = 0;
+                f->split_cont = false;
+                if (nl) {
+                    f->done = pos + seg + 1;
+                    p = nl + 1;
+                } else {
+                    f->skipping = true;
+                    return;
+                }
+            }
+            maybe_flush(s);
+            continue;
+        }
+        if (f->line.len && sl_buf_append(&f->line, p, seg)) {
+            /* Out of memory: what is held goes on as a piece of its own. */
+            line_out(s, f, (const char *)f->line.data, f->line.len, f->done + f->line.len);
+            f->line.len = 0;
+            f->split_cont = true;
+            continue;
+        }
+        if (!nl) {
+            if (!f->line.len && seg && sl_buf_append(&f->line, p, seg)) {
+                line_out(s, f, p, seg, f->done + seg); /* no memory even for it */
+                f->split_cont = true;
+            }
+            return;
+        }
+        const char *lp = f->line.len ? (const char *)f->line.data : p;
+        if (content || !f->split_cont)
+            line_out(s, f, lp, content, pos + seg + 1);
+        else
+            f->done = pos + seg + 1; /* the end of a line whose pieces were emitted */
+        f->line.len = 0;
+        f->split_cont = false;
+        if (f->line.cap > max + 4096)
+            sl_buf_free(&f->line);
+        p = nl + 1;
+        maybe_flush(s);
+    }
+}
+
+/* A gone file is done with: what it held back becomes events. */
+static void drain_held(sf *s, sf_file *f)
+{
+    if (f->line.len && !f->skipping) {
+        size_t n = f->line.len;
+        if (n && f->line.data[n - 1] == '\r')
+            n--;
+        line_out(s, f, (const char *)f->line.data, n, f->off);
+    }
+    f->line.len = 0;
+    f->skipping = false;
+    group_emit(s, f);
+}
+
+/* ---- files ----------------------------------------------------------------------- */
+
+static uint32_t crc_prefix(int fd, uint32_t len, bool *ok)
+{
+    char b[FP_MAX];
+    ssize_t n = pread(fd, b, len, 0);
+    *ok = n == (ssize_t)len;
+    return *ok ? sl_crc32c(0, b, len) : 0;
+}
+
+/* Grows the fingerprint of f as long as it covers fewer than FP_MAX bytes. */
+static void fingerprint(sf_file *f, uint64_t size)
+{
+    if (f->fd < 0 || f->fp_len >= FP_MAX || size <= f->fp_len)
+        return;
+    uint32_t len = size < FP_MAX ? (uint32_t)size : FP_MAX;
+    bool ok;
+    uint32_t c = crc_prefix(f->fd, len, &ok);
+    if (ok) {
+        f->fp = c;
+        f->fp_len = len;
+    }
+}
+
+static void file_close(sf *s, sf_file *f)
+{
+    if (f->fd >= 0) {
+        close(f->fd);
+        f->fd = -1;
+        s->nopen--;
+    }
+}
+
+/* Forgets f (index i). */
+static void file_drop(sf *s, size_t i)
+{
+    sf_file *f = s->files[i];
+    file_close(s, f);
+    free(f->path);
+    free(f->src);
+    sl_buf_free(&f->line);
+    sl_buf_free(&f->group);
+    free(f);
+    s->files[i] = s->files[--s->nfiles];
+    atomic_store(&s->n_files, s->nfiles);
+    s->dirty = true;
+}
+
+/* The file is read again from 0 (truncated, or replaced under its inode). */
+static void file_restart(sf *s, sf_file *f, const char *why)
+{
+    s->host->log(s->host->ctx, "%s %s: reading it again from the start", f->path, why);
+    atomic_fetch_add(&s->n_truncations, 1);
+    drain_held(s, f);
+    f->off = f->done = 0;
+    f->grouping = f->split_cont = false;
+    f->fp_len = 0;
+    f->fp = 0;
+    f->want = true;
+    s->dirty = true;
+    if (f->fd >= 0 && lseek(f->fd, 0, SEEK_SET) < 0)
+        file_close(s, f);
+}
+
+/* Makes room for one more descriptor: closes the least recently read file
+ * that has nothing to read and is not gone. */
+static bool make_room(sf *s)
+{
+    if (s->nopen < MAX_OPEN)
+        return true;
+    sf_file *old = NULL;
+    for (size_t i = 0; i < s->nfiles; i++) {
+        sf_file *f = s->files[i];
+        if (f->fd >= 0 && !f->want && !f->gone && (!old || f->used_ms < old->used_ms))
+            old = f;
+    }
+    if (!old)
+        return false;
+    file_close(s, old);
+    return true;
+}
+
+/* Opens f at its offset. False when it is not the same file any more, or
+ * cannot be opened now. */
+static bool file_open(sf *s, sf_file *f)
+{
+    if (f->fd >= 0)
+        return true;
+    if (!make_room(s))
+        return false;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT)
+        s->host->log(s->host->ctx, "%s: %s", f->path, strerror(errno));
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || st.st_dev != f->dev || st.st_ino != f->ino) {
+        if (fd >= 0)
+            close(fd);
+        return false; /* the next scan sorts it out */
+    }
+    f->fd = fd;
+    s->nopen++;
+    f->used_ms = s->now;
+    if (f->fp_len) {
+        bool ok;
+        uint32_t c = crc_prefix(fd, f->fp_len, &ok);
+        if (!ok || c != f->fp) {
+            file_restart(s, f, "was replaced (same inode, other content)");
+            return f->fd >= 0;
+        }
+    }
+    if ((uint64_t)st.st_size < f->off) {
+        file_restart(s, f, "was truncated");
+        return f->fd >= 0;
+    }
+    if (lseek(fd, (off_t)f->off, SEEK_SET) < 0) {
+        file_close(s, f);
+        return false;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return true;
+}
+
+static sf_file *file_find(sf *s, dev_t dev, ino_t ino)
+{
+    for (size_t i = 0; i < s->nfiles; i++)
+        if (s->files[i]->dev == dev && s->files[i]->ino == ino)
+            return s->files[i];
+    return NULL;
+}
+
+static void file_set_path(sf *s, sf_file *f, const char *path)
+{
+    char *p = strdup(path), *src = NULL;
+    if (!p)
+        return;
+    if (!s->cfg->source) {
+        size_t n = strlen(path);
+        if (!(src = malloc(n + 8))) {
+            free(p);
+            return;
+        }
+        memcpy(src, "file://", 7);
+        memcpy(src + 7, path, n + 1);
+    }
+    free(f->path);
+    free(f->src);
+    f->path = p;
+    f->src = src;
+}
+
+/* A file the scan found for the first time. */
+static void file_add(sf *s, const char *path, const struct stat *st)
+{
+    if (s->nfiles == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        sf_file **g = realloc(s->files, cap * sizeof *g);
+        if (!g)
+            return;
+        s->files = g;
+        s->cap = cap;
+    }
+    sf_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return;
+    f->fd = -1;
+    f->dev = st->st_dev;
+    f->ino = st->st_ino;
+    file_set_path(s, f, path);
+    if (!f->path) {
+        free(f);
+        return;
+    }
+    s->files[s->nfiles++] = f;
+    atomic_store(&s->n_files, s->nfiles);
+    f->data_ms = f->used_ms = s->now;
+    f->want = f->seen = true;
+    s->dirty = true;
+    uint64_t size = (uint64_t)st->st_size;
+    if (!s->initial)
+        return; /* a file made after the start is read from its beginning */
+    /* The first scan: a stored position, else `start`. The descriptor is a
+     * temporary one (file_read opens it within the cap). */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat fst;
+    if (f->fd < 0 || fstat(f->fd, &fst) || fst.st_ino != f->ino || fst.st_dev != f->dev) {
+        if (f->fd >= 0)
+            close(f->fd);
+        f->fd = -1;
+        return;
+    }
+    bool found = false;
+    for (size_t i = 0; !found && i < s->nstored; i++) {
+        const sf_pos *p = &s->stored[i];
+        if (p->dev != f->dev || p->ino != f->ino)
+            continue;
+        found = true;
+        bool ok = true;
+        uint32_t c = p->fp_len ? crc_prefix(f->fd, p->fp_len, &ok) : 0;
+        if (ok && c == p->fp && p->off <= size) {
+            f->off = f->done = f->committed = p->off;
+            f->fp = p->fp;
+            f->fp_len = p->fp_len;
+        } else {
+            s->host->log(s->host->ctx, "%s changed while sluice was stopped: reading it from "
+                         "the start", path);
+        }
+    }
+    if (!found && !s->cfg->from_beginning)
+        f->off = f->done = f->committed = size;
+    fingerprint(f, f->off);
+    close(f->fd);
+    f->fd = -1;
+}
+
+/* Watches dir (once). */
+static void watch_dir(sf *s, const char *dir)
+{
+    if (s->ino_fd < 0)
+        return;
+    for (size_t i = 0; i < s->nwatches; i++)
+        if (strcmp(s->watches[i].dir, dir) == 0)
+            return;
+    int wd = inotify_add_watch(s->ino_fd, dir,
+                               IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE |
+                                   IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB);
+    if (wd < 0)
+        return; /* polling covers it */
+    sf_watch *g = realloc(s->watches, (s->nwatches + 1) * sizeof *g);
+    char *d = strdup(dir);
+    if (!g || !d) {
+        free(d);
+        if (g)
+            s->watches = g;
+        inotify_rm_watch(s->ino_fd, wd);
+        return;
+    }
+    s->watches = g;
+    s->watches[s->nwatches++] = (sf_watch){wd, d};
+}
+
+static void watch_parent(sf *s, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return;
+    char dir[PATH_MAX];
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir)
+        return;
+    memcpy(dir, path, n);
+    dir[n] = 0;
+    watch_dir(s, dir);
+}
+
+/* Finds the files the pattern names now: new ones, renamed and deleted
+ * ones, truncated ones. */
+static void scan(sf *s)
+{
+    const char *pattern = s->cfg->path;
+    struct stat st;
+    errno = 0;
+    if (stat(s->dir, &st) || !S_ISDIR(st.st_mode) || access(s->dir, R_OK | X_OK))
+        set_health(s, "%s: %s", s->dir, errno ? strerror(errno) : "not a readable folder");
+    else
+        set_health(s, NULL);
+    watch_dir(s, s->dir);
+    for (size_t i = 0; i < s->nfiles; i++)
+        s->files[i]->seen = false;
+    glob_t g;
+    int gr = glob(pattern, GLOB_NOSORT, NULL, &g);
+    for (size_t i = 0; gr == 0 && i < g.gl_pathc; i++) {
+        const char *path = g.gl_pathv[i];
+        if (stat(path, &st) || !S_ISREG(st.st_mode))
+            continue;
+        sf_file *f = file_find(s, st.st_dev, st.st_ino);
+        if (!f) {
+            file_add(s, path, &st);
+            watch_parent(s, path);
+            continue;
+        }
+        f->seen = true;
+        if (f->gone) {
+            f->gone = false; /* it came back (renamed back, or our mistake) */
+        }
+        struct stat cur;
+        if (strcmp(f->path, path) &&
+            (stat(f->path, &cur) || cur.st_dev != f->dev || cur.st_ino != f->ino)) {
+            file_set_path(s, f, path); /* renamed inside the pattern: same file */
+            s->dirty = true;
+        }
+        if ((uint64_t)st.st_size != f->off)
+            f->want = true; /* more bytes (or fewer: handled once open) */
+    }
+    if (gr == 0)
+        globfree(&g);
+    for (size_t i = 0; i < s->nfiles; i++) {
+        sf_file *f = s->files[i];
+        if (!f->seen && !f->gone) {
+            f->gone = true;
+            f->gone_ms = s->now;
+            atomic_fetch_add(&s->n_rotations, 1);
+            if (f->fd < 0)
+                s->host->log(s->host->ctx, "%s went away while it was closed (too many files "
+                             "open): what was written to it after byte %" PRIu64 " is not read",
+                             f->path, f->off);
+        }
+        if (f->fd < 0)
+            continue;
+        if (fstat(f->fd, &st) == 0) {
+            if (st.st_nlink == 0 && !f->gone) {
+                f->gone = true;
+                f->gone_ms = s->now;
+            }
+            if ((uint64_t)st.st_size < f->off) {
+                file_restart(s, f, "was truncated");
+            } else if (f->fp_len && (uint64_t)st.st_size >= f->fp_len) {
+                bool ok;
+                uint32_t c = crc_prefix(f->fd, f->fp_len, &ok);
+                if (ok && c != f->fp)
+                    file_restart(s, f, "was truncated and written again");
+            }
+            if ((uint64_t)st.st_size > f->off)
+                f->want = true;
+        }
+    }
+    /* Gone files without a descriptor cannot be read any more. */
+    for (size_t i = s->nfiles; i-- > 0;) {
+        if (s->files[i]->gone && s->files[i]->fd < 0) {
+            drain_held(s, s->files[i]);
+            file_drop(s, i);
+        }
+    }
+}
+
+/* Reads what f has, up to ROUND_BYTES. Returns true when it may have more. */
+static bool file_read(sf *s, sf_file *f)
+{
+    if (f->fd < 0) {
+        if (!f->want)
+            return false;
+        if (!file_open(s, f)) {
+            f->want = false; /* until the next scan or inotify event says more */
+            return false;
+        }
+    }
+    /* Copy-truncate: a smaller file, or other first bytes (truncated and
+     * written past our offset again), is read again from the start. */
+    struct stat st;
+    if (fstat(f->fd, &st) == 0 && (uint64_t)st.st_size < f->off) {
+        file_restart(s, f, "was truncated");
+    } else if (f->fp_len && f->off) {
+        bool ok;
+        uint32_t c = crc_prefix(f->fd, f->fp_len, &ok);
+        if (!ok || c != f->fp)
+            file_restart(s, f, "was truncated and written again");
+    }
+    if (f->fd < 0)
+        return false;
+    size_t total = 0;
+    f->used_ms = s->now;
+    while (total < ROUND_BYTES && !halted(s)) {
+        ssize_t n = read(f->fd, s->rbuf, READ_BUF);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            s->host->log(s->host->ctx, "%s: read: %s", f->path, strerror(errno));
+            f->want = false;
+            return false;
+        }
+        if (n == 0) {
+            f->want = false;
+            return false;
+        }
+        uint64_t base = f->off;
+        f->off += (uint64_t)n;
+        f->data_ms = s->now;
+        total += (size_t)n;
+        if (f->fp_len < FP_MAX)
+            fingerprint(f, f->off);
+        consume(s, f, s->rbuf, (size_t)n, base);
+    }
+    return true;
+}
+
+/* Emits multi-line groups that waited long enough; forgets gone files that
+ * were read to the end and stayed quiet. Returns the ms until the next
+ * such deadline (or -1). */
+static int64_t timers(sf *s)
+{
+    int64_t next = -1;
+    for (size_t i = s->nfiles; i-- > 0;) {
+        sf_file *f = s->files[i];
+        if (f->grouping) {
+            int64_t last = f->group_ms > f->data_ms ? f->group_ms : f->data_ms;
+            int64_t due = last + s->cfg->multiline_timeout_ms - s->now;
+            if (due <= 0)
+                group_emit(s, f);
+            else if (due > 0 && (next < 0 || due < next))
+                next = due;
+        }
+        if (f->gone && !f->want) {
+            int64_t last = f->data_ms > f->gone_ms ? f->data_ms : f->gone_ms;
+            int64_t due = last + ROTATE_GRACE_MS - s->now;
+            if (due <= 0) {
+                drain_held(s, f);
+                file_drop(s, i);
+            } else if (next < 0 || due < next) {
+                next = due;
+            }
+        }
+    }
+    return next;
+}
+
+/* Reads inotify events: true when a folder changed (files came or went). */
+static bool read_inotify(sf *s)
+{
+    bool dirs = false;
+    char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        ssize_t n = read(s->ino_fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *e = (const struct inotify_event *)p;
+            if (e->mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ATTRIB |
+                           IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF))
+                dirs = true;
+            if (e->mask & IN_IGNORED) {
+                for (size_t i = 0; i < s->nwatches; i++) {
+                    if (s->watches[i].wd != e->wd)
+                        continue;
+                    free(s->watches[i].dir);
+                    s->watches[i] = s->watches[--s->nwatches];
+                    break;
+                }
+                dirs = true;
+            }
+            if ((e->mask & (IN_MODIFY | IN_CLOSE_WRITE)) && e->len && s->nopen < s->nfiles) {
+                /* A closed file got bytes: it wants a descriptor. */
+                for (size_t w = 0; w < s->nwatches; w++) {
+                    if (s->watches[w].wd != e->wd)
+                        continue;
+                    size_t dl = strlen(s->watches[w].dir);
+                    for (size_t i = 0; i < s->nfiles; i++) {
+                        sf_file *f = s->files[i];
+                        if (f->fd < 0 && strncmp(f->path, s->watches[w].dir, dl) == 0 &&
+                            f->path[dl] == '/' && strcmp(f->path + dl + 1, e->name) == 0)
+                            f->want = true;
+                    }
+                }
+            }
+            p += sizeof *e + e->len;
+        }
+    }
+    return dirs;
+}
+
+static void *run(void *arg)
+{
+    sf *s = arg;
+    const int64_t poll_ms = s->cfg->poll_ms > 0 ? s->cfg->poll_ms : 250;
+    s->now = mono_ms();
+    load_positions(s);
+    s->initial = true;
+    scan(s);
+    s->initial = false;
+    free(s->stored);
+    s->stored = NULL;
+    s->nstored = 0;
+    int64_t last_scan = s->now;
+    while (!halted(s) && !s->host->stopping(s->host->ctx)) {
+        s->now = mono_ms();
+        bool more = false;
+        for (size_t i = 0; i < s->nfiles && !halted(s); i++)
+            more |= file_read(s, s->files[i]);
+        if (halted(s))
+            break;
+        int64_t next = timers(s);
+        if (!more) {
+            /* Everything readable was read: publish it. */
+            if (!flush_commit(s))
+                break;
+            int64_t wait = poll_ms - (s->now - last_scan);
+            if (next >= 0 && next < wait)
+                wait = next;
+            if (wait > 0) {
+                struct pollfd pf[2] = {{.fd = s->wake_fd, .events = POLLIN},
+                                       {.fd = s->ino_fd, .events = POLLIN}};
+                int np = poll(pf, s->ino_fd >= 0 ? 2 : 1, (int)wait);
+                s->now = mono_ms();
+                if (np > 0 && (pf[1].revents & POLLIN) && s->ino_fd >= 0 && read_inotify(s))
+                    last_scan = s->now - poll_ms; /* folders changed: scan now */
+            }
+        } else {
+            maybe_flush(s);
+        }
+        if (s->now - last_scan >= poll_ms) {
+            scan(s);
+            last_scan = s->now;
+        }
+    }
+    /* Stopping: a batch in flight is not committed (it is read again after
+     * the restart); without one, what changed is written and synced. */
+    if (!s->batch_events)
+        commit(s, true);
+    return NULL;
+}
+
+/* ---- the instance ---------------------------------------------------------------- */
+
+static void sf_free(sf *s)
+{
+    if (!s)
+        return;
+    for (size_t i = s->nfiles; i-- > 0;)
+        file_drop(s, i);
+    free(s->files);
+    for (size_t i = 0; i < s->nwatches; i++)
+        free(s->watches[i].dir);
+    free(s->watches);
+    if (s->ino_fd >= 0)
+        close(s->ino_fd);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
+    if (s->has_re)
+        regfree(&s->re);
+    sl_rule_vm_free(s->vm);
+    free(s->stored);
+    free(s->rbuf);
+    sl_buf_free(&s->out);
+    sl_buf_free(&s->posbuf);
+    free(s->pos_path);
+    free(s->pos_tmp);
+    free(s->dir);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* The folder part of the pattern before its first wildcard. */
+static char *literal_dir(const char *pattern)
+{
+    size_t n = strcspn(pattern, "*?[");
+    const char *slash = NULL;
+    for (const char *p = pattern; p < pattern + n; p++)
+        if (*p == '/')
+            slash = p;
+    if (!slash)
+        return strdup(".");
+    if (slash == pattern)
+        return strdup("/");
+    return strndup(pattern, (size_t)(slash - pattern));
+}
+
+static int check_(const sl_source_config *cfg, sl_error *err)
+{
+    if (!cfg->path || !cfg->path[0])
+        return sl_error_set(err, SL_EINVAL, "source.file: path is required");
+    if (cfg->max_line < 16)
+        return sl_error_set(err, SL_EINVAL, "source.file: max_line must be at least 16 bytes");
+    return 0;
+}
 
 static int open_(const sl_source_config *cfg, const sl_source_host *host, void **impl,
                  sl_error *err)
 {
-    (void)cfg, (void)host, (void)impl;
-    return sl_error_set(err, SL_EINVAL, "source.file is not built yet");
+    int rc = check_(cfg, err);
+    if (rc)
+        return rc;
+    sf *s = calloc(1, sizeof *s);
+    if (!s)
+        return sl_error_set(err, SL_ENOMEM, "source.file: out of memory");
+    s->cfg = cfg;
+    s->host = host;
+    s->wake_fd = s->ino_fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    s->type = cfg->type ? cfg->type : DEFAULT_TYPE;
+    size_t sd = strlen(host->state_dir);
+    s->rbuf = malloc(READ_BUF);
+    s->pos_path = malloc(sd + sizeof "/" POSITIONS);
+    s->pos_tmp = malloc(sd + sizeof "/" POSITIONS ".tmp");
+    s->dir = literal_dir(cfg->path);
+    if (!s->rbuf || !s->pos_path || !s->pos_tmp || !s->dir) {
+        rc = sl_error_set(err, SL_ENOMEM, "source.file: out of memory");
+        goto fail;
+    }
+    sprintf(s->pos_path, "%s/" POSITIONS, host->state_dir);
+    sprintf(s->pos_tmp, "%s/" POSITIONS ".tmp", host->state_dir);
+    if (cfg->multiline) {
+        int r = regcomp(&s->re, cfg->multiline, REG_EXTENDED | REG_NOSUB);
+        if (r) {
+            char msg[256];
+            regerror(r, &s->re, msg, sizeof msg);
+            rc = sl_error_set(err, SL_EINVAL, "source.file: multiline: %s", msg);
+            goto fail;
+        }
+        s->has_re = true;
+    }
+    if (cfg->parse == SL_PARSE_LUA) {
+        if (!cfg->owner) {
+            rc = sl_error_set(err, SL_EINVAL, "source.file: parse function without its config");
+            goto fail;
+        }
+        if ((rc = sl_rule_vm_new(cfg->owner, &s->vm, err)))
+            goto fail;
+        if (!sl_rule_vm_has_parse(s->vm, cfg->index)) {
+            rc = sl_error_set(err, SL_EINVAL, "source.file: its parse function was not found");
+            goto fail;
+        }
+    }
+    if ((s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        rc = sl_error_errno(err, errno, "source.file: eventfd");
+        goto fail;
+    }
+    if (cfg->inotify && (s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0)
+        host->log(host->ctx, "inotify: %s: polling every %" PRId64 " ms", strerror(errno),
+                  cfg->poll_ms);
+    int e = pthread_create(&s->thread, NULL, run, s);
+    if (e) {
+        rc = sl_error_errno(err, e, "source.file: thread");
+        goto fail;
+    }
+    s->started = true;
+    *impl = s;
+    return 0;
+fail:
+    sf_free(s);
+    return rc;
+}
+
+static void stop_(void *impl)
+{
+    sf *s = impl;
+    atomic_store(&s->halt, true);
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) {
+        /* Already signalled (the counter is full): the thread wakes anyway. */
+    }
+}
+
+static void close_(void *impl)
+{
+    sf *s = impl;
+    if (!s)
+        return;
+    if (s->started) {
+        stop_(s);
+        pthread_join(s->thread, NULL);
+    }
+    sf_free(s);
+}
+
+static int health_(void *impl, char *msg, size_t len)
+{
+    sf *s = impl;
+    pthread_mutex_lock(&s->mu);
+    int bad = s->health[0] != 0;
+    if (bad)
+        snprintf(msg, len, "%s", s->health);
+    pthread_mutex_unlock(&s->mu);
+    return bad;
+}
+
+static size_t metrics_(void *impl, char *out, size_t cap)
+{
+    sf *s = impl;
+    const char *n = s->host->name;
+    int w = snprintf(
+        out, cap,
+        "sluice_source_file_files{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_bytes_total{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_rotations_total{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_truncations_total{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_parse_errors_total{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_skipped_long_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
+        "sluice_source_file_refused_total{source=\"%s\"} %" PRIuFAST64 "\n",
+        n, atomic_load(&s->n_files), n, atomic_load(&s->n_lines), n, atomic_load(&s->n_bytes), n,
+        atomic_load(&s->n_rotations), n, atomic_load(&s->n_truncations), n,
+        atomic_load(&s->n_parse_errors), n, atomic_load(&s->n_skipped), n,
+        atomic_load(&s->n_refused));
+    if (w < 0)
+        return 0;
+    return (size_t)w < cap ? (size_t)w : 0;
 }
 
 const sl_source_ops sl__source_file_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "file",
+    .check = check_,
     .open = open_,
+    .stop = stop_,
+    .close = close_,
+    .health = health_,
+    .metrics = metrics_,
 };

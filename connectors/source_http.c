@@ -206,6 +206,10 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
         known = true;
         if (post)
             return sl__http_pattern_test(r);
+    } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "webhooks") == 0) {
+        known = true; /* the body was collected (up to max_request_bytes) like ingest's */
+        if (post)
+            return sl__http_webhook(r, seg[2]);
     } else if (n >= 2 && n <= 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sets") == 0) {
         if (n == 2) {
             known = true;

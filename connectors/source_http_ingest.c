@@ -3,6 +3,8 @@
  * CloudEvents HTTP modes (structured, batched, binary) and NDJSON, per-entry
  * validation, one all-or-nothing Databus publish per request, and the
  * durable wait (suspended, answered from the Databus writer's callback).
+ * sl__http_publish_json() runs one event built by another route (webhooks)
+ * through the same path.
  */
 #include "connectors/source_http_internal.h"
 #include "core/clock.h"
@@ -35,7 +37,12 @@ typedef struct ingest {
     size_t n, cap;
     sl_buf arena; /* encoded events and keys */
     sl_buf msgs;  /* error messages */
-    sl_event ev;  /* reused for every entry */
+    /* sl__http_publish_json(): one event, answered {"id","set","partition",
+     * "offset"}; done is told the outcome. */
+    bool single;
+    sl__http_published_fn *done;
+    void *done_ctx;
+    sl_event ev; /* reused for every entry */
 } ingest;
 
 static entry *next_entry(ingest *in)
@@ -215,6 +222,15 @@ static char *put_i64(char *w, int64_t v)
 
 static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
 {
+    if (in->single) { /* in->ev is the one event, its id a JSON string token */
+        sl_buf_append(b, "{\"id\":", 6);
+        sl_buf_append(b, in->ev.id.p, in->ev.id.len);
+        sl_buf_append(b, ",\"set\":", 7);
+        sl_json_put_string(b, in->set->name, strlen(in->set->name));
+        sl_buf_printf(b, ",\"partition\":%d,\"offset\":%" PRId64 "}\n", (int)res[0].partition,
+                      res[0].offset);
+        return;
+    }
     size_t ok = 0;
     for (size_t i = 0; i < in->n; i++)
         ok += in->v[i].status == SL_EVENT_OK;
@@ -248,6 +264,12 @@ static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
 static void durable_done(void *ctx, int status)
 {
     sl_http_req *r = ctx;
+    /* Before the answer can go out: a sender that gets it and sends again
+     * must find the outcome recorded (webhook dedupe). */
+    sl__http_published_fn *published = r->published;
+    r->published = NULL; /* its ctx is freed by the call */
+    if (published)
+        published(r->published_ctx, status);
     pthread_mutex_lock(&r->lock);
     r->wait_status = status;
     r->ready = true;
@@ -270,6 +292,8 @@ static enum MHD_Result publish(ingest *in)
     if (ok && (!evs || !res)) {
         free(evs);
         free(res);
+        if (in->done)
+            in->done(in->done_ctx, SL_ENOMEM);
         return sl__http_error(r, 500, "Internal", "out of memory");
     }
     for (size_t i = 0, k = 0; i < in->n; i++) {
@@ -289,6 +313,8 @@ static enum MHD_Result publish(ingest *in)
     enum MHD_Result ret = MHD_YES;
     if (ok) {
         atomic_fetch_add(&r->refs, 1); /* the Databus's, for a durable wait */
+        r->published = in->done;
+        r->published_ctx = in->done_ctx;
         pthread_mutex_lock(&r->lock);
         rc = sl_databus_publish(r->h->bus, in->set, evs, ok, res, durable_done, r, &err);
         if (rc == 1) {
@@ -299,9 +325,13 @@ static enum MHD_Result publish(ingest *in)
             MHD_suspend_connection(r->conn);
         }
         pthread_mutex_unlock(&r->lock);
-        if (rc != 1)
+        if (rc != 1) {
+            r->published = NULL;
             sl__http_req_release(r);
+        }
     }
+    if (rc != 1 && in->done) /* durable: durable_done() tells it */
+        in->done(in->done_ctx, rc);
     if (rc == 0) {
         sl_buf b = SL_BUF_INIT;
         build_response(in, res, &b);
@@ -434,6 +464,69 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
         ret = sl__http_error(r, 500, "Internal", "out of memory");
     else if (go)
         ret = publish(in);
+    sl_buf_free(&in->arena);
+    sl_buf_free(&in->msgs);
+    free(in->v);
+    free(in);
+    return ret;
+}
+
+/* Finds set_name like ingest does; answers and returns false when it cannot. */
+static bool find_set(sl_http_req *r, const char *set_name, sl_set **set, enum MHD_Result *ret)
+{
+    sl_error err = {0};
+    int rc = sl_sets_get(r->h->sets, set_name, true, set, &err);
+    if (rc == 0)
+        return true;
+    if (rc == SL_EINVAL)
+        *ret = sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
+    else if (rc == SL_ENOENT)
+        *ret = sl__http_error(r, 404, "NoSuchSet", "%s", err.msg);
+    else
+        *ret = sl__http_error(r, 500, "Internal", "%s", err.msg);
+    return false;
+}
+
+enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, const char *json,
+                                      size_t len, sl__http_published_fn *done, void *done_ctx)
+{
+    sl_set *set;
+    enum MHD_Result ret = MHD_YES;
+    if (!find_set(r, set_name, &set, &ret)) {
+        if (done)
+            done(done_ctx, SL_ENOENT);
+        return ret;
+    }
+    ingest *in = calloc(1, sizeof *in);
+    if (!in) {
+        if (done)
+            done(done_ctx, SL_ENOMEM);
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    }
+    in->r = r;
+    in->set = set;
+    in->lane = "";
+    in->lim.max_bytes = set->cfg.max_event_bytes;
+    in->lim.max_depth = SL_EVENT_MAX_DEPTH_DEFAULT;
+    in->lim.generate_ids = set->cfg.generate_ids;
+    in->now_ms = sl_clock_now_ms();
+    in->single = true;
+    in->done = done;
+    in->done_ctx = done_ctx;
+    if (add_event(in, json, len)) {
+        if (done)
+            done(done_ctx, SL_ENOMEM);
+        ret = sl__http_error(r, 500, "Internal", "out of memory");
+    } else if (in->v[0].status != SL_EVENT_OK) {
+        const entry *e = &in->v[0];
+        if (done)
+            done(done_ctx, SL_EINVAL);
+        ret = sl__http_error(r, e->status == SL_EVENT_TOO_LARGE ? 413 : 400,
+                             sl_event_status_name(e->status), "%s; nothing was stored",
+                             (const char *)in->msgs.data + e->msg_off);
+    } else {
+        ret = publish(in);
+    }
     sl_buf_free(&in->arena);
     sl_buf_free(&in->msgs);
     free(in->v);

@@ -55,6 +55,10 @@ struct sl_http_req {
     int wait_status; /* result of a durable wait */
     sl_buf resp;     /* response prepared before a durable wait */
     int resp_status;
+    /* Told the outcome of a durable wait, from the Databus's thread, before
+     * the request is resumed (sl__http_publish_json()). */
+    void (*published)(void *ctx, int status);
+    void *published_ctx;
     /* long-poll state */
     sl_http_req *next_poll, **prev_poll;
     sl_set *poll_set;
@@ -73,6 +77,27 @@ enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code
 
 /* POST /v1/sets/{set}/events (source_http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
+
+/* The outcome of sl__http_publish_json(): 0 when the event is stored (for a
+ * durable set: synced), else the SL_E… code (not stored, or for a failed
+ * sync: unknown). Called exactly once, possibly on the Databus's thread. */
+typedef void sl__http_published_fn(void *ctx, int status);
+
+/* Publishes one structured-mode CloudEvent json[0..len) (borrowed) into
+ * set_name through ingest's path: the set looked up (or auto-created) as
+ * ingest does, the event parsed, validated (the validate hook), encoded and
+ * published, waiting for the sync of a durable set with the request
+ * suspended. Answers the request: 200 {"id","set","partition","offset"}
+ * once stored; 400/413 with the event's status name (InvalidEvent,
+ * SchemaViolation, TooLarge, …) when the event is refused; ingest's
+ * whole-request errors (404 NoSuchSet, 503 Backpressure, 500 NotConfirmed,
+ * …) otherwise. done (may be NULL) is called exactly once with the outcome,
+ * before the answer is queued. */
+enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, const char *json,
+                                      size_t len, sl__http_published_fn *done, void *done_ctx);
+
+/* POST /v1/webhooks/{name} (source_http_webhook.c). */
+enum MHD_Result sl__http_webhook(sl_http_req *r, const char *name);
 
 /* GET /v1/sets/{set}/events (source_http_read.c). */
 enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name);

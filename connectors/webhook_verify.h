@@ -118,8 +118,8 @@ int sl_webhook_verify(const sl_webhook_config *cfg, sl_webhook_header_fn *get, v
 /* Why sl_webhook_verify_why() refused a request (one table drives the enum
  * and sl_webhook_refusal_name(), whose names are metric labels). */
 #define SL_WEBHOOK_REFUSAL_MAP(XX)                                                                 \
-    XX(NONE, "none")                         /* verified */                                       \
-    XX(MISSING_HEADER, "missing_header")     /* a signature or timestamp header is absent */      \
+    XX(NONE, "none")                         /* verified */                                        \
+    XX(MISSING_HEADER, "missing_header")     /* a signature or timestamp header is absent */       \
     XX(MALFORMED_HEADER, "malformed_header") /* present but unparseable */                         \
     XX(STALE_TIMESTAMP, "stale_timestamp")   /* outside the tolerance window */                    \
     XX(NO_MATCH, "no_match")                 /* wrong secret, tampered body */                     \

@@ -96,8 +96,12 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
     if (part >= set->nparts)
         return sl__http_error(r, 404, "NoSuchPartition", "set %s has partitions 0..%d", set->name,
                               set->nparts - 1);
-    if (int_arg(r, "max", READ_DEFAULT_MAX, READ_LIMIT_MAX, &max) || max == 0)
-        return sl__http_error(r, 400, "InvalidParameter", "max must be 1..%d", READ_LIMIT_MAX);
+    /* max is an upper bound: asking for more than a response carries gets
+     * the most a response carries (the client follows next_offset). */
+    if (int_arg(r, "max", READ_DEFAULT_MAX, INT64_MAX, &max) || max == 0)
+        return sl__http_error(r, 400, "InvalidParameter", "max must be a positive integer");
+    if (max > READ_LIMIT_MAX)
+        max = READ_LIMIT_MAX;
     if (int_arg(r, "wait_ms", 0, WAIT_MAX_MS, &wait_ms))
         return sl__http_error(r, 400, "InvalidParameter", "wait_ms must be 0..%d", WAIT_MAX_MS);
     const char *lane = arg(r, "lane");

@@ -303,7 +303,7 @@ static void test_request_errors(void **state)
     static const char *const params[] = {"offset=abc",
                                          "offset=-1",
                                          "max=0",
-                                         "max=10001",
+                                         "max=-5",
                                          "wait_ms=60001",
                                          "from=yesterday",
                                          "offset=0&from=end",
@@ -313,6 +313,10 @@ static void test_request_errors(void **state)
         it_expect_error(&r, 400, "InvalidParameter");
         it_resp_free(&r);
     }
+    /* A max above what a response carries is read as that limit. */
+    r = it_get(s, "/v1/sets/errs/events?partition=%d&offset=0&max=100000", p);
+    assert_int_equal(r.status, 200);
+    it_resp_free(&r);
     r = it_get(s, "/v1/sets/errs/events?lane=BAD");
     it_expect_error(&r, 400, "InvalidLane");
     it_resp_free(&r);

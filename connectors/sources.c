@@ -14,6 +14,7 @@
 
 #include "core/clock.h"
 #include "core/connector.h"
+#include "core/batch.h"
 #include "core/event.h"
 #include "core/json.h"
 
@@ -45,6 +46,14 @@ typedef struct waiter {
     _Atomic int refs;
 } waiter;
 
+/* An attribute value last seen (by pointer and content) with its JSON text,
+ * so that a source passing the same type and source strings for every event
+ * has them checked and escaped once. */
+typedef struct attr_cache {
+    const char *ptr;
+    sl_buf raw, json; /* json: "" when the value is not a plain attribute */
+} attr_cache;
+
 typedef struct src {
     sl_sources *owner;
     const sl_source_config *cfg;
@@ -61,6 +70,11 @@ typedef struct src {
     sl_buf arena;
     sl_buf wrap; /* emit_data's CloudEvent */
     sl_event ev;
+    bool schemas; /* the set has schemas: every event takes the checked path */
+    attr_cache type_cache, source_cache;
+    int64_t time_ms; /* the last "time" formatted, and its text */
+    char time_text[SL_TIME_RFC3339_MAX];
+    size_t time_len;
     /* counters */
     _Atomic uint64_t events, bytes, refused, batches, full_waits;
     /* the log limiter */
@@ -214,7 +228,8 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
 /* Appends "name":"value" (value JSON-escaped) to b. */
 static int put_attr(sl_buf *b, const char *name, const char *v, size_t len)
 {
-    return sl_buf_printf(b, ",\"%s\":", name) || sl_json_put_string(b, v, len);
+    return sl_buf_append(b, ",\"", 2) || sl_buf_append(b, name, strlen(name)) ||
+           sl_buf_append(b, "\":", 2) || sl_json_put_string(b, v, len);
 }
 
 static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
@@ -231,6 +246,126 @@ static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
     return 0;
 }
 
+
+/* Whether s[0..len) is a string attribute value the CloudEvents String type
+ * allows: non-empty UTF-8 without controls (U+0000–U+001F, U+007F–U+009F) or
+ * noncharacters. Values that fail take the checked path, which refuses
+ * them with a message. */
+static bool attr_ok(const char *s, size_t len)
+{
+    if (!len || !sl_json_utf8_valid(s, len))
+        return false;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len; i++) {
+        if (u[i] < 0x20 || u[i] == 0x7f)
+            return false;
+        if (u[i] == 0xc2 && i + 1 < len && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+            return false;
+        if (u[i] == 0xef && i + 2 < len &&
+            ((u[i + 1] == 0xb7 && u[i + 2] >= 0x90 && u[i + 2] <= 0xaf) ||
+             (u[i + 1] == 0xbf && u[i + 2] >= 0xbe)))
+            return false; /* U+FDD0–U+FDEF, U+FFFE, U+FFFF */
+        if (u[i] >= 0xf0 && i + 3 < len && (u[i + 1] & 0x0f) == 0x0f && u[i + 2] == 0xbf &&
+            u[i + 3] >= 0xbe)
+            return false; /* U+nFFFE, U+nFFFF */
+    }
+    return true;
+}
+
+/* The JSON text of attribute value v (cached), or NULL when it must take the
+ * checked path. */
+static const sl_buf *attr_json(attr_cache *c, const char *v)
+{
+    size_t len = strlen(v);
+    if (c->ptr != v || c->raw.len != len || memcmp(c->raw.data, v, len) != 0) {
+        c->ptr = v;
+        c->raw.len = c->json.len = 0;
+        if (sl_buf_append(&c->raw, v, len) ||
+            (attr_ok(v, len) && sl_json_put_string(&c->json, v, len)))
+            c->raw.len = c->json.len = 0, c->ptr = NULL;
+    }
+    return c->json.len ? &c->json : NULL;
+}
+
+/* The stored form of a wrapped payload written straight into the batch,
+ * without building an event text and parsing it again: what encode would
+ * store for the same attributes (compact, id and time present). Returns 1
+ * when the payload needs the checked path instead, else 0 or an error. */
+static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m, bool json,
+                     bool text, const char *type, const char *source, const char *ct,
+                     sl_error *err)
+{
+    const char *lane = m->lane ? m->lane : s->cfg->lane ? s->cfg->lane : "";
+    const sl_buf *tj = attr_json(&s->type_cache, type);
+    const sl_buf *sj = attr_json(&s->source_cache, source);
+    if (s->schemas || m->subject || (!json && !text) || !tj || !sj ||
+        (m->id && !attr_ok(m->id, m->id_len)) || (m->key && !attr_ok(m->key, m->key_len)) ||
+        (m->content_type && !attr_ok(m->content_type, strlen(m->content_type))) ||
+        (*lane && !sl_lane_valid(lane, strlen(lane))))
+        return 1;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        pending *g = realloc(s->v, cap * sizeof *g);
+        if (!g)
+            return sl_error_set(err, SL_ENOMEM, "out of memory");
+        s->v = g;
+        s->cap = cap;
+    }
+    int64_t now = sl_clock_now_ms();
+    int64_t t = m->time_ms ? m->time_ms : now;
+    if (t != s->time_ms || !s->time_len) {
+        s->time_ms = t;
+        s->time_len = sl_time_format_rfc3339(t, s->time_text);
+    }
+    char id[37];
+    if (!m->id)
+        sl_event_uuid7(now, id);
+    sl_buf *a = &s->arena;
+    size_t mark = a->len;
+    int rc = sl_buf_append(a, "{\"specversion\":\"1.0\",\"id\":", 26) ||
+             sl_json_put_string(a, m->id ? m->id : id, m->id ? m->id_len : 36) ||
+             sl_buf_append(a, ",\"source\":", 10) || sl_buf_append(a, sj->data, sj->len) ||
+             sl_buf_append(a, ",\"type\":", 8) || sl_buf_append(a, tj->data, tj->len) ||
+             sl_buf_append(a, ",\"datacontenttype\":", 19) ||
+             sl_json_put_string(a, ct, strlen(ct)) || sl_buf_append(a, ",\"time\":\"", 9) ||
+             sl_buf_append(a, s->time_text, s->time_len) || sl_buf_append(a, "\"", 1);
+    if (!rc && m->key)
+        rc = sl_buf_append(a, ",\"partitionkey\":", 16) || sl_json_put_string(a, m->key, m->key_len);
+    if (!rc && *lane)
+        rc = sl_buf_append(a, ",\"lane\":\"", 9) || sl_buf_append(a, lane, strlen(lane)) ||
+             sl_buf_append(a, "\"", 1);
+    if (!rc)
+        rc = sl_buf_append(a, ",\"data\":", 8) ||
+             (json ? sl_json_compact(d, len, a) : sl_json_put_string(a, d, len)) ||
+             sl_buf_append(a, "}", 1);
+    if (rc) {
+        a->len = mark;
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    }
+    pending *p = &s->v[s->n];
+    p->off = mark;
+    p->len = a->len - mark;
+    if (p->len > s->set->cfg.max_event_bytes) {
+        a->len = mark;
+        char msg[160];
+        snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's max_event of %u",
+                 p->len, s->set->cfg.max_event_bytes);
+        return refuse(s, SL_EVENT_TOO_LARGE, err, msg);
+    }
+    p->key_len = SIZE_MAX;
+    if (m->key) {
+        p->key_off = a->len;
+        p->key_len = m->key_len;
+        if (sl_buf_append(a, m->key, m->key_len)) {
+            a->len = mark;
+            return sl_error_set(err, SL_ENOMEM, "out of memory");
+        }
+    }
+    snprintf(p->lane, sizeof p->lane, "%s", lane);
+    s->n++;
+    return 0;
+}
+
 static int host_emit_data(void *ctx, const void *data, size_t len, const sl_source_meta *meta,
                           sl_error *err)
 {
@@ -242,17 +377,21 @@ static int host_emit_data(void *ctx, const void *data, size_t len, const sl_sour
     if (m->data == SL_DATA_AUTO)
         json = len && sl_json_validate(d, len, SL_EVENT_MAX_DEPTH_DEFAULT - 1, NULL, NULL) == 0;
     bool text = !json && sl_json_utf8_valid(d, len);
-    sl_buf *b = &s->wrap;
-    b->len = 0;
-    char id[37];
-    if (!m->id)
-        sl_event_uuid7(sl_clock_now_ms(), id);
     const char *type = m->type ? m->type : s->cfg->type ? s->cfg->type : s->dflt_type;
     const char *source = m->source ? m->source : s->cfg->source ? s->cfg->source : s->dflt_source;
     const char *ct = m->content_type ? m->content_type
                      : json          ? "application/json"
                      : text          ? "text/plain"
                                      : "application/octet-stream";
+    int fast = emit_fast(s, d, len, m, json, text, type, source, ct, err);
+    if (fast != 1)
+        return fast;
+    /* The checked path: build the event's text and take it like any other. */
+    sl_buf *b = &s->wrap;
+    b->len = 0;
+    char id[37];
+    if (!m->id)
+        sl_event_uuid7(sl_clock_now_ms(), id);
     int rc = sl_buf_append(b, "{\"specversion\":\"1.0\"", 20) ||
              put_attr(b, "id", m->id ? m->id : id, m->id ? m->id_len : 36) ||
              put_attr(b, "source", source, strlen(source)) ||
@@ -424,6 +563,10 @@ static void src_free(src *s)
     if (!s)
         return;
     sl_webhook_source_free(s->webhook);
+    sl_buf_free(&s->type_cache.raw);
+    sl_buf_free(&s->type_cache.json);
+    sl_buf_free(&s->source_cache.raw);
+    sl_buf_free(&s->source_cache.json);
     free(s->v);
     sl_buf_free(&s->arena);
     sl_buf_free(&s->wrap);
@@ -458,6 +601,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     s->wrap = (sl_buf)SL_BUF_INIT;
     s->dflt_type = default_type(c);
     s->dflt_source = c->kind == SL_SOURCE_FILE && c->path ? c->path : c->kind_name;
+    const sl_set_decl *decl = sl_config_set(c->owner, c->set);
+    s->schemas = decl && decl->nschemas;
     int rc = sl_sets_get(o->opts.sets, c->set, false, &s->set, err);
     if (!rc && c->kind == SL_SOURCE_WEBHOOK) {
         rc = sl_webhook_source_new(c, &s->webhook, err);

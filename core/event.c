@@ -885,10 +885,10 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
 /* ---- UUIDv7 ------------------------------------------------------------------ */
 
 /* Random bytes from a per-thread pool refilled by getrandom(), so ids cost
- * one system call per 25 rather than one each. */
+ * one system call per ~400 rather than one each. */
 static void random_bytes(unsigned char *out, size_t n)
 {
-    static _Thread_local unsigned char pool[256];
+    static _Thread_local unsigned char pool[4096];
     static _Thread_local size_t avail;
     if (avail < n) {
         size_t got = 0;

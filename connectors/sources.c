@@ -667,12 +667,32 @@ int sl_sources_start(const sl_sources_options *opts, sl_sources **out, sl_error 
     return 0;
 }
 
-sl_webhook_source *sl_sources_webhook(sl_sources *o, const char *name)
+static src *find_webhook(sl_sources *o, const char *name)
 {
     for (size_t i = 0; o && i < o->n; i++)
         if (o->v[i]->webhook && strcmp(o->v[i]->cfg->name, name) == 0)
-            return o->v[i]->webhook;
+            return o->v[i];
     return NULL;
+}
+
+sl_webhook_source *sl_sources_webhook(sl_sources *o, const char *name)
+{
+    src *s = find_webhook(o, name);
+    return s ? s->webhook : NULL;
+}
+
+void sl_sources_webhook_stored(sl_sources *o, const char *name, const sl_webhook_result *res,
+                               bool stored)
+{
+    src *s = find_webhook(o, name);
+    if (!s)
+        return;
+    sl_webhook_source_stored(s->webhook, res, stored);
+    if (stored) {
+        atomic_fetch_add_explicit(&s->events, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, res->event.len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->batches, 1, memory_order_relaxed);
+    }
 }
 
 static bool src_health(src *s, char *msg, size_t cap)
@@ -710,6 +730,11 @@ int sl_sources_json(sl_sources *o, sl_buf *out)
 int sl_sources_metrics(sl_sources *o, sl_buf *out)
 {
     int rc = 0;
+    for (size_t i = 0; !rc && o && i < o->n; i++)
+        if (o->v[i]->webhook) {
+            rc = sl_webhook_source_metrics_header(out);
+            break;
+        }
     for (size_t i = 0; !rc && o && i < o->n; i++) {
         src *s = o->v[i];
         const char *nm = s->cfg->name, *k = s->cfg->kind_name;

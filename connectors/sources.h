@@ -35,6 +35,11 @@ int sl_sources_start(const sl_sources_options *opts, sl_sources **out, sl_error 
 /* The webhook called name, or NULL. */
 sl_webhook_source *sl_sources_webhook(sl_sources *s, const char *name);
 
+/* After a webhook's STORE: tells the webhook (dedupe) and counts the event
+ * when stored. */
+void sl_sources_webhook_stored(sl_sources *s, const char *name, const sl_webhook_result *res,
+                               bool stored);
+
 /* GET /v1/sources: {"sources":[{name, kind, set, events, …, healthy}]}. */
 int sl_sources_json(sl_sources *s, sl_buf *out);
 

@@ -243,9 +243,7 @@ static void webhook_stored(void *ctx, const char *name, const sl_webhook_result 
 {
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);
-    sl_webhook_source *w = sl_sources_webhook(r->sources, name);
-    if (w)
-        sl_webhook_source_stored(w, res, stored);
+    sl_sources_webhook_stored(r->sources, name, res, stored);
     pthread_rwlock_unlock(&r->lock);
 }
 

@@ -263,8 +263,9 @@ static const key file_source_keys[] = {
      "the event before them"},
     {"multiline_timeout", K_DURATION, FIELD(sl_source_config, multiline_timeout_ms), 1,
      3600000, "\"1s\"", "a multi-line event is complete after this long without a new line"},
-    {"max_line", K_SIZE, FIELD(sl_source_config, max_line), 16, 64 << 20, "\"1MiB\"",
-     "longest line (or multi-line event) kept whole"},
+    {"max_line", K_SIZE, FIELD(sl_source_config, max_line), 16, 64 << 20, "\"256KiB\"",
+     "longest line (or multi-line event) kept whole; keep it below the set's `max_event` "
+     "(a piece and its envelope must fit)"},
     {"long_lines", K_LONGLINES, FIELD(sl_source_config, split_long), 0, 0, "\"split\"",
      "what happens to a longer line: \"split\" into max_line pieces or \"skip\" (counted)"},
     {"poll", K_DURATION, FIELD(sl_source_config, poll_ms), 10, 600000, "\"250ms\"",
@@ -1330,7 +1331,7 @@ static void read_source(loader *ld, int body, const char *kind, int line)
     sc->plugin = plugin;
     sc->parse = SL_PARSE_JSON;
     sc->multiline_timeout_ms = 1000;
-    sc->max_line = 1 << 20;
+    sc->max_line = 256 << 10; /* a piece plus its envelope fits the default max_event */
     sc->split_long = true;
     sc->poll_ms = 250;
     sc->inotify = true;

@@ -116,7 +116,7 @@ typedef struct sl_source_config {
     sl_source_parse parse;
     char *multiline;             /* ERE a line must match to start a new event; NULL: off */
     int64_t multiline_timeout_ms; /* a pending group is emitted after this quiet time; 1 s */
-    uint64_t max_line;           /* bytes; default 1 MiB */
+    uint64_t max_line;           /* bytes; default 256 KiB */
     bool split_long;             /* long_lines = "split" (default) or "skip" */
     int64_t poll_ms;             /* file check / glob rescan interval; default 250 ms */
     bool inotify;                /* use inotify when it works; default true */

@@ -16,7 +16,7 @@
 typedef struct pending {
     sl_http *h;
     char name[129];
-    sl_webhook_result res; /* action, set and id only: body and event are not kept */
+    sl_webhook_result res; /* action, set, id and event_len only: not the body or event */
 } pending;
 
 static void on_published(void *ctx, int status)
@@ -65,6 +65,7 @@ enum MHD_Result sl__http_webhook(sl_http_req *r, const char *name)
             p->res.action = res.action;
             p->res.status = res.status;
             p->res.now_ms = res.now_ms;
+            p->res.event_len = res.event.len;
             memcpy(p->res.set, res.set, sizeof p->res.set);
             memcpy(p->res.id, res.id, sizeof p->res.id);
             /* p belongs to on_published() from here, which may run (and free

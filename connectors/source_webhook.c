@@ -574,7 +574,8 @@ void sl_webhook_source_handle(sl_webhook_source *w, sl_webhook_header_fn *get, v
         answer_error(res, 401, "InvalidSignature", err.msg);
         return;
     }
-    mapped m = {.json = len > 0 && sl_json_validate(body, len, BODY_DEPTH, &m.root, NULL) == 0};
+    mapped m = {0};
+    m.json = len > 0 && sl_json_validate(body, len, BODY_DEPTH, &m.root, NULL) == 0;
     if (w->vc.kind == SL_WEBHOOK_SLACK && m.json) {
         char chal[CHALLENGE_MAX + 1];
         size_t n = 0;

@@ -70,6 +70,7 @@ typedef struct src {
     sl_buf arena;
     sl_buf wrap; /* emit_data's CloudEvent */
     sl_event ev;
+    const sl_set_decl *decl; /* the set in the source's config (its schemas) */
     bool schemas; /* the set has schemas: every event takes the checked path */
     attr_cache type_cache, source_cache;
     int64_t time_ms; /* the last "time" formatted, and its text */
@@ -178,7 +179,6 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
                            sl_error *err)
 {
     src *s = ctx;
-    sl_sources *o = s->owner;
     sl_event_limits lim = {.max_bytes = s->set->cfg.max_event_bytes,
                            .max_depth = SL_EVENT_MAX_DEPTH_DEFAULT,
                            .generate_ids = true};
@@ -186,7 +186,9 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
     sl_event_status st = sl_event_parse(json, len, &lim, &s->ev, &e);
     if (st == SL_EVENT_OK)
         st = sl_event_apply_lane(&s->ev, lane ? lane : s->cfg->lane, &e);
-    if (st == SL_EVENT_OK && o->opts.validate && o->opts.validate(o->opts.ctx, s->set, &s->ev, &e))
+    /* The schemas of the source's own config: during a reload the router's
+     * may still be the old one. */
+    if (st == SL_EVENT_OK && s->decl && sl_config_check_event(s->decl, &s->ev, &e))
         st = SL_EVENT_SCHEMA_VIOLATION;
     if (st != SL_EVENT_OK)
         return refuse(s, st, err, e.msg[0] ? e.msg : sl_event_status_name(st));
@@ -316,6 +318,8 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
     if (t != s->time_ms || !s->time_len) {
         s->time_ms = t;
         s->time_len = sl_time_format_rfc3339(t, s->time_text);
+        if (!s->time_len)
+            return 1; /* outside years 0-9999: the checked path says so */
     }
     char id[37];
     if (!m->id)
@@ -373,9 +377,13 @@ static int host_emit_data(void *ctx, const void *data, size_t len, const sl_sour
     static const sl_source_meta none = {0};
     const sl_source_meta *m = meta ? meta : &none;
     const char *d = data ? data : "";
-    bool json = m->data == SL_DATA_JSON;
-    if (m->data == SL_DATA_AUTO)
-        json = len && sl_json_validate(d, len, SL_EVENT_MAX_DEPTH_DEFAULT - 1, NULL, NULL) == 0;
+    /* JSON is checked here even when the source says it is (SL_DATA_JSON):
+     * a plugin's or a Lua function's JSON must meet the limits every reader
+     * of the set applies (depth, surrogates), or it would be stored and
+     * refused later. It sits one level inside the event. JSON that fails
+     * is kept as text rather than lost. */
+    bool json = m->data != SL_DATA_TEXT && len &&
+                sl_json_validate(d, len, SL_EVENT_MAX_DEPTH_DEFAULT - 1, NULL, NULL) == 0;
     bool text = !json && sl_json_utf8_valid(d, len);
     const char *type = m->type ? m->type : s->cfg->type ? s->cfg->type : s->dflt_type;
     const char *source = m->source ? m->source : s->cfg->source ? s->cfg->source : s->dflt_source;
@@ -441,7 +449,7 @@ static void durable_done(void *ctx, int status)
 }
 
 /* Waits for a durable publish; SL_ESHUTDOWN when the source stops first. */
-static int wait_durable(src *s, waiter *w)
+static int wait_durable(src *s, waiter *w, sl_error *err)
 {
     pthread_mutex_lock(&w->lock);
     while (!w->done && !host_stopping(s)) {
@@ -457,7 +465,9 @@ static int wait_durable(src *s, waiter *w)
     int rc = w->done ? w->status : SL_ESHUTDOWN;
     pthread_mutex_unlock(&w->lock);
     waiter_release(w);
-    return rc ? SL_ESHUTDOWN : 0;
+    return rc ? sl_error_set(err, SL_ESHUTDOWN, "the server stopped before the batch was "
+                                                "acknowledged")
+              : 0;
 }
 
 /* Publishes batch entries [from, to) until the Databus takes them. */
@@ -481,15 +491,19 @@ static int publish_range(src *s, size_t from, size_t to, sl_databus_event *evs,
         if (host_stopping(s))
             return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
         waiter *w = calloc(1, sizeof *w);
-        if (!w)
-            return sl_error_set(err, SL_ENOMEM, "out of memory");
+        if (!w) {
+            /* Never give up half a split batch: wait for memory instead. */
+            if (host_wait(s, 100))
+                return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
+            continue;
+        }
         pthread_mutex_init(&w->lock, NULL);
         pthread_cond_init(&w->cond, NULL);
         atomic_init(&w->refs, 2);
         sl_error e = {0};
         int rc = sl_databus_publish(o->opts.bus, s->set, evs, n, res, durable_done, w, &e);
         if (rc == 1)
-            return wait_durable(s, w);
+            return wait_durable(s, w, err);
         atomic_store(&w->refs, 1);
         waiter_release(w);
         if (rc == 0)
@@ -601,8 +615,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     s->wrap = (sl_buf)SL_BUF_INIT;
     s->dflt_type = default_type(c);
     s->dflt_source = c->kind == SL_SOURCE_FILE && c->path ? c->path : c->kind_name;
-    const sl_set_decl *decl = sl_config_set(c->owner, c->set);
-    s->schemas = decl && decl->nschemas;
+    s->decl = sl_config_set(c->owner, c->set);
+    s->schemas = s->decl && s->decl->nschemas;
     int rc = sl_sets_get(o->opts.sets, c->set, false, &s->set, err);
     if (!rc && c->kind == SL_SOURCE_WEBHOOK) {
         rc = sl_webhook_source_new(c, &s->webhook, err);
@@ -690,7 +704,7 @@ void sl_sources_webhook_stored(sl_sources *o, const char *name, const sl_webhook
     sl_webhook_source_stored(s->webhook, res, stored);
     if (stored) {
         atomic_fetch_add_explicit(&s->events, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&s->bytes, res->event.len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bytes, res->event_len, memory_order_relaxed);
         atomic_fetch_add_explicit(&s->batches, 1, memory_order_relaxed);
     }
 }
@@ -760,9 +774,9 @@ int sl_sources_metrics(sl_sources *o, sl_buf *out)
     return rc;
 }
 
-void sl_sources_stop(sl_sources *o)
+void sl_sources_halt(sl_sources *o)
 {
-    if (!o)
+    if (!o || atomic_load(&o->stopping))
         return;
     pthread_mutex_lock(&o->lock);
     atomic_store(&o->stopping, true);
@@ -771,11 +785,21 @@ void sl_sources_stop(sl_sources *o)
     for (size_t i = 0; i < o->n; i++)
         if (o->v[i]->ops && o->v[i]->ops->stop)
             o->v[i]->ops->stop(o->v[i]->impl);
-    for (size_t i = 0; i < o->n; i++) {
-        if (o->v[i]->ops)
+    for (size_t i = 0; i < o->n; i++)
+        if (o->v[i]->ops) {
             o->v[i]->ops->close(o->v[i]->impl);
+            o->v[i]->ops = NULL;
+            o->v[i]->impl = NULL;
+        }
+}
+
+void sl_sources_stop(sl_sources *o)
+{
+    if (!o)
+        return;
+    sl_sources_halt(o);
+    for (size_t i = 0; i < o->n; i++)
         src_free(o->v[i]);
-    }
     free(o->v);
     pthread_mutex_destroy(&o->lock);
     pthread_cond_destroy(&o->cond);

@@ -15,8 +15,6 @@
 #include "core/err.h"
 #include "core/set.h"
 
-struct sl_event;
-
 typedef struct sl_sources sl_sources;
 
 typedef struct sl_sources_options {
@@ -24,9 +22,6 @@ typedef struct sl_sources_options {
     sl_sets *sets;
     sl_databus *bus;
     const char *data_dir;
-    /* The schema check of ingest (may be NULL). */
-    int (*validate)(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
-    void *ctx;
 } sl_sources_options;
 
 /* Opens every source of cfg. On error nothing is left running. */
@@ -46,8 +41,12 @@ int sl_sources_json(sl_sources *s, sl_buf *out);
 /* /metrics lines of every source. */
 int sl_sources_metrics(sl_sources *s, sl_buf *out);
 
-/* Stops every source (flushes in progress end with SL_ESHUTDOWN), joins
- * and frees. NULL is ignored. */
+/* Stops every source's threads (flushes in progress end with SL_ESHUTDOWN)
+ * and joins them; the webhooks, which have none, keep being served until
+ * sl_sources_stop(), so that a reload does not answer 404 meanwhile. */
+void sl_sources_halt(sl_sources *s);
+
+/* Halts if needed and frees. NULL is ignored. */
 void sl_sources_stop(sl_sources *s);
 
 #endif

@@ -130,7 +130,7 @@ const sl_target_ops *sl_target_ops_of(const sl_target_config *cfg);
 /* How emit_data() carries a payload that is not a CloudEvent. */
 typedef enum sl_source_data {
     SL_DATA_AUTO, /* JSON when it parses, else text when UTF-8, else data_base64 */
-    SL_DATA_JSON, /* known-good JSON text (the caller validated it) */
+    SL_DATA_JSON, /* JSON text (checked again against the set's limits; text if it fails) */
     SL_DATA_TEXT, /* a string (data_base64 when it is not UTF-8) */
 } sl_source_data;
 

@@ -519,7 +519,8 @@ int sl_json_value(const char *p, const char *end, int max_depth, sl_json_tok *to
 int sl_json_validate(const char *p, size_t len, int max_depth, sl_json_tok *tok, sl_error *err)
 {
     const char *end = p + len, *next;
-    int rc = scan_value(p, p, end, max_depth, tok, &next, err);
+    sl_json_tok unused;
+    int rc = scan_value(p, p, end, max_depth, tok ? tok : &unused, &next, err);
     if (rc)
         return rc;
     next = skip_ws(next, end);

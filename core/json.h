@@ -77,7 +77,7 @@ int sl_json_value_from(const char *base, const char *p, const char *end, int max
 
 /* sl_json_value() over exactly [p, p + len): also refuses anything but
  * whitespace after the value (SL_EPARSE, "byte N: unexpected data after the
- * JSON value"). Returns 0, SL_EPARSE or SL_EPARTIAL. */
+ * JSON value"). tok may be NULL. Returns 0, SL_EPARSE or SL_EPARTIAL. */
 int sl_json_validate(const char *p, size_t len, int max_depth, sl_json_tok *tok, sl_error *err);
 
 /* Iteration over a container token that sl_json_value() returned. The

@@ -53,16 +53,9 @@ static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_er
     return 0;
 }
 
-static int validate(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
-
 static int start_sources(sl_router *r, const sl_config *cfg, sl_sources **out, sl_error *err)
 {
-    sl_sources_options so = {.cfg = cfg,
-                             .sets = r->sets,
-                             .bus = r->bus,
-                             .data_dir = r->data_dir,
-                             .validate = validate,
-                             .ctx = r};
+    sl_sources_options so = {.cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir};
     return sl_sources_start(&so, out, err);
 }
 
@@ -123,8 +116,9 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
         return rc;
     }
     /* The sources read the old config: they stop first and start again
-     * from their committed positions with the new one. */
-    stop_sources(r);
+     * from their committed positions with the new one. Their webhooks keep
+     * answering until the new ones replace them. */
+    sl_sources_halt(r->sources);
     pthread_rwlock_wrlock(&r->lock);
     sl_runner *old = r->runner;
     r->runner = NULL;
@@ -159,10 +153,12 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
     }
     pthread_rwlock_wrlock(&r->lock);
     sl_config *drop = keep == cfg ? r->cfg : cfg;
+    sl_sources *old_src = r->sources;
     r->cfg = keep;
     r->runner = fresh;
     r->sources = src;
     pthread_rwlock_unlock(&r->lock);
+    sl_sources_stop(old_src);
     sl_config_free(drop);
     return rc;
 }

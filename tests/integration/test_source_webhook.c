@@ -320,6 +320,7 @@ static void test_github(void **state)
         metric(s, "sluice_webhook_requests_total{webhook=\"gh\",outcome=\"bad_request\"}") == 1);
     /* GET /v1/sources and the shared source series count what was stored. */
     assert_true(metric(s, "sluice_source_events_total{source=\"gh\",kind=\"webhook\"}") == 2);
+    assert_true(metric(s, "sluice_source_bytes_total{source=\"gh\",kind=\"webhook\"}") > 200);
     r = it_get(s, "/v1/sources");
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(it_body(&r), "\"name\":\"gh\",\"kind\":\"webhook\",\"set\":\"gh\","

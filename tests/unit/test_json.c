@@ -265,6 +265,10 @@ static void test_flags_and_next(void **state)
     sl_error keep = {.code = 7, .msg = "keep"};
     assert_int_equal(sl_json_validate("[]", 2, 4, &t, &keep), 0);
     assert_string_equal(keep.msg, "keep");
+
+    /* Only whether it is JSON: no token wanted. */
+    assert_int_equal(sl_json_validate("{\"a\":[1]}", 9, 4, NULL, NULL), 0);
+    assert_int_equal(sl_json_validate("{\"a\":", 5, 4, NULL, NULL), SL_EPARTIAL);
 }
 
 static void test_depth(void **state)

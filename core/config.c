@@ -663,10 +663,11 @@ static void read_plugin_body(loader *ld, int idx, const key *common, size_t ncom
 }
 
 /* "file, set, http, kafka" plus the plugins' kinds of that family. */
-static void known_kinds(char *out, size_t cap, const char *builtin, const char *family)
+static void known_kinds(const loader *ld, char *out, size_t cap, const char *builtin,
+                        const char *family)
 {
     char plugins[512];
-    sl_plugin_kinds(plugins, sizeof plugins);
+    sl_plugin_kinds(ld->cfg->plugin_dir, plugins, sizeof plugins);
     size_t o = (size_t)snprintf(out, cap, "%s", builtin);
     size_t fl = strlen(family);
     for (char *p = plugins; *p && o < cap;) {
@@ -740,10 +741,10 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     for (size_t i = 0; kind && i < sizeof target_kinds / sizeof *target_kinds; i++)
         if (strcmp(target_kinds[i].name, kind) == 0)
             tk = &target_kinds[i];
-    const sl_target_ops *plugin = tk || !kind ? NULL : sl_plugin_target(kind);
+    const sl_target_ops *plugin = tk || !kind ? NULL : sl_plugin_target(kind, ld->cfg->plugin_dir);
     if (!tk && !plugin) {
         char known[600];
-        known_kinds(known, sizeof known, "file, set, http, kafka", "target");
+        known_kinds(ld, known, sizeof known, "file, set, http, kafka", "target");
         problem(ld, tline, "%s: unknown target kind target.%s (known: %s)", b->what,
                 kind ? kind : "?", known);
         lua_pop(L, 1);
@@ -1311,10 +1312,10 @@ static void read_source(loader *ld, int body, const char *kind, int line)
     for (size_t i = 0; i < sizeof source_kinds / sizeof *source_kinds; i++)
         if (strcmp(source_kinds[i].name, kind) == 0)
             sk = &source_kinds[i];
-    const sl_source_ops *plugin = sk ? NULL : sl_plugin_source(kind);
+    const sl_source_ops *plugin = sk ? NULL : sl_plugin_source(kind, cfg->plugin_dir);
     if (!sk && !plugin) {
         char known[600];
-        known_kinds(known, sizeof known, "file, webhook, kafka", "source");
+        known_kinds(ld, known, sizeof known, "file, webhook, kafka", "source");
         problem(ld, line, "unknown source kind source.%s (known: %s)", kind, known);
         return;
     }

@@ -390,25 +390,38 @@ int sl_plugin_load_dir(const char *dir, sl_buf *diag)
     return rc;
 }
 
-const sl_source_ops *sl_plugin_source(const char *name)
+/* Whether kind k came from a file directly in dir (the path it was found
+ * at is "DIR/NAME.so"). */
+static bool in_dir(const kind *k, const char *dir)
+{
+    size_t dl = dir ? strlen(dir) : 0;
+    return dl && strncmp(k->file, dir, dl) == 0 && k->file[dl] == '/' &&
+           !strchr(k->file + dl + 1, '/');
+}
+
+const sl_source_ops *sl_plugin_source(const char *name, const char *dir)
 {
     pthread_mutex_lock(&mu);
     const kind *k = name ? find_locked(name, false) : NULL;
+    if (k && !in_dir(k, dir))
+        k = NULL;
     const sl_source_ops *ops = k ? k->ops : NULL;
     pthread_mutex_unlock(&mu);
     return ops;
 }
 
-const sl_target_ops *sl_plugin_target(const char *name)
+const sl_target_ops *sl_plugin_target(const char *name, const char *dir)
 {
     pthread_mutex_lock(&mu);
     const kind *k = name ? find_locked(name, true) : NULL;
+    if (k && !in_dir(k, dir))
+        k = NULL;
     const sl_target_ops *ops = k ? k->ops : NULL;
     pthread_mutex_unlock(&mu);
     return ops;
 }
 
-void sl_plugin_kinds(char *out, size_t cap)
+void sl_plugin_kinds(const char *dir, char *out, size_t cap)
 {
     if (!cap)
         return;
@@ -417,7 +430,7 @@ void sl_plugin_kinds(char *out, size_t cap)
     pthread_mutex_lock(&mu);
     for (int target = 0; target < 2; target++)
         for (size_t i = 0; i < nkinds; i++) {
-            if (kinds[i].target != (bool)target)
+            if (kinds[i].target != (bool)target || !in_dir(&kinds[i], dir))
                 continue;
             int w = snprintf(out + o, cap - o, "%s%s.%s", o ? ", " : "",
                              target ? "target" : "source", kinds[i].name);

@@ -42,11 +42,15 @@ typedef int sl_plugin_register_fn(uint32_t abi_version, const sl_plugin_registry
  * Thread-safe. */
 int sl_plugin_load_dir(const char *dir, sl_buf *diag);
 
-/* A plugin's kind by name, or NULL. */
-const sl_source_ops *sl_plugin_source(const char *name);
-const sl_target_ops *sl_plugin_target(const char *name);
+/* A kind by name among the plugins loaded from dir (a config's plugin_dir,
+ * as given to sl_plugin_load_dir; NULL: none), or NULL. A config sees only
+ * its own folder's plugins, so a reload that drops plugin_dir drops their
+ * kinds too. */
+const sl_source_ops *sl_plugin_source(const char *name, const char *dir);
+const sl_target_ops *sl_plugin_target(const char *name, const char *dir);
 
-/* Names of every plugin kind, e.g. "source.exec, target.syslog" ("" none). */
-void sl_plugin_kinds(char *out, size_t cap);
+/* Names of the kinds loaded from dir, e.g. "source.exec, target.count"
+ * ("" none). */
+void sl_plugin_kinds(const char *dir, char *out, size_t cap);
 
 #endif

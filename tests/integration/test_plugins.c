@@ -490,6 +490,13 @@ static void test_reload(void **state)
     assert_true(it_log_contains(s, "bad_abi.so: built for sluice plugin ABI 2, this sluice speaks "
                                    "ABI 1; rebuild it against this sluice's headers"));
     assert_int_equal(it_status_of(s->port, "/healthz"), 200);
+
+    /* A config without plugin_dir does not see the plugins loaded for the
+     * one before it: the reload is refused as for any unknown kind. */
+    it_write_config(s, cfg,
+                    "set \"x\" { partitions = 1 }\n"
+                    "source.exec { command = { \"echo\", \"three\" }, set = \"x\" }\n");
+    reload_and_wait(s, "unknown source kind source.exec (known: file, webhook, kafka)");
     s->passed = true;
 }
 

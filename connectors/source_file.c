@@ -25,17 +25,34 @@
  * whose first bytes changed (copy-truncate), is read again from 0. A file
  * deleted while open (st_nlink == 0) is gone in the same way.
  *
+ * `start` applies only at the source's first start ever (no positions
+ * file yet); afterwards a file without a position is read from 0, also one
+ * made while sluice was stopped or reloading. A stored position whose file
+ * the glob no longer lists (rotated while stopped) is looked for by (dev,
+ * inode) at its path and in its folder, and read to its end as gone.
+ *
+ * A file is gone only when the glob could list its folder: a folder that
+ * is missing or unreadable for a while does not make its files new ones.
+ * A file forgotten while it may still exist leaves a tombstone (dev, ino,
+ * fingerprint, offset; the last TOMBSTONES, in memory until the instance
+ * stops), so that it resumes at its offset if the glob finds it again.
+ *
  * A final line without '\n' is held until its newline comes; only when its
  * file is gone (rotated or deleted, then idle) is it emitted as it is.
  * Back-pressure: flush() blocks inside the host while the set's buffers are
- * full, and nothing is read meanwhile.
+ * full, and nothing is read meanwhile. A flush that fails otherwise (e.g.
+ * SL_ENOMEM: the host keeps the batch) is tried again after RETRY_MS; only
+ * SL_ESHUTDOWN stops the thread, and health() says so if it ever ends
+ * while the server runs.
  */
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/crc32c.h"
+#include "core/event.h"
 #include "core/json.h"
 #include "rules/rule.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -62,6 +79,8 @@
 #define FLUSH_BYTES (1u << 20)      /* … or this many line bytes */
 #define ROTATE_GRACE_MS 1000        /* a gone file is kept this long after its last data */
 #define SYNC_EVERY_MS 1000          /* fdatasync of the positions at most this often */
+#define TOMBSTONES 1024             /* positions of forgotten files kept (in memory) */
+#define RETRY_MS 200                /* a failed flush is tried again after this long */
 #define DEFAULT_TYPE "sluice.file.line"
 #define POSITIONS "positions"
 #define POSITIONS_HEADER "# sluice source.file positions v1\n"
@@ -88,6 +107,7 @@ typedef struct sf_file {
     uint64_t group_end;   /* where its last line ends */
     int64_t group_ms;     /* when a line was last added */
     bool gone;            /* renamed away or deleted: drain, then forget */
+    bool deleted;         /* st_nlink == 0 seen: no tombstone when it is forgotten */
     int64_t gone_ms;
     int64_t data_ms; /* last time a read gave bytes */
     int64_t used_ms; /* last time it was read: the oldest is closed first */
@@ -95,12 +115,17 @@ typedef struct sf_file {
     bool want;       /* has (or may have) unread bytes: keep or get a descriptor */
 } sf_file;
 
-/* A position read back from the positions file at start. */
+/* A position not attached to a followed file: read back from the positions
+ * file at start (path set), or a tombstone of a file that was forgotten
+ * while it may still exist (its folder was missing, it was renamed out of
+ * the pattern, …), so that it resumes there if the scan finds it again. */
 typedef struct sf_pos {
     dev_t dev;
     ino_t ino;
     uint64_t off;
     uint32_t fp_len, fp;
+    char *path; /* where it was (NULL when unknown) */
+    bool fresh; /* from the positions file, not looked for yet */
 } sf_pos;
 
 /* A watched directory. */
@@ -117,6 +142,7 @@ typedef struct sf {
     int wake_fd;     /* eventfd: stop() wakes the thread's poll(2) */
     int ino_fd;      /* inotify, or -1: polling only */
     atomic_bool halt; /* stop() was called, or flush() said SL_ESHUTDOWN */
+    atomic_bool stop_asked; /* stop() was called */
     regex_t re;
     bool has_re;
     sl_rule_vm *vm; /* parse = function(line) */
@@ -124,8 +150,9 @@ typedef struct sf {
     sf_file **files;
     size_t nfiles, cap;
     size_t nopen;
-    sf_pos *stored; /* positions from the last run, until the first scan used them */
+    sf_pos *stored; /* positions of files not followed: from the last run, tombstones */
     size_t nstored;
+    sl_buf rebuf;   /* a NUL-terminated copy of a line for regexec */
     sf_watch *watches;
     size_t nwatches;
     char *rbuf;     /* READ_BUF bytes */
@@ -137,7 +164,8 @@ typedef struct sf {
     bool dirty;     /* positions to write even without a batch */
     int64_t synced_ms;
     int64_t now;    /* monotonic ms, refreshed per round */
-    bool initial;   /* the first scan: `start` applies */
+    bool initial;   /* the first scan of this instance */
+    bool first;     /* no positions file existed: the source's first start, `start` applies */
     /* counters (read by metrics() from other threads) */
     atomic_uint_fast64_t n_files, n_lines, n_bytes, n_rotations, n_truncations, n_parse_errors,
         n_skipped, n_refused;
@@ -212,7 +240,11 @@ static void emit_one(sf *s, sf_file *f, const char *p, size_t n)
         break;
     case SL_PARSE_JSON: {
         sl_json_tok tok;
-        if (sl_json_validate(p, n, 64, &tok, NULL) == 0) {
+        /* The data sits one level inside the event, whose whole depth the
+         * host (like HTTP ingest) limits to SL_EVENT_MAX_DEPTH_DEFAULT:
+         * deeper JSON goes on as text (a parse error) instead of being
+         * refused. */
+        if (sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT - 1, &tok, NULL) == 0) {
             if (tok.type == SL_JSON_OBJECT && memmem(p, n, "\"specversion\"", 13) &&
                 has_specversion(&tok)) {
                 rc = h->emit_event(h->ctx, p, n, NULL, &err);
@@ -275,10 +307,18 @@ static void group_emit(sf *s, sf_file *f)
         sl_buf_free(&f->group);
 }
 
+/* regexec() gets a NUL-terminated copy: glibc honours REG_STARTEND, but
+ * sanitizers' interceptors read up to a NUL. */
 static bool starts_group(sf *s, const char *p, size_t n)
 {
+    s->rebuf.len = 0;
+    if ((n && sl_buf_append(&s->rebuf, p, n)) || sl_buf_append(&s->rebuf, "", 1))
+        return false; /* out of memory: the line joins the pending event */
     regmatch_t m[1] = {{.rm_so = 0, .rm_eo = (regoff_t)n}};
-    return regexec(&s->re, p ? p : "", 1, m, REG_STARTEND) == 0;
+    bool r = regexec(&s->re, (const char *)s->rebuf.data, 1, m, REG_STARTEND) == 0;
+    if (s->rebuf.cap > 2 * s->cfg->max_line + 4096)
+        sl_buf_free(&s->rebuf);
+    return r;
 }
 
 /* One finished line of f: bytes [f->done, end) of the file, p/n without the
@@ -321,6 +361,44 @@ static uint64_t commit_pos(const sf_file *f)
 
 /* ---- positions ------------------------------------------------------------------- */
 
+static ssize_t stored_find(const sf *s, dev_t dev, ino_t ino)
+{
+    for (size_t i = 0; i < s->nstored; i++)
+        if (s->stored[i].dev == dev && s->stored[i].ino == ino)
+            return (ssize_t)i;
+    return -1;
+}
+
+static void stored_remove(sf *s, size_t i)
+{
+    free(s->stored[i].path);
+    memmove(&s->stored[i], &s->stored[i + 1], (s->nstored - i - 1) * sizeof *s->stored);
+    s->nstored--;
+}
+
+/* Adds a position (replacing one of the same file); the oldest tombstone
+ * goes when there are TOMBSTONES. path is copied (may be NULL). */
+static void stored_add(sf *s, sf_pos p, const char *path)
+{
+    ssize_t k = stored_find(s, p.dev, p.ino);
+    if (k >= 0)
+        stored_remove(s, (size_t)k);
+    if (!p.fresh && s->nstored >= TOMBSTONES) {
+        for (size_t i = 0; i < s->nstored; i++) {
+            if (!s->stored[i].fresh) {
+                stored_remove(s, i);
+                break;
+            }
+        }
+    }
+    sf_pos *g = realloc(s->stored, (s->nstored + 1) * sizeof *g);
+    if (!g)
+        return;
+    s->stored = g;
+    p.path = path ? strdup(path) : NULL;
+    s->stored[s->nstored++] = p;
+}
+
 static void load_positions(sf *s)
 {
     FILE *fp = fopen(s->pos_path, "re");
@@ -332,14 +410,17 @@ static void load_positions(sf *s)
             continue;
         unsigned long long dev, ino, off;
         unsigned fplen, crc;
-        if (sscanf(line, "%llu %llu %llu %u %x", &dev, &ino, &off, &fplen, &crc) != 5)
+        int at = 0;
+        if (sscanf(line, "%llu %llu %llu %u %x%n", &dev, &ino, &off, &fplen, &crc, &at) != 5)
             continue;
-        sf_pos *g = realloc(s->stored, (s->nstored + 1) * sizeof *g);
-        if (!g)
-            break;
-        s->stored = g;
-        s->stored[s->nstored++] =
-            (sf_pos){(dev_t)dev, (ino_t)ino, (uint64_t)off, fplen > FP_MAX ? FP_MAX : fplen, crc};
+        char *path = line + at;
+        if (*path == ' ')
+            path++;
+        path[strcspn(path, "\n")] = 0;
+        stored_add(s,
+                   (sf_pos){(dev_t)dev, (ino_t)ino, (uint64_t)off,
+                            fplen > FP_MAX ? FP_MAX : fplen, crc, NULL, true},
+                   *path ? path : NULL);
     }
     fclose(fp);
 }
@@ -421,11 +502,22 @@ static void commit(sf *s, bool sync)
 static bool flush_commit(sf *s)
 {
     if (s->batch_events) {
-        sl_error err = {0};
-        int rc = s->host->flush(s->host->ctx, &err);
-        if (rc) {
-            atomic_store(&s->halt, true);
-            return false;
+        for (;;) {
+            sl_error err = {0};
+            int rc = s->host->flush(s->host->ctx, &err);
+            if (rc == 0)
+                break;
+            if (rc == SL_ESHUTDOWN) {
+                atomic_store(&s->halt, true);
+                return false;
+            }
+            /* SL_ENOMEM (the batch is kept) or anything else: try again. */
+            s->host->log(s->host->ctx, "publishing failed, retrying: %s",
+                         err.msg[0] ? err.msg : sl_strerror(rc));
+            if (s->host->wait(s->host->ctx, RETRY_MS) || atomic_load(&s->stop_asked)) {
+                atomic_store(&s->halt, true);
+                return false;
+            }
         }
         s->batch_events = s->batch_bytes = 0;
         s->now = mono_ms();
@@ -594,6 +686,19 @@ static void file_drop(sf *s, size_t i)
     s->dirty = true;
 }
 
+/* Forgets a gone file (index i) that was read as far as it can be: what it
+ * held back becomes events, and unless it was deleted its position stays as
+ * a tombstone, so that it resumes there should the scan find it again. */
+static void file_forget(sf *s, size_t i)
+{
+    sf_file *f = s->files[i];
+    drain_held(s, f);
+    if (!f->deleted)
+        stored_add(s, (sf_pos){f->dev, f->ino, commit_pos(f), f->fp_len, f->fp, NULL, false},
+                   f->path);
+    file_drop(s, i);
+}
+
 /* The file is read again from 0 (truncated, or replaced under its inode). */
 static void file_restart(sf *s, sf_file *f, const char *why)
 {
@@ -696,68 +801,217 @@ static void file_set_path(sf *s, sf_file *f, const char *path)
     f->src = src;
 }
 
-/* A file the scan found for the first time. */
-static void file_add(sf *s, const char *path, const struct stat *st)
+/* A new entry for path (NULL when out of memory), read from offset 0. */
+static sf_file *file_new(sf *s, const char *path, const struct stat *st)
 {
     if (s->nfiles == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 16;
         sf_file **g = realloc(s->files, cap * sizeof *g);
         if (!g)
-            return;
+            return NULL;
         s->files = g;
         s->cap = cap;
     }
     sf_file *f = calloc(1, sizeof *f);
     if (!f)
-        return;
+        return NULL;
     f->fd = -1;
     f->dev = st->st_dev;
     f->ino = st->st_ino;
     file_set_path(s, f, path);
     if (!f->path) {
         free(f);
-        return;
+        return NULL;
     }
     s->files[s->nfiles++] = f;
     atomic_store(&s->n_files, s->nfiles);
     f->data_ms = f->used_ms = s->now;
     f->want = f->seen = true;
     s->dirty = true;
-    uint64_t size = (uint64_t)st->st_size;
-    if (!s->initial)
-        return; /* a file made after the start is read from its beginning */
-    /* The first scan: a stored position, else `start`. The descriptor is a
-     * temporary one (file_read opens it within the cap). */
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    return f;
+}
+
+/* Opens path for a look at a stored position: -1 unless it is (dev, ino). */
+static int open_same(const char *path, dev_t dev, ino_t ino, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, st) || st->st_ino != ino || st->st_dev != dev)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Whether the position p still holds for the open file fd of size size. */
+static bool pos_holds(int fd, const sf_pos *p, uint64_t size)
+{
+    bool ok = true;
+    uint32_t c = p->fp_len ? crc_prefix(fd, p->fp_len, &ok) : 0;
+    return ok && c == p->fp && p->off <= size;
+}
+
+/* A file the scan found for the first time: at its stored position (from
+ * the last run, or a tombstone); else from 0, or at its end when this is
+ * the source's first start ever and `start = "end"`. */
+static void file_add(sf *s, const char *path, const struct stat *st)
+{
+    ssize_t k = stored_find(s, st->st_dev, st->st_ino);
+    bool to_end = k < 0 && s->initial && s->first && !s->cfg->from_beginning;
+    sf_file *f = file_new(s, path, st);
+    if (!f || (k < 0 && !to_end))
+        return; /* read from its beginning */
+    /* The descriptor is a temporary one (file_read opens it within the cap). */
     struct stat fst;
-    if (f->fd < 0 || fstat(f->fd, &fst) || fst.st_ino != f->ino || fst.st_dev != f->dev) {
-        if (f->fd >= 0)
-            close(f->fd);
-        f->fd = -1;
+    int fd = open_same(path, f->dev, f->ino, &fst);
+    if (fd < 0) {
+        if (k >= 0) {
+            /* Taken as it is: file_open() checks it against the file. */
+            f->off = f->done = f->committed = s->stored[k].off;
+            f->fp = s->stored[k].fp;
+            f->fp_len = s->stored[k].fp_len;
+            stored_remove(s, (size_t)k);
+        }
         return;
     }
-    bool found = false;
-    for (size_t i = 0; !found && i < s->nstored; i++) {
-        const sf_pos *p = &s->stored[i];
-        if (p->dev != f->dev || p->ino != f->ino)
-            continue;
-        found = true;
-        bool ok = true;
-        uint32_t c = p->fp_len ? crc_prefix(f->fd, p->fp_len, &ok) : 0;
-        if (ok && c == p->fp && p->off <= size) {
+    f->fd = fd;
+    uint64_t size = (uint64_t)fst.st_size;
+    if (k >= 0) {
+        const sf_pos *p = &s->stored[k];
+        if (pos_holds(fd, p, size)) {
             f->off = f->done = f->committed = p->off;
             f->fp = p->fp;
             f->fp_len = p->fp_len;
         } else {
-            s->host->log(s->host->ctx, "%s changed while sluice was stopped: reading it from "
-                         "the start", path);
+            s->host->log(s->host->ctx, "%s changed since its position was stored: reading it "
+                         "from the start", path);
         }
-    }
-    if (!found && !s->cfg->from_beginning)
+        stored_remove(s, (size_t)k);
+    } else {
         f->off = f->done = f->committed = size;
+    }
     fingerprint(f, f->off);
     close(f->fd);
     f->fd = -1;
+}
+
+/* Whether the folder holding path can be listed now. */
+static bool parent_ok(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    size_t n = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir)
+        return false;
+    memcpy(dir, slash ? path : ".", slash ? n : 1);
+    dir[slash ? n : 1] = 0;
+    struct stat st;
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, R_OK | X_OK) == 0;
+}
+
+/* Looks for the file (p->dev, p->ino): at p->path, else among the entries
+ * of p->path's folder (a rotated file). Returns its open descriptor, with
+ * its name in out, or -1. */
+static int find_stored(const sf_pos *p, char *out, size_t cap, struct stat *st)
+{
+    if (!p->path)
+        return -1;
+    int fd = open_same(p->path, p->dev, p->ino, st);
+    if (fd >= 0) {
+        snprintf(out, cap, "%s", p->path);
+        return fd;
+    }
+    const char *slash = strrchr(p->path, '/');
+    char dir[PATH_MAX];
+    size_t n = !slash ? 1 : slash == p->path ? 1 : (size_t)(slash - p->path);
+    if (n >= sizeof dir)
+        return -1;
+    if (!slash)
+        memcpy(dir, ".", 2);
+    else {
+        memcpy(dir, p->path, n);
+        dir[n] = 0;
+    }
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while (fd < 0 && (e = readdir(d))) {
+        if (e->d_ino != p->ino)
+            continue;
+        int w = snprintf(out, cap, "%s/%s", strcmp(dir, "/") ? dir : "", e->d_name);
+        if (w > 0 && (size_t)w < cap)
+            fd = open_same(out, p->dev, p->ino, st);
+    }
+    closedir(d);
+    return fd;
+}
+
+/* After the first scan: a stored position the pattern no longer matched is
+ * a file rotated (renamed away) while sluice was stopped or reloading. It
+ * is found by (dev, ino) and read to its end as a gone file; when it cannot
+ * be found, its position stays as a tombstone. */
+static void resume_rotated(sf *s)
+{
+    for (size_t i = s->nstored; i-- > 0;) {
+        sf_pos *p = &s->stored[i];
+        if (!p->fresh)
+            continue;
+        p->fresh = false;
+        if (file_find(s, p->dev, p->ino)) {
+            stored_remove(s, i);
+            continue;
+        }
+        char path[PATH_MAX];
+        struct stat st;
+        int fd = find_stored(p, path, sizeof path, &st);
+        if (fd < 0 && p->path && !parent_ok(p->path)) {
+            s->host->log(s->host->ctx, "%s: its folder cannot be read now; it is read from byte "
+                         "%" PRIu64 " if it comes back", p->path, p->off);
+            continue;
+        }
+        if (fd < 0) {
+            s->host->log(s->host->ctx, "%s (inode %llu) went away while sluice was stopped and "
+                         "was not found: what was written to it after byte %" PRIu64
+                         " is not read", p->path ? p->path : "a file",
+                         (unsigned long long)p->ino, p->off);
+            continue;
+        }
+        if (!pos_holds(fd, p, (uint64_t)st.st_size)) {
+            close(fd);
+            s->host->log(s->host->ctx, "%s went away while sluice was stopped and was replaced: "
+                         "what was written to it after byte %" PRIu64 " is not read",
+                         p->path, p->off);
+            stored_remove(s, i);
+            continue;
+        }
+        if (!make_room(s) || lseek(fd, (off_t)p->off, SEEK_SET) < 0) {
+            close(fd);
+            s->host->log(s->host->ctx, "%s: too many files open: what was written to it after "
+                         "byte %" PRIu64 " is not read", path, p->off);
+            continue;
+        }
+        sf_file *f = file_new(s, path, &st);
+        if (!f) {
+            close(fd);
+            continue;
+        }
+        f->fd = fd;
+        s->nopen++;
+        f->off = f->done = f->committed = p->off;
+        f->fp = p->fp;
+        f->fp_len = p->fp_len;
+        fingerprint(f, (uint64_t)st.st_size);
+        f->gone = true;
+        f->gone_ms = s->now;
+        f->seen = false;
+        atomic_fetch_add(&s->n_rotations, 1);
+        s->host->log(s->host->ctx, "%s was rotated while sluice was stopped: reading it from byte "
+                     "%" PRIu64 " to its end", path, p->off);
+        stored_remove(s, i);
+        /* Read before the files that replaced them. */
+        memmove(&s->files[1], &s->files[0], (s->nfiles - 1) * sizeof *s->files);
+        s->files[0] = f;
+    }
 }
 
 /* Watches dir (once). */
@@ -800,23 +1054,50 @@ static void watch_parent(sf *s, const char *path)
     watch_dir(s, dir);
 }
 
+/* glob(3)'s errfunc has no argument: each instance has its own thread. */
+static _Thread_local int glob_errno;
+static _Thread_local char glob_errpath[256];
+
+static int glob_error(const char *path, int e)
+{
+    if (!glob_errno || (glob_errno == ENOENT && e != ENOENT)) {
+        glob_errno = e;
+        snprintf(glob_errpath, sizeof glob_errpath, "%s", path);
+    }
+    return 0; /* go on with the other folders; the scan knows its list is partial */
+}
+
 /* Finds the files the pattern names now: new ones, renamed and deleted
- * ones, truncated ones. */
+ * ones, truncated ones. A file the pattern did not list is gone only when
+ * the listing was complete (the folders could be read): a folder that is
+ * missing or unreadable for a moment must not make its files new ones. */
 static void scan(sf *s)
 {
     const char *pattern = s->cfg->path;
     struct stat st;
     errno = 0;
-    if (stat(s->dir, &st) || !S_ISDIR(st.st_mode) || access(s->dir, R_OK | X_OK))
+    bool dir_ok = true;
+    if (stat(s->dir, &st) || !S_ISDIR(st.st_mode) || access(s->dir, R_OK | X_OK)) {
         set_health(s, "%s: %s", s->dir, errno ? strerror(errno) : "not a readable folder");
-    else
-        set_health(s, NULL);
+        dir_ok = false;
+    }
     watch_dir(s, s->dir);
     for (size_t i = 0; i < s->nfiles; i++)
         s->files[i]->seen = false;
     glob_t g;
-    int gr = glob(pattern, GLOB_NOSORT, NULL, &g);
-    for (size_t i = 0; gr == 0 && i < g.gl_pathc; i++) {
+    memset(&g, 0, sizeof g);
+    glob_errno = 0;
+    int gr = glob(pattern, GLOB_NOSORT, glob_error, &g);
+    bool listed = dir_ok && !glob_errno && (gr == 0 || gr == GLOB_NOMATCH);
+    if (dir_ok) {
+        if (glob_errno && glob_errno != ENOENT)
+            set_health(s, "%s: %s", glob_errpath, strerror(glob_errno));
+        else if (gr == GLOB_NOSPACE)
+            set_health(s, "%s: out of memory", pattern);
+        else
+            set_health(s, NULL);
+    }
+    for (size_t i = 0; (gr == 0 || gr == GLOB_ABORTED) && i < g.gl_pathc; i++) {
         const char *path = g.gl_pathv[i];
         if (stat(path, &st) || !S_ISREG(st.st_mode))
             continue;
@@ -839,11 +1120,10 @@ static void scan(sf *s)
         if ((uint64_t)st.st_size != f->off)
             f->want = true; /* more bytes (or fewer: handled once open) */
     }
-    if (gr == 0)
-        globfree(&g);
+    globfree(&g);
     for (size_t i = 0; i < s->nfiles; i++) {
         sf_file *f = s->files[i];
-        if (!f->seen && !f->gone) {
+        if (!f->seen && !f->gone && listed && parent_ok(f->path)) {
             f->gone = true;
             f->gone_ms = s->now;
             atomic_fetch_add(&s->n_rotations, 1);
@@ -855,9 +1135,12 @@ static void scan(sf *s)
         if (f->fd < 0)
             continue;
         if (fstat(f->fd, &st) == 0) {
-            if (st.st_nlink == 0 && !f->gone) {
-                f->gone = true;
-                f->gone_ms = s->now;
+            if (st.st_nlink == 0) {
+                f->deleted = true;
+                if (!f->gone) {
+                    f->gone = true;
+                    f->gone_ms = s->now;
+                }
             }
             if ((uint64_t)st.st_size < f->off) {
                 file_restart(s, f, "was truncated");
@@ -872,12 +1155,9 @@ static void scan(sf *s)
         }
     }
     /* Gone files without a descriptor cannot be read any more. */
-    for (size_t i = s->nfiles; i-- > 0;) {
-        if (s->files[i]->gone && s->files[i]->fd < 0) {
-            drain_held(s, s->files[i]);
-            file_drop(s, i);
-        }
-    }
+    for (size_t i = s->nfiles; i-- > 0;)
+        if (s->files[i]->gone && s->files[i]->fd < 0)
+            file_forget(s, i);
 }
 
 /* Reads what f has, up to ROUND_BYTES. Returns true when it may have more. */
@@ -950,8 +1230,7 @@ static int64_t timers(sf *s)
             int64_t last = f->data_ms > f->gone_ms ? f->data_ms : f->gone_ms;
             int64_t due = last + ROTATE_GRACE_MS - s->now;
             if (due <= 0) {
-                drain_held(s, f);
-                file_drop(s, i);
+                file_forget(s, i);
             } else if (next < 0 || due < next) {
                 next = due;
             }
@@ -1009,13 +1288,18 @@ static void *run(void *arg)
     sf *s = arg;
     const int64_t poll_ms = s->cfg->poll_ms > 0 ? s->cfg->poll_ms : 250;
     s->now = mono_ms();
+    /* `start` is for the source's very first start: once a positions file
+     * exists, a file without a position appeared while sluice was stopped
+     * or reloading and is read from its beginning. */
+    struct stat pst;
+    s->first = stat(s->pos_path, &pst) != 0 && errno == ENOENT;
     load_positions(s);
     s->initial = true;
     scan(s);
+    resume_rotated(s);
     s->initial = false;
-    free(s->stored);
-    s->stored = NULL;
-    s->nstored = 0;
+    if (s->first)
+        s->dirty = true; /* the positions file says the first start happened */
     int64_t last_scan = s->now;
     while (!halted(s) && !s->host->stopping(s->host->ctx)) {
         s->now = mono_ms();
@@ -1052,6 +1336,8 @@ static void *run(void *arg)
      * the restart); without one, what changed is written and synced. */
     if (!s->batch_events)
         commit(s, true);
+    if (!atomic_load(&s->stop_asked) && !s->host->stopping(s->host->ctx))
+        set_health(s, "stopped reading (unexpectedly); a reload or restart starts it again");
     return NULL;
 }
 
@@ -1074,7 +1360,10 @@ static void sf_free(sf *s)
     if (s->has_re)
         regfree(&s->re);
     sl_rule_vm_free(s->vm);
+    for (size_t i = 0; i < s->nstored; i++)
+        free(s->stored[i].path);
     free(s->stored);
+    sl_buf_free(&s->rebuf);
     free(s->rbuf);
     sl_buf_free(&s->out);
     sl_buf_free(&s->posbuf);
@@ -1179,6 +1468,7 @@ fail:
 static void stop_(void *impl)
 {
     sf *s = impl;
+    atomic_store(&s->stop_asked, true);
     atomic_store(&s->halt, true);
     uint64_t one = 1;
     if (write(s->wake_fd, &one, sizeof one) < 0) {

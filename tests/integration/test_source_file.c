@@ -8,7 +8,11 @@
  * plain truncation; a SIGKILL in the middle of a large file (no loss, at
  * most one batch repeated); a 10 MB line split or skipped; a file deleted
  * while open; hundreds of files (more than the descriptor cap); multi-line
- * grouping; polling without inotify; metrics and health.
+ * grouping; polling without inotify; metrics and health; files made or
+ * rotated while sluice was stopped or reloading (read from 0 / to their
+ * end, not skipped by start = "end"); a folder missing for a while and a
+ * file renamed out of the pattern and back (no file read twice); JSON
+ * nested deeper than an event allows kept as text.
  *
  * Every test writes its files under its server's temp dir and reads the set
  * back with GET /v1/sets/NAME/events; the assertions are on exact event
@@ -708,6 +712,23 @@ static void test_multiline_poll(void **state)
         assert_string_equal(json_string_value(json_object_get(json_array_get(e, i), "data")),
                             want[i]);
     json_decref(e);
+    /* A line that arrives in two reads is held in a buffer it fills exactly
+     * (256 bytes): the regex must not read past it (ASan builds). */
+    char held[257];
+    memcpy(held, "2026-11-29 five ", 16);
+    for (int i = 16; i < 256; i++)
+        held[i] = (char)('a' + i % 26);
+    held[256] = 0;
+    append_bytes(a, held, 100);
+    it_sleep_ms(300);
+    append_bytes(a, held + 100, 156);
+    append_str(a, "\n2026-11-29 six\n");
+    expect_count(s, "logs", 6, 200);
+    e = read_set(s, "logs");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(e, 4), "data")), held);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(e, 5), "data")),
+                        "2026-11-29 six");
+    json_decref(e);
     /* The source whose folder does not exist is unhealthy. */
     it_resp r = it_get(s, "/v1/sources");
     json_t *j = it_parse_json(&r);
@@ -729,6 +750,176 @@ static void test_multiline_poll(void **state)
     s->passed = true;
 }
 
+/* Files made while sluice was stopped are read from their beginning:
+ * start = "end" is for the source's first start only. A file rotated away
+ * while sluice was stopped is found by its inode and read to its end. */
+static void test_restart_rotated(void **state)
+{
+    it_server *s = *state;
+    char a[PATH_MAX], a1[PATH_MAX], b[PATH_MAX], dir[PATH_MAX], cfg[PATH_MAX];
+    log_path(a, s, "a.log");
+    log_path(a1, s, "a.log.1");
+    log_path(b, s, "b.log");
+    it_path(dir, s, "logs");
+    it_write_config(s, cfg,
+                    "set \"logs\" { partitions = 1 }\n"
+                    "source.file { name = \"f\", path = \"%s/*.log\", set = \"logs\" }\n",
+                    dir);
+    it_start_config(s, cfg, WAIT_S);
+    it_sleep_ms(300);
+    append_seq(a, "a", 0, 2);
+    expect_count(s, "logs", 2, 300);
+    it_srv_stop(s, SIGTERM, 10);
+    /* logrotate while sluice is down: the old file gets two more lines
+     * first (never read), then a new file takes its name. */
+    append_seq(a, "a", 2, 4);
+    if (rename(a, a1))
+        fail_msg("rename: %s", strerror(errno));
+    append_seq(a, "n", 0, 2);
+    append_seq(b, "b", 0, 3); /* a file that did not exist before */
+    it_restart(s, WAIT_S);
+    it_sleep_ms(300);
+    append_seq(a, "n", 2, 3);
+    expect_count(s, "logs", 4 + 3 + 3, 500);
+    json_t *e = read_set(s, "logs");
+    expect_once(e, "a", 4);
+    expect_once(e, "n", 3);
+    expect_once(e, "b", 3);
+    /* The rotated file's rest came before the file that replaced it. */
+    size_t i, last_a = 0, first_n = SIZE_MAX;
+    json_t *ev;
+    json_array_foreach(e, i, ev)
+    {
+        const char *f = json_string_value(json_object_get(json_object_get(ev, "data"), "f"));
+        if (f && strcmp(f, "a") == 0)
+            last_a = i;
+        if (f && strcmp(f, "n") == 0 && first_n == SIZE_MAX)
+            first_n = i;
+    }
+    assert_true(last_a < first_n);
+    json_decref(e);
+    assert_true(it_log_contains(s, "was rotated while sluice was stopped"));
+    /* Gone for good while stopped: logged, and nothing else happens. */
+    it_srv_stop(s, SIGTERM, 10);
+    assert_int_equal(unlink(a1), 0);
+    assert_int_equal(unlink(b), 0);
+    it_restart(s, WAIT_S);
+    append_seq(a, "n", 3, 4);
+    expect_count(s, "logs", 11, 300);
+    assert_true(it_log_contains(s, "was not found"));
+    s->passed = true;
+}
+
+/* A SIGHUP reload stops the source's instance and starts a new one: a file
+ * the old one had not seen yet is read from its beginning. */
+static void test_reload_new_file(void **state)
+{
+    it_server *s = *state;
+    char a[PATH_MAX], b[PATH_MAX], dir[PATH_MAX], cfg[PATH_MAX];
+    log_path(a, s, "a.log");
+    log_path(b, s, "b.log");
+    it_path(dir, s, "logs");
+    append_seq(a, "old", 0, 5); /* before the first start: skipped (start = "end") */
+    /* No inotify and a long poll: the old instance does not see b.log. */
+    it_write_config(s, cfg,
+                    "set \"logs\" { partitions = 1 }\n"
+                    "source.file { name = \"f\", path = \"%s/*.log\", set = \"logs\", "
+                    "inotify = false, poll = \"30s\" }\n",
+                    dir);
+    it_start_config(s, cfg, WAIT_S);
+    it_sleep_ms(300);
+    append_seq(b, "b", 0, 5);
+    int before = it_log_count(s, "reloaded");
+    kill(s->pid, SIGHUP);
+    for (double end = it_mono() + WAIT_S; it_log_count(s, "reloaded") == before;) {
+        if (it_mono() > end)
+            fail_msg("no reload after SIGHUP");
+        it_sleep_ms(20);
+    }
+    expect_count(s, "logs", 5, 500);
+    json_t *e = read_set(s, "logs");
+    expect_once(e, "b", 5);
+    json_decref(e);
+    s->passed = true;
+}
+
+/* The folder goes away for a while and comes back; a file is renamed out of
+ * the pattern for longer than the rotation grace and back: no line is read
+ * twice, none is lost. */
+static void test_folder_missing(void **state)
+{
+    it_server *s = *state;
+    char a[PATH_MAX], b[PATH_MAX], bt[PATH_MAX], dir[PATH_MAX], dir2[PATH_MAX], cfg[PATH_MAX];
+    log_path(a, s, "a.log");
+    log_path(b, s, "b.log");
+    log_path(bt, s, "b.txt");
+    it_path(dir, s, "logs");
+    it_path(dir2, s, "logs2");
+    it_write_config(s, cfg,
+                    "set \"logs\" { partitions = 1 }\n"
+                    "source.file { name = \"f\", path = \"%s/*.log\", set = \"logs\" }\n",
+                    dir);
+    it_start_config(s, cfg, WAIT_S);
+    it_sleep_ms(300);
+    append_seq(a, "a", 0, 3);
+    append_seq(b, "b", 0, 3);
+    expect_count(s, "logs", 6, 300);
+    if (rename(dir, dir2))
+        fail_msg("rename: %s", strerror(errno));
+    it_sleep_ms(3000);
+    if (rename(dir2, dir))
+        fail_msg("rename: %s", strerror(errno));
+    it_sleep_ms(500);
+    append_seq(a, "a", 3, 5);
+    expect_count(s, "logs", 8, 1500);
+    /* Out of the pattern for longer than the grace, then back. */
+    if (rename(b, bt))
+        fail_msg("rename: %s", strerror(errno));
+    it_sleep_ms(2500);
+    append_seq(bt, "b", 3, 4); /* written while away: read once it is back */
+    if (rename(bt, b))
+        fail_msg("rename: %s", strerror(errno));
+    append_seq(b, "b", 4, 5);
+    expect_count(s, "logs", 10, 1500);
+    json_t *e = read_set(s, "logs");
+    expect_once(e, "a", 5);
+    expect_once(e, "b", 5);
+    json_decref(e);
+    s->passed = true;
+}
+
+/* JSON nested deeper than an event's data may be is kept as text. */
+static void test_json_depth(void **state)
+{
+    it_server *s = *state;
+    char a[PATH_MAX], dir[PATH_MAX], cfg[PATH_MAX];
+    log_path(a, s, "deep.log");
+    it_path(dir, s, "logs");
+    char line[300];
+    for (int depth = 63; depth <= 64; depth++) {
+        memset(line, '[', (size_t)depth);
+        memset(line + depth, ']', (size_t)depth);
+        line[2 * depth] = '\n';
+        append_bytes(a, line, (size_t)(2 * depth + 1));
+    }
+    it_write_config(s, cfg,
+                    "set \"logs\" { partitions = 1 }\n"
+                    "source.file { name = \"f\", path = \"%s/*.log\", set = \"logs\", "
+                    "start = \"beginning\" }\n",
+                    dir);
+    it_start_config(s, cfg, WAIT_S);
+    expect_count(s, "logs", 2, 300);
+    json_t *e = read_set(s, "logs");
+    assert_true(json_is_array(json_object_get(json_array_get(e, 0), "data")));
+    const char *text = json_string_value(json_object_get(json_array_get(e, 1), "data"));
+    assert_non_null(text);
+    assert_int_equal(strlen(text), 128);
+    json_decref(e);
+    assert_int_equal(metric(s, "sluice_source_file_parse_errors_total{source=\"f\"}"), 1);
+    assert_int_equal(metric(s, "sluice_source_file_refused_total{source=\"f\"}"), 0);
+    s->passed = true;
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, it_setup, it_teardown)
@@ -741,7 +932,8 @@ int main(void)
         T(test_parse),          T(test_start_end),      T(test_rotate_rename),
         T(test_rotate_copytruncate), T(test_truncate),  T(test_restart_middle),
         T(test_long_line),      T(test_deleted_while_open), T(test_many_files),
-        T(test_multiline_poll),
+        T(test_multiline_poll), T(test_restart_rotated), T(test_reload_new_file),
+        T(test_folder_missing), T(test_json_depth),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

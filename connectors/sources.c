@@ -175,6 +175,13 @@ static int refuse(src *s, sl_event_status st, sl_error *err, const char *msg)
     return sl_error_set(err, SL_EINVAL, "%s: %s", sl_event_status_name(st), msg);
 }
 
+static void host_refused(void *ctx, const char *code, const char *why)
+{
+    src *s = ctx;
+    atomic_fetch_add_explicit(&s->refused, 1, memory_order_relaxed);
+    host_log(s, "event refused (%s): %s", code ? code : "InvalidEvent", why ? why : "");
+}
+
 static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane,
                            sl_error *err)
 {
@@ -641,7 +648,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
                                    .stopping = host_stopping,
                                    .wait = host_wait,
                                    .log = host_log,
-                                   .option = host_option};
+                                   .option = host_option,
+                                   .refused = host_refused};
         sl_error e = {0};
         if ((rc = s->ops->open(c, &s->host, &s->impl, &e)))
             sl_error_set(err, rc, "source %s (line %d): %s", c->name, c->line, e.msg);

@@ -181,6 +181,10 @@ typedef struct sl_source_host {
     /* A plugin key's value (normalised text, see sl_plugin_key), or NULL
      * when the config did not set it. */
     const char *(*option)(void *ctx, const char *name);
+    /* Counts (and logs, like emit's refusals) a payload the source itself
+     * found unusable and skips, so that GET /v1/sources shows every refusal.
+     * code is an sl_event_status name ("InvalidEvent", "LaneConflict", …). */
+    void (*refused)(void *ctx, const char *code, const char *why);
 } sl_source_host;
 
 typedef struct sl_source_ops {

@@ -774,9 +774,19 @@ int sl_sources_metrics(sl_sources *o, sl_buf *out)
         if (!rc && s->webhook)
             rc = sl_webhook_source_metrics(s->webhook, out);
         if (!rc && s->ops && s->ops->metrics) {
-            char buf[16384];
-            size_t len = s->ops->metrics(s->impl, buf, sizeof buf);
-            rc = sl_buf_append(out, buf, len < sizeof buf ? len : sizeof buf - 1);
+            /* Whole lines only: a source that filled the space (or says
+             * it would have written more) is cut after its last complete
+             * line, so the next source's lines never join a cut one. */
+            size_t cap = 256 << 10;
+            if ((rc = sl_buf_reserve(out, cap)))
+                break;
+            char *buf = (char *)out->data + out->len;
+            size_t len = s->ops->metrics(s->impl, buf, cap);
+            if (len >= cap)
+                len = cap - 1;
+            while (len && buf[len - 1] != '\n')
+                len--;
+            out->len += len;
         }
     }
     return rc;

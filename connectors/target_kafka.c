@@ -32,6 +32,7 @@
  * text have one mutex, the list of calls another.
  */
 #include "connectors/ce_binding.h"
+#include "connectors/kafka_conf.h"
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/event.h"
@@ -339,46 +340,12 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 /* ---- the producer ------------------------------------------------------------------ */
 
-/* Whether a property's value may be a secret (passwords, keys, tokens):
- * then no message quotes it. */
-static bool sensitive(const char *name)
-{
-    static const char *const words[] = {"password", "secret", "sasl.oauthbearer", "ssl.key",
-                                        "jaas"};
-    for (size_t w = 0; w < sizeof words / sizeof *words; w++) {
-        size_t n = strlen(words[w]);
-        for (const char *p = name; *p; p++)
-            if (strncasecmp(p, words[w], n) == 0)
-                return true;
-    }
-    return false;
-}
-
-static int conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, sl_error *err)
-{
-    char es[512];
-    rd_kafka_conf_res_t res = rd_kafka_conf_set(conf, name, value, es, sizeof es);
-    if (res == RD_KAFKA_CONF_OK)
-        return 0;
-    /* librdkafka's message quotes the value ("Invalid value \"…\" for …"). */
-    if (sensitive(name))
-        return sl_error_set(err, SL_EINVAL, "property %s: %s", name,
-                            res == RD_KAFKA_CONF_UNKNOWN ? "no such property" : "invalid value");
-    return sl_error_set(err, SL_EINVAL, "property %s: %s", name, es);
-}
-
 /* Applies one "name=value" property line. Returns 0, or SL_EINVAL with err. */
 static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err)
 {
-    const char *eq = strchr(line, '=');
     char name[256];
-    if (!eq)
-        return sl_error_set(err, SL_EINVAL, "property \"%.64s\": want name=value", line);
-    if ((size_t)(eq - line) >= sizeof name) /* the name only: what follows may be a secret */
-        return sl_error_set(err, SL_EINVAL, "property \"%.64s…\": the name is too long", line);
-    memcpy(name, line, (size_t)(eq - line));
-    name[eq - line] = '\0';
-    return conf_set(conf, name, eq + 1, err);
+    const char *value = sl_kafka_property_name(line, name, sizeof name, err);
+    return value ? sl_kafka_conf_set(conf, name, value, err) : SL_EINVAL;
 }
 
 /* Whether the properties set name themselves. */
@@ -405,7 +372,7 @@ static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl
         rd_kafka_conf_get(conf, "message.max.bytes", v, &len) != RD_KAFKA_CONF_OK)
         return 0;
     long long max = atoll(v);
-    return max > COPY_MAX_BYTES ? conf_set(conf, "message.copy.max.bytes", v, err) : 0;
+    return max > COPY_MAX_BYTES ? sl_kafka_conf_set(conf, "message.copy.max.bytes", v, err) : 0;
 }
 
 /* Fills conf from cfg: sluice's defaults first, then compression and the
@@ -414,49 +381,29 @@ static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl
 static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_error *err)
 {
     char num[32];
-    int rc = conf_set(conf, "enable.idempotence", "true", err);
+    int rc = sl_kafka_conf_set(conf, "enable.idempotence", "true", err);
     if (!rc)
-        rc = conf_set(conf, "acks", "all", err);
+        rc = sl_kafka_conf_set(conf, "acks", "all", err);
     if (!rc) /* idempotence keeps order across retries with at most 5 in flight */
-        rc = conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
+        rc = sl_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
     if (!rc)
-        rc = conf_set(conf, "linger.ms", "5", err);
+        rc = sl_kafka_conf_set(conf, "linger.ms", "5", err);
     if (!rc) { /* see raise_copy_max() */
         snprintf(num, sizeof num, "%d", COPY_MAX_BYTES);
-        rc = conf_set(conf, "message.copy.max.bytes", num, err);
+        rc = sl_kafka_conf_set(conf, "message.copy.max.bytes", num, err);
     }
     if (!rc)
-        rc = conf_set(conf, "compression.type", cfg->compression ? cfg->compression : "zstd", err);
+        rc = sl_kafka_conf_set(conf, "compression.type", cfg->compression ? cfg->compression : "zstd", err);
     snprintf(num, sizeof num, "%lld", (long long)cfg->timeout_ms);
     if (!rc && cfg->timeout_ms > 0)
-        rc = conf_set(conf, "message.timeout.ms", num, err);
+        rc = sl_kafka_conf_set(conf, "message.timeout.ms", num, err);
     if (!rc && cfg->brokers)
-        rc = conf_set(conf, "bootstrap.servers", cfg->brokers, err);
+        rc = sl_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, err);
     for (size_t i = 0; !rc && i < cfg->nproperties; i++)
         rc = apply_property(conf, cfg->properties[i], err);
     if (!rc)
         rc = raise_copy_max(conf, cfg, err);
     return rc;
-}
-
-/* Hides the values of sensitive properties in a librdkafka message. */
-static void redact(char *msg, const sl_target_config *cfg)
-{
-    for (size_t i = 0; i < cfg->nproperties; i++) {
-        const char *line = cfg->properties[i], *eq = strchr(line, '=');
-        char name[256];
-        if (!eq || (size_t)(eq - line) >= sizeof name)
-            continue;
-        memcpy(name, line, (size_t)(eq - line));
-        name[eq - line] = '\0';
-        size_t vl = strlen(eq + 1);
-        if (vl < 4 || !sensitive(name))
-            continue;
-        for (char *p = strstr(msg, eq + 1); p; p = strstr(p + 3, eq + 1)) {
-            memcpy(p, "***", 3);
-            memmove(p + 3, p + vl, strlen(p + vl) + 1);
-        }
-    }
 }
 
 static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
@@ -469,7 +416,7 @@ static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
     char id[200];
     snprintf(id, sizeof id, "sluice-%s", t->rule);
     sl_error e = {0};
-    if (conf_set(conf, "client.id", id, &e) || apply_config(conf, t->cfg, &e)) {
+    if (sl_kafka_conf_set(conf, "client.id", id, &e) || apply_config(conf, t->cfg, &e)) {
         sl_error_set(err, e.code, "target.kafka: %s", e.msg);
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -482,7 +429,7 @@ static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
     if (!rk) {
         rd_kafka_conf_destroy(conf);
-        redact(es, t->cfg);
+        sl_kafka_redact(es, t->cfg->properties, t->cfg->nproperties);
         sl_error_set(err, SL_EINVAL, "target.kafka: %s", es);
         return NULL;
     }
@@ -1136,7 +1083,7 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
                 rd_kafka_destroy(rk); /* it owned conf */
                 conf = NULL;
             } else {
-                redact(es, cfg);
+                sl_kafka_redact(es, cfg->properties, cfg->nproperties);
                 add_problem(&b, es);
             }
         }

@@ -22,6 +22,7 @@
  * read atomics and, under alock, a copy of the assignment.
  */
 #include "core/clock.h"
+#include "connectors/kafka_conf.h"
 #include "core/connector.h"
 #include "core/event.h"
 #include "core/json.h"
@@ -47,14 +48,16 @@
 #define LAG_INTERVAL_MS 1000            /* the lag is computed at most this often */
 #define PROBE_INTERVAL_MS 3000          /* brokers down: ask for metadata this often */
 #define MAX_CE_HEADERS SL_EVENT_MAX_MEMBERS
-#define LANE_MAX 64
+#define COMMIT_WAIT_MS 5000             /* a synchronous commit waits at most this long */
 
 /* One event made by the consumer thread, waiting in a chunk for the emit
  * thread: its JSON at arena[off, off + len), its lane (NUL-terminated) at
  * arena[lane_off] when has_lane; skip: refused already (only its offset
- * counts). */
+ * counts), with the status name code and the reason (NUL-terminated) at
+ * arena[off], which the emit thread hands to host->refused(). */
 typedef struct kitem {
     size_t off, len, lane_off;
+    const char *code;
     bool has_lane, skip;
 } kitem;
 
@@ -97,6 +100,9 @@ typedef struct kafka_source {
     size_t type_json_len, source_json_len;
     sl_event ev; /* scratch for structured records */
     sl_buf esc;  /* scratch: escaped header values */
+    sl_buf ctb;  /* scratch: the content-type header, NUL-terminated */
+    const char *why_code; /* a record refused here: its status name … */
+    char why[512];        /* … and the reason */
     int64_t probe_at_ms;
 
     /* The chunk queue (qlock, qcond; qcond uses CLOCK_MONOTONIC). */
@@ -132,34 +138,6 @@ static int64_t mono_ms(void)
 
 /* ---- configuration ------------------------------------------------------------ */
 
-/* Whether a property's value may be a secret: then no message quotes it
- * (the same words target.kafka uses). */
-static bool sensitive(const char *name)
-{
-    static const char *const words[] = {"password", "secret", "sasl.oauthbearer", "ssl.key",
-                                        "jaas"};
-    for (size_t w = 0; w < sizeof words / sizeof *words; w++) {
-        size_t n = strlen(words[w]);
-        for (const char *p = name; *p; p++)
-            if (strncasecmp(p, words[w], n) == 0)
-                return true;
-    }
-    return false;
-}
-
-static int conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, sl_error *err)
-{
-    char es[512];
-    rd_kafka_conf_res_t res = rd_kafka_conf_set(conf, name, value, es, sizeof es);
-    if (res == RD_KAFKA_CONF_OK)
-        return 0;
-    /* librdkafka's message quotes the value. */
-    if (sensitive(name))
-        return sl_error_set(err, SL_EINVAL, "property %s: %s", name,
-                            res == RD_KAFKA_CONF_UNKNOWN ? "no such property" : "invalid value");
-    return sl_error_set(err, SL_EINVAL, "property %s: %s", name, es);
-}
-
 /* Properties sluice must own for its delivery guarantee. */
 static bool reserved(const char *name)
 {
@@ -169,66 +147,43 @@ static bool reserved(const char *name)
 /* Applies one "name=value" property line. Returns 0, or SL_EINVAL with err. */
 static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err)
 {
-    const char *eq = strchr(line, '=');
     char name[256];
-    if (!eq || eq == line || (size_t)(eq - line) >= sizeof name)
-        return sl_error_set(err, SL_EINVAL, "property \"%.*s\": want name=value",
-                            (int)(eq ? eq - line : (long)strlen(line)), line);
-    memcpy(name, line, (size_t)(eq - line));
-    name[eq - line] = '\0';
+    const char *value = sl_kafka_property_name(line, name, sizeof name, err);
+    if (!value)
+        return SL_EINVAL;
     if (reserved(name))
         return sl_error_set(err, SL_EINVAL,
                             "property %s: sluice sets it (offsets are committed only after the "
                             "Databus acknowledged the events)",
                             name);
-    return conf_set(conf, name, eq + 1, err);
+    return sl_kafka_conf_set(conf, name, value, err);
 }
 
 /* Fills conf: sluice's settings, then the properties, which win. */
 static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, const char *group,
                         sl_error *err)
 {
-    int rc = conf_set(conf, "enable.auto.commit", "false", err);
+    int rc = sl_kafka_conf_set(conf, "enable.auto.commit", "false", err);
     if (!rc)
-        rc = conf_set(conf, "enable.auto.offset.store", "false", err);
+        rc = sl_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (!rc)
-        rc = conf_set(conf, "partition.assignment.strategy", "cooperative-sticky", err);
+        rc = sl_kafka_conf_set(conf, "partition.assignment.strategy", "cooperative-sticky", err);
     if (!rc)
-        rc = conf_set(conf, "auto.offset.reset", cfg->from_beginning ? "earliest" : "latest", err);
+        rc = sl_kafka_conf_set(conf, "auto.offset.reset", cfg->from_beginning ? "earliest" : "latest", err);
     /* librdkafka's default (100000) makes its fetcher pause whenever the
      * one consumer queue all partitions feed holds that many records: a
      * source catching up on a backlog then stalls for 100 ms at a time
      * (measured: 0.4× kcat, against 0.95× with this). Memory stays bounded
      * by queued.max.messages.kbytes. */
     if (!rc)
-        rc = conf_set(conf, "queued.min.messages", "1000000", err);
+        rc = sl_kafka_conf_set(conf, "queued.min.messages", "1000000", err);
     if (!rc && group)
-        rc = conf_set(conf, "group.id", group, err);
+        rc = sl_kafka_conf_set(conf, "group.id", group, err);
     if (!rc && cfg->brokers)
-        rc = conf_set(conf, "bootstrap.servers", cfg->brokers, err);
+        rc = sl_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, err);
     for (size_t i = 0; !rc && i < cfg->nproperties; i++)
         rc = apply_property(conf, cfg->properties[i], err);
     return rc;
-}
-
-/* Hides the values of sensitive properties in a librdkafka message. */
-static void redact(char *msg, const sl_source_config *cfg)
-{
-    for (size_t i = 0; i < cfg->nproperties; i++) {
-        const char *line = cfg->properties[i], *eq = strchr(line, '=');
-        char name[256];
-        if (!eq || (size_t)(eq - line) >= sizeof name)
-            continue;
-        memcpy(name, line, (size_t)(eq - line));
-        name[eq - line] = '\0';
-        size_t vl = strlen(eq + 1);
-        if (vl < 4 || !sensitive(name))
-            continue;
-        for (char *p = strstr(msg, eq + 1); p; p = strstr(p + 3, eq + 1)) {
-            memcpy(p, "***", 3);
-            memmove(p + 3, p + vl, strlen(p + vl) + 1);
-        }
-    }
 }
 
 static bool topic_name_ok(const char *s)
@@ -372,26 +327,77 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---- records ------------------------------------------------------------------- */
 
-/* A header value for sl_event_from_binary(), which percent-decodes and
- * unquotes (the HTTP binding's rules): the Kafka binding sends values as
- * they are, so '%' and a leading '"' are encoded first, into k->esc. Sets
- * *at to the value's offset there and returns its length, or sets *at to
- * (size_t)-1 when the value needs no change. Returns (size_t)-1 out of
- * memory. */
+/* A header value for sl_event_from_binary(), which percent-decodes,
+ * unquotes and trims spaces and tabs (the HTTP binding's rules): the Kafka
+ * binding sends values as they are, so every '%' and '"' and the leading
+ * and trailing spaces and tabs are percent-encoded first, into k->esc: the
+ * attribute is then exactly the header's value. Sets *at to the value's
+ * offset there and returns its length, or sets *at to (size_t)-1 when the
+ * value needs no change. Returns (size_t)-1 out of memory. */
 static size_t escape_value(kafka_source *k, const char *v, size_t len, size_t *at)
 {
     *at = (size_t)-1;
-    if (!memchr(v, '%', len) && !(len && v[0] == '"'))
+    size_t lead = 0, trail = len;
+    while (lead < len && (v[lead] == ' ' || v[lead] == '\t'))
+        lead++;
+    while (trail > lead && (v[trail - 1] == ' ' || v[trail - 1] == '\t'))
+        trail--;
+    if (lead == 0 && trail == len && !memchr(v, '%', len) && !memchr(v, '"', len))
         return len;
     *at = k->esc.len;
     for (size_t i = 0; i < len; i++) {
-        int rc = v[i] == '%'             ? sl_buf_append(&k->esc, "%25", 3)
-                 : v[i] == '"' && i == 0 ? sl_buf_append(&k->esc, "%22", 3)
-                                         : sl_buf_append(&k->esc, &v[i], 1);
+        int rc = v[i] == '%'                                 ? sl_buf_append(&k->esc, "%25", 3)
+                 : v[i] == '"'                               ? sl_buf_append(&k->esc, "%22", 3)
+                 : (i < lead || i >= trail) && v[i] == ' '   ? sl_buf_append(&k->esc, "%20", 3)
+                 : (i < lead || i >= trail) && v[i] == '\t' ? sl_buf_append(&k->esc, "%09", 3)
+                                                             : sl_buf_append(&k->esc, &v[i], 1);
         if (rc)
             return (size_t)-1;
     }
     return k->esc.len - *at;
+}
+
+/* Whether [s, s + len) is a CloudEvents String: valid UTF-8 without the
+ * code points the type refuses (U+0000–U+001F, U+007F–U+009F,
+ * noncharacters), which the host would refuse the whole event for. */
+static bool ce_string_ok(const char *s, size_t len)
+{
+    if (!sl_json_utf8_valid(s, len))
+        return false;
+    const unsigned char *p = (const unsigned char *)s, *e = p + len;
+    while (p < e) {
+        unsigned cp = *p;
+        int n = cp < 0x80 ? 1 : cp >= 0xf0 ? 4 : cp >= 0xe0 ? 3 : 2;
+        if (n > 1)
+            cp &= 0x3fu >> (n - 1);
+        for (int i = 1; i < n; i++)
+            cp = cp << 6 | (p[i] & 0x3fu);
+        p += n;
+        if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0xfdd0 && cp <= 0xfdef) ||
+            (cp & 0xfffe) == 0xfffe)
+            return false;
+    }
+    return true;
+}
+
+/* Refuses record m in the consumer thread: code (an sl_event_status name)
+ * and the reason go with its item to the emit thread, which hands them to
+ * host->refused(). Returns SL_EINVAL. */
+static int refuse(kafka_source *k, const rd_kafka_message_t *m, const char *code,
+                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int refuse(kafka_source *k, const rd_kafka_message_t *m, const char *code,
+                  const char *fmt, ...)
+{
+    int n = snprintf(k->why, sizeof k->why, "source.kafka: record %s/%d/%lld: ",
+                     rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset);
+    if (n > 0 && (size_t)n < sizeof k->why) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(k->why + n, sizeof k->why - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    k->why_code = code;
+    return SL_EINVAL;
 }
 
 /* The record headers sluice reads. */
@@ -400,19 +406,23 @@ typedef struct rec_headers {
     bool binary;       /* a ce_specversion header */
     bool has_pkey;     /* a ce_partitionkey header */
     bool has_time;     /* a ce_time header */
-    const char *ctype; /* content-type, NUL-terminated copy in ctbuf */
-    char ctbuf[256];
-    const char *lane; /* the lane header, NUL-terminated copy in lanebuf */
-    char lanebuf[LANE_MAX];
+    const char *ctype; /* content-type, NUL-terminated copy in k->ctb; NULL: none or unusable */
+    const char *lane;  /* the lane header, NUL-terminated copy in lanebuf */
+    char lanebuf[SL_EVENT_LANE_MAX + 1];
 } rec_headers;
 
-static void read_headers(const rd_kafka_message_t *m, rec_headers *h)
+/* Reads m's headers into h. A content-type that is no CloudEvents String
+ * (not UTF-8, control characters, NUL included) is left out: the default
+ * applies, and the record is kept. A lane containing NUL, or longer than a
+ * lane may be, is refused (SL_EINVAL, refuse()) rather than cut. Returns 0, SL_EINVAL or
+ * SL_ENOMEM. */
+static int read_headers(kafka_source *k, const rd_kafka_message_t *m, rec_headers *h)
 {
     h->hdrs = NULL;
     h->binary = h->has_pkey = h->has_time = false;
     h->ctype = h->lane = NULL;
     if (rd_kafka_message_headers(m, &h->hdrs))
-        return;
+        return 0;
     const char *name;
     const void *val;
     size_t vl;
@@ -425,23 +435,38 @@ static void read_headers(const rd_kafka_message_t *m, rec_headers *h)
             else if (strcmp(name + 3, "time") == 0)
                 h->has_time = true;
         } else if (strcasecmp(name, "content-type") == 0 && val) {
-            snprintf(h->ctbuf, sizeof h->ctbuf, "%.*s", (int)vl, (const char *)val);
-            h->ctype = h->ctbuf;
+            h->ctype = NULL;
+            if (!ce_string_ok(val, vl))
+                continue; /* left out: the default content type applies */
+            k->ctb.len = 0;
+            if (sl_buf_append(&k->ctb, val, vl) || sl_buf_append(&k->ctb, "", 1))
+                return SL_ENOMEM;
+            h->ctype = (const char *)k->ctb.data;
         } else if (strcasecmp(name, "lane") == 0) {
-            /* Longer than a lane may be: cut, and the host refuses it. */
-            snprintf(h->lanebuf, sizeof h->lanebuf, "%.*s", (int)vl, val ? (const char *)val : "");
+            if (val && memchr(val, '\0', vl))
+                return refuse(k, m, "InvalidLane", "its lane header contains NUL");
+            if (vl > SL_EVENT_LANE_MAX)
+                return refuse(k, m, "InvalidLane",
+                              "its lane header is %zu bytes long; a lane is at most %d", vl,
+                              SL_EVENT_LANE_MAX);
+            memcpy(h->lanebuf, val ? (const char *)val : "", vl);
+            h->lanebuf[vl] = '\0';
             h->lane = h->lanebuf;
         }
     }
+    return 0;
 }
 
+/* Whether the key can be partitionkey: a non-empty CloudEvents String (a
+ * key with control characters, e.g. a Java IntegerSerializer's 00 00 00 2a,
+ * would make the host refuse the whole event). */
 static bool key_usable(const rd_kafka_message_t *m)
 {
-    return m->key && m->key_len && sl_json_utf8_valid(m->key, m->key_len);
+    return m->key && m->key_len && ce_string_ok(m->key, m->key_len);
 }
 
 /* Binary mode: ce_* headers → a structured event appended to out. Returns
- * 0, SL_EINVAL (logged: the host never sees it), or SL_ENOMEM. */
+ * 0, SL_EINVAL (refuse(): the host never sees it), or SL_ENOMEM. */
 static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_headers *h,
                        sl_buf *out, sl_error *err)
 {
@@ -458,13 +483,8 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
         if (strncmp(name, "ce_", 3) != 0 || !val)
             continue;
         size_t nl = strlen(name);
-        if (n == MAX_CE_HEADERS || nl - 3 > SL_EVENT_NAME_MAX) {
-            k->host->log(k->host->ctx,
-                         "source.kafka: record %s/%d/%lld refused: too many or too long ce_ "
-                         "headers",
-                         rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset);
-            return SL_EINVAL;
-        }
+        if (n == MAX_CE_HEADERS || nl - 3 > SL_EVENT_NAME_MAX)
+            return refuse(k, m, "InvalidEvent", "too many or too long ce_ headers");
         memcpy(names[n], "ce-", 3);
         memcpy(names[n] + 3, name + 3, nl - 3 + 1);
         eh[n].name = names[n];
@@ -486,11 +506,12 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
      * a record read again makes the same event). */
     char ts[SL_TIME_RFC3339_MAX];
     int64_t ts_ms = rd_kafka_message_timestamp(m, NULL);
-    if (!h->has_time && ts_ms > 0) {
+    size_t tsl = !h->has_time && ts_ms > 0 ? sl_time_format_rfc3339(ts_ms, ts) : 0;
+    if (tsl) {
         eh[n].name = "ce-time";
         eh[n].name_len = 7;
         eh[n].value = ts;
-        eh[n].value_len = sl_time_format_rfc3339(ts_ms, ts);
+        eh[n].value_len = tsl;
         at[n] = (size_t)-1;
         n++;
     }
@@ -503,14 +524,9 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
     sl_event_status st = sl_event_from_binary(eh, n, h->ctype, m->payload, m->len, &lim, out, err);
     if (st == SL_EVENT_NO_MEMORY)
         return sl_error_set(err, SL_ENOMEM, "source.kafka: out of memory");
-    if (st != SL_EVENT_OK) {
-        /* The host refuses, counts and logs what it refuses; this one never
-         * reaches it, so it is logged here. */
-        k->host->log(k->host->ctx, "source.kafka: record %s/%d/%lld refused: %s",
-                     rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset,
-                     err ? err->msg : sl_event_status_name(st));
-        return SL_EINVAL;
-    }
+    if (st != SL_EVENT_OK) /* this one never reaches the host */
+        return refuse(k, m, sl_event_status_name(st), "%s",
+                      err && err->msg[0] ? err->msg : sl_event_status_name(st));
     return 0;
 }
 
@@ -523,10 +539,13 @@ static int conv_structured(kafka_source *k, const rd_kafka_message_t *m, bool pa
     if (!(parsed && k->ev.partitionkey.type == SL_JSON_NONE && key_usable(m)))
         return sl_buf_append(out, v, m->len);
     size_t head = (size_t)(k->ev.object.p - v) + 1; /* up to and with '{' */
-    int rc = sl_buf_append(out, v, head) || sl_buf_append(out, "\"partitionkey\":", 15) ||
-             sl_json_put_string(out, m->key, m->key_len) || sl_buf_append(out, ",", 1) ||
-             sl_buf_append(out, v + head, m->len - head);
-    return rc ? SL_ENOMEM : 0;
+    int rc = sl_buf_append(out, v, head) || sl_buf_append(out, "\"partitionkey\":", 15);
+    if (!rc) /* SL_EINVAL cannot happen (key_usable), but is kept apart from SL_ENOMEM */
+        rc = sl_json_put_string(out, m->key, m->key_len);
+    if (!rc)
+        rc = sl_buf_append(out, ",", 1) || sl_buf_append(out, v + head, m->len - head) ? SL_ENOMEM
+                                                                                       : 0;
+    return rc;
 }
 
 static bool is_ce_json(const char *ctype)
@@ -603,45 +622,60 @@ static int build_wrapped(kafka_source *k, const rd_kafka_message_t *m, const rec
     bool json =
         m->len && sl_json_validate(v, m->len, SL_EVENT_MAX_DEPTH_DEFAULT - 1, &tok, NULL) == 0;
     bool text = !json && sl_json_utf8_valid(v, m->len);
+    /* rc: SL_ENOMEM, or SL_EINVAL from sl_json_put_string() (a string that
+     * is not UTF-8: the checks above exclude it; kept apart so that it can
+     * never pass for a lack of memory, which is retried). */
     int rc = PUT("{\"specversion\":\"1.0\",\"id\":\"") || sl_buf_append(b, topic, tl) || PUT("-") ||
-             put_int(b, m->partition) || PUT("-") || put_int(b, m->offset) || PUT("\",\"source\":");
+                     put_int(b, m->partition) || PUT("-") || put_int(b, m->offset) ||
+                     PUT("\",\"source\":")
+                 ? SL_ENOMEM
+                 : 0;
     if (!rc && k->source_json)
-        rc = sl_buf_append(b, k->source_json, k->source_json_len);
+        rc = sl_buf_append(b, k->source_json, k->source_json_len) ? SL_ENOMEM : 0;
     else if (!rc)
-        rc = PUT("\"kafka://") || sl_buf_append(b, topic, tl) || PUT("\"");
+        rc = PUT("\"kafka://") || sl_buf_append(b, topic, tl) || PUT("\"") ? SL_ENOMEM : 0;
     if (!rc)
         rc = PUT(",\"type\":") || sl_buf_append(b, k->type_json, k->type_json_len) ||
-             PUT(",\"datacontenttype\":");
+                     PUT(",\"datacontenttype\":")
+                 ? SL_ENOMEM
+                 : 0;
     if (!rc && h->ctype)
         rc = sl_json_put_string(b, h->ctype, strlen(h->ctype));
     else if (!rc)
-        rc = json   ? PUT("\"application/json\"")
-             : text ? PUT("\"text/plain\"")
-                    : PUT("\"application/octet-stream\"");
+        rc = (json   ? PUT("\"application/json\"")
+              : text ? PUT("\"text/plain\"")
+                     : PUT("\"application/octet-stream\""))
+                 ? SL_ENOMEM
+                 : 0;
     int64_t ts = rd_kafka_message_timestamp(m, NULL);
     if (!rc && ts > 0) {
         char t[SL_TIME_RFC3339_MAX];
         size_t n = sl_time_format_rfc3339(ts, t);
         if (n)
-            rc = PUT(",\"time\":\"") || sl_buf_append(b, t, n) || PUT("\"");
+            rc = PUT(",\"time\":\"") || sl_buf_append(b, t, n) || PUT("\"") ? SL_ENOMEM : 0;
     }
-    if (!rc && key_usable(m))
-        rc = PUT(",\"partitionkey\":") || sl_json_put_string(b, m->key, m->key_len);
+    if (!rc && key_usable(m)) {
+        rc = PUT(",\"partitionkey\":") ? SL_ENOMEM : 0;
+        if (!rc)
+            rc = sl_json_put_string(b, m->key, m->key_len);
+    }
     if (!rc && json)
-        rc = PUT(",\"data\":") || sl_buf_append(b, v, m->len);
+        rc = PUT(",\"data\":") || sl_buf_append(b, v, m->len) ? SL_ENOMEM : 0;
     else if (!rc && text)
-        rc = PUT(",\"data\":") || sl_json_put_string(b, v, m->len);
+        rc = PUT(",\"data\":") ? SL_ENOMEM : sl_json_put_string(b, v, m->len);
     else if (!rc)
-        rc = PUT(",\"data_base64\":") || put_base64(b, (const unsigned char *)v, m->len);
+        rc = PUT(",\"data_base64\":") || put_base64(b, (const unsigned char *)v, m->len)
+                 ? SL_ENOMEM
+                 : 0;
     if (!rc)
-        rc = PUT("}");
-    return rc ? SL_ENOMEM : 0;
+        rc = PUT("}") ? SL_ENOMEM : 0;
+    return rc;
 }
 
 #undef PUT
 
 /* One record → one event's JSON appended to out (h: its headers, read).
- * Returns 0, SL_EINVAL (refused, logged), or SL_ENOMEM. */
+ * Returns 0, SL_EINVAL (refused: refuse()), or SL_ENOMEM. */
 static int convert(kafka_source *k, const rd_kafka_message_t *m, const rec_headers *h, sl_buf *out)
 {
     sl_error err = {0};
@@ -655,7 +689,10 @@ static int convert(kafka_source *k, const rd_kafka_message_t *m, const rec_heade
             return conv_structured(k, m, parsed, out);
         /* Not a CloudEvent after all: wrapped like any value. */
     }
-    return build_wrapped(k, m, h, out);
+    int rc = build_wrapped(k, m, h, out);
+    if (rc == SL_EINVAL)
+        return refuse(k, m, "InvalidEvent", "cannot be wrapped: a string is not valid UTF-8");
+    return rc;
 }
 
 /* ---- the chunk queue ------------------------------------------------------------ */
@@ -807,26 +844,25 @@ static int chunk_track(kchunk *c, const rd_kafka_message_t *m)
 /* With a lane configured, every event gets it (the host stamps it): a
  * record whose lane header names another lane is refused, as an event
  * naming another lane is. Returns 0 (h->lane cleared: the source's lane
- * applies), or SL_EINVAL (logged). */
+ * applies), or SL_EINVAL (refuse()). */
 static int lane_check(kafka_source *k, const rd_kafka_message_t *m, rec_headers *h)
 {
     const char *lane = k->cfg->lane;
     if (!lane || !lane[0] || !h->lane)
         return 0;
-    if (h->lane[0] && strcmp(h->lane, lane) != 0) {
-        k->host->log(k->host->ctx,
-                     "source.kafka: record %s/%d/%lld refused: its lane header \"%s\" is not "
-                     "the source's lane \"%s\"",
-                     rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset, h->lane,
-                     lane);
-        return SL_EINVAL;
-    }
+    if (h->lane[0] && strcmp(h->lane, lane) != 0)
+        return refuse(k, m, "LaneConflict",
+                      "its lane header \"%s\" is not the source's lane \"%s\"",
+                      sl_json_utf8_valid(h->lane, strlen(h->lane)) ? h->lane : "(not UTF-8)",
+                      lane);
     h->lane = NULL;
     return 0;
 }
 
-/* Converts m into an item of c. Returns 0, or SL_ESHUTDOWN when out of
- * memory until the source stops. */
+/* Converts m into an item of c (a refused record into a skipped item
+ * carrying the reason). Returns 0, or SL_ESHUTDOWN when out of memory until
+ * the source stops. Only SL_ENOMEM is retried: a record that cannot be
+ * converted is refused, never retried. */
 static int chunk_add(kafka_source *k, kchunk *c, const rd_kafka_message_t *m)
 {
     for (;;) {
@@ -843,25 +879,34 @@ static int chunk_add(kafka_source *k, kchunk *c, const rd_kafka_message_t *m)
             }
         }
         rec_headers h;
-        if (!rc) {
-            read_headers(m, &h);
+        k->why_code = NULL;
+        if (!rc)
+            rc = read_headers(k, m, &h);
+        if (!rc)
             rc = lane_check(k, m, &h);
-        }
         if (!rc)
             rc = convert(k, m, &h, &c->arena);
-        if (rc == 0 || rc == SL_EINVAL) {
+        if (rc && rc != SL_ENOMEM) { /* refused */
+            if (!k->why_code)
+                refuse(k, m, "InvalidEvent", "cannot be converted (error %d)", rc);
+            c->arena.len = mark;
             kitem *it = &c->items[c->n];
             it->off = mark;
-            it->len = rc ? 0 : c->arena.len - mark;
-            it->skip = rc != 0;
-            it->has_lane = !rc && h.lane;
-            if (rc)
-                c->arena.len = mark;
+            it->len = 0;
+            it->skip = true;
+            it->has_lane = false;
+            it->code = k->why_code;
+            rc = sl_buf_append(&c->arena, k->why, strlen(k->why) + 1) ? SL_ENOMEM : 0;
+        } else if (!rc) {
+            kitem *it = &c->items[c->n];
+            it->off = mark;
+            it->len = c->arena.len - mark;
+            it->skip = false;
+            it->code = NULL;
+            it->has_lane = h.lane != NULL;
             if (it->has_lane) {
                 it->lane_off = c->arena.len;
                 rc = sl_buf_append(&c->arena, h.lane, strlen(h.lane) + 1) ? SL_ENOMEM : 0;
-            } else {
-                rc = 0;
             }
         }
         if (!rc)
@@ -994,8 +1039,41 @@ static void *consume_thread(void *arg)
 
 /* ---- the emit thread ---------------------------------------------------------------- */
 
+/* Commits the stored offsets of the assignment synchronously, waiting at
+ * most COMMIT_WAIT_MS; what (a few words) names it in messages. Not
+ * attempted while every broker is known down (it would wait for nothing:
+ * the records are read again, never lost) nor when the assignment was lost
+ * (the commit would be refused). A commit with nothing stored
+ * (RD_KAFKA_RESP_ERR__NO_OFFSET) is fine. */
+static void commit_sync(kafka_source *k, const char *what)
+{
+    if (atomic_load(&k->brokers_down) || rd_kafka_assignment_lost(k->rk))
+        return;
+    rd_kafka_queue_t *q = rd_kafka_queue_new(k->rk);
+    if (!q)
+        return;
+    rd_kafka_resp_err_t e = rd_kafka_commit_queue(k->rk, NULL, q, NULL, NULL);
+    if (!e) {
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, COMMIT_WAIT_MS);
+        e = !ev ? RD_KAFKA_RESP_ERR__TIMED_OUT : rd_kafka_event_error(ev);
+        if (ev)
+            rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_queue_destroy(q);
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET && e != RD_KAFKA_RESP_ERR__STATE) {
+        atomic_fetch_add(&k->commit_failed, 1);
+        k->host->log(k->host->ctx,
+                     "source.kafka: %s offset commit failed: %s (the records may be delivered "
+                     "again)",
+                     what, rd_kafka_err2str(e));
+    }
+}
+
 /* Publishes what was emitted and, once the Databus acknowledged it, stores
- * and commits the offsets (synchronously when sync). Returns 0, or
+ * and commits the offsets: asynchronously, or at a revocation barrier
+ * (sync) synchronously and always, even with nothing new, since the last
+ * asynchronous commit may have failed (common as a rebalance starts) and the
+ * partitions would go to their next owner at the old offset. Returns 0, or
  * SL_ESHUTDOWN (nothing committed). */
 static int flush_commit(kafka_source *k, bool sync)
 {
@@ -1010,19 +1088,21 @@ static int flush_commit(kafka_source *k, bool sync)
     if (rc)
         return SL_ESHUTDOWN; /* not acknowledged, so not committed */
     k->pbytes = 0;
-    if (!k->uncommitted)
+    if (!k->uncommitted && !sync)
         return 0;
-    /* A partition revoked meanwhile refuses its offset (its new owner reads
-     * those records again: duplicates, never a loss). */
-    (void)rd_kafka_offsets_store(k->rk, k->pend);
-    rd_kafka_resp_err_t e = rd_kafka_commit(k->rk, NULL, sync ? 0 : 1);
-    if (sync && e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-        atomic_fetch_add(&k->commit_failed, 1);
-        k->host->log(k->host->ctx, "source.kafka: offset commit failed: %s", rd_kafka_err2str(e));
+    if (k->uncommitted) {
+        /* A partition revoked meanwhile refuses its offset (its new owner
+         * reads those records again: duplicates, never a loss). */
+        (void)rd_kafka_offsets_store(k->rk, k->pend);
+        rd_kafka_topic_partition_list_destroy(k->pend);
+        k->pend = rd_kafka_topic_partition_list_new(16);
+        k->uncommitted = 0;
     }
-    rd_kafka_topic_partition_list_destroy(k->pend);
-    k->pend = rd_kafka_topic_partition_list_new(16);
-    k->uncommitted = 0;
+    /* Stored offsets are committed again by both calls. */
+    if (sync)
+        commit_sync(k, "revocation");
+    else
+        rd_kafka_commit(k->rk, NULL, 1);
     return 0;
 }
 
@@ -1033,8 +1113,10 @@ static int emit_chunk(kafka_source *k, kchunk *c)
     const sl_source_host *host = k->host;
     for (size_t i = 0; i < c->n; i++) {
         const kitem *it = &c->items[i];
-        if (it->skip) {
+        if (it->skip) { /* refused by the consumer thread: the host counts it too */
             atomic_fetch_add(&k->refused, 1);
+            if (host->refused)
+                host->refused(host->ctx, it->code, (const char *)c->arena.data + it->off);
             continue;
         }
         for (;;) {
@@ -1092,8 +1174,8 @@ static void *emit_thread(void *arg)
             if (rc)
                 break;
         }
-        if (k->uncommitted &&
-            (idle || bar || k->uncommitted >= FLUSH_RECORDS || k->pbytes >= FLUSH_BYTES) &&
+        if ((bar || (k->uncommitted && (idle || k->uncommitted >= FLUSH_RECORDS ||
+                                        k->pbytes >= FLUSH_BYTES))) &&
             flush_commit(k, bar))
             break;
         if (bar) {
@@ -1129,6 +1211,7 @@ static void free_source(kafka_source *k)
     pthread_mutex_destroy(&k->qlock);
     pthread_cond_destroy(&k->qcond);
     sl_buf_free(&k->esc);
+    sl_buf_free(&k->ctb);
     sl_buf_free(&k->lag_text);
     pthread_mutex_destroy(&k->mlock);
     pthread_mutex_destroy(&k->alock);
@@ -1148,7 +1231,7 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     char id[300];
     snprintf(id, sizeof id, "sluice-source-%s", k->host->name ? k->host->name : "kafka");
     sl_error e = {0};
-    if (conf_set(conf, "client.id", id, &e) || apply_config(conf, k->cfg, k->group, &e)) {
+    if (sl_kafka_conf_set(conf, "client.id", id, &e) || apply_config(conf, k->cfg, k->group, &e)) {
         sl_error_set(err, e.code, "source.kafka: %s", e.msg);
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -1162,7 +1245,7 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es);
     if (!rk) {
         rd_kafka_conf_destroy(conf);
-        redact(es, k->cfg);
+        sl_kafka_redact(es, k->cfg->properties, k->cfg->nproperties);
         sl_error_set(err, SL_EINVAL, "source.kafka: %s", es);
     }
     return rk;
@@ -1287,10 +1370,10 @@ static void kafka_close(void *impl)
     if (k->emitting)
         pthread_join(k->emitter, NULL);
     /* Everything flushed was committed asynchronously: one synchronous
-     * commit makes sure the last one is on the broker before we leave. */
-    rd_kafka_resp_err_t e = rd_kafka_commit(k->rk, NULL, 0);
-    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET && e != RD_KAFKA_RESP_ERR__STATE)
-        k->host->log(k->host->ctx, "source.kafka: final offset commit: %s", rd_kafka_err2str(e));
+     * commit makes sure the last one is on the broker before we leave
+     * (bounded, and skipped while every broker is down: a stop or reload
+     * is not held for the session timeout). */
+    commit_sync(k, "final");
     rd_kafka_queue_destroy(k->q);
     rd_kafka_consumer_close(k->rk); /* leaves the group (its revocation is applied at once) */
     rd_kafka_destroy(k->rk);
@@ -1463,7 +1546,7 @@ static int kafka_check(const sl_source_config *cfg, sl_error *err)
                 rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
                 conf = NULL;
             } else {
-                redact(es, cfg);
+                sl_kafka_redact(es, cfg->properties, cfg->nproperties);
                 add_problem(&b, es);
             }
         }

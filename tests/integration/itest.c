@@ -879,3 +879,73 @@ bool it_soak(void)
 {
     return g_soak;
 }
+
+/* ---- the Kafka mock cluster -------------------------------------------------- */
+
+void it_kmock_start(it_kmock *m, const char *const *args)
+{
+    /* build/rel/tools/kafka_mock beside bin/sluice's repository */
+    char exe[PATH_MAX + 64];
+    snprintf(exe, sizeof exe, "%s", it_bin());
+    char *slash = strrchr(exe, '/');
+    if (slash && slash - exe >= 4 && strncmp(slash - 4, "/bin", 4) == 0)
+        strcpy(slash - 4, "/build/rel/tools/kafka_mock");
+    const char *argv[64] = {exe};
+    size_t n = 1;
+    for (; args && args[n - 1] && n < 63; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    int to[2], from[2];
+    if (pipe(to) || pipe(from))
+        fail_msg("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        close(to[0]);
+        close(to[1]);
+        close(from[0]);
+        close(from[1]);
+        execv(exe, (char *const *)argv);
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    m->pid = pid;
+    m->in = fdopen(to[1], "w");
+    m->out = fdopen(from[0], "r");
+    char line[600];
+    if (!fgets(line, sizeof line, m->out) || strncmp(line, "bootstrap ", 10))
+        fail_msg("%s did not start (make itests builds it)", exe);
+    snprintf(m->boot, sizeof m->boot, "%s", line + 10);
+    m->boot[strcspn(m->boot, "\r\n")] = '\0';
+}
+
+void it_kmock_cmd(it_kmock *m, const char *fmt, ...)
+{
+    char cmd[256], line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    fprintf(m->in, "%s\n", cmd);
+    fflush(m->in);
+    if (!fgets(line, sizeof line, m->out) || strncmp(line, "ok", 2))
+        fail_msg("kafka_mock: %s: %s", cmd, line);
+}
+
+void it_kmock_stop(it_kmock *m)
+{
+    if (!m->pid)
+        return;
+    fclose(m->in); /* the end of stdin stops it */
+    fclose(m->out);
+    int st;
+    for (int i = 0; i < 100 && waitpid(m->pid, &st, WNOHANG) == 0; i++)
+        it_sleep_ms(50);
+    if (waitpid(m->pid, &st, WNOHANG) == 0) {
+        kill(m->pid, SIGKILL);
+        waitpid(m->pid, &st, 0);
+    }
+    memset(m, 0, sizeof *m);
+}

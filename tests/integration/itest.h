@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -309,6 +310,27 @@ it_evs it_read_events(it_server *s, const char *set, int part, const char *query
 /* Every event of a partition (lane: "*" for all), following next_offset;
  * asserts every page. Caller frees with it_evs_free(). */
 it_evs it_read_all(it_server *s, const char *set, int part, const char *lane);
+
+/* ---- the Kafka mock cluster (tests/tools/kafka_mock.c) ------------------------ */
+
+/* A running build/rel/tools/kafka_mock, driven through its stdin. */
+typedef struct it_kmock {
+    pid_t pid;
+    FILE *in, *out;
+    char boot[512]; /* bootstrap.servers */
+} it_kmock;
+
+/* Starts the mock with args (NULL-terminated, e.g. "--brokers", "3",
+ * "--topic", "t:2"); fails the test when it does not print its bootstrap
+ * line. */
+void it_kmock_start(it_kmock *m, const char *const *args);
+
+/* Sends one command line ("down 1", "error 8 12 1", …); fails the test
+ * unless the mock answers "ok". */
+void it_kmock_cmd(it_kmock *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Stops the mock (end of stdin, SIGKILL after 5 s). Zeroes *m. */
+void it_kmock_stop(it_kmock *m);
 
 /* The value of the Prometheus sample in text whose line starts with name
  * (labels included, e.g. "sluice_events_in_total{set=\"x\"}"), or -1. Never

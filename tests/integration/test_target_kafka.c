@@ -31,80 +31,18 @@
 
 #define WAIT_S 30.0 /* every wait gives up after this long */
 
-static char g_root[PATH_MAX]; /* the repository: build/rel/tools/kafka_mock */
-
 /* ---- the mock cluster ------------------------------------------------------------ */
 
-typedef struct kmock {
-    pid_t pid;
-    FILE *in, *out;
-    char boot[512];
-} kmock;
-
-static kmock g_mk;
+static it_kmock g_mk;
 
 /* Starts kafka_mock with 3 brokers and topic ord:3; fails the test when it
  * does not print its bootstrap line. */
 static void mock_start(void)
 {
-    int to[2], from[2];
-    if (pipe(to) || pipe(from))
-        fail_msg("pipe: %s", strerror(errno));
-    char exe[PATH_MAX + 64];
-    snprintf(exe, sizeof exe, "%s/build/rel/tools/kafka_mock", g_root);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(to[0], 0);
-        dup2(from[1], 1);
-        close(to[0]);
-        close(to[1]);
-        close(from[0]);
-        close(from[1]);
-        execl(exe, exe, "--brokers", "3", "--topic", "ord:3", (char *)NULL);
-        _exit(127);
-    }
-    close(to[0]);
-    close(from[1]);
-    g_mk.pid = pid;
-    g_mk.in = fdopen(to[1], "w");
-    g_mk.out = fdopen(from[0], "r");
-    char line[600];
-    if (!fgets(line, sizeof line, g_mk.out) || strncmp(line, "bootstrap ", 10))
-        fail_msg("%s did not start (make itests builds it)", exe);
-    snprintf(g_mk.boot, sizeof g_mk.boot, "%s", line + 10);
-    g_mk.boot[strcspn(g_mk.boot, "\r\n")] = '\0';
+    it_kmock_start(&g_mk, (const char *const[]){"--brokers", "3", "--topic", "ord:3", NULL});
 }
 
-/* Sends one command line; fails the test unless the mock answers "ok". */
-static void mock_cmd(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void mock_cmd(const char *fmt, ...)
-{
-    char cmd[256], line[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    fprintf(g_mk.in, "%s\n", cmd);
-    fflush(g_mk.in);
-    if (!fgets(line, sizeof line, g_mk.out) || strncmp(line, "ok", 2))
-        fail_msg("kafka_mock: %s: %s", cmd, line);
-}
-
-static void mock_stop(void)
-{
-    if (!g_mk.pid)
-        return;
-    fclose(g_mk.in); /* the end of stdin stops it */
-    fclose(g_mk.out);
-    int st;
-    for (int i = 0; i < 100 && waitpid(g_mk.pid, &st, WNOHANG) == 0; i++)
-        it_sleep_ms(50);
-    if (waitpid(g_mk.pid, &st, WNOHANG) == 0) {
-        kill(g_mk.pid, SIGKILL);
-        waitpid(g_mk.pid, &st, 0);
-    }
-    memset(&g_mk, 0, sizeof g_mk);
-}
+#define mock_cmd(...) it_kmock_cmd(&g_mk, __VA_ARGS__)
 
 static int setup(void **state)
 {
@@ -114,7 +52,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    mock_stop();
+    it_kmock_stop(&g_mk);
     return it_teardown(state);
 }
 
@@ -970,27 +908,10 @@ static void test_health_back(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
-/* The repository root: three levels above this binary (build/rel/itests). */
-static int find_root(void)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return -1;
-    exe[n] = '\0';
-    for (int up = 0; up < 4; up++) {
-        char *slash = strrchr(exe, '/');
-        if (!slash)
-            return -1;
-        *slash = '\0';
-    }
-    snprintf(g_root, sizeof g_root, "%s", exe);
-    return 0;
-}
 
 int main(void)
 {
-    if (it_init("test_target_kafka") || find_root())
+    if (it_init("test_target_kafka"))
         return 1;
     const struct CMUnitTest tests[] = {
         T(test_binary),

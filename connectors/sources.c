@@ -751,45 +751,71 @@ int sl_sources_json(sl_sources *o, sl_buf *out)
     return rc ? rc : sl_buf_append(out, "]}\n", 3);
 }
 
+/* The series every source has, one family at a time (Prometheus' text
+ * format wants each family's samples together, after its HELP and TYPE). */
+static int shared_metrics(sl_sources *o, sl_buf *out)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"sluice_source_events_total", "counter", "events the source stored"},
+        {"sluice_source_bytes_total", "counter", "bytes of the events the source stored"},
+        {"sluice_source_refused_total", "counter", "payloads refused (invalid, schema, lane, size)"},
+        {"sluice_source_backpressure_waits_total", "counter",
+         "publishes that found the set's buffers full and waited"},
+        {"sluice_source_healthy", "gauge", "1 when the source is healthy"},
+    };
+    int rc = 0;
+    for (size_t f = 0; !rc && f < sizeof fam / sizeof *fam; f++) {
+        rc = sl_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
+                           fam[f].name, fam[f].type);
+        for (size_t i = 0; !rc && i < o->n; i++) {
+            src *s = o->v[i];
+            char msg[256];
+            uint64_t v = f == 0   ? atomic_load(&s->events)
+                         : f == 1 ? atomic_load(&s->bytes)
+                         : f == 2 ? atomic_load(&s->refused)
+                         : f == 3 ? atomic_load(&s->full_waits)
+                                  : (uint64_t)src_health(s, msg, sizeof msg);
+            rc = sl_buf_printf(out, "%s{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n", fam[f].name,
+                               s->cfg->name, s->cfg->kind_name, v);
+        }
+    }
+    return rc;
+}
+
 int sl_sources_metrics(sl_sources *o, sl_buf *out)
 {
-    int rc = 0;
-    for (size_t i = 0; !rc && o && i < o->n; i++)
-        if (o->v[i]->webhook) {
+    if (!o || !o->n)
+        return 0;
+    int rc = shared_metrics(o, out);
+    bool header = false;
+    for (size_t i = 0; !rc && i < o->n; i++) {
+        if (!o->v[i]->webhook)
+            continue;
+        if (!header)
             rc = sl_webhook_source_metrics_header(out);
-            break;
-        }
-    for (size_t i = 0; !rc && o && i < o->n; i++) {
+        header = true;
+        if (!rc)
+            rc = sl_webhook_source_metrics(o->v[i]->webhook, out);
+    }
+    for (size_t i = 0; !rc && i < o->n; i++) {
         src *s = o->v[i];
-        const char *nm = s->cfg->name, *k = s->cfg->kind_name;
-        char msg[256];
-        rc = sl_buf_printf(out,
-                           "sluice_source_events_total{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n"
-                           "sluice_source_bytes_total{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n"
-                           "sluice_source_refused_total{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n"
-                           "sluice_source_backpressure_waits_total{source=\"%s\",kind=\"%s\"} %" PRIu64
-                           "\n"
-                           "sluice_source_healthy{source=\"%s\",kind=\"%s\"} %d\n",
-                           nm, k, atomic_load(&s->events), nm, k, atomic_load(&s->bytes), nm, k,
-                           atomic_load(&s->refused), nm, k, atomic_load(&s->full_waits), nm, k,
-                           src_health(s, msg, sizeof msg));
-        if (!rc && s->webhook)
-            rc = sl_webhook_source_metrics(s->webhook, out);
-        if (!rc && s->ops && s->ops->metrics) {
-            /* Whole lines only: a source that filled the space (or says
-             * it would have written more) is cut after its last complete
-             * line, so the next source's lines never join a cut one. */
-            size_t cap = 256 << 10;
-            if ((rc = sl_buf_reserve(out, cap)))
-                break;
-            char *buf = (char *)out->data + out->len;
-            size_t len = s->ops->metrics(s->impl, buf, cap);
-            if (len >= cap)
-                len = cap - 1;
-            while (len && buf[len - 1] != '\n')
-                len--;
-            out->len += len;
-        }
+        if (!s->ops || !s->ops->metrics)
+            continue;
+        /* Whole lines only: a source that filled the space (or says it
+         * would have written more) is cut after its last complete line, so
+         * the next source's lines never join a cut one. */
+        size_t cap = 256 << 10;
+        if ((rc = sl_buf_reserve(out, cap)))
+            break;
+        char *buf = (char *)out->data + out->len;
+        size_t len = s->ops->metrics(s->impl, buf, cap);
+        if (len >= cap)
+            len = cap - 1;
+        while (len && buf[len - 1] != '\n')
+            len--;
+        out->len += len;
     }
     return rc;
 }

@@ -66,6 +66,11 @@ static void test_backpressure(void **state)
     assert_true(metric(s, "sluice_source_backpressure_waits_total{source=\"file-logs\",kind=\"file\"}") >
                 0);
     assert_true(metric(s, "sluice_source_events_total{source=\"file-logs\",kind=\"file\"}") == 20000);
+    it_resp r = it_get(s, "/metrics");
+    const char *m = it_body(&r), *t = strstr(m, "# TYPE sluice_source_events_total counter\n");
+    assert_non_null(t);
+    assert_null(strstr(t + 1, "# TYPE sluice_source_events_total"));
+    it_resp_free(&r);
     s->passed = true;
 }
 

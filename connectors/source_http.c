@@ -191,6 +191,14 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
         known = true;
         if (get)
             return sl__http_sources(r);
+    } else if (n == 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "lanes") == 0) {
+        known = true;
+        if (get)
+            return sl__http_lanes(r);
+    } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "lanes") == 0) {
+        known = true;
+        if (strcmp(method, "DELETE") == 0)
+            return sl__http_lane_drop(r, seg[2]);
     } else if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0 &&
                strcmp(seg[3], "replay") == 0) {
         known = true;

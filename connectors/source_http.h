@@ -25,9 +25,11 @@ struct sl_event;
  * runner, which can change on reload). Every hook may be NULL. */
 typedef struct sl_http_hooks {
     void *ctx;
-    /* Checks an event bound for set against its type's schema: 0, or
-     * SL_EINVAL with err naming the JSON pointer and the reason. Called by
-     * ingest threads for every event. */
+    /* Checks an event bound for set against its type's schema and admits
+     * its lane (core/lanes.h): 0, or the sl_event_status that refuses it
+     * (SL_EVENT_SCHEMA_VIOLATION, SL_EVENT_UNKNOWN_LANE,
+     * SL_EVENT_LANE_DROPPED) with err saying why. Called by ingest threads
+     * for every event. */
     int (*validate)(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
     /* The body of GET /v1/rules. */
     int (*rules_json)(void *ctx, sl_buf *out);
@@ -57,6 +59,11 @@ typedef struct sl_http_hooks {
                            bool stored);
     /* The body of GET /v1/sources. */
     int (*sources_json)(void *ctx, sl_buf *out);
+    /* The body of GET /v1/lanes. */
+    int (*lanes_json)(void *ctx, sl_buf *out);
+    /* DELETE /v1/lanes/{lane} (`sluice lane drop`): 0, SL_ENOENT for a lane
+     * that is not known, SL_EINVAL for a bad name, with err. */
+    int (*lane_drop)(void *ctx, const char *lane, sl_error *err);
 } sl_http_hooks;
 
 typedef struct sl_http_options {

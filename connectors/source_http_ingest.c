@@ -7,6 +7,7 @@
  * through the same path.
  */
 #include "connectors/source_http_internal.h"
+#include "core/baggage.h"
 #include "core/clock.h"
 #include "core/event.h"
 #include "core/metrics.h"
@@ -79,8 +80,12 @@ static int add_event(ingest *in, const char *json, size_t len)
     if (st == SL_EVENT_OK)
         st = sl_event_apply_lane(&in->ev, in->lane, &err);
     const sl_http_hooks *hk = &in->r->h->hooks;
-    if (st == SL_EVENT_OK && hk->validate && hk->validate(hk->ctx, in->set, &in->ev, &err))
-        st = SL_EVENT_SCHEMA_VIOLATION;
+    if (st == SL_EVENT_OK && hk->validate) {
+        int vs = hk->validate(hk->ctx, in->set, &in->ev, &err);
+        if (vs)
+            st = vs > 0 && vs < SL_EVENT_STATUS_COUNT ? (sl_event_status)vs
+                                                      : SL_EVENT_SCHEMA_VIOLATION;
+    }
     if (st != SL_EVENT_OK) {
         fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
         return 0;
@@ -388,6 +393,28 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
                               "X-Sluice-Lane \"%.40s\" is not a lane "
                               "name ([a-z0-9-]{1,32})",
                               lane);
+    /* Then the `lane` member of a W3C baggage header (what tracing
+     * propagates through services that know nothing of sluice). */
+    char bag_lane[SL_LANE_MAX + 1];
+    const char *bag = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "baggage");
+    if (bag) {
+        sl_error berr = {0};
+        size_t bl;
+        int brc = sl_baggage_get(bag, strlen(bag), "lane", bag_lane, sizeof bag_lane, &bl, &berr);
+        if (brc == SL_EINVAL)
+            return sl__http_error(r, 400, "InvalidHeader", "baggage: %s", berr.msg);
+        if (brc == SL_ETOOBIG || (!brc && !sl_lane_valid(bag_lane, bl)))
+            return sl__http_error(r, 400, "InvalidLane",
+                                  "baggage lane \"%.40s\" is not a lane name ([a-z0-9-]{1,32})",
+                                  brc ? "(too long)" : bag_lane);
+        if (!brc && *lane && strcmp(lane, bag_lane) != 0)
+            return sl__http_error(r, 400, "LaneConflict",
+                                  "X-Sluice-Lane says \"%s\" but the baggage header says "
+                                  "lane=\"%s\"",
+                                  lane, bag_lane);
+        if (!brc)
+            lane = bag_lane;
+    }
     char ct[128];
     media_type(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type"), ct,
                sizeof ct);

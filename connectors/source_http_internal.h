@@ -112,6 +112,9 @@ enum MHD_Result sl__http_rules(sl_http_req *r);
 
 /* GET /v1/sources (source_http_rules.c). */
 enum MHD_Result sl__http_sources(sl_http_req *r);
+/* GET /v1/lanes, DELETE /v1/lanes/{lane} (source_http_rules.c). */
+enum MHD_Result sl__http_lanes(sl_http_req *r);
+enum MHD_Result sl__http_lane_drop(sl_http_req *r, const char *lane);
 enum MHD_Result sl__http_pattern_test(sl_http_req *r);
 /* source_http_rules.c: POST /v1/rules/{rule}/replay, GET …/replays */
 enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule);

@@ -25,6 +25,45 @@ enum MHD_Result sl__http_rules(sl_http_req *r)
     return sl__http_reply(r, 200, &b, "application/json", 0);
 }
 
+enum MHD_Result sl__http_lanes(sl_http_req *r)
+{
+    sl_http *h = r->h;
+    sl_buf b = SL_BUF_INIT;
+    /* Without a config there is no registry: only the base lane, any lane
+     * accepted. */
+    int rc = h->hooks.lanes_json
+                 ? h->hooks.lanes_json(h->hooks.ctx, &b)
+                 : sl_buf_printf(&b, "{\"auto\":true,\"lanes\":[]}\n");
+    if (rc) {
+        sl_buf_free(&b);
+        return sl__http_error(r, 500, "Internal", "listing the lanes: %s", sl_strerror(rc));
+    }
+    return sl__http_reply(r, 200, &b, "application/json", 0);
+}
+
+enum MHD_Result sl__http_lane_drop(sl_http_req *r, const char *lane)
+{
+    sl_http *h = r->h;
+    if (!h->hooks.lane_drop)
+        return sl__http_error(r, 404, "NoSuchLane",
+                              "lane \"%.40s\": this server runs without a config, it has no "
+                              "lanes to drop", lane);
+    sl_error err = {0};
+    int rc = h->hooks.lane_drop(h->hooks.ctx, lane, &err);
+    if (rc == SL_ENOENT)
+        return sl__http_error(r, 404, "NoSuchLane", "%s", err.msg);
+    if (rc == SL_EINVAL)
+        return sl__http_error(r, 400, "InvalidLane", "%s", err.msg);
+    if (rc)
+        return sl__http_error(r, 500, "Internal", "%s", err.msg);
+    sl_buf b = SL_BUF_INIT;
+    if (sl_buf_printf(&b, "{\"dropped\":\"%s\"}\n", lane)) {
+        sl_buf_free(&b);
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    }
+    return sl__http_reply(r, 200, &b, "application/json", 0);
+}
+
 enum MHD_Result sl__http_sources(sl_http_req *r)
 {
     sl_http *h = r->h;

@@ -20,6 +20,7 @@
 #include "core/batch.h"
 #include "core/event.h"
 #include "core/json.h"
+#include "core/lanes.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -211,6 +212,8 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
      * may still be the old one. */
     if (st == SL_EVENT_OK && s->decl && sl_config_check_event(s->decl, &s->ev, &e))
         st = SL_EVENT_SCHEMA_VIOLATION;
+    if (st == SL_EVENT_OK && s->owner->opts.lanes)
+        st = sl_lanes_admit(s->owner->opts.lanes, s->ev.lane, &e);
     if (st != SL_EVENT_OK)
         return refuse(s, st, err, e.msg[0] ? e.msg : sl_event_status_name(st));
     if (s->n == s->cap && grow_batch(s))
@@ -320,6 +323,12 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
         (m->content_type && !attr_ok(m->content_type, strlen(m->content_type))) ||
         (*lane && !sl_lane_valid(lane, strlen(lane))))
         return 1;
+    if (s->owner->opts.lanes) {
+        sl_error e = {0};
+        sl_event_status st = sl_lanes_admit(s->owner->opts.lanes, lane, &e);
+        if (st != SL_EVENT_OK)
+            return refuse(s, st, err, e.msg);
+    }
     if (s->n == s->cap && grow_batch(s))
         return sl_error_set(err, SL_ENOMEM, "out of memory");
     int64_t now = sl_clock_now_ms();

@@ -22,6 +22,7 @@ typedef struct sl_sources_options {
     sl_sets *sets;
     sl_databus *bus;
     const char *data_dir;
+    struct sl_lanes *lanes; /* admits every event's lane (core/lanes.h); NULL: any lane */
 } sl_sources_options;
 
 /* Opens every source of cfg. On error nothing is left running. */

@@ -27,6 +27,9 @@ int sl_cli_schema_main(int argc, char **argv);
  * into a set through the running server (core/redrive.h). */
 int sl_cli_redrive_main(int argc, char **argv);
 
+/* sluice lane list|drop LANE: a running server's lanes (docs/lanes.md). */
+int sl_cli_lane_main(int argc, char **argv);
+
 /* sluice replay RULE --from TIME [--to TIME]: deliver a window of a rule's
  * events again through the running server, following its progress. */
 int sl_cli_replay_main(int argc, char **argv);

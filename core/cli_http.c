@@ -183,6 +183,8 @@ int sl_cli_http_prepare(sl_cli_http *h, const char *method, const char *url,
     } else {
         curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
     }
+    /* DELETE (a lane drop) is a GET with another method name and no body. */
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, strcmp(method, "DELETE") == 0 ? "DELETE" : NULL);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->headers);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     return 0;

@@ -57,7 +57,7 @@ int sl_cli_http_init(sl_cli_http *h, sl_error *err);
 void sl_cli_http_close(sl_cli_http *h);
 
 /* Prepares h for a request without performing it (for curl multi): method
- * "GET" or "POST"; body/len is the POST body (not copied: must outlive the
+ * "GET", "POST" or "DELETE"; body/len is the POST body (not copied: must outlive the
  * request); content_type and lane (X-Sluice-Lane) may be NULL; timeout_ms
  * bounds the whole request. The previous response is cleared. Returns 0 or
  * SL_ENOMEM. */

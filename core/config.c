@@ -55,6 +55,9 @@ typedef enum key_type {
     K_PARSE,    /* "json" | "text" | a function -> sl_source_parse */
     K_LONGLINES, /* "split" | "skip" -> bool split_long */
     K_ENCODING, /* "hex" | "base64" -> bool base64 */
+    K_LANES,    /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
+    K_LANEENV,  /* "boe" | "ppe" -> sl_lane_env */
+    K_FALLBACK, /* "base" | "none" -> bool fallback_base */
 } key_type;
 
 typedef struct key {
@@ -150,6 +153,34 @@ static const key rule_keys[] = {
     {"ordered", K_BOOL, FIELD(sl_rule_config, ordered), 0, 0, "true",
      "keep per-partition order: a failing event holds its partition for this rule; false "
      "sets failures aside and delivers the rest concurrently"},
+    {"lanes", K_LANES, 0, 0, 0, 0, "none",
+     "lane overrides, `{ [\"feature-x\"] = { target = target.http { … } } }`: for events of "
+     "that lane, these keys replace the rule's; only `match`, `filter`, `transform`, "
+     "`transform_batch`, `input`, `target` and `targets` can be given (a `transform` or "
+     "`transform_batch` replaces both, as do `target` and `targets`); the lane must be declared "
+     "unless `lanes.auto = true`"},
+};
+
+/* The keys a lane override may give (rule.lanes["LANE"]). */
+static const char *const override_keys[] = {"match",           "filter", "transform",
+                                            "transform_batch", "input",  "target",
+                                            "targets"};
+
+static const key lane_keys[] = {
+    {"env", K_LANEENV, FIELD(sl_lane_decl, env), 0, 0, "\"boe\"",
+     "\"boe\" (offline tests, many lanes side by side) or \"ppe\" (pre-production)"},
+    {"fallback", K_FALLBACK, FIELD(sl_lane_decl, fallback_base), 0, 0,
+     "\"base\" (boe), \"none\" (ppe)",
+     "what an event of the lane does at a rule without an override for it: \"base\" goes "
+     "through the base rule (keeping its lane), \"none\" is not delivered (counted as "
+     "`lane_unrouted`)"},
+    {"description", K_STRING, FIELD(sl_lane_decl, description), 0, 0, "", "free text"},
+};
+
+static const key lanes_keys[] = {
+    {"auto", K_BOOL, FIELD(sl_config, lanes_auto), 0, 0, "false",
+     "accept events of undeclared lanes (and overrides naming them) as `boe` lanes; "
+     "`lanes.auto = true` or `lanes { auto = true }`"},
 };
 
 static const key retry_keys[] = {
@@ -1229,6 +1260,24 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
         check_block(ld, idx, retry_keys, sizeof retry_keys / sizeof *retry_keys, &rb, NULL);
         return;
     }
+    case K_LANES:
+        /* The overrides are read after the rule's own keys (read_overrides). */
+        if (t != LUA_TTABLE)
+            problem(ld, line, "%s: lanes must be a table { [\"LANE\"] = { … } }, not a %s",
+                    b->what, luaL_typename(L, idx));
+        return;
+    case K_LANEENV:
+    case K_FALLBACK: {
+        const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        if (k->type == K_LANEENV && (strcmp(s, "boe") == 0 || strcmp(s, "ppe") == 0))
+            *(sl_lane_env *)field = s[0] == 'b' ? SL_LANE_BOE : SL_LANE_PPE;
+        else if (k->type == K_FALLBACK && (strcmp(s, "base") == 0 || strcmp(s, "none") == 0))
+            *(bool *)field = s[0] == 'b';
+        else
+            problem(ld, line, "%s: %s must be %s", b->what, k->name,
+                    k->type == K_LANEENV ? "\"boe\" or \"ppe\"" : "\"base\" or \"none\"");
+        return;
+    }
     case K_BACKOFF: {
         const char *s = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
         if (strcmp(s, "exponential") == 0)
@@ -1360,6 +1409,203 @@ static void read_source(loader *ld, int body, const char *kind, int line)
     }
 }
 
+static void free_rule(sl_rule_config *r);
+
+/* A rule's defaults (besides zeros). */
+static void rule_defaults(loader *ld, sl_rule_config *r, const char *name, int line)
+{
+    r->name = dup_string(ld, name, strlen(name));
+    r->line = line;
+    r->enabled = true;
+    r->ordered = true;
+    r->retry = (sl_retry_config){.attempts = 185,
+                                 .max_age_ms = 24 * 3600 * 1000,
+                                 .backoff = SL_BACKOFF_EXPONENTIAL,
+                                 .initial_ms = 100,
+                                 .max_ms = 5 * 60 * 1000};
+}
+
+/* Whether the table at idx has a non-nil key (raw: no metamethods). */
+static bool raw_has(lua_State *L, int idx, const char *k)
+{
+    lua_pushstring(L, k);
+    bool has = lua_rawget(L, idx) != LUA_TNIL;
+    lua_pop(L, 1);
+    return has;
+}
+
+/* The line of `["LANE"] =` at or after from (else of `LANE =`, else from). */
+static int override_line(const loader *ld, int from, const char *lane)
+{
+    const char *s = ld->cfg->source, *end = s + ld->cfg->source_len;
+    size_t kl = strlen(lane);
+    int line = 1;
+    for (const char *p = s; p < end; p++) {
+        if (line >= from && (*p == '"' || *p == '\'') && (size_t)(end - p) > kl + 2 &&
+            memcmp(p + 1, lane, kl) == 0 && p[kl + 1] == *p) {
+            const char *q = p + kl + 2;
+            while (q < end && (*q == ' ' || *q == '\t' || *q == ']'))
+                q++;
+            if (q < end && *q == '=' && (q + 1 == end || q[1] != '='))
+                return line;
+        }
+        if (*p == '\n')
+            line++;
+    }
+    return key_line(ld, from, lane);
+}
+
+/* Appends the pairs of the table at from to the table at to (raw), but the
+ * keys skip says to leave out. */
+static void copy_pairs(lua_State *L, int from, int to, bool (*skip)(const char *, void *),
+                       void *arg)
+{
+    lua_pushnil(L);
+    while (lua_next(L, from)) {
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        if (!skip || !k || !skip(k, arg)) {
+            lua_pushvalue(L, -2);
+            lua_pushvalue(L, -2);
+            lua_rawset(L, to);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+typedef struct merge_skip {
+    bool transforms, targets; /* the override gives its own */
+} merge_skip;
+
+static bool skip_in_base(const char *k, void *arg)
+{
+    const merge_skip *m = arg;
+    return strcmp(k, "lanes") == 0 ||
+           (m->transforms && (strcmp(k, "transform") == 0 || strcmp(k, "transform_batch") == 0)) ||
+           (m->targets && (strcmp(k, "target") == 0 || strcmp(k, "targets") == 0));
+}
+
+/* rule.lanes[lane] (the table at own) of base rule ri (its body at body):
+ * checks the override's own keys (its mistakes reported once, named by the
+ * lane), then reads the base's body with the override's keys on top through
+ * the same key table as a rule, into a complete rule config in
+ * cfg->overrides. The merged body's other mistakes are the base rule's,
+ * already reported: that read is quiet. */
+static void read_override(loader *ld, int body, int own, size_t ri, const char *lane)
+{
+    lua_State *L = ld->L;
+    sl_config *cfg = ld->cfg;
+    const char *rname = cfg->rules[ri].name ? cfg->rules[ri].name : "?";
+    int line = override_line(ld, cfg->rules[ri].line, lane);
+    char what[300];
+    snprintf(what, sizeof what, "rule \"%s\" lanes[\"%s\"]", rname, lane);
+    if (!lua_istable(L, own)) {
+        problem(ld, line, "%s: an override must be a table { target = … }, not a %s", what,
+                luaL_typename(L, own));
+        return;
+    }
+    bool ok = true;
+    lua_pushnil(L);
+    while (lua_next(L, own)) {
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        bool allowed = false;
+        for (size_t i = 0; k && i < sizeof override_keys / sizeof *override_keys; i++)
+            allowed = allowed || strcmp(k, override_keys[i]) == 0;
+        if (!allowed) {
+            problem(ld, k ? key_line(ld, line, k) : line,
+                    "rule \"%s\": lanes[\"%s\"]: %s%s%s cannot be overridden per lane (only "
+                    "match, filter, transform, transform_batch, input, target, targets)",
+                    rname, lane, k ? "\"" : "a positional ", k ? k : luaL_typename(L, -1),
+                    k ? "\"" : "");
+            ok = false;
+        }
+        lua_pop(L, 1);
+    }
+    if (!ok)
+        return;
+    sl_rule_config scratch = {0};
+    block sb = {what, line, &scratch};
+    check_block(ld, own, KEYS(rule_keys), &sb, NULL);
+    free_rule(&scratch);
+
+    merge_skip m = {raw_has(L, own, "transform") || raw_has(L, own, "transform_batch"),
+                    raw_has(L, own, "target") || raw_has(L, own, "targets")};
+    lua_newtable(L);
+    int merged = lua_gettop(L);
+    copy_pairs(L, body, merged, skip_in_base, &m);
+    copy_pairs(L, own, merged, NULL, NULL);
+    sl_rule_config *g = grow(ld, cfg->overrides, cfg->noverrides, sizeof *g);
+    if (g) {
+        cfg->overrides = g;
+        sl_rule_config *o = &cfg->overrides[cfg->noverrides++];
+        rule_defaults(ld, o, rname, line);
+        o->lane = dup_string(ld, lane, strlen(lane));
+        o->base = ri;
+        o->targets_from_base = !m.targets;
+        sl_buf *diag = ld->diag;
+        int nerrors = ld->nerrors;
+        ld->diag = NULL;
+        block b = {what, line, o};
+        check_block(ld, merged, KEYS(rule_keys), &b, NULL);
+        ld->diag = diag;
+        ld->nerrors = nerrors;
+        for (size_t t = 0; t < o->ntargets; t++)
+            o->targets[t].ordered = o->ordered;
+    }
+    lua_pop(L, 1);
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The overrides of base rule ri (its body at body), in lane name order. */
+static void read_overrides(loader *ld, int body, size_t ri)
+{
+    lua_State *L = ld->L;
+    lua_pushliteral(L, "lanes");
+    if (lua_rawget(L, body) != LUA_TTABLE) {
+        lua_pop(L, 1); /* none, or not a table (K_LANES said so) */
+        return;
+    }
+    int lanes = lua_gettop(L);
+    const char *rname = ld->cfg->rules[ri].name ? ld->cfg->rules[ri].name : "?";
+    int line = key_line(ld, ld->cfg->rules[ri].line, "lanes");
+    char **names = NULL;
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, lanes)) {
+        size_t len = 0;
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &len) : NULL;
+        char **gn;
+        if (!k)
+            problem(ld, line, "rule \"%s\": lanes: the keys are lane names, as in "
+                              "lanes = { [\"feature-x\"] = { … } }; found a %s key", rname,
+                    luaL_typename(L, -2));
+        else if (!len || !sl_lane_valid(k, len) || strlen(k) != len)
+            problem(ld, line, "rule \"%s\": lanes: \"%s\" is not a lane name "
+                              "([a-z0-9-]{1,32}; base events use the rule itself)", rname, k);
+        else if (!(gn = realloc(names, (n + 1) * sizeof *gn)))
+            ld->oom = 1;
+        else if (!((names = gn)[n] = dup_string(ld, k, len)))
+            ;
+        else
+            n++;
+        lua_pop(L, 1);
+    }
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_names);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawget(L, lanes);
+        read_override(ld, body, lua_gettop(L), ri, names[i]);
+        lua_pop(L, 1);
+        free(names[i]);
+    }
+    free(names);
+    lua_pop(L, 1);
+}
+
 static void read_decl(loader *ld, int idx)
 {
     lua_State *L = ld->L;
@@ -1403,19 +1649,34 @@ static void read_decl(loader *ld, int idx)
         if (g) {
             cfg->rules = g;
             sl_rule_config *r = &cfg->rules[cfg->nrules++];
-            r->name = dup_string(ld, name, strlen(name));
-            r->line = line;
-            r->enabled = true;
-            r->ordered = true;
-            r->retry = (sl_retry_config){.attempts = 185,
-                                         .max_age_ms = 24 * 3600 * 1000,
-                                         .backoff = SL_BACKOFF_EXPONENTIAL,
-                                         .initial_ms = 100,
-                                         .max_ms = 5 * 60 * 1000};
+            rule_defaults(ld, r, name, line);
             block b = {what, line, r};
             check_block(ld, body, rule_keys, sizeof rule_keys / sizeof *rule_keys, &b, NULL);
             for (size_t t = 0; t < r->ntargets; t++)
                 r->targets[t].ordered = r->ordered;
+            read_overrides(ld, body, cfg->nrules - 1);
+        }
+    } else if (strcmp(kind, "lane") == 0) {
+        snprintf(what, sizeof what, "lane \"%s\"", name);
+        const sl_lane_decl *prev = NULL;
+        if (!*name)
+            problem(ld, line, "%s: the base lane (\"\") is not declared: it always exists",
+                    what);
+        else if (!sl_lane_valid(name, strlen(name)))
+            problem(ld, line, "%s: a lane name is 1-32 of a-z 0-9 -", what);
+        else if ((prev = sl_config_lane(cfg, name)))
+            problem(ld, line, "%s is declared twice (first at line %d)", what, prev->line);
+        sl_lane_decl *g = grow(ld, cfg->lanes, cfg->nlanes, sizeof *g);
+        if (g) {
+            cfg->lanes = g;
+            sl_lane_decl *d = &cfg->lanes[cfg->nlanes++];
+            d->name = dup_string(ld, name, strlen(name));
+            d->line = line;
+            d->env = SL_LANE_BOE;
+            block b = {what, line, d};
+            check_block(ld, body, KEYS(lane_keys), &b, NULL);
+            if (!raw_has(L, body, "fallback"))
+                d->fallback_base = d->env == SL_LANE_BOE;
         }
     } else if (strcmp(kind, "source") == 0) {
         read_source(ld, body, name, line);
@@ -1423,67 +1684,107 @@ static void read_decl(loader *ld, int idx)
     lua_pop(L, 4);
 }
 
+/* The checks of a rule or an override that need the whole file; who names
+ * it in messages. An override inherits set, dlq and retry from its base
+ * (checked there, check_base_rule), and its targets too unless it gives its
+ * own, so only what it may change is checked again. */
+static void check_rule(loader *ld, sl_rule_config *r, const char *who)
+{
+    sl_config *cfg = ld->cfg;
+    if (r->transform && r->transform_batch)
+        problem(ld, r->line, "%s: use transform or transform_batch, not both", who);
+    if (r->lane && r->targets_from_base)
+        return;
+    if (!r->ntargets && !r->target_given)
+        problem(ld, r->line, "%s: a target is required (target = target.file { … })", who);
+    for (size_t t = 0; t < r->ntargets; t++) {
+        sl_target_config *tc = &r->targets[t];
+        if (tc->kind == SL_TARGET_FILE && !tc->path)
+            problem(ld, tc->line, "%s: target.file needs a path", who);
+        if (tc->kind == SL_TARGET_HTTP && !tc->url)
+            problem(ld, tc->line, "%s: target.http needs a url", who);
+        else if (tc->kind == SL_TARGET_HTTP && strncmp(tc->url, "http://", 7) &&
+                 strncmp(tc->url, "https://", 8))
+            problem(ld, tc->line, "%s: target.http url must start with http:// or https://",
+                    who);
+        if (tc->kind == SL_TARGET_SET && !tc->set)
+            problem(ld, tc->line, "%s: target.set needs a set", who);
+        else if (tc->kind == SL_TARGET_SET && !find_set(cfg, tc->set))
+            problem(ld, tc->line,
+                    "%s: target.set: set \"%s\" is not declared (add set \"%s\" { })", who,
+                    tc->set, tc->set);
+        else if (tc->kind == SL_TARGET_SET && r->set && strcmp(tc->set, r->set) == 0)
+            problem(ld, tc->line, "%s: target.set into the set it reads would loop forever", who);
+        if (tc->kind == SL_TARGET_KAFKA && (!tc->brokers || !tc->topic))
+            problem(ld, tc->line, "%s: target.kafka needs brokers and a topic", who);
+        /* What only the connector knows (e.g. librdkafka's properties). */
+        const sl_target_ops *ops = sl_target_ops_of(tc);
+        sl_error terr = {0};
+        if (ops && ops->check && ops->check(tc, &terr))
+            problem(ld, tc->line, "%s: target.%s: %s", who, ops->name, terr.msg);
+    }
+}
+
+/* The checks of a base rule that need the whole file (who names it). */
+static void check_base_rule(loader *ld, sl_rule_config *r, const char *who)
+{
+    sl_config *cfg = ld->cfg;
+    if (!r->set)
+        problem(ld, r->line, "%s: set is required (the event set it reads)", who);
+    else if (!find_set(cfg, r->set))
+        problem(ld, key_line(ld, r->line, "set"),
+                "%s: set \"%s\" is not declared (add set \"%s\" { })", who, r->set, r->set);
+    if (r->dlq && !find_set(cfg, r->dlq))
+        problem(ld, key_line(ld, r->line, "dlq"),
+                "%s: dlq set \"%s\" is not declared (add set \"%s\" { })", who, r->dlq, r->dlq);
+    else if (r->dlq && r->set && strcmp(r->dlq, r->set) == 0)
+        problem(ld, key_line(ld, r->line, "dlq"),
+                "%s: the dlq cannot be the set the rule reads (failed events would come back "
+                "to it forever)", who);
+    if (r->retry.initial_ms > r->retry.max_ms)
+        problem(ld, key_line(ld, r->line, "retry"),
+                "%s: retry.initial (%lld ms) is longer than retry.max (%lld ms)", who,
+                (long long)r->retry.initial_ms, (long long)r->retry.max_ms);
+    check_rule(ld, r, who);
+}
+
+/* An override's lane must be declared, or lanes.auto declares it (boe). */
+static void check_override_lane(loader *ld, const sl_rule_config *o, const char *who)
+{
+    sl_config *cfg = ld->cfg;
+    if (sl_config_lane(cfg, o->lane))
+        return;
+    if (!cfg->lanes_auto) {
+        problem(ld, o->line,
+                "%s: lane \"%s\" is not declared (add lane \"%s\" { env = \"boe\" }, or "
+                "lanes.auto = true)", who, o->lane, o->lane);
+        return;
+    }
+    sl_lane_decl *g = grow(ld, cfg->lanes, cfg->nlanes, sizeof *g);
+    if (!g)
+        return;
+    cfg->lanes = g;
+    sl_lane_decl *d = &cfg->lanes[cfg->nlanes++];
+    d->name = dup_string(ld, o->lane, strlen(o->lane));
+    d->line = 0;
+    d->env = SL_LANE_BOE;
+    d->fallback_base = true;
+}
+
 /* Checks what needs the whole file: references between blocks. */
 static void cross_check(loader *ld)
 {
     sl_config *cfg = ld->cfg;
+    char who[300];
     for (size_t i = 0; i < cfg->nrules; i++) {
-        sl_rule_config *r = &cfg->rules[i];
-        if (!r->set)
-            problem(ld, r->line, "rule \"%s\": set is required (the event set it reads)",
-                    r->name);
-        else if (!find_set(cfg, r->set))
-            problem(ld, key_line(ld, r->line, "set"),
-                    "rule \"%s\": set \"%s\" is not declared (add set \"%s\" { })", r->name,
-                    r->set, r->set);
-        if (!r->ntargets && !r->target_given)
-            problem(ld, r->line, "rule \"%s\": a target is required (target = target.file { … })",
-                    r->name);
-        if (r->transform && r->transform_batch)
-            problem(ld, r->line, "rule \"%s\": use transform or transform_batch, not both",
-                    r->name);
-        if (r->dlq && !find_set(cfg, r->dlq))
-            problem(ld, key_line(ld, r->line, "dlq"),
-                    "rule \"%s\": dlq set \"%s\" is not declared (add set \"%s\" { })", r->name,
-                    r->dlq, r->dlq);
-        else if (r->dlq && r->set && strcmp(r->dlq, r->set) == 0)
-            problem(ld, key_line(ld, r->line, "dlq"),
-                    "rule \"%s\": the dlq cannot be the set the rule reads (failed events "
-                    "would come back to it forever)", r->name);
-        if (r->retry.initial_ms > r->retry.max_ms)
-            problem(ld, key_line(ld, r->line, "retry"),
-                    "rule \"%s\": retry.initial (%lld ms) is longer than retry.max (%lld ms)",
-                    r->name, (long long)r->retry.initial_ms, (long long)r->retry.max_ms);
-        for (size_t t = 0; t < r->ntargets; t++) {
-            sl_target_config *tc = &r->targets[t];
-            if (tc->kind == SL_TARGET_FILE && !tc->path)
-                problem(ld, tc->line, "rule \"%s\": target.file needs a path", r->name);
-            if (tc->kind == SL_TARGET_HTTP && !tc->url)
-                problem(ld, tc->line, "rule \"%s\": target.http needs a url", r->name);
-            else if (tc->kind == SL_TARGET_HTTP && strncmp(tc->url, "http://", 7) &&
-                     strncmp(tc->url, "https://", 8))
-                problem(ld, tc->line, "rule \"%s\": target.http url must start with http:// or "
-                                      "https://", r->name);
-            if (tc->kind == SL_TARGET_SET && !tc->set)
-                problem(ld, tc->line, "rule \"%s\": target.set needs a set", r->name);
-            else if (tc->kind == SL_TARGET_SET && !find_set(cfg, tc->set))
-                problem(ld, tc->line,
-                        "rule \"%s\": target.set: set \"%s\" is not declared (add set \"%s\" { })",
-                        r->name, tc->set, tc->set);
-            else if (tc->kind == SL_TARGET_SET && r->set && strcmp(tc->set, r->set) == 0)
-                problem(ld, tc->line,
-                        "rule \"%s\": target.set into the set it reads would loop forever",
-                        r->name);
-            if (tc->kind == SL_TARGET_KAFKA && (!tc->brokers || !tc->topic))
-                problem(ld, tc->line, "rule \"%s\": target.kafka needs brokers and a topic",
-                        r->name);
-            /* What only the connector knows (e.g. librdkafka's properties). */
-            const sl_target_ops *ops = sl_target_ops_of(tc);
-            sl_error terr = {0};
-            if (ops && ops->check && ops->check(tc, &terr))
-                problem(ld, tc->line, "rule \"%s\": target.%s: %s", r->name, ops->name,
-                        terr.msg);
-        }
+        snprintf(who, sizeof who, "rule \"%s\"", cfg->rules[i].name);
+        check_base_rule(ld, &cfg->rules[i], who);
+    }
+    for (size_t i = 0; i < cfg->noverrides; i++) {
+        sl_rule_config *o = &cfg->overrides[i];
+        snprintf(who, sizeof who, "rule \"%s\" lanes[\"%s\"]", o->name, o->lane);
+        check_override_lane(ld, o, who);
+        check_rule(ld, o, who);
     }
 }
 
@@ -1574,6 +1875,22 @@ static void load_plugins(loader *ld)
     sl_buf_free(&diag);
 }
 
+/* lanes.auto = true / lanes { auto = true }, as the file left them. */
+static void read_lanes_settings(loader *ld)
+{
+    lua_State *L = ld->L;
+    lua_getglobal(L, "__sluice_lanes");
+    lua_call(L, 0, 2);
+    int line = (int)lua_tointeger(L, -1);
+    if (lua_istable(L, -2)) {
+        block b = {"lanes", line > 0 ? line : 1, ld->cfg};
+        check_block(ld, lua_gettop(L) - 1, KEYS(lanes_keys), &b, NULL);
+    } else if (!lua_isnil(L, -2)) {
+        problem(ld, key_line(ld, 1, "lanes"), "lanes must be a table, as in lanes.auto = true");
+    }
+    lua_pop(L, 2);
+}
+
 /* Reads what the file declared (lua_CFunction; the loader is argument 1). */
 static int walk(lua_State *L)
 {
@@ -1618,6 +1935,7 @@ static int walk(lua_State *L)
             load_plugins(ld);
     }
     lua_pop(L, 1);
+    read_lanes_settings(ld);
     cross_check(ld);
     check_sources(ld);
     return 0;
@@ -1716,6 +2034,35 @@ const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name)
     return NULL;
 }
 
+const sl_rule_config *sl_config_rule_at(const sl_config *cfg, size_t i)
+{
+    if (i < cfg->nrules)
+        return &cfg->rules[i];
+    if (i - cfg->nrules < cfg->noverrides)
+        return &cfg->overrides[i - cfg->nrules];
+    return NULL;
+}
+
+const sl_rule_config *sl_config_override(const sl_config *cfg, size_t rule, const char *lane,
+                                         size_t *at)
+{
+    for (size_t i = 0; lane && *lane && i < cfg->noverrides; i++)
+        if (cfg->overrides[i].base == rule && strcmp(cfg->overrides[i].lane, lane) == 0) {
+            if (at)
+                *at = cfg->nrules + i;
+            return &cfg->overrides[i];
+        }
+    return NULL;
+}
+
+const sl_lane_decl *sl_config_lane(const sl_config *cfg, const char *name)
+{
+    for (size_t i = 0; name && *name && i < cfg->nlanes; i++)
+        if (cfg->lanes[i].name && strcmp(cfg->lanes[i].name, name) == 0)
+            return &cfg->lanes[i];
+    return NULL;
+}
+
 const sl_source_config *sl_config_source(const sl_config *cfg, const char *name)
 {
     for (size_t i = 0; i < cfg->nsources; i++)
@@ -1766,7 +2113,8 @@ static const char *const type_names[] = {
     [K_HEADERS] = "table",      [K_AUTH] = "table",        [K_BODY] = "string",
     [K_RETRY] = "table",        [K_BACKOFF] = "string",    [K_PROPS] = "table",
     [K_STRINGS] = "string(s)",  [K_PARSE] = "string or function", [K_LONGLINES] = "string",
-    [K_ENCODING] = "string",
+    [K_ENCODING] = "string",    [K_LANES] = "table",       [K_LANEENV] = "string",
+    [K_FALLBACK] = "string",
 };
 
 static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
@@ -1789,6 +2137,10 @@ int sl_config_keys_markdown(sl_buf *out)
         rc = keys_table(out, "rule \"NAME\" { … }", KEYS(rule_keys));
     if (!rc)
         rc = keys_table(out, "rule.retry { … }", KEYS(retry_keys));
+    if (!rc)
+        rc = keys_table(out, "lane \"NAME\" { … }", KEYS(lane_keys));
+    if (!rc)
+        rc = keys_table(out, "lanes { … }", KEYS(lanes_keys));
     for (size_t i = 0; !rc && i < sizeof target_kinds / sizeof *target_kinds; i++) {
         char title[64];
         snprintf(title, sizeof title, "target.%s { … }", target_kinds[i].name);
@@ -1868,6 +2220,7 @@ static void free_rule(sl_rule_config *r)
     }
     free(r->targets);
     free(r->dlq);
+    free(r->lane);
 }
 
 void sl_config_free(sl_config *cfg)
@@ -1877,6 +2230,14 @@ void sl_config_free(sl_config *cfg)
     for (size_t i = 0; i < cfg->nrules; i++)
         free_rule(&cfg->rules[i]);
     free(cfg->rules);
+    for (size_t i = 0; i < cfg->noverrides; i++)
+        free_rule(&cfg->overrides[i]);
+    free(cfg->overrides);
+    for (size_t i = 0; i < cfg->nlanes; i++) {
+        free(cfg->lanes[i].name);
+        free(cfg->lanes[i].description);
+    }
+    free(cfg->lanes);
     for (size_t i = 0; i < cfg->nsources; i++)
         free_source(&cfg->sources[i]);
     free(cfg->sources);

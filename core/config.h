@@ -176,7 +176,30 @@ typedef struct sl_rule_config {
     sl_retry_config retry;
     char *dlq;    /* dead-letter set; NULL: failed events are dropped (counted) */
     bool ordered; /* default true: a failing event holds its partition */
+    /* Lane overrides (rule { lanes = { ["L"] = { … } } }). A base rule has
+     * lane NULL. Each override is a complete rule config in cfg->overrides:
+     * the base rule's keys with the override's (match, filter, transform,
+     * transform_batch, input, target/targets) on top, same name and set
+     * (transform or transform_batch replaces both, target or targets both).
+     * An override's line is that of its ["L"] = { … } entry. */
+    char *lane;              /* override: the lane it serves; NULL: a base rule */
+    size_t base;             /* override: index of its base rule in cfg->rules */
+    bool targets_from_base;  /* override: target(s) not overridden (it may share the base's) */
 } sl_rule_config;
+
+/* lane "NAME" { env = "boe"|"ppe", fallback = "base"|"none" } (ARCHITECTURE.md §7). */
+typedef enum sl_lane_env {
+    SL_LANE_BOE, /* offline test lanes: many in parallel; fallback "base" by default */
+    SL_LANE_PPE, /* pre-production: fallback "none" by default */
+} sl_lane_env;
+
+typedef struct sl_lane_decl {
+    char *name; /* [a-z0-9-]{1,32} */
+    int line;   /* 0: declared implicitly (an override naming it under lanes.auto) */
+    sl_lane_env env;
+    bool fallback_base; /* events without an override go to the base rule (else nowhere) */
+    char *description;
+} sl_lane_decl;
 
 typedef struct sl_schema_entry {
     char *type; /* event type */
@@ -212,6 +235,11 @@ typedef struct sl_config {
     sl_source_config *sources;
     size_t nsources;
     char *plugin_dir; /* server.plugin_dir, resolved; NULL: no plugins */
+    sl_lane_decl *lanes; /* declared lanes, file order */
+    size_t nlanes;
+    bool lanes_auto; /* lanes.auto = true: an undeclared lane is accepted as a boe lane */
+    sl_rule_config *overrides; /* every rule's lane overrides (see sl_rule_config.lane) */
+    size_t noverrides;
 } sl_config;
 
 /* Loads and checks the config file at path. Returns 0 and *out (free with
@@ -222,6 +250,18 @@ int sl_config_load(const char *path, sl_config **out, sl_buf *diag);
 
 /* The rule called name, or NULL. */
 const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name);
+
+/* Rule configs are numbered 0 … nrules-1 (base rules), then nrules …
+ * nrules+noverrides-1 (overrides); rule VMs evaluate by that number. */
+const sl_rule_config *sl_config_rule_at(const sl_config *cfg, size_t i);
+
+/* The override of base rule `rule` for lane, its number (as above) in *at,
+ * or NULL when the rule has none. */
+const sl_rule_config *sl_config_override(const sl_config *cfg, size_t rule, const char *lane,
+                                         size_t *at);
+
+/* The declaration of lane name (explicit or implicit), or NULL. */
+const sl_lane_decl *sl_config_lane(const sl_config *cfg, const char *name);
 
 /* The schema for events of type in set decl, or NULL. */
 const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size_t type_len);

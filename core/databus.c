@@ -74,6 +74,8 @@ typedef struct work {
     size_t done_bytes; /* frames appended */
     size_t done_n;
     int rc;
+    char lane[SL_LANE_MAX + 1]; /* of the frames appended, if they share one */
+    bool mixed;                 /* … they did not */
 } work;
 
 struct sl_databus {
@@ -403,6 +405,10 @@ static void write_frames(sl_databus *bus, work *w)
         char lane[SL_LANE_MAX + 1];
         memcpy(lane, p + FRAME_HDR, p[16]);
         lane[p[16]] = '\0';
+        if (batch_start == w->frames.data)
+            memcpy(w->lane, lane, sizeof lane);
+        else if (strcmp(w->lane, lane) != 0)
+            w->mixed = true;
         if (sl_batch_builder_reset(b, lane)) { /* publish checked lanes: cannot happen */
             w->rc = SL_EINVAL;
             return;
@@ -588,7 +594,7 @@ static void *writer_main(void *arg)
         for (size_t i = 0; i < n && on_append; i++)
             if (ws[i].done_n)
                 on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
-                          ws[i].first + (int64_t)ws[i].done_n);
+                          ws[i].first + (int64_t)ws[i].done_n, ws[i].mixed ? NULL : ws[i].lane);
         pthread_mutex_lock(&bus->lock);
     }
     pthread_mutex_unlock(&bus->lock);

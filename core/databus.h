@@ -50,8 +50,11 @@ typedef struct sl_databus_result {
 typedef void sl_databus_done_fn(void *ctx, int status);
 
 /* Called by the writer thread after each append of a partition, with the
- * new end offset (long-polling readers wake up here). */
-typedef void sl_databus_append_fn(void *ctx, sl_set *set, int32_t partition, int64_t end);
+ * new end offset (long-polling readers wake up here) and the lane of what
+ * was appended ("" base; NULL when the append held several lanes), so that
+ * the consumers of other lanes need not wake. */
+typedef void sl_databus_append_fn(void *ctx, sl_set *set, int32_t partition, int64_t end,
+                                  const char *lane);
 
 typedef struct sl_databus_options {
     sl_databus_append_fn *on_append;

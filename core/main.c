@@ -20,6 +20,7 @@ static void usage(FILE *f)
           "  put SET [FILE]             publish NDJSON events over HTTP\n"
           "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  redrive DLQSET --to SET    move a dead-letter set's events back to SET\n"
+          "  lane list|drop LANE        the server's lanes; stop a lane's routes and cursors\n"
           "  replay RULE --from TIME    deliver a rule's events of a time window again\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
@@ -53,6 +54,8 @@ int main(int argc, char **argv)
         return sl_cli_tail_main(argc - 1, argv + 1);
     if (strcmp(cmd, "redrive") == 0)
         return sl_cli_redrive_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "lane") == 0)
+        return sl_cli_lane_main(argc - 1, argv + 1);
     if (strcmp(cmd, "replay") == 0)
         return sl_cli_replay_main(argc - 1, argv + 1);
     if (strcmp(cmd, "schema") == 0)

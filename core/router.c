@@ -27,6 +27,12 @@ struct sl_router {
     sl_config *cfg;
     sl_runner *runner;
     sl_sources *sources; /* started after the runner, stopped before it */
+    /* The lanes outlive configs. A lane's first event waits (in the added
+     * hook) while a reload replaces the runner, so that its runs are made
+     * by the runner that will read it (core/lanes.h). Order: the lanes'
+     * add_lock, then swap_lock, then lock. */
+    sl_lanes *lanes;
+    pthread_mutex_t swap_lock;
 };
 
 /* Declares the sets of cfg; live sets keep their settings unless starting. */
@@ -55,7 +61,8 @@ static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_er
 
 static int start_sources(sl_router *r, const sl_config *cfg, sl_sources **out, sl_error *err)
 {
-    sl_sources_options so = {.cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir};
+    sl_sources_options so = {
+        .cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
     return sl_sources_start(&so, out, err);
 }
 
@@ -72,8 +79,33 @@ static void stop_sources(sl_router *r)
 
 static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
 {
-    sl_runner_options ro = {.cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir};
+    sl_runner_options ro = {
+        .cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
     return sl_runner_start(&ro, out, err);
+}
+
+/* The lanes' hooks: a lane's runs are made (or dropped) in the runner of the
+ * moment; a reload in progress is waited for. */
+static int lane_added(void *ctx, const sl_lane_info *lane, sl_error *err)
+{
+    sl_router *r = ctx;
+    pthread_mutex_lock(&r->swap_lock);
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_add_lane(r->runner, lane, err) : 0;
+    pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
+    return rc;
+}
+
+static void lane_dropped(void *ctx, const char *lane)
+{
+    sl_router *r = ctx;
+    pthread_mutex_lock(&r->swap_lock);
+    pthread_rwlock_rdlock(&r->lock);
+    if (r->runner)
+        sl_runner_drop_lane(r->runner, lane);
+    pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
 }
 
 int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *data_dir,
@@ -88,6 +120,7 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     r->sets = sets;
     r->bus = bus;
     r->cfg = cfg;
+    pthread_mutex_init(&r->swap_lock, NULL);
     /* Writers first: a reload must not wait behind a stream of ingest
      * threads reading the schemas (no path takes the read lock twice). */
     pthread_rwlockattr_t ra;
@@ -95,7 +128,12 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&r->lock, &ra);
     pthread_rwlockattr_destroy(&ra);
-    int rc = declare_sets(r, cfg, true, err);
+    int rc = sl_lanes_open(data_dir, &r->lanes, err);
+    if (!rc) {
+        sl_lanes_configure(r->lanes, cfg);
+        sl_lanes_set_hooks(r->lanes, &(sl_lanes_hooks){r, lane_added, lane_dropped});
+        rc = declare_sets(r, cfg, true, err);
+    }
     if (!rc)
         rc = start_runner(r, cfg, &r->runner, err);
     if (!rc)
@@ -119,6 +157,10 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
      * from their committed positions with the new one. Their webhooks keep
      * answering until the new ones replace them. */
     sl_sources_halt(r->sources);
+    /* Lanes the new config declares are admitted from here on; their first
+     * event waits for the swap (lane_added). */
+    sl_lanes_configure(r->lanes, cfg);
+    pthread_mutex_lock(&r->swap_lock);
     pthread_rwlock_wrlock(&r->lock);
     sl_runner *old = r->runner;
     r->runner = NULL;
@@ -158,6 +200,9 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
     r->runner = fresh;
     r->sources = src;
     pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
+    if (keep != cfg) /* after the swap lock: the lanes' lock comes first */
+        sl_lanes_configure(r->lanes, keep);
     sl_sources_stop(old_src);
     sl_config_free(drop);
     return rc;
@@ -167,9 +212,38 @@ static int validate(void *ctx, const sl_set *set, const struct sl_event *ev, sl_
 {
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);
-    int rc = sl_config_check_event(sl_config_set(r->cfg, set->name), ev, err);
+    int rc = sl_config_check_event(sl_config_set(r->cfg, set->name), ev, err)
+                 ? SL_EVENT_SCHEMA_VIOLATION
+                 : 0;
+    pthread_rwlock_unlock(&r->lock);
+    /* The lane last: a refused event must not register a new lane. Outside
+     * the lock: a new lane waits for a reload to finish. */
+    return rc ? rc : (int)sl_lanes_admit(r->lanes, ev->lane, err);
+}
+
+/* GET /v1/lanes: each lane with what the runner did with it. */
+static int lane_extra(void *ctx, const char *lane, sl_buf *out)
+{
+    sl_router *r = ctx;
+    return r->runner ? sl_runner_lane_json(r->runner, lane, out) : 0;
+}
+
+static int lanes_json(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = sl_buf_printf(out, "{\"auto\":%s,\"lanes\":[",
+                           sl_lanes_auto(r->lanes) ? "true" : "false");
+    rc = rc ? rc : sl_lanes_json(r->lanes, lane_extra, r, out);
+    rc = rc ? rc : sl_buf_printf(out, "]}\n");
     pthread_rwlock_unlock(&r->lock);
     return rc;
+}
+
+static int lane_drop(void *ctx, const char *lane, sl_error *err)
+{
+    sl_router *r = ctx;
+    return sl_lanes_drop(r->lanes, lane, err);
 }
 
 static int rules_json(void *ctx, sl_buf *out)
@@ -187,6 +261,8 @@ static int metrics(void *ctx, sl_buf *out)
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);
     int rc = r->runner ? sl_runner_metrics(r->runner, out) : 0;
+    if (!rc)
+        rc = sl_lanes_metrics(r->lanes, out);
     if (!rc)
         rc = sl_sources_metrics(r->sources, out);
     pthread_rwlock_unlock(&r->lock);
@@ -263,15 +339,18 @@ void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
                            .replays_json = replays_json,
                            .webhook = webhook,
                            .webhook_stored = webhook_stored,
-                           .sources_json = sources_json};
+                           .sources_json = sources_json,
+                           .lanes_json = lanes_json,
+                           .lane_drop = lane_drop};
 }
 
-void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
+                         const char *lane)
 {
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);
     if (r->runner)
-        sl_runner_on_append(r->runner, set, partition, end);
+        sl_runner_on_append(r->runner, set, partition, end, lane);
     pthread_rwlock_unlock(&r->lock);
 }
 
@@ -293,6 +372,8 @@ void sl_router_free(sl_router *r)
         return;
     sl_router_stop(r);
     sl_config_free(r->cfg);
+    sl_lanes_free(r->lanes);
+    pthread_mutex_destroy(&r->swap_lock);
     pthread_rwlock_destroy(&r->lock);
     free(r->data_dir);
     free(r);

@@ -89,12 +89,12 @@ typedef struct appenders {
     sl_router *router;
 } appenders;
 
-static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
 {
     appenders *a = ctx;
     sl_http_on_append(a->http, set, partition, end);
     if (a->router)
-        sl_router_on_append(a->router, set, partition, end);
+        sl_router_on_append(a->router, set, partition, end, lane);
 }
 
 /* Loads the config named by -c/--config, if any. Returns 0, 1 (with the

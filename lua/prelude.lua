@@ -11,9 +11,11 @@
 --   rule "big" { set = "orders", match = {…}, target = target.file { path = "…" } }
 --   source.file { path = "/var/log/*.log", set = "logs" }
 --   env "NAME"  /  env("NAME", "default")
+--   lane "feature-x" { env = "boe", fallback = "base" }
+--   lanes.auto = true   (or lanes { auto = true })
 --
 -- Declarations end up in the registry-visible table returned by
--- __sluice_decls(): { kind = "set"|"rule"|"server", name = …, body = {…},
+-- __sluice_decls(): { kind = "set"|"rule"|"lane"|"server", name = …, body = {…},
 -- line = N }, in file order. Mistakes the prelude can see at once (a name
 -- that is not a string, a body that is not a table, an unset environment
 -- variable) are recorded in __sluice_errors() as { line = N, msg = "…" } and
@@ -21,8 +23,8 @@
 
 local getinfo = debug.getinfo
 local getenv = os.getenv
-local setmetatable, getmetatable, type, tostring, error =
-  setmetatable, getmetatable, type, tostring, error
+local setmetatable, getmetatable, type, tostring, error, pairs, rawequal =
+  setmetatable, getmetatable, type, tostring, error, pairs, rawequal
 
 local decls, errors = {}, {}
 
@@ -58,6 +60,31 @@ end
 
 set = named_block("set")
 rule = named_block("rule")
+lane = named_block("lane")
+
+-- lanes.auto = true and lanes { auto = true }: settings of all lanes. The
+-- values go to a store that core/config.c checks against its key table
+-- after the file ran (every assignment passes through __newindex, so the
+-- line of the first one is known); the store is read with __sluice_lanes().
+local lanes_store, lanes_line = {}, nil
+local lanes_proxy
+lanes_proxy = setmetatable({}, {
+  __index = lanes_store,
+  __newindex = function(_, k, v)
+    lanes_line = lanes_line or line_of(2)
+    lanes_store[k] = v
+  end,
+  __call = function(_, body)
+    local line = line_of(2)
+    if type(body) ~= "table" then
+      problem(line, "lanes: the body must be a table { … }, as in lanes { auto = true }")
+      return
+    end
+    lanes_line = lanes_line or line
+    for k, v in pairs(body) do lanes_store[k] = v end
+  end,
+})
+lanes = lanes_proxy
 
 function server(body)
   local line = line_of(2)
@@ -121,5 +148,11 @@ function env(name, default)
 end
 
 function __sluice_decls() return decls end
+-- The lanes settings and the line where they were first given (0: unknown,
+-- when the file replaced the lanes table with a plain one).
+function __sluice_lanes()
+  if rawequal(lanes, lanes_proxy) then return lanes_store, lanes_line or 0 end
+  return lanes, 0
+end
 function __sluice_errors() return errors end
 function __sluice_is_target(v) return getmetatable(v) == target_mt end

@@ -42,7 +42,7 @@ struct sl_rule_vm {
     size_t *bidx;
     size_t bcap;
     sl_buf enc;      /* encoding buffer, reused */
-    rule_refs *refs; /* one per cfg->rules[i] */
+    rule_refs *refs; /* one per rule config: cfg->rules, then cfg->overrides (sl_config_rule_at) */
     int *parse;      /* one per cfg->sources[i]: its parse function, or LUA_NOREF */
 };
 
@@ -56,10 +56,42 @@ static int ref_field(lua_State *L, int body, const char *name)
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
+/* The functions of override o (number i) of the rule whose body is at body:
+ * each from the override's table when it gives it, else from the base's;
+ * an override giving transform or transform_batch replaces both (as
+ * core/config.c merges them). */
+static void override_refs(lua_State *L, int body, const sl_rule_config *o, rule_refs *refs)
+{
+    lua_getfield(L, body, "lanes");
+    if (lua_istable(L, -1))
+        lua_getfield(L, -1, o->lane);
+    else
+        lua_pushnil(L);
+    int own = lua_gettop(L);
+    if (!lua_istable(L, own)) { /* the checked config says it is there: keep the base's */
+        lua_pop(L, 2);
+        refs->filter = ref_field(L, body, "filter");
+        refs->transform = ref_field(L, body, "transform");
+        refs->batch = ref_field(L, body, "transform_batch");
+        return;
+    }
+    lua_getfield(L, own, "filter");
+    bool own_filter = !lua_isnil(L, -1);
+    lua_getfield(L, own, "transform");
+    lua_getfield(L, own, "transform_batch");
+    bool own_transform = !lua_isnil(L, -1) || !lua_isnil(L, -2);
+    lua_pop(L, 3);
+    refs->filter = ref_field(L, own_filter ? own : body, "filter");
+    refs->transform = ref_field(L, own_transform ? own : body, "transform");
+    refs->batch = ref_field(L, own_transform ? own : body, "transform_batch");
+    lua_pop(L, 2);
+}
+
 int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
 {
     sl_rule_vm *vm = calloc(1, sizeof *vm);
-    if (!vm || !(vm->refs = calloc(cfg->nrules + 1, sizeof *vm->refs)) ||
+    size_t nconf = cfg->nrules + cfg->noverrides;
+    if (!vm || !(vm->refs = calloc(nconf + 1, sizeof *vm->refs)) ||
         !(vm->parse = calloc(cfg->nsources + 1, sizeof *vm->parse))) {
         if (vm)
             free(vm->refs);
@@ -68,7 +100,7 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
     }
     vm->cfg = cfg;
     sl_pattern_event_init(&vm->pev);
-    for (size_t i = 0; i < cfg->nrules; i++)
+    for (size_t i = 0; i < nconf; i++)
         vm->refs[i] = (rule_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF};
     for (size_t i = 0; i < cfg->nsources; i++)
         vm->parse[i] = LUA_NOREF;
@@ -114,7 +146,7 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
                 lua_pop(L, 1);
             }
         }
-        for (size_t r = 0; name && strcmp(kind, "rule") == 0 && r < cfg->nrules; r++) {
+        for (size_t r = 0; name && kind && strcmp(kind, "rule") == 0 && r < cfg->nrules; r++) {
             if (strcmp(cfg->rules[r].name, name))
                 continue;
             lua_getfield(L, -3, "body");
@@ -122,6 +154,9 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
             vm->refs[r].filter = ref_field(L, body, "filter");
             vm->refs[r].transform = ref_field(L, body, "transform");
             vm->refs[r].batch = ref_field(L, body, "transform_batch");
+            for (size_t o = 0; o < cfg->noverrides; o++)
+                if (cfg->overrides[o].base == r)
+                    override_refs(L, body, &cfg->overrides[o], &vm->refs[cfg->nrules + o]);
             lua_pop(L, 1);
         }
         lua_pop(L, 3);
@@ -402,7 +437,7 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
                  const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
                  sl_error *err)
 {
-    const sl_rule_config *rc = &vm->cfg->rules[rule];
+    const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
     const rule_refs *refs = &vm->refs[rule];
     size_t n0 = out->n, len0 = out->data.len;
     sl_rule_outcome oc;
@@ -505,7 +540,7 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
                        const size_t *lens, size_t n, const sl_input_ctx *ictx, sl_rule_out *out,
                        size_t *passed, sl_error *err)
 {
-    const sl_rule_config *rc = &vm->cfg->rules[rule];
+    const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
     const rule_refs *refs = &vm->refs[rule];
     lua_State *L = vm->L;
     int top = lua_gettop(L);

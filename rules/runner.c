@@ -19,6 +19,7 @@
 #include "rules/cursor.h"
 #include "rules/rule.h"
 
+#include <glob.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -91,6 +92,7 @@ typedef struct consumer {
     bool hold;           /* run only at retry_at_ns (back-off, or a pool that blocks) */
     int64_t retry_at_ns; /* 0: nothing timed */
     int backoff_ms;      /* read and cursor errors */
+    int64_t lag_check_ns; /* lane runs: when periodic() last queued it for lag */
     struct consumer *next;
 } consumer;
 
@@ -113,9 +115,23 @@ typedef struct target_inst {
     char label[32]; /* "http", or "http#2" when the rule has several http targets */
 } target_inst;
 
+/* One (rule, lane) pair: the base rule (lane ""), or the rule for the events
+ * of one lane (its override, the base rule as a fallback, or nothing but a
+ * count: mode UNROUTED). Each has its own cursors, pools and counters, so a
+ * broken test lane never holds production delivery; fallback runs share the
+ * base run's target instances (like its partitions do). */
 struct rule_run {
-    size_t idx;
+    size_t idx; /* the rule number the VMs evaluate (sl_config_rule_at) */
     const sl_rule_config *rc;
+    char lane[SL_EVENT_LANE_MAX + 1];
+    char label[SL_EVENT_LANE_MAX + 160]; /* "billing", "billing (lane feature-x)" */
+    char cursor_set[SL_EVENT_LANE_MAX + 160]; /* "orders", "orders/lanes/feature-x" */
+    rule_run *base_run; /* lane runs: the base rule's run (targets, dlq) */
+    bool unrouted;      /* lane without override nor fallback: events are only counted */
+    bool was_new;       /* its cursors were created at this start */
+    bool borrowed;      /* targets and dlq are base_run's */
+    _Atomic bool dropped; /* `sluice lane drop`: consumers stopped, never queued again */
+    _Atomic uint64_t unrouted_n;
     sl_set *set;
     target_inst *targets;
     size_t ntargets;
@@ -173,8 +189,13 @@ typedef struct worker {
 
 struct sl_runner {
     sl_runner_options opts;
-    rule_run *rules;
-    size_t nrules;
+    /* runs[0 … nbase) are the base rules (cfg->rules order), lane runs
+     * follow. The array never moves and runs are only freed with the
+     * runner, so readers load nruns and go without the lock. */
+    rule_run **runs;
+    _Atomic size_t nruns;
+    size_t nbase, cap_runs;
+    pthread_mutex_t lanes_lock; /* adding and dropping lanes, one at a time */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     consumer *head, *tail;
@@ -194,7 +215,8 @@ struct sl_runner {
 
 static void push(sl_runner *r, consumer *c)
 {
-    if (c->queued || c->running || r->stopping || atomic_load(&c->done))
+    if (c->queued || c->running || r->stopping || atomic_load(&c->done) ||
+        atomic_load(&c->rule->dropped))
         return;
     c->queued = true;
     c->next = NULL;
@@ -220,11 +242,18 @@ static consumer *pop(sl_runner *r)
 
 static void check_consumer(sl_runner *r, consumer *c, int64_t now)
 {
-    if (c->retry_at_ns && now >= c->retry_at_ns)
+    if (c->retry_at_ns && now >= c->retry_at_ns) {
         push(r, c);
-    else if (!c->hold && !c->rp && !c->queued && !c->running &&
-             atomic_load(&c->read_pos) < sl_store_end_offset(&c->rule->set->parts[c->part]))
+    } else if (!c->hold && !c->rp && !c->queued && !c->running &&
+               atomic_load(&c->read_pos) < sl_store_end_offset(&c->rule->set->parts[c->part])) {
+        /* A lane run lags behind every append of other lanes without
+         * anything to do (on_append wakes it for its own): look only once a
+         * second, so that fifty idle lanes cost nothing. */
+        if (c->rule->lane[0] && now - c->lag_check_ns < 1000000000)
+            return;
+        c->lag_check_ns = now;
         push(r, c);
+    }
 }
 
 /* Queues consumers whose retry time came, and idle ones that lag (an append
@@ -232,23 +261,24 @@ static void check_consumer(sl_runner *r, consumer *c, int64_t now)
  * are an optimisation, this check is the guarantee). */
 static void periodic(sl_runner *r, int64_t now)
 {
-    for (size_t i = 0; i < r->nrules; i++)
-        for (int32_t p = 0; p < r->rules[i].nparts; p++)
-            check_consumer(r, &r->rules[i].cons[p], now);
+    for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++)
+        for (int32_t p = 0; p < r->runs[i]->nparts; p++)
+            check_consumer(r, &r->runs[i]->cons[p], now);
     for (replay *rp = r->replays; rp; rp = rp->next)
         for (int32_t p = 0; p < rp->nparts; p++)
             check_consumer(r, &rp->cons[p], now);
 }
 
-void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
+                         const char *lane)
 {
     (void)end;
     sl_runner *r = ctx;
     pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->nrules; i++) {
-        rule_run *rr = &r->rules[i];
-        if (rr->set != set || partition >= rr->nparts)
-            continue;
+    for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++) {
+        rule_run *rr = r->runs[i];
+        if (rr->set != set || partition >= rr->nparts || (lane && strcmp(rr->lane, lane) != 0))
+            continue; /* the runs of other lanes would find nothing new */
         consumer *c = &rr->cons[partition];
         if (c->running)
             c->again = true;
@@ -273,8 +303,8 @@ static void log_failure(rule_run *rr, int64_t offset, int32_t part, const char *
     if (now - rr->last_log_ns[kind] >= 1000000000) {
         if (rr->unlogged[kind])
             fprintf(stderr, "sluice: rule %s: %" PRIu64 " more %s since the last message\n",
-                    rr->rc->name, rr->unlogged[kind], what[kind]);
-        fprintf(stderr, "sluice: rule %s: event failed at %s\n", rr->rc->name, rr->last_error);
+                    rr->label, rr->unlogged[kind], what[kind]);
+        fprintf(stderr, "sluice: rule %s: event failed at %s\n", rr->label, rr->last_error);
         rr->last_log_ns[kind] = now;
         rr->unlogged[kind] = 0;
     } else {
@@ -929,7 +959,7 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
     const sl_store *st = &rr->set->parts[c->part];
     sl_error err = {0};
     *wait = false;
-    int rc = sl_store_reader_open(st, c->pos, NULL, &c->reader, &err);
+    int rc = sl_store_reader_open(st, c->pos, rr->lane, &c->reader, &err);
     if (rc == SL_ERANGE) {
         int64_t start = sl_store_start_offset(st), end = sl_store_end_offset(st);
         int64_t bus_next = sl_databus_next_offset(rr->set, c->part);
@@ -954,7 +984,7 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
             set_pos(c, end);
         }
         rule_loss(rr, c->pos, c->part, msg);
-        rc = sl_store_reader_open(st, c->pos, NULL, &c->reader, &err);
+        rc = sl_store_reader_open(st, c->pos, rr->lane, &c->reader, &err);
     }
     if (rc) {
         snprintf(why, whylen, "read: %s", err.msg[0] ? err.msg : sl_strerror(rc));
@@ -1076,8 +1106,10 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     if (!at_end && (nev == max_records || w->ev.len >= max_bytes))
         *more = true;
     atomic_fetch_add(&c->ctr->read, nev);
+    if (rr->unrouted) /* read only to be counted: the lane has no route here */
+        atomic_fetch_add(&rr->unrouted_n, nev);
     sl_input_ctx ictx = {.rule = rr->rc->name, .now_ms = sl_clock_now_ms()};
-    if (rr->rc->enabled && batch_fn && nev) {
+    if (rr->rc->enabled && !rr->unrouted && batch_fn && nev) {
         for (size_t i = 0; i < nev; i++)
             w->evp[i] = (const char *)w->ev.data + (i ? w->ev_ends[i - 1] : 0);
         size_t passed = 0;
@@ -1093,7 +1125,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
             atomic_fetch_add(&c->ctr->filtered, nev - passed);
             rc = tag_outputs(w, 0, w->lanes[0], -1);
         }
-    } else if (rr->rc->enabled) {
+    } else if (rr->rc->enabled && !rr->unrouted) {
         for (size_t i = 0; !rc && i < nev; i++) {
             const char *evj = (const char *)w->ev.data + (i ? w->ev_ends[i - 1] : 0);
             size_t from = w->out.n;
@@ -1301,6 +1333,26 @@ static void close_target(target_inst *ti)
     ti->impl = NULL;
 }
 
+/* Closes a run's cursors and (unless borrowed) targets, frees it. */
+static void free_run(rule_run *rr)
+{
+    for (int32_t p = 0; rr->cons && p < rr->nparts; p++)
+        free_consumer(&rr->cons[p]);
+    free(rr->cons);
+    if (!rr->borrowed) {
+        for (size_t t = 0; t < rr->ntargets; t++)
+            close_target(&rr->targets[t]);
+        free(rr->targets);
+        close_target(&rr->dlq);
+    } else if (rr->targets != rr->base_run->targets) {
+        for (size_t t = 0; t < rr->ntargets; t++)
+            close_target(&rr->targets[t]);
+        free(rr->targets);
+    }
+    pthread_mutex_destroy(&rr->err_lock);
+    free(rr);
+}
+
 static void free_runner(sl_runner *r)
 {
     for (unsigned i = 0; i < r->nworkers; i++) {
@@ -1324,18 +1376,11 @@ static void free_runner(sl_runner *r)
         r->replays = rp->next;
         free_replay(rp);
     }
-    for (size_t i = 0; i < r->nrules; i++) {
-        rule_run *rr = &r->rules[i];
-        for (int32_t p = 0; rr->cons && p < rr->nparts; p++)
-            free_consumer(&rr->cons[p]);
-        free(rr->cons);
-        for (size_t t = 0; t < rr->ntargets; t++)
-            close_target(&rr->targets[t]);
-        free(rr->targets);
-        close_target(&rr->dlq);
-        pthread_mutex_destroy(&rr->err_lock);
-    }
-    free(r->rules);
+    /* Lane runs first: they may borrow their base run's targets. */
+    for (size_t i = atomic_load(&r->nruns); i-- > 0;)
+        free_run(r->runs[i]);
+    free(r->runs);
+    pthread_mutex_destroy(&r->lanes_lock);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r);
@@ -1345,6 +1390,21 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
 {
     const sl_rule_config *rc = rr->rc;
     sl_target_env env = {.sets = r->opts.sets, .bus = r->opts.bus, .rule = rc->name};
+    rule_run *base = rr->base_run;
+    if (base) {
+        /* A lane run delivers to the base run's dead-letter set (dead
+         * letters keep their lane) and, unless its override names its own,
+         * to the base run's target instances. */
+        rr->borrowed = true;
+        rr->dlq = base->dlq;
+        if (rr->unrouted || rr->rc == base->rc || rc->targets_from_base) {
+            free(rr->targets);
+            rr->targets = base->targets;
+            rr->ntargets = base->ntargets;
+            rr->batch_records = base->batch_records;
+            return 0;
+        }
+    }
     if (rc->ntargets > RULE_BIT)
         return sl_error_set(err, SL_EINVAL, "rule %s: at most %d targets", rc->name, RULE_BIT);
     rr->ntargets = rc->ntargets;
@@ -1370,7 +1430,7 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
         if (rc2)
             return rc2;
     }
-    if (rc->dlq) {
+    if (rc->dlq && !base) {
         /* Dead letters are appended like target.set does, lane and key kept. */
         rr->dlq_cfg = (sl_target_config){.kind = SL_TARGET_SET, .set = rc->dlq, .line = rc->line};
         rr->dlq.ops = sl_target_find(SL_TARGET_SET);
@@ -1405,7 +1465,8 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
         bool found;
         sl_error cerr = {0};
         bool damaged = false;
-        rc2 = sl_cursor_open(&c->cur, r->opts.data_dir, rc->name, rc->set, p, &found, &cerr);
+        rc2 = sl_cursor_open(&c->cur, r->opts.data_dir, rc->name, rr->cursor_set, p, &found,
+                             &cerr);
         if (rc2 == SL_ECORRUPT) {
             /* Its position is lost: deliver again from the oldest event kept
              * rather than skip what it had not delivered (at least once). */
@@ -1416,9 +1477,14 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
             return sl_error_set(err, rc2, "%s", cerr.msg);
         }
         if (!found) { /* a new rule: where it starts is decided once, and kept */
-            int64_t start = rc->from_beginning || damaged
-                                ? sl_store_start_offset(&rr->set->parts[p])
-                                : sl_databus_next_offset(rr->set, p);
+            /* A new lane of a rule that ran before starts at the end: no
+             * event of the lane was admitted before its runs existed
+             * (core/lanes.h); a lane of a new rule starts where the rule does. */
+            bool from_start = rr->base_run ? rr->base_run->was_new && rc->from_beginning
+                                           : rc->from_beginning;
+            rr->was_new = true;
+            int64_t start = from_start || damaged ? sl_store_start_offset(&rr->set->parts[p])
+                                                  : sl_databus_next_offset(rr->set, p);
             if ((rc2 = sl_cursor_commit(&c->cur, start, 0, err)))
                 return rc2;
         }
@@ -1426,6 +1492,177 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
         atomic_store(&c->committed, c->cur.offset);
     }
     return open_targets(r, rr, err);
+}
+
+static void cancel_target(const target_inst *ti);
+
+/* Deletes DATA/rules/RULE/SET/lanes/LANE of every rule and set, so that a lane
+ * dropped and named again later starts afresh. */
+static void forget_lane_cursors(const char *data_dir, const char *lane)
+{
+    char pat[4096];
+    snprintf(pat, sizeof pat, "%s/rules/*/*/lanes/%s/*.cursor", data_dir, lane);
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            unlink(g.gl_pathv[i]);
+        globfree(&g);
+    }
+    snprintf(pat, sizeof pat, "%s/rules/*/*/lanes/%s", data_dir, lane);
+    if (glob(pat, GLOB_ONLYDIR, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++)
+            rmdir(g.gl_pathv[i]);
+        globfree(&g);
+    }
+}
+
+/* Makes and opens the run of cfg rule `rule` for lane (NULL: the base
+ * run), and publishes it in r->runs. Returns 0 or an SL_E… code with err
+ * (the run is freed). */
+static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error *err)
+{
+    const sl_config *cfg = r->opts.cfg;
+    if (atomic_load(&r->nruns) == r->cap_runs)
+        return sl_error_set(err, SL_ENOMEM, "rule runner: no room for another lane");
+    rule_run *rr = calloc(1, sizeof *rr);
+    if (!rr)
+        return sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
+    pthread_mutex_init(&rr->err_lock, NULL);
+    rr->idx = rule;
+    rr->rc = &cfg->rules[rule];
+    snprintf(rr->label, sizeof rr->label, "%s", rr->rc->name);
+    snprintf(rr->cursor_set, sizeof rr->cursor_set, "%s", rr->rc->set);
+    if (lane) {
+        rr->base_run = r->runs[rule];
+        size_t at;
+        const sl_rule_config *ov = sl_config_override(cfg, rule, lane->name, &at);
+        if (ov) {
+            rr->rc = ov;
+            rr->idx = at;
+        } else {
+            rr->unrouted = !lane->fallback_base;
+        }
+        snprintf(rr->lane, sizeof rr->lane, "%s", lane->name);
+        snprintf(rr->label, sizeof rr->label, "%s (lane %s)", rr->rc->name, lane->name);
+        /* Beside the base cursors: DATA/rules/RULE/SET/lanes/LANE/P.cursor */
+        snprintf(rr->cursor_set, sizeof rr->cursor_set, "%s/lanes/%s", rr->rc->set, lane->name);
+    }
+    int rc = open_rule(r, rr, err);
+    if (rc) {
+        free_run(rr);
+        return rc;
+    }
+    r->runs[atomic_load(&r->nruns)] = rr;
+    atomic_fetch_add(&r->nruns, 1); /* after the run is complete: readers go without the lock */
+    return 0;
+}
+
+/* The run of base rule `rule` for lane, or NULL (lanes_lock held). */
+static rule_run *find_run(sl_runner *r, size_t rule, const char *lane)
+{
+    for (size_t i = r->nbase, n = atomic_load(&r->nruns); i < n; i++) {
+        rule_run *rr = r->runs[i];
+        if (rr->base_run == r->runs[rule] && !atomic_load(&rr->dropped) &&
+            strcmp(rr->lane, lane) == 0)
+            return rr;
+    }
+    return NULL;
+}
+
+/* Makes the runs of every rule for lane that do not exist yet; they are
+ * queued at once when queue is true (lanes_lock held). */
+static int add_lane_runs(sl_runner *r, const sl_lane_info *lane, bool queue, sl_error *err)
+{
+    for (size_t i = 0; i < r->nbase; i++) {
+        if (find_run(r, i, lane->name))
+            continue;
+        int rc = add_run(r, i, lane, err);
+        if (rc)
+            return rc;
+        if (queue) {
+            rule_run *rr = r->runs[atomic_load(&r->nruns) - 1];
+            pthread_mutex_lock(&r->lock);
+            for (int32_t p = 0; p < rr->nparts; p++)
+                push(r, &rr->cons[p]);
+            pthread_mutex_unlock(&r->lock);
+        }
+    }
+    return 0;
+}
+
+typedef struct lanes_start {
+    sl_runner *r;
+    sl_error *err;
+    int rc;
+} lanes_start;
+
+static void start_lane(void *ctx, const sl_lane_info *lane)
+{
+    lanes_start *ls = ctx;
+    if (!ls->rc)
+        ls->rc = add_lane_runs(ls->r, lane, false, ls->err);
+}
+
+int sl_runner_add_lane(sl_runner *r, const sl_lane_info *lane, sl_error *err)
+{
+    pthread_mutex_lock(&r->lanes_lock);
+    int rc = add_lane_runs(r, lane, true, err);
+    pthread_mutex_unlock(&r->lanes_lock);
+    return rc;
+}
+
+void sl_runner_drop_lane(sl_runner *r, const char *lane)
+{
+    pthread_mutex_lock(&r->lanes_lock);
+    for (size_t i = r->nbase, n = atomic_load(&r->nruns); i < n; i++) {
+        rule_run *rr = r->runs[i];
+        if (strcmp(rr->lane, lane) || atomic_load(&rr->dropped))
+            continue;
+        /* No new turn starts (push() refuses it); wait for the ones running,
+         * take the queued ones out of the queue. */
+        pthread_mutex_lock(&r->lock);
+        atomic_store(&rr->dropped, true);
+        for (int32_t p = 0; p < rr->nparts; p++) {
+            consumer *c = &rr->cons[p];
+            while (c->running) {
+                pthread_mutex_unlock(&r->lock);
+                struct timespec ts = {0, 5000000};
+                nanosleep(&ts, NULL);
+                pthread_mutex_lock(&r->lock);
+            }
+            if (c->queued) {
+                consumer **pp = &r->head, *prev = NULL;
+                while (*pp && *pp != c)
+                    prev = *pp, pp = &(*pp)->next;
+                if (*pp) {
+                    *pp = c->next;
+                    if (r->tail == c)
+                        r->tail = prev;
+                }
+                c->queued = false;
+            }
+            c->hold = false;
+            c->retry_at_ns = 0;
+        }
+        pthread_mutex_unlock(&r->lock);
+        /* What waited for a retry is given up with the lane. */
+        for (int32_t p = 0; p < rr->nparts; p++) {
+            consumer *c = &rr->cons[p];
+            atomic_fetch_add(&rr->ctr.discarded, c->npool);
+            atomic_fetch_sub(&rr->ctr.retrying, (int64_t)c->npool);
+            if (c->reader)
+                sl_store_reader_close(&rr->set->parts[c->part], c->reader);
+            c->reader = NULL;
+            free_consumer(c);
+        }
+        if (rr->targets != (rr->base_run ? rr->base_run->targets : NULL))
+            for (size_t t = 0; t < rr->ntargets; t++) {
+                cancel_target(&rr->targets[t]);
+                close_target(&rr->targets[t]);
+            }
+    }
+    pthread_mutex_unlock(&r->lanes_lock);
+    forget_lane_cursors(r->opts.data_dir, lane);
 }
 
 int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *err)
@@ -1447,19 +1684,24 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
         nw = n > 0 ? (unsigned)n : 1;
     }
     int rc = 0;
-    r->rules = calloc(cfg->nrules ? cfg->nrules : 1, sizeof *r->rules);
+    pthread_mutex_init(&r->lanes_lock, NULL);
+    /* Room for every rule in every lane the registry can hold. */
+    r->cap_runs = cfg->nrules * (1 + (size_t)SL_LANES_MAX) + 1;
+    r->runs = calloc(r->cap_runs, sizeof *r->runs);
     r->max_workers = nw * 4 > 8 ? nw * 4 : 8;
     if (r->max_workers < nw)
         r->max_workers = nw;
     r->workers = calloc(r->max_workers, sizeof *r->workers);
-    if (!r->rules || !r->workers)
+    if (!r->runs || !r->workers)
         rc = sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
     for (size_t i = 0; !rc && i < cfg->nrules; i++) {
-        rule_run *rr = &r->rules[r->nrules++];
-        rr->idx = i;
-        rr->rc = &cfg->rules[i];
-        pthread_mutex_init(&rr->err_lock, NULL);
-        rc = open_rule(r, rr, err);
+        rc = add_run(r, i, NULL, err);
+        r->nbase++;
+    }
+    if (!rc && opts->lanes) {
+        lanes_start ls = {r, err, 0};
+        sl_lanes_each(opts->lanes, start_lane, &ls);
+        rc = ls.rc;
     }
     for (unsigned i = 0; !rc && i < nw; i++)
         rc = init_worker(r, &r->workers[r->nworkers++], err);
@@ -1478,9 +1720,9 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     }
     /* Catch up from every cursor at once. */
     pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->nrules; i++)
-        for (int32_t p = 0; p < r->rules[i].nparts; p++)
-            push(r, &r->rules[i].cons[p]);
+    for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++)
+        for (int32_t p = 0; p < r->runs[i]->nparts; p++)
+            push(r, &r->runs[i]->cons[p]);
     pthread_mutex_unlock(&r->lock);
     *out = r;
     return 0;
@@ -1504,10 +1746,14 @@ void sl_runner_stop(sl_runner *r)
     pthread_mutex_unlock(&r->lock);
     /* A worker may be waiting for a target; let targets hurry so that a hung
      * endpoint cannot hold the stop (what they fail is delivered again). */
-    for (size_t i = 0; i < r->nrules; i++) {
-        for (size_t t = 0; t < r->rules[i].ntargets; t++)
-            cancel_target(&r->rules[i].targets[t]);
-        cancel_target(&r->rules[i].dlq);
+    for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++) {
+        rule_run *rr = r->runs[i];
+        if (rr->base_run && rr->targets == rr->base_run->targets)
+            continue; /* borrowed: cancelled with its owner */
+        for (size_t t = 0; t < rr->ntargets; t++)
+            cancel_target(&rr->targets[t]);
+        if (!rr->base_run)
+            cancel_target(&rr->dlq);
     }
     for (unsigned i = 0; i < r->started; i++)
         pthread_join(r->workers[i].thread, NULL);
@@ -1539,6 +1785,31 @@ static int counters_json(sl_buf *out, const counters *k)
                          atomic_load(&k->failed), atomic_load(&k->delivered),
                          atomic_load(&k->retries), atomic_load(&k->dead_lettered),
                          atomic_load(&k->discarded), atomic_load(&k->retrying));
+}
+
+/* The counters of base run rr and of every run of its lanes, added up. */
+static void sum_counters(sl_runner *r, const rule_run *rr, counters *sum)
+{
+    uint64_t v[9] = {0};
+    int64_t retrying = 0;
+    for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++) {
+        const rule_run *x = r->runs[i];
+        if (x != rr && x->base_run != rr)
+            continue;
+        const counters *k = &x->ctr;
+        const _Atomic uint64_t *f[] = {&k->read,      &k->matched, &k->filtered,
+                                       &k->dropped,   &k->failed,  &k->delivered,
+                                       &k->retries,   &k->dead_lettered, &k->discarded};
+        for (size_t j = 0; j < 9; j++)
+            v[j] += atomic_load(f[j]);
+        retrying += atomic_load(&k->retrying);
+    }
+    _Atomic uint64_t *t[] = {&sum->read,    &sum->matched, &sum->filtered,
+                             &sum->dropped, &sum->failed,  &sum->delivered,
+                             &sum->retries, &sum->dead_lettered, &sum->discarded};
+    for (size_t j = 0; j < 9; j++)
+        atomic_init(t[j], v[j]);
+    atomic_init(&sum->retrying, retrying);
 }
 
 static int replay_json(sl_buf *out, replay *rp)
@@ -1592,9 +1863,9 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
                      sl_error *err)
 {
     rule_run *rr = NULL;
-    for (size_t i = 0; i < r->nrules; i++)
-        if (strcmp(r->rules[i].rc->name, rule) == 0)
-            rr = &r->rules[i];
+    for (size_t i = 0; i < r->nbase; i++) /* replays are of the base lane */
+        if (strcmp(r->runs[i]->rc->name, rule) == 0)
+            rr = r->runs[i];
     if (!rr)
         return sl_error_set(err, SL_ENOENT, "no rule named %s", rule);
     int64_t now = sl_clock_now_ms();
@@ -1708,11 +1979,72 @@ static int health_json(sl_buf *out, const rule_run *rr)
     return rc ? rc : sl_buf_append(out, "]", 1);
 }
 
+static const char *run_mode(const rule_run *rr)
+{
+    return !rr->base_run                ? "base"
+           : rr->unrouted               ? "unrouted"
+           : rr->rc != rr->base_run->rc ? "override"
+                                        : "fallback";
+}
+
+static int64_t run_lag(const rule_run *rr)
+{
+    int64_t total = 0, end;
+    for (int32_t p = 0; p < rr->nparts; p++)
+        total += rule_lag(rr, p, &end);
+    return total;
+}
+
+/* {"lane" or "rule", mode, lag, counters…, unrouted, last_error} of a lane run. */
+static int lane_run_json(sl_buf *out, rule_run *lr, bool first)
+{
+    const counters *c = &lr->ctr;
+    int rc = sl_buf_printf(
+        out,
+        "%s{\"lane\":\"%s\",\"rule\":\"%s\",\"mode\":\"%s\",\"lag\":%" PRId64
+        ",\"read\":%" PRIu64 ",\"matched\":%" PRIu64 ",\"delivered\":%" PRIu64
+        ",\"failed\":%" PRIu64 ",\"dead_lettered\":%" PRIu64 ",\"retrying\":%" PRId64
+        ",\"unrouted\":%" PRIu64 ",\"last_error\":",
+        first ? "" : ",", lr->lane, lr->rc->name, run_mode(lr), run_lag(lr), atomic_load(&c->read),
+        atomic_load(&c->matched), atomic_load(&c->delivered), atomic_load(&c->failed),
+        atomic_load(&c->dead_lettered), atomic_load(&c->retrying), atomic_load(&lr->unrouted_n));
+    if (!rc) {
+        pthread_mutex_lock(&lr->err_lock);
+        rc = put_text(out, lr->last_error);
+        pthread_mutex_unlock(&lr->err_lock);
+    }
+    return rc ? rc : sl_buf_append(out, "}", 1);
+}
+
+int sl_runner_lane_json(sl_runner *r, const char *lane, sl_buf *out)
+{
+    uint64_t delivered = 0, unrouted = 0;
+    size_t n = atomic_load(&r->nruns);
+    for (size_t k = 0; k < n; k++) {
+        rule_run *lr = r->runs[k];
+        if (strcmp(lr->lane, lane) == 0 && !atomic_load(&lr->dropped)) {
+            delivered += atomic_load(&lr->ctr.delivered);
+            unrouted += atomic_load(&lr->unrouted_n);
+        }
+    }
+    int rc = sl_buf_printf(out, ",\"delivered\":%" PRIu64 ",\"unrouted\":%" PRIu64 ",\"rules\":[",
+                           delivered, unrouted);
+    bool first = true;
+    for (size_t k = 0; !rc && k < n; k++) {
+        rule_run *lr = r->runs[k];
+        if (strcmp(lr->lane, lane) || atomic_load(&lr->dropped))
+            continue;
+        rc = lane_run_json(out, lr, first);
+        first = false;
+    }
+    return rc ? rc : sl_buf_append(out, "]", 1);
+}
+
 int sl_runner_rules_json(sl_runner *r, sl_buf *out)
 {
     int rc = sl_buf_printf(out, "{\"rules\":[");
-    for (size_t i = 0; !rc && i < r->nrules; i++) {
-        rule_run *rr = &r->rules[i];
+    for (size_t i = 0; !rc && i < r->nbase; i++) {
+        rule_run *rr = r->runs[i];
         rc = sl_buf_printf(out, "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,"
                                 "\"ordered\":%s,\"dlq\":",
                            i ? "," : "", rr->rc->name, rr->set->name,
@@ -1737,16 +2069,35 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
                                p ? "," : "", p, atomic_load(&rr->cons[p].committed), end, lag);
         }
         rc = rc ? rc : sl_buf_printf(out, "],\"lag\":%" PRId64 ",", total);
-        rc = rc ? rc : counters_json(out, &rr->ctr);
+        /* The rule's counts are those of all its lanes; "lanes" splits them. */
+        counters sum;
+        sum_counters(r, rr, &sum);
+        rc = rc ? rc : counters_json(out, &sum);
         rc = rc ? rc : sl_buf_printf(out, ",\"last_error\":");
         if (!rc) {
             pthread_mutex_lock(&rr->err_lock);
             rc = put_text(out, rr->last_error);
             pthread_mutex_unlock(&rr->err_lock);
         }
-        rc = rc ? rc : sl_buf_append(out, "}", 1);
+        rc = rc ? rc : sl_buf_printf(out, ",\"lanes\":[");
+        bool first = true;
+        for (size_t k = r->nbase, n = atomic_load(&r->nruns); !rc && k < n; k++) {
+            rule_run *lr = r->runs[k];
+            if (lr->base_run != rr || atomic_load(&lr->dropped))
+                continue;
+            rc = lane_run_json(out, lr, first);
+            first = false;
+        }
+        rc = rc ? rc : sl_buf_printf(out, "]}");
     }
     return rc ? rc : sl_buf_printf(out, "]}\n");
+}
+
+/* The labels of a run: rule="R", and ,lane="L" for a lane run. */
+static int run_labels(char *buf, size_t cap, const rule_run *rr)
+{
+    return snprintf(buf, cap, rr->lane[0] ? "rule=\"%s\",lane=\"%s\"" : "rule=\"%s\"",
+                    rr->rc->name, rr->lane);
 }
 
 int sl_runner_metrics(sl_runner *r, sl_buf *out)
@@ -1754,38 +2105,61 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
     static const char *const names[] = {"read",      "matched",   "filtered",
                                         "dropped",   "failed",    "delivered",
                                         "retries",   "dead_lettered", "discarded"};
+    size_t n = atomic_load(&r->nruns);
+    char lb[SL_EVENT_LANE_MAX + 300];
     int rc = 0;
     for (size_t k = 0; !rc && k < sizeof names / sizeof *names; k++) {
         rc = sl_buf_printf(out, "# TYPE sluice_rule_%s_total counter\n", names[k]);
-        for (size_t i = 0; !rc && i < r->nrules; i++) {
-            counters *c = &r->rules[i].ctr;
+        for (size_t i = 0; !rc && i < n; i++) {
+            rule_run *rr = r->runs[i];
+            if (atomic_load(&rr->dropped) || rr->unrouted)
+                continue;
+            counters *c = &rr->ctr;
             _Atomic uint64_t *v[] = {&c->read,   &c->matched,   &c->filtered,
                                      &c->dropped, &c->failed,   &c->delivered,
                                      &c->retries, &c->dead_lettered, &c->discarded};
-            rc = sl_buf_printf(out, "sluice_rule_%s_total{rule=\"%s\"} %" PRIu64 "\n", names[k],
-                               r->rules[i].rc->name, atomic_load(v[k]));
+            run_labels(lb, sizeof lb, rr);
+            rc = sl_buf_printf(out, "sluice_rule_%s_total{%s} %" PRIu64 "\n", names[k], lb,
+                               atomic_load(v[k]));
         }
     }
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_lag gauge\n");
-    for (size_t i = 0; !rc && i < r->nrules; i++) {
-        int64_t total = 0, end;
-        for (int32_t p = 0; p < r->rules[i].nparts; p++)
-            total += rule_lag(&r->rules[i], p, &end);
-        rc = sl_buf_printf(out, "sluice_rule_lag{rule=\"%s\"} %" PRId64 "\n", r->rules[i].rc->name,
-                           total);
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (atomic_load(&r->runs[i]->dropped))
+            continue;
+        run_labels(lb, sizeof lb, r->runs[i]);
+        rc = sl_buf_printf(out, "sluice_rule_lag{%s} %" PRId64 "\n", lb, run_lag(r->runs[i]));
     }
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_retrying gauge\n");
-    for (size_t i = 0; !rc && i < r->nrules; i++)
-        rc = sl_buf_printf(out, "sluice_rule_retrying{rule=\"%s\"} %" PRId64 "\n",
-                           r->rules[i].rc->name, atomic_load(&r->rules[i].ctr.retrying));
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (atomic_load(&r->runs[i]->dropped) || r->runs[i]->unrouted)
+            continue;
+        run_labels(lb, sizeof lb, r->runs[i]);
+        rc = sl_buf_printf(out, "sluice_rule_retrying{%s} %" PRId64 "\n", lb,
+                           atomic_load(&r->runs[i]->ctr.retrying));
+    }
+    rc = rc ? rc : sl_buf_printf(out, "# HELP sluice_lane_unrouted_total Events of a lane that "
+                                      "reached a rule with no override for it and no fallback.\n"
+                                      "# TYPE sluice_lane_unrouted_total counter\n");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (r->runs[i]->unrouted && !atomic_load(&r->runs[i]->dropped))
+            rc = sl_buf_printf(out, "sluice_lane_unrouted_total{rule=\"%s\",lane=\"%s\"} %" PRIu64
+                                    "\n",
+                               r->runs[i]->rc->name, r->runs[i]->lane,
+                               atomic_load(&r->runs[i]->unrouted_n));
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_target_healthy gauge\n");
-    for (size_t i = 0; !rc && i < r->nrules; i++)
-        for (size_t t = 0; !rc && t < r->rules[i].ntargets; t++) {
-            const target_inst *ti = &r->rules[i].targets[t];
+    for (size_t i = 0; !rc && i < n; i++) {
+        rule_run *rr = r->runs[i];
+        if (atomic_load(&rr->dropped) || (rr->base_run && rr->targets == rr->base_run->targets))
+            continue; /* borrowed targets are reported by their owner */
+        run_labels(lb, sizeof lb, rr);
+        for (size_t t = 0; !rc && t < rr->ntargets; t++) {
+            const target_inst *ti = &rr->targets[t];
             char msg[SL_ERROR_MAX];
             int bad = ti->ops->health ? ti->ops->health(ti->impl, msg, sizeof msg) : 0;
-            rc = sl_buf_printf(out, "sluice_target_healthy{rule=\"%s\",target=\"%s\"} %d\n",
-                               r->rules[i].rc->name, ti->label, !bad);
+            rc = sl_buf_printf(out, "sluice_target_healthy{%s,target=\"%s\"} %d\n", lb, ti->label,
+                               !bad);
         }
+    }
     return rc;
 }

@@ -28,6 +28,7 @@
 #include "core/config.h"
 #include "core/databus.h"
 #include "core/err.h"
+#include "core/lanes.h"
 #include "core/set.h"
 
 typedef struct sl_runner sl_runner;
@@ -38,6 +39,7 @@ typedef struct sl_runner_options {
     sl_databus *bus;
     const char *data_dir; /* cursors live in DATA/rules */
     unsigned workers;     /* 0: cfg->workers, else the number of CPUs */
+    sl_lanes *lanes;      /* the lanes to run (sl_lanes_each); NULL: base lane only */
 } sl_runner_options;
 
 /* Opens every rule's cursors and targets and starts the workers; each rule
@@ -45,8 +47,31 @@ typedef struct sl_runner_options {
  * with err (nothing left running). */
 int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *err);
 
-/* Wakes the rules reading (set, partition); fits sl_databus_append_fn. */
-void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end);
+/* Lanes (ARCHITECTURE.md §7, docs/lanes.md). Every rule runs once per
+ * lane, as its own consumer with its own cursors (DATA/rules/RULE/SET/lanes/
+ * LANE/P.cursor), pools and counters, reading only that lane's events: the
+ * base run reads the base lane; a lane's run evaluates the rule's override
+ * for the lane if it has one, else the base rule when the lane falls back to
+ * base, else only counts the events (lane_unrouted). */
+
+/* Makes the runs of lane for every rule (those that exist are kept); their
+ * cursors start at the partitions' next offsets. Call before the lane's
+ * first event is published. Returns 0 or an SL_E… code with err. */
+int sl_runner_add_lane(sl_runner *r, const sl_lane_info *lane, sl_error *err);
+
+/* Stops the runs of lane (turns in progress finish; payloads waiting for a
+ * retry are discarded), closes their cursors and deletes their files. */
+void sl_runner_drop_lane(sl_runner *r, const char *lane);
+
+/* For GET /v1/lanes, inside the lane's object: ,"delivered":N,"unrouted":N,
+ * "rules":[{"rule","mode":"base"|"override"|"fallback"|"unrouted","lag",
+ * "delivered","failed","dead_lettered","unrouted"}]. */
+int sl_runner_lane_json(sl_runner *r, const char *lane, sl_buf *out);
+
+/* Wakes the rules reading (set, partition) in lane (NULL: every lane); fits
+ * sl_databus_append_fn. */
+void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
+                         const char *lane);
 
 /* GET /v1/rules: {"rules":[{name, set, enabled, ordered, dlq, targets,
  * health:[{target, healthy, reason}], partitions:[{partition, cursor, end,

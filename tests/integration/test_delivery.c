@@ -337,7 +337,8 @@ static void wait_all_accepted(rx_receiver *rx, const char *prefix, int n, double
 
 /* ---- tests ----------------------------------------------------------------------- */
 
-static const char one_part_cfg[] = "set \"in\" { partitions = 1 }\n"
+static const char one_part_cfg[] = "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                                    "set \"in-dlq\" { partitions = 1 }\n"
                                    "rule \"r\" {\n"
                                    "  set = \"in\",\n"
@@ -444,7 +445,8 @@ static void test_retry_after(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -535,7 +537,8 @@ static void test_max_age_to_dlq(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -630,7 +633,8 @@ static void test_no_dlq_discards(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/hook\", timeout = \"2s\" },\n" RETRY
@@ -738,7 +742,8 @@ static void test_target_down(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -810,7 +815,8 @@ static void test_sigkill_mid_delivery(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -889,7 +895,8 @@ static void test_slow_target_isolated(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "rule \"slow\" { set = \"in\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"10s\" },\n" RETRY
         "}\n"
@@ -951,7 +958,8 @@ static void test_ordered_holds_one_partition(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" { set = \"in\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/r\", timeout = \"2s\" },\n" RETRY
@@ -1032,7 +1040,8 @@ static void test_unordered_poison(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -1095,7 +1104,8 @@ static void test_two_targets_no_resend(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "set \"in-dlq\" { partitions = 1 }\n"
                     "rule \"r\" {\n"
                     "  set = \"in\",\n"
@@ -1145,7 +1155,8 @@ static void test_one_letter_per_event(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "set \"in-dlq\" { partitions = 1 }\n"
                     "rule \"r\" {\n"
                     "  set = \"in\",\n"

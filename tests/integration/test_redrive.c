@@ -313,7 +313,8 @@ static void test_redrive_config(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"dead\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"dead\" { partitions = 2 }\n"
                     "set \"live\" { partitions = 3 }\n");
     it_srv_start(s, "-c", cfg, NULL);
     post_dlq(s, "dead", 0, 30, NULL);
@@ -378,7 +379,8 @@ static void test_redrive_from_rule(void **state)
     char cfg[PATH_MAX];
     /* Port 1 refuses connections: one attempt, then the dead-letter set. */
     it_write_config(s, cfg,
-                    "set \"orders\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"orders\" { partitions = 2 }\n"
                     "set \"orders-dlq\" { partitions = 2 }\n"
                     "rule \"ship\" {\n"
                     "  set = \"orders\",\n"
@@ -547,7 +549,8 @@ static void test_redrive_stop(void **state)
     /* A buffer smaller than a chunk: the redrive goes one event (and one
      * fsync) at a time, so that it runs for a while. */
     it_write_config(s, cfg,
-                    "set \"dlq\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"dlq\" { partitions = 1 }\n"
                     "set \"slow\" { partitions = 1, buffer_bytes = \"4KiB\" }\n");
     it_srv_start(s, "-c", cfg, NULL);
     for (int i = 0; i < BIG; i += 500)

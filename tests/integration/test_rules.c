@@ -180,6 +180,7 @@ static void expect_counts(it_server *s, const char *name, json_int_t read, json_
 /* ---- 1. routing ------------------------------------------------------------------- */
 
 static const char big_orders_cfg[] =
+    "lanes.auto = true\n"
     "set \"orders\" { partitions = 2 }\n"
     "set \"audit\" { partitions = 1 }\n"
     "rule \"big-orders\" {\n"
@@ -293,7 +294,8 @@ static void test_fanout_drop_filter(void **state)
     it_path(filt, s, "filt.ndjson");
     it_path(batch, s, "batch.ndjson");
     it_write_file(
-        cfg, "set \"s\" { partitions = 2 }\n"
+        cfg, "lanes.auto = true\n"
+    "set \"s\" { partitions = 2 }\n"
              "rule \"fan\" {\n"
              "  set = \"s\",\n"
              "  transform = function(e)\n"
@@ -473,7 +475,8 @@ static void test_rules_api(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_path(cfg, s, "sluice.lua");
-    it_write_file(cfg, "set \"orders\" { partitions = 2 }\n"
+    it_write_file(cfg, "lanes.auto = true\n"
+    "set \"orders\" { partitions = 2 }\n"
                        "rule \"created\" {\n"
                        "  set = \"orders\",\n"
                        "  match = [[{\"type\": [\"order.created\"]}]],\n"
@@ -574,7 +577,8 @@ static void test_target_set_small_buffer(void **state)
     char cfg[PATH_MAX];
     it_path(cfg, s, "sluice.lua");
     it_write_file(cfg,
-                  "set \"orders\" { partitions = 1 }\n"
+                  "lanes.auto = true\n"
+    "set \"orders\" { partitions = 1 }\n"
                   "set \"audit\" { partitions = 1, buffer_bytes = \"1KiB\" }\n"
                   "rule \"copy\" { set = \"orders\", target = target.set { set = \"audit\" } }\n");
     it_start_config(s, cfg, WAIT_S);
@@ -605,7 +609,8 @@ static void test_target_set(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_path(cfg, s, "sluice.lua");
-    it_write_file(cfg, "set \"orders\" { partitions = 2 }\n"
+    it_write_file(cfg, "lanes.auto = true\n"
+    "set \"orders\" { partitions = 2 }\n"
                        "set \"audit\" { partitions = 1 }\n"
                        "rule \"copy\" {\n"
                        "  set = \"orders\",\n"
@@ -693,7 +698,8 @@ static void test_input_transformer(void **state)
     it_path(data, s, "data.ndjson");
     it_path(tmpl, s, "tmpl.ndjson");
     it_path(multi, s, "multi.ndjson");
-    it_write_file(cfg, "set \"s\" { partitions = 1 }\n"
+    it_write_file(cfg, "lanes.auto = true\n"
+    "set \"s\" { partitions = 1 }\n"
                        "rule \"data\" { set = \"s\", input = \"$.data\",\n"
                        "  target = target.file { path = \"data.ndjson\" } }\n"
                        "rule \"tmpl\" {\n"
@@ -818,7 +824,8 @@ static void test_start_beginning(void **state)
     it_path(fa, s, "a.ndjson");
     it_path(fb, s, "b.ndjson");
     it_path(fc, s, "c.ndjson");
-    static const char rule_a[] = "set \"s\" { partitions = 2 }\n"
+    static const char rule_a[] = "lanes.auto = true\n"
+    "set \"s\" { partitions = 2 }\n"
                                  "rule \"a\" { set = \"s\", target = target.file { path = "
                                  "\"a.ndjson\" } }\n";
     it_write_file(cfg, "%s", rule_a);
@@ -892,7 +899,8 @@ static void test_cursor_kill9(void **state)
     it_path(out, s, "all.ndjson");
     /* A transform that takes about a millisecond, so the crash lands while
      * the rule is still delivering. */
-    it_write_file(cfg, "set \"s\" { partitions = 2 }\n"
+    it_write_file(cfg, "lanes.auto = true\n"
+    "set \"s\" { partitions = 2 }\n"
                        "rule \"all\" {\n"
                        "  set = \"s\",\n"
                        "  transform = function(e) local x = 0; for i = 1, 100000 do x = x + i end; "
@@ -1036,7 +1044,8 @@ static void test_schemas(void **state)
     it_write_file(schema,
                   "{\"type\": \"object\", \"required\": [\"amount\"],\n"
                   " \"properties\": {\"amount\": {\"type\": \"number\", \"minimum\": 0}}}\n");
-    it_write_file(cfg, "set \"orders\" {\n"
+    it_write_file(cfg, "lanes.auto = true\n"
+    "set \"orders\" {\n"
                        "  partitions = 1,\n"
                        "  schemas = { [\"order.created\"] = \"schemas/order.json\" },\n"
                        "}\n");
@@ -1334,6 +1343,7 @@ static void *racer_main(void *arg)
 /* ---- 14. replays and dead letters of failed evaluations ---------------------------------- */
 
 static const char replay_cfg[] =
+    "lanes.auto = true\n"
     "set \"in\" { partitions = 2 }\n"
     "set \"dead\" { partitions = 1 }\n"
     "rule \"copy\" { set = \"in\", target = target.file { path = \"out/copy.ndjson\" } }\n"
@@ -1602,7 +1612,8 @@ static void test_ready_means_wired(void **state)
         snprintf(name, sizeof name, "data%d", attempts);
         it_path(data, s, name);
         it_write_file(cfg,
-                      "set \"orders\" { partitions = 1,\n"
+                      "lanes.auto = true\n"
+    "set \"orders\" { partitions = 1,\n"
                       "  schemas = { [\"order.created\"] = \"schemas/order.json\" } }\n"
                       "rule \"all\" { set = \"orders\", target = target.file { path = "
                       "\"race%d.ndjson\" } }\n",

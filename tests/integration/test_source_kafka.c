@@ -277,7 +277,8 @@ static void test_records(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"fromkafka\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"fromkafka\" { partitions = 2 }\n"
                     "source.kafka { name = \"kin\", brokers = \"%s\", topics = { \"rec\" },\n"
                     "  group = \"g-rec\", set = \"fromkafka\", start = \"beginning\" }\n",
                     g_mk.boot);
@@ -417,7 +418,8 @@ static void test_values(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"v\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"v\" { partitions = 1 }\n"
                     "source.kafka { name = \"vk\", brokers = \"%s\", topics = { \"val\" },\n"
                     "  group = \"g-val\", set = \"v\", start = \"beginning\" }\n",
                     g_mk.boot);
@@ -482,7 +484,8 @@ static void test_clean_restart(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"cl\" { partitions = 3 }\n"
+                    "lanes.auto = true\n"
+    "set \"cl\" { partitions = 3 }\n"
                     "source.kafka { name = \"rx\", brokers = \"%s\", topics = { \"^cl-.*\" },\n"
                     "  set = \"cl\", start = \"beginning\",\n"
                     "  properties = { [\"session.timeout.ms\"] = 3000,\n"
@@ -531,7 +534,8 @@ static void test_crash(void **state)
     /* A short session timeout, so that the killed member's partitions are
      * given to its successor quickly. */
     it_write_config(s, cfg,
-                    "set \"cr\" { partitions = 4, ack = \"durable\" }\n"
+                    "lanes.auto = true\n"
+    "set \"cr\" { partitions = 4, ack = \"durable\" }\n"
                     "source.kafka { name = \"cr\", brokers = \"%s\", topics = { \"crash\" },\n"
                     "  set = \"cr\", start = \"beginning\",\n"
                     "  properties = { [\"session.timeout.ms\"] = 3000,\n"
@@ -647,7 +651,8 @@ static void test_rebalance(void **state)
     it_setup(&g_second);
     it_server *s2 = g_second;
     char cfg[PATH_MAX], cfg2[PATH_MAX];
-    const char *text = "set \"rb\" { partitions = 4 }\n"
+    const char *text = "lanes.auto = true\n"
+    "set \"rb\" { partitions = 4 }\n"
                        "source.kafka { name = \"rb\", brokers = \"%s\", topics = { \"rb\" },\n"
                        "  group = \"g-rb\", set = \"rb\", start = \"beginning\",\n"
                        "  properties = { [\"session.timeout.ms\"] = 3000,\n"
@@ -726,7 +731,8 @@ static void test_bridge(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"mid\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"mid\" { partitions = 2 }\n"
                     "source.kafka { name = \"a\", brokers = \"%s\", topics = { \"bra\" },\n"
                     "  set = \"mid\", start = \"beginning\" }\n"
                     "rule \"fwd\" { set = \"mid\", target = target.kafka { brokers = \"%s\",\n"
@@ -756,7 +762,8 @@ static void test_health(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"h\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"h\" { partitions = 1 }\n"
                     "source.kafka { name = \"hk\", brokers = \"%s\", topics = { \"hb\" },\n"
                     "  set = \"h\", lane = \"qa\", start = \"beginning\" }\n",
                     g_mk.boot);

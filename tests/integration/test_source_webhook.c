@@ -27,6 +27,7 @@
 #define WAIT_S 30.0
 
 static const char k_config[] =
+    "lanes.auto = true\n"
     "set \"gh\" { partitions = 1 }\n"
     "set \"st\" { partitions = 1 }\n"
     "set \"sl\" { partitions = 1 }\n"
@@ -629,7 +630,8 @@ static void test_refused_publish(void **state)
     it_path(schema, s, "push.json");
     it_write_file(schema, "{\"type\":\"object\",\"required\":[\"ref\"]}");
     it_write_config(s, cfg,
-                    "set \"gh\" { partitions = 1, schemas = { [\"com.github.push\"] = \"%s\" } }\n"
+                    "lanes.auto = true\n"
+    "set \"gh\" { partitions = 1, schemas = { [\"com.github.push\"] = \"%s\" } }\n"
                     "source.webhook { name = \"gh\", preset = \"github\", secret = \"k\", "
                     "set = \"gh\" }\n",
                     schema);

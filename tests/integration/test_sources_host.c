@@ -49,7 +49,8 @@ static void test_backpressure(void **state)
         fprintf(f, "{\"n\":%d}\n", i);
     fclose(f);
     it_write_config(s, cfg,
-                    "set \"logs\" { partitions = 1, ack = \"buffer\", buffer_bytes = 1024 }\n"
+                    "lanes.auto = true\n"
+    "set \"logs\" { partitions = 1, ack = \"buffer\", buffer_bytes = 1024 }\n"
                     "source.file { path = \"%s\", set = \"logs\", start = \"beginning\" }\n",
                     logf);
     it_start_config(s, cfg, WAIT_S);
@@ -97,7 +98,8 @@ static void test_checks(void **state)
                   "{\"n\":2}\n",
                   deep);
     it_write_config(s, cfg,
-                    "set \"logs\" { partitions = 1, schemas = { order = { type = \"object\",\n"
+                    "lanes.auto = true\n"
+    "set \"logs\" { partitions = 1, schemas = { order = { type = \"object\",\n"
                     "  properties = { amount = { type = \"number\" } } } } }\n"
                     "source.file { name = \"f\", path = \"%s\", set = \"logs\", lane = \"feature-x\",\n"
                     "  start = \"beginning\" }\n",

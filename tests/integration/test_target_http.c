@@ -96,7 +96,8 @@ static void test_structured(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"orders\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"orders\" { partitions = 2 }\n"
                     "rule \"hook\" {\n"
                     "  set = \"orders\",\n"
                     "  match = { type = { \"order.created\" } },\n"
@@ -191,7 +192,8 @@ static void test_binary_base64_escapes(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"orders\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"orders\" { partitions = 1 }\n"
         "rule \"bin\" { set = \"orders\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/b64\", body = \"binary\" } }\n",
         rx_port(g_rx));
@@ -218,7 +220,8 @@ static void test_binary_and_batch(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"orders\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"orders\" { partitions = 1 }\n"
         "rule \"bin\" { set = \"orders\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/bin/{id}\", body = "
         "\"binary\", method = \"PUT\",\n"
@@ -298,6 +301,7 @@ static void test_binary_and_batch(void **state)
 }
 
 static const char one_rule_cfg[] =
+    "lanes.auto = true\n"
     "set \"orders\" { partitions = %d }\n"
     "rule \"hook\" { set = \"orders\",\n"
     "  target = target.http { url = \"http://127.0.0.1:%d/h/{subject}\", timeout = \"2s\" } }\n";
@@ -400,7 +404,8 @@ static void test_timeout(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"orders\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"orders\" { partitions = 1 }\n"
         "rule \"hook\" { set = \"orders\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"300ms\" "
         "} }\n",
@@ -428,7 +433,8 @@ static void test_rate(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"orders\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"orders\" { partitions = 2 }\n"
                     "rule \"hook\" { set = \"orders\",\n"
                     "  target = target.http { url = \"http://127.0.0.1:%d/r\", rate = 5 } }\n",
                     rx_port(g_rx));
@@ -487,6 +493,7 @@ static void test_shutdown_inflight(void **state)
  * target is told to hurry (cancel), so the server exits within its grace
  * instead of the request's 60 s timeout. */
 static const char long_timeout_cfg[] =
+    "lanes.auto = true\n"
     "set \"orders\" { partitions = %d }\n"
     "rule \"hook\" { set = \"orders\",\n"
     "  target = target.http { url = \"http://127.0.0.1:%d/h/{subject}\", timeout = \"60s\" } }\n";
@@ -602,7 +609,8 @@ static void test_unordered_concurrent(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"orders\" { partitions = 1 }\n"
+        "lanes.auto = true\n"
+    "set \"orders\" { partitions = 1 }\n"
         "rule \"fast\" { set = \"orders\", ordered = false,\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/u\", concurrency = 4 } }\n",
         rx_port(g_rx));

@@ -255,7 +255,8 @@ static void test_binary(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 2 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
                     "rule \"bin\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
                     "  topic = \"bin-{type}\", properties = { [\"linger.ms\"] = 1 } } }\n",
                     g_mk.boot);
@@ -373,7 +374,8 @@ static void test_structured_and_data(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "rule \"st\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
         "\"st\",\n"
         "  body = \"structured\", key = \"{subject}/{type}\", headers = { [\"X-Origin\"] = "
@@ -433,7 +435,8 @@ static void test_outage_order(void **state)
     char cfg[PATH_MAX];
     it_write_config(
         s, cfg,
-        "set \"in\" { partitions = 2 }\n"
+        "lanes.auto = true\n"
+    "set \"in\" { partitions = 2 }\n"
         "rule \"ord\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
         "\"ord\",\n"
         "  timeout = \"2s\", properties = { [\"linger.ms\"] = 1 } } }\n",
@@ -525,7 +528,8 @@ static void test_permanent(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "rule \"perm\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
                     "  topic = \"p-{region}\", properties = { [\"message.max.bytes\"] = 10000,\n"
                     "  [\"linger.ms\"] = 1 } } }\n"
@@ -588,7 +592,8 @@ static void test_shutdown_brokers_down(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "rule \"sd\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"sd\" } }\n",
                     g_mk.boot);
@@ -636,7 +641,8 @@ static void test_unknown_topic(void **state)
     char cfg[PATH_MAX];
     mock_cmd("topicerror later 3"); /* UNKNOWN_TOPIC_OR_PART */
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "rule \"un\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"later\",\n"
                     "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000 } } }\n",
@@ -684,7 +690,8 @@ static void test_fatal_recreate(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "rule \"fa\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"fa\",\n"
                     "  properties = { [\"linger.ms\"] = 1 } } }\n",
@@ -802,7 +809,8 @@ static void test_ordered_hold(void **state)
     char cfg[PATH_MAX];
     mock_cmd("topicerror h-gone 3"); /* UNKNOWN_TOPIC_OR_PART */
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "set \"dead\" { partitions = 1 }\n"
                     "rule \"ho\" { set = \"in\", ordered = true, dlq = \"dead\",\n"
                     "  retry = { attempts = 1, initial = \"100ms\", max = \"200ms\" },\n"
@@ -848,7 +856,8 @@ static void test_invalid_timestamp(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "rule \"ts\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"ts\",\n"
                     "  properties = { [\"linger.ms\"] = 1 } } }\n",
@@ -882,7 +891,8 @@ static void test_health_back(void **state)
     it_server *s = *state;
     char cfg[PATH_MAX], why[SL_ERROR_MAX] = "";
     it_write_config(s, cfg,
-                    "set \"in\" { partitions = 1 }\n"
+                    "lanes.auto = true\n"
+    "set \"in\" { partitions = 1 }\n"
                     "rule \"hb\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"hb\" } }\n",
                     g_mk.boot);

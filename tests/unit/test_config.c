@@ -678,6 +678,259 @@ static void test_sources(void **state)
     expect_mistake(f, "set \"x\" { }\nsource.file \"x\"\n", 2, "the body must be a table");
 }
 
+/* ---- lanes (ISSUE 7 §1-2) ------------------------------------------------------ */
+
+static void test_lane_decls(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "lane \"feature-x\" { env = \"boe\", description = \"try x\" }\n"
+                  "lane \"release-42\" { env = \"ppe\" }\n"
+                  "lane \"strict\" { fallback = \"none\" }\n"
+                  "lane \"open-ppe\" { env = \"ppe\", fallback = \"base\" }\n",
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    assert_int_equal(cfg->nlanes, 4);
+    assert_false(cfg->lanes_auto);
+    const sl_lane_decl *x = sl_config_lane(cfg, "feature-x");
+    assert_non_null(x);
+    assert_int_equal(x->line, 1);
+    assert_int_equal(x->env, SL_LANE_BOE);
+    assert_true(x->fallback_base);
+    assert_string_equal(x->description, "try x");
+    const sl_lane_decl *p = sl_config_lane(cfg, "release-42");
+    assert_int_equal(p->env, SL_LANE_PPE);
+    assert_false(p->fallback_base);
+    assert_null(p->description);
+    const sl_lane_decl *s = sl_config_lane(cfg, "strict");
+    assert_int_equal(s->env, SL_LANE_BOE); /* env defaults to boe */
+    assert_false(s->fallback_base);
+    assert_true(sl_config_lane(cfg, "open-ppe")->fallback_base);
+    assert_null(sl_config_lane(cfg, "nope"));
+    assert_null(sl_config_lane(cfg, ""));
+    assert_int_equal(cfg->noverrides, 0);
+    sl_config_free(cfg);
+
+    expect_mistake(f, "lane \"\" { }\n", 1, "the base lane");
+    expect_mistake(f, "lane \"Feature\" { }\n", 1, "lane \"Feature\": a lane name is");
+    expect_mistake(f, "lane \"a_b\" { }\n", 1, "a lane name is");
+    expect_mistake(f, "lane \"abcdefghijabcdefghijabcdefghijabc\" { }\n", 1, "a lane name is");
+    expect_mistake(f, "lane \"x\" { }\n\nlane \"x\" { env = \"ppe\" }\n", 3,
+                   "lane \"x\" is declared twice (first at line 1)");
+    expect_mistake(f, "lane \"x\" {\n  env = \"boe\",\n  colour = 1 }\n", 3,
+                   "lane \"x\": unknown key \"colour\" (known: env, fallback, description)");
+    expect_mistake(f, "lane \"x\" { env = \"prod\" }\n", 1, "env must be \"boe\" or \"ppe\"");
+    expect_mistake(f, "lane \"x\" { fallback = true }\n", 1,
+                   "fallback must be \"base\" or \"none\"");
+    expect_mistake(f, "lane(3) { }\n", 1, "lane: the name must be a string");
+}
+
+static void test_lanes_auto(void **state)
+{
+    fixture *f = *state;
+    static const char *const ok[] = {"lanes.auto = true\n", "lanes { auto = true }\n",
+                                      "lanes.auto = false\nlanes.auto = true\n"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        sl_config *cfg = NULL;
+        char *diag;
+        int rc = load(f, ok[i], &cfg, &diag);
+        if (rc)
+            fail_msg("%s: %s", ok[i], diag);
+        free(diag);
+        assert_true(cfg->lanes_auto);
+        sl_config_free(cfg);
+    }
+    expect_mistake(f, "-- lanes\n\nlanes.autp = true\n", 3, "lanes: unknown key \"autp\" (known: auto)");
+    expect_mistake(f, "lanes {\n  auto = true,\n  mode = 1 }\n", 3, "unknown key \"mode\"");
+    expect_mistake(f, "lanes.auto = \"yes\"\n", 1, "auto must be true or false");
+    expect_mistake(f, "lanes \"x\"\n", 1, "lanes: the body must be a table");
+}
+
+#define LANE_BASE                                                                                 \
+    "set \"orders\" { }\nset \"dead\" { }\n"                                                     \
+    "rule \"billing\" {\n"                                                                         \
+    "  set = \"orders\", dlq = \"dead\", ordered = false,\n"                                      \
+    "  match = { type = { \"order.created\" } },\n"                                                \
+    "  filter = function(e) return true end,\n"                                                    \
+    "  transform = function(e) return e end,\n"                                                    \
+    "  retry = { attempts = 3 },\n"                                                                \
+    "  target = target.file { path = \"base.ndjson\" },\n"
+
+static void test_lane_overrides(void **state)
+{
+    fixture *f = *state;
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "lane \"feature-x\" { }\nlane \"release-42\" { env = \"ppe\" }\n" LANE_BASE
+                  "  lanes = {\n"
+                  "    [\"feature-x\"] = { target = target.file { path = \"x.ndjson\" } },\n"
+                  "    [\"release-42\"] = {\n"
+                  "      transform_batch = function(l) return l end },\n"
+                  "  },\n"
+                  "}\n"
+                  "rule \"plain\" { set = \"orders\", target = target.file { path = \"p\" } }\n",
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    assert_int_equal(cfg->nrules, 2);
+    assert_int_equal(cfg->noverrides, 2);
+    const sl_rule_config *base = sl_config_rule(cfg, "billing");
+    assert_null(base->lane);
+    size_t at = 0;
+    const sl_rule_config *x = sl_config_override(cfg, 0, "feature-x", &at);
+    assert_non_null(x);
+    assert_ptr_equal(sl_config_rule_at(cfg, at), x);
+    assert_true(at >= cfg->nrules);
+    assert_string_equal(x->name, "billing");
+    assert_string_equal(x->lane, "feature-x");
+    assert_int_equal(x->base, 0);
+    assert_int_equal(x->line, 13);
+    /* target replaced; everything else inherited */
+    assert_false(x->targets_from_base);
+    assert_int_equal(x->ntargets, 1);
+    assert_non_null(strstr(x->targets[0].path, "/x.ndjson"));
+    assert_false(x->targets[0].ordered);
+    assert_string_equal(x->set, "orders");
+    assert_string_equal(x->dlq, "dead");
+    assert_non_null(x->pattern);
+    assert_string_equal(x->match_json, base->match_json);
+    assert_true(x->filter);
+    assert_true(x->transform);
+    assert_false(x->transform_batch);
+    assert_int_equal(x->retry.attempts, 3);
+    assert_false(x->ordered);
+    /* transform replaced (transform_batch replaces transform): targets inherited */
+    const sl_rule_config *r = sl_config_override(cfg, 0, "release-42", &at);
+    assert_non_null(r);
+    assert_ptr_equal(sl_config_rule_at(cfg, at), r);
+    assert_true(r->targets_from_base);
+    assert_int_equal(r->ntargets, 1);
+    assert_non_null(strstr(r->targets[0].path, "/base.ndjson"));
+    assert_false(r->transform);
+    assert_true(r->transform_batch);
+    assert_true(r->filter);
+    assert_non_null(r->pattern);
+    /* no override: for other lanes, the base lane, other rules */
+    assert_null(sl_config_override(cfg, 0, "other", &at));
+    assert_null(sl_config_override(cfg, 0, "", &at));
+    assert_null(sl_config_override(cfg, 0, NULL, &at));
+    assert_null(sl_config_override(cfg, 1, "feature-x", &at));
+    /* the numbering */
+    assert_ptr_equal(sl_config_rule_at(cfg, 0), base);
+    assert_ptr_equal(sl_config_rule_at(cfg, 1), sl_config_rule(cfg, "plain"));
+    assert_ptr_equal(sl_config_rule_at(cfg, 2), &cfg->overrides[0]);
+    assert_ptr_equal(sl_config_rule_at(cfg, 3), &cfg->overrides[1]);
+    assert_null(sl_config_rule_at(cfg, 4));
+    /* overrides come in lane name order within their rule */
+    assert_string_equal(cfg->overrides[0].lane, "feature-x");
+    assert_string_equal(cfg->overrides[1].lane, "release-42");
+    assert_null(sl_config_rule(cfg, "feature-x"));
+    sl_config_free(cfg);
+
+    /* match and input replaced; an empty override is the base again */
+    rc = load(f,
+              "lane \"a\" { }\nlane \"b\" { }\n" LANE_BASE
+              "  lanes = { a = { match = [[{\"type\":[\"order.paid\"]}]], input = \"$.data\" },\n"
+              "            b = { } },\n}\n",
+              &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    const sl_rule_config *a = sl_config_override(cfg, 0, "a", NULL);
+    assert_string_equal(a->match_json, "{\"type\":[\"order.paid\"]}");
+    assert_non_null(a->input);
+    assert_null(cfg->rules[0].input);
+    assert_true(a->targets_from_base);
+    const sl_rule_config *b = sl_config_override(cfg, 0, "b", NULL);
+    assert_true(b->targets_from_base && b->transform && b->filter);
+    assert_null(b->input);
+    sl_config_free(cfg);
+}
+
+static void test_lane_override_mistakes(void **state)
+{
+    fixture *f = *state;
+    /* undeclared lane, refused without lanes.auto … */
+    expect_mistake(f,
+                   LANE_BASE "  lanes = {\n    [\"feature-x\"] = { target = target.file { path "
+                             "= \"x\" } } },\n}\n", 11, "rule \"billing\" lanes[\"feature-x\"]: lane \"feature-x\" is not declared");
+    /* … and declared implicitly (boe, fallback base) with it */
+    sl_config *cfg = NULL;
+    char *diag;
+    int rc = load(f,
+                  "lanes.auto = true\n" LANE_BASE
+                  "  lanes = { [\"feature-x\"] = { filter = function() return false end } },\n}\n",
+                  &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    const sl_lane_decl *d = sl_config_lane(cfg, "feature-x");
+    assert_non_null(d);
+    assert_int_equal(d->line, 0);
+    assert_int_equal(d->env, SL_LANE_BOE);
+    assert_true(d->fallback_base);
+    assert_int_equal(cfg->nlanes, 1);
+    assert_non_null(sl_config_override(cfg, 0, "feature-x", NULL));
+    sl_config_free(cfg);
+    /* a lane declared after the rule is fine */
+    rc = load(f, LANE_BASE "  lanes = { late = { } },\n}\nlane \"late\" { }\n", &cfg, &diag);
+    if (rc)
+        fail_msg("%s", diag);
+    free(diag);
+    assert_int_equal(cfg->noverrides, 1);
+    sl_config_free(cfg);
+
+    /* only some keys can be overridden */
+    expect_mistake(f,
+                   "lane \"feature-x\" { }\n" LANE_BASE
+                   "  lanes = { [\"feature-x\"] = {\n      dlq = \"dead\" } },\n}\n", 12,
+                   "rule \"billing\": lanes[\"feature-x\"]: \"dlq\" cannot be overridden per lane "
+                   "(only match, filter, transform, transform_batch, input, target, targets)");
+    expect_mistake(f,
+                   "lane \"feature-x\" { }\n" LANE_BASE
+                   "  lanes = { [\"feature-x\"] = { colour = 1 } },\n}\n", 11, "\"colour\" cannot be overridden per lane");
+    /* the override's own values are checked, named by the lane */
+    expect_mistake(f,
+                   "lane \"x\" { }\n" LANE_BASE
+                   "  lanes = { x = {\n    target = target.file { } } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: target.file needs a path");
+    expect_mistake(f,
+                   "lane \"x\" { }\n" LANE_BASE
+                   "  lanes = { x = {\n    target = target.set { set = \"orders\" } } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: target.set into the set it reads");
+    expect_mistake(f,
+                   "lane \"x\" { }\n" LANE_BASE
+                   "  lanes = { x = {\n    filter = 3 } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: filter must be a function");
+    expect_mistake(f,
+                   "lane \"x\" { }\n" LANE_BASE "  lanes = {\n    x = { match = 42 } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: match must be a table or a JSON string");
+    expect_mistake(f,
+                   "lane \"x\" { }\n" LANE_BASE
+                   "  lanes = { x = { transform = function() end,\n"
+                   "                  transform_batch = function() end } },\n}\n", 11, "rule \"billing\" lanes[\"x\"]: use transform or transform_batch, not both");
+    expect_mistake(f, LANE_BASE "  lanes = {\n    [\"Bad_Lane\"] = { } },\n}\n", 10,
+                   "rule \"billing\": lanes: \"Bad_Lane\" is not a lane name");
+    expect_mistake(f, LANE_BASE "  lanes = {\n    { } },\n}\n", 10,
+                   "lanes: the keys are lane names");
+    expect_mistake(f, LANE_BASE "  lanes = 3,\n}\n", 10, "lanes must be a table");
+    expect_mistake(f, "lane \"x\" { }\n" LANE_BASE "  lanes = { x = 3 },\n}\n", 11,
+                   "rule \"billing\" lanes[\"x\"]: an override must be a table");
+    /* a mistake of the base is reported once, not again for each override */
+    cfg = NULL;
+    rc = load(f,
+              "lane \"x\" { }\nlane \"y\" { }\n" LANE_BASE "  ordered = 3,\n"
+              "  lanes = { x = { }, y = { } },\n}\n",
+              &cfg, &diag);
+    assert_int_equal(rc, SL_EINVAL);
+    const char *first = strstr(diag, "ordered must be true or false");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "ordered must be true or false"));
+    free(diag);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -688,7 +941,8 @@ int main(void)
         T(test_lua_errors),        T(test_env),           T(test_all_mistakes_at_once),
         T(test_missing_file),      T(test_keys_markdown), T(test_cursor_roundtrip),
         T(test_cursor_torn_slot),  T(test_delivery_keys), T(test_kafka_target),
-        T(test_sources),
+        T(test_sources),           T(test_lane_decls),    T(test_lanes_auto),
+        T(test_lane_overrides),    T(test_lane_override_mistakes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1105,8 +1105,9 @@ typedef struct append_log {
     } v[4096];
 } append_log;
 
-static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
+static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
 {
+    (void)lane;
     append_log *a = ctx;
     int64_t log_end = sl_log_end_offset(TU_LOG(set, partition));
     pthread_mutex_lock(&a->mu);

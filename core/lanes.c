@@ -1,0 +1,463 @@
+/*
+ * core/lanes.c — the lane registry; see lanes.h.
+ *
+ * DATA/lanes.state holds one line per remembered lane, rewritten whole
+ * (tmp + fdatasync + rename) when it changes, which is rare:
+ *
+ *   auto NAME CREATED_MS      a lane lanes.auto registered
+ *   dropped NAME DROPPED_MS   a declared lane `sluice lane drop` dropped
+ *
+ * Lane names are [a-z0-9-], so they need no quoting in the file or in JSON.
+ */
+#include "core/lanes.h"
+
+#include "core/batch.h"
+#include "core/clock.h"
+#include "core/metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HASH_SLOTS (SL_LANES_MAX * 2) /* open addressing, power of two */
+
+typedef enum lane_state {
+    LANE_GONE,     /* a forgotten auto lane: the entry waits to be reused */
+    LANE_ACTIVE,   /* carries events */
+    LANE_DROPPED,  /* declared, dropped: refused until no longer declared */
+} lane_state;
+
+typedef struct lane {
+    sl_lane_info info;
+    lane_state state;
+    bool declared;   /* by the current config */
+    bool ready;      /* the added hook ran (declared lanes: the runner made them) */
+    int64_t since_ms; /* auto: registered; dropped: when */
+    _Atomic uint64_t in;
+} lane;
+
+struct sl_lanes {
+    char *state_path;
+    pthread_rwlock_t lock;   /* entries, states, the hash */
+    pthread_mutex_t add_lock; /* one registration or drop at a time (hooks run under it) */
+    sl_lanes_hooks hooks;
+    bool autolanes;
+    lane *v; /* SL_LANES_MAX, never moved */
+    size_t n;
+    int32_t slots[HASH_SLOTS]; /* index + 1 into v, 0 empty */
+    _Atomic uint64_t base_in;
+};
+
+static uint32_t hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* The entry of name, or NULL (lock held). */
+static lane *find(const sl_lanes *l, const char *name)
+{
+    for (uint32_t i = hash(name) & (HASH_SLOTS - 1);; i = (i + 1) & (HASH_SLOTS - 1)) {
+        int32_t s = l->slots[i];
+        if (!s)
+            return NULL;
+        if (strcmp(l->v[s - 1].info.name, name) == 0)
+            return &l->v[s - 1];
+    }
+}
+
+/* A new entry for name (write lock held), or NULL when full. */
+static lane *add(sl_lanes *l, const char *name)
+{
+    if (l->n == SL_LANES_MAX)
+        return NULL;
+    lane *e = &l->v[l->n];
+    memset(e, 0, sizeof *e);
+    snprintf(e->info.name, sizeof e->info.name, "%s", name);
+    e->info.env = SL_LANE_BOE;
+    e->info.fallback_base = true;
+    uint32_t i = hash(name) & (HASH_SLOTS - 1);
+    while (l->slots[i])
+        i = (i + 1) & (HASH_SLOTS - 1);
+    l->slots[i] = (int32_t)++l->n;
+    return e;
+}
+
+/* Rewrites DATA/lanes.state (write lock held). Returns 0 or SL_EIO. */
+static int save(sl_lanes *l, sl_error *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", l->state_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return sl_error_errno(err, errno, "lanes: cannot write %s", tmp);
+    for (size_t i = 0; i < l->n; i++) {
+        const lane *e = &l->v[i];
+        if (e->state == LANE_ACTIVE && e->info.auto_)
+            fprintf(f, "auto %s %" PRId64 "\n", e->info.name, e->since_ms);
+        else if (e->state == LANE_DROPPED)
+            fprintf(f, "dropped %s %" PRId64 "\n", e->info.name, e->since_ms);
+    }
+    int rc = fflush(f) || fdatasync(fileno(f));
+    rc |= fclose(f);
+    if (rc || rename(tmp, l->state_path))
+        return sl_error_errno(err, errno, "lanes: cannot write %s", l->state_path);
+    return 0;
+}
+
+static int load(sl_lanes *l, sl_error *err)
+{
+    FILE *f = fopen(l->state_path, "r");
+    if (!f)
+        return errno == ENOENT ? 0 : sl_error_errno(err, errno, "lanes: %s", l->state_path);
+    char line[256];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char kind[16], name[64];
+        int64_t ms;
+        if (sscanf(line, "%15s %63s %" SCNd64, kind, name, &ms) != 3 ||
+            !sl_lane_valid(name, strlen(name)) || !*name ||
+            (strcmp(kind, "auto") && strcmp(kind, "dropped"))) {
+            /* A damaged line loses one remembered lane, not the server. */
+            fprintf(stderr, "sluice: %s:%d: not a lane line, skipped\n", l->state_path, lineno);
+            continue;
+        }
+        if (find(l, name))
+            continue;
+        lane *e = add(l, name);
+        if (!e)
+            break;
+        e->since_ms = ms;
+        e->info.auto_ = strcmp(kind, "auto") == 0;
+        e->state = e->info.auto_ ? LANE_ACTIVE : LANE_DROPPED;
+        e->ready = true; /* its consumers come with the runner's start */
+    }
+    fclose(f);
+    return 0;
+}
+
+int sl_lanes_open(const char *data_dir, sl_lanes **out, sl_error *err)
+{
+    sl_lanes *l = calloc(1, sizeof *l);
+    if (!l || !(l->v = calloc(SL_LANES_MAX, sizeof *l->v)) ||
+        !(l->state_path = malloc(strlen(data_dir) + 16))) {
+        if (l)
+            free(l->v);
+        free(l);
+        return sl_error_set(err, SL_ENOMEM, "lanes: out of memory");
+    }
+    sprintf(l->state_path, "%s/lanes.state", data_dir);
+    pthread_rwlock_init(&l->lock, NULL);
+    pthread_mutex_init(&l->add_lock, NULL);
+    int rc = load(l, err);
+    if (rc) {
+        sl_lanes_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+void sl_lanes_set_hooks(sl_lanes *l, const sl_lanes_hooks *hooks)
+{
+    pthread_mutex_lock(&l->add_lock);
+    l->hooks = *hooks;
+    pthread_mutex_unlock(&l->add_lock);
+}
+
+void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
+{
+    pthread_mutex_lock(&l->add_lock);
+    pthread_rwlock_wrlock(&l->lock);
+    bool changed = false;
+    for (size_t i = 0; i < l->n; i++)
+        l->v[i].declared = false;
+    for (size_t i = 0; i < cfg->nlanes; i++) {
+        const sl_lane_decl *d = &cfg->lanes[i];
+        lane *e = find(l, d->name);
+        if (!e && !(e = add(l, d->name))) {
+            fprintf(stderr, "sluice: lanes: more than %d lanes, lane %s ignored\n", SL_LANES_MAX,
+                    d->name);
+            continue;
+        }
+        e->declared = true;
+        e->info.env = d->env;
+        e->info.fallback_base = d->fallback_base;
+        if (e->state == LANE_GONE || (e->state == LANE_ACTIVE && e->info.auto_)) {
+            changed |= e->info.auto_; /* an auto lane now declared: no longer remembered */
+            e->state = LANE_ACTIVE;
+            e->info.auto_ = false;
+            e->ready = true; /* the runner of this config makes its consumers */
+        }
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        lane *e = &l->v[i];
+        if (e->declared || e->info.auto_)
+            continue;
+        /* A declared lane the config no longer has: gone, and a drop mark
+         * has done its job. */
+        changed |= e->state == LANE_DROPPED;
+        e->state = LANE_GONE;
+    }
+    l->autolanes = cfg->lanes_auto;
+    sl_error err = {0};
+    if (changed && save(l, &err))
+        fprintf(stderr, "sluice: %s\n", err.msg);
+    pthread_rwlock_unlock(&l->lock);
+    pthread_mutex_unlock(&l->add_lock);
+}
+
+/* The first event of lane name under lanes.auto: register it, make its
+ * consumers, then let events in. */
+static sl_event_status register_auto(sl_lanes *l, const char *name, sl_error *err)
+{
+    pthread_mutex_lock(&l->add_lock);
+    pthread_rwlock_wrlock(&l->lock);
+    sl_event_status st = SL_EVENT_OK;
+    lane *e = find(l, name);
+    if (e && e->state == LANE_ACTIVE && e->ready)
+        goto out; /* another thread registered it meanwhile */
+    if (e && e->state == LANE_DROPPED) {
+        st = SL_EVENT_LANE_DROPPED;
+        sl_error_set(err, SL_EINVAL, "lane \"%s\" was dropped (sluice lane drop)", name);
+        goto out;
+    }
+    if (!l->autolanes) { /* a reload turned lanes.auto off meanwhile */
+        st = SL_EVENT_UNKNOWN_LANE;
+        sl_error_set(err, SL_EINVAL, "lane \"%s\" is not declared", name);
+        goto out;
+    }
+    if (!e && !(e = add(l, name))) {
+        st = SL_EVENT_UNKNOWN_LANE;
+        sl_error_set(err, SL_EINVAL,
+                     "lane \"%s\" cannot be added: the server holds %d lanes already (drop "
+                     "unused ones with `sluice lane drop`)",
+                     name, SL_LANES_MAX);
+        goto out;
+    }
+    e->info.auto_ = true;
+    e->info.env = SL_LANE_BOE;
+    e->info.fallback_base = true;
+    e->state = LANE_ACTIVE; /* a runner starting now includes it */
+    e->ready = false;
+    e->since_ms = sl_clock_now_ms();
+    sl_lane_info info = e->info;
+    pthread_rwlock_unlock(&l->lock);
+    sl_error herr = {0};
+    int rc = l->hooks.added ? l->hooks.added(l->hooks.ctx, &info, &herr) : 0;
+    pthread_rwlock_wrlock(&l->lock);
+    if (rc) {
+        e->state = LANE_GONE;
+        st = SL_EVENT_UNKNOWN_LANE;
+        sl_error_set(err, SL_EINVAL, "lane \"%s\" cannot be added: %s", name, herr.msg);
+        goto out;
+    }
+    /* Remembered before its first event is stored, so that a restart makes
+     * its consumers again. */
+    sl_error serr = {0};
+    if (save(l, &serr))
+        fprintf(stderr, "sluice: %s\n", serr.msg);
+    e->ready = true;
+    fprintf(stderr, "sluice: lane %s added (lanes.auto, boe, fallback to base)\n", name);
+out:
+    pthread_rwlock_unlock(&l->lock);
+    pthread_mutex_unlock(&l->add_lock);
+    return st;
+}
+
+sl_event_status sl_lanes_admit(sl_lanes *l, const char *name, sl_error *err)
+{
+    if (!*name) {
+        atomic_fetch_add_explicit(&l->base_in, 1, memory_order_relaxed);
+        return SL_EVENT_OK;
+    }
+    pthread_rwlock_rdlock(&l->lock);
+    lane *e = find(l, name);
+    lane_state st = e ? e->state : LANE_GONE;
+    bool ready = e && e->ready;
+    bool autolanes = l->autolanes;
+    pthread_rwlock_unlock(&l->lock);
+    sl_event_status rc = SL_EVENT_OK;
+    if (st == LANE_DROPPED) {
+        sl_error_set(err, SL_EINVAL,
+                     "lane \"%s\" was dropped (sluice lane drop); remove it from the config to "
+                     "forget it",
+                     name);
+        return SL_EVENT_LANE_DROPPED;
+    }
+    if (st != LANE_ACTIVE || !ready) {
+        if (!autolanes) {
+            sl_error_set(err, SL_EINVAL,
+                         "lane \"%s\" is not declared (declare it with lane \"%s\" { env = "
+                         "\"boe\" }, or set lanes.auto = true)",
+                         name, name);
+            return SL_EVENT_UNKNOWN_LANE;
+        }
+        rc = register_auto(l, name, err);
+        if (rc)
+            return rc;
+        pthread_rwlock_rdlock(&l->lock);
+        e = find(l, name);
+        pthread_rwlock_unlock(&l->lock);
+    }
+    if (e)
+        atomic_fetch_add_explicit(&e->in, 1, memory_order_relaxed);
+    return SL_EVENT_OK;
+}
+
+void sl_lanes_each(sl_lanes *l, void (*fn)(void *ctx, const sl_lane_info *lane), void *ctx)
+{
+    pthread_rwlock_rdlock(&l->lock);
+    size_t n = l->n;
+    pthread_rwlock_unlock(&l->lock);
+    /* Entries below n never move; their state is read under the lock. */
+    for (size_t i = 0; i < n; i++) {
+        pthread_rwlock_rdlock(&l->lock);
+        bool active = l->v[i].state == LANE_ACTIVE;
+        sl_lane_info info = l->v[i].info;
+        pthread_rwlock_unlock(&l->lock);
+        if (active)
+            fn(ctx, &info);
+    }
+}
+
+bool sl_lanes_get(sl_lanes *l, const char *name, sl_lane_info *info)
+{
+    pthread_rwlock_rdlock(&l->lock);
+    const lane *e = find(l, name);
+    bool ok = e && e->state == LANE_ACTIVE;
+    if (ok && info)
+        *info = e->info;
+    pthread_rwlock_unlock(&l->lock);
+    return ok;
+}
+
+int sl_lanes_drop(sl_lanes *l, const char *name, sl_error *err)
+{
+    if (!*name || !sl_lane_valid(name, strlen(name)))
+        return sl_error_set(err, SL_EINVAL, "\"%s\" is not a lane that can be dropped", name);
+    pthread_mutex_lock(&l->add_lock);
+    pthread_rwlock_rdlock(&l->lock);
+    lane *e = find(l, name);
+    bool active = e && e->state == LANE_ACTIVE;
+    pthread_rwlock_unlock(&l->lock);
+    if (!active) {
+        pthread_mutex_unlock(&l->add_lock);
+        return sl_error_set(err, SL_ENOENT, "lane \"%s\" is not known (or already dropped)",
+                            name);
+    }
+    /* Refused from now on (auto: until it comes back as a new lane), so no
+     * event of it is stored while its consumers go. */
+    pthread_rwlock_wrlock(&l->lock);
+    e->state = LANE_DROPPED;
+    pthread_rwlock_unlock(&l->lock);
+    if (l->hooks.dropped)
+        l->hooks.dropped(l->hooks.ctx, name);
+    pthread_rwlock_wrlock(&l->lock);
+    e->since_ms = sl_clock_now_ms();
+    if (e->info.auto_ || !e->declared)
+        e->state = LANE_GONE;
+    e->info.auto_ = false;
+    int rc = save(l, err);
+    pthread_rwlock_unlock(&l->lock);
+    pthread_mutex_unlock(&l->add_lock);
+    fprintf(stderr, "sluice: lane %s dropped\n", name);
+    return rc;
+}
+
+uint64_t sl_lanes_events_in(sl_lanes *l, const char *name)
+{
+    if (!*name)
+        return atomic_load(&l->base_in);
+    pthread_rwlock_rdlock(&l->lock);
+    const lane *e = find(l, name);
+    uint64_t n = e ? atomic_load(&e->in) : 0;
+    pthread_rwlock_unlock(&l->lock);
+    return n;
+}
+
+static const char *env_name(sl_lane_env env)
+{
+    return env == SL_LANE_PPE ? "ppe" : "boe";
+}
+
+int sl_lanes_json(sl_lanes *l, int (*extra)(void *ctx, const char *lane, sl_buf *out), void *ctx,
+                  sl_buf *out)
+{
+    int rc = sl_buf_printf(out,
+                           "{\"name\":\"\",\"env\":\"base\",\"fallback\":null,\"auto\":false,"
+                           "\"declared\":true,\"dropped\":false,\"events_in\":%" PRIu64,
+                           atomic_load(&l->base_in));
+    if (!rc && extra)
+        rc = extra(ctx, "", out);
+    if (!rc)
+        rc = sl_buf_printf(out, "}");
+    pthread_rwlock_rdlock(&l->lock);
+    size_t n = l->n;
+    pthread_rwlock_unlock(&l->lock);
+    for (size_t i = 0; !rc && i < n; i++) {
+        pthread_rwlock_rdlock(&l->lock);
+        lane e = {.info = l->v[i].info, .state = l->v[i].state, .declared = l->v[i].declared};
+        uint64_t in = atomic_load(&l->v[i].in);
+        pthread_rwlock_unlock(&l->lock);
+        if (e.state == LANE_GONE)
+            continue;
+        rc = sl_buf_printf(out,
+                           ",{\"name\":\"%s\",\"env\":\"%s\",\"fallback\":\"%s\",\"auto\":%s,"
+                           "\"declared\":%s,\"dropped\":%s,\"events_in\":%" PRIu64,
+                           e.info.name, env_name(e.info.env),
+                           e.info.fallback_base ? "base" : "none", e.info.auto_ ? "true" : "false",
+                           e.declared ? "true" : "false",
+                           e.state == LANE_DROPPED ? "true" : "false", in);
+        if (!rc && extra && e.state == LANE_ACTIVE)
+            rc = extra(ctx, e.info.name, out);
+        if (!rc)
+            rc = sl_buf_printf(out, "}");
+    }
+    return rc;
+}
+
+int sl_lanes_metrics(sl_lanes *l, sl_buf *out)
+{
+    int rc = sl_buf_printf(out,
+                           "# HELP sluice_lane_events_in_total Events admitted per lane (\"\" is "
+                           "the base lane).\n"
+                           "# TYPE sluice_lane_events_in_total counter\n"
+                           "sluice_lane_events_in_total{lane=\"\"} %" PRIu64 "\n",
+                           atomic_load(&l->base_in));
+    pthread_rwlock_rdlock(&l->lock);
+    for (size_t i = 0; !rc && i < l->n; i++)
+        if (l->v[i].state != LANE_GONE)
+            rc = sl_buf_printf(out, "sluice_lane_events_in_total{lane=\"%s\"} %" PRIu64 "\n",
+                               l->v[i].info.name, atomic_load(&l->v[i].in));
+    pthread_rwlock_unlock(&l->lock);
+    return rc;
+}
+
+bool sl_lanes_auto(sl_lanes *l)
+{
+    pthread_rwlock_rdlock(&l->lock);
+    bool a = l->autolanes;
+    pthread_rwlock_unlock(&l->lock);
+    return a;
+}
+
+void sl_lanes_free(sl_lanes *l)
+{
+    if (!l)
+        return;
+    pthread_rwlock_destroy(&l->lock);
+    pthread_mutex_destroy(&l->add_lock);
+    free(l->v);
+    free(l->state_path);
+    free(l);
+}

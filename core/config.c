@@ -1818,6 +1818,12 @@ static void check_sources(loader *ld)
         if (sc->lane && !sl_lane_valid(sc->lane, strlen(sc->lane)))
             problem(ld, key_line(ld, sc->line, "lane"),
                     "%s: lane \"%s\" is not a lane name ([a-z0-9-]{1,32})", what, sc->lane);
+        else if (sc->lane && *sc->lane && !cfg->lanes_auto && !sl_config_lane(cfg, sc->lane))
+            /* Its every event would be refused (UnknownLane). */
+            problem(ld, key_line(ld, sc->line, "lane"),
+                    "%s: lane \"%s\" is not declared (add lane \"%s\" { env = \"boe\" }, or "
+                    "lanes.auto = true)",
+                    what, sc->lane, sc->lane);
         if (sc->kind == SL_SOURCE_FILE) {
             if (!sc->path)
                 problem(ld, sc->line, "%s: path is required (a file or a glob)", what);

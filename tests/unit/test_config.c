@@ -595,7 +595,7 @@ static void test_sources(void **state)
     sl_config *cfg = NULL;
     char *diag;
     int rc = load(f,
-                  "set \"logs\" { }\nset \"gh\" { }\n"
+                  "set \"logs\" { }\nset \"gh\" { }\nlane \"feature-x\" { }\n"
                   "source.file { path = \"logs/*.log\", set = \"logs\", type = \"app.log\",\n"
                   "  parse = \"text\", multiline = \"^[0-9]{4}-\", max_line = \"64KiB\",\n"
                   "  long_lines = \"skip\", start = \"beginning\", lane = \"feature-x\" }\n"
@@ -748,6 +748,23 @@ static void test_lanes_auto(void **state)
     expect_mistake(f, "lanes {\n  auto = true,\n  mode = 1 }\n", 3, "unknown key \"mode\"");
     expect_mistake(f, "lanes.auto = \"yes\"\n", 1, "auto must be true or false");
     expect_mistake(f, "lanes \"x\"\n", 1, "lanes: the body must be a table");
+    /* A source's lane must be declared too, or every event of it would be refused. */
+    expect_mistake(f, "set \"logs\" { }\nsource.file { path = \"/tmp/x.log\", set = \"logs\",\n"
+                      "  lane = \"qa\" }\n",
+                   3, "source.file \"file-logs\": lane \"qa\" is not declared");
+    static const char *const src_ok[] = {
+        "set \"logs\" { }\nlane \"qa\" { }\nsource.file { path = \"/tmp/x.log\", set = \"logs\", "
+        "lane = \"qa\" }\n",
+        "set \"logs\" { }\nlanes.auto = true\nsource.file { path = \"/tmp/x.log\", set = \"logs\", "
+        "lane = \"qa\" }\n"};
+    for (size_t i = 0; i < sizeof src_ok / sizeof *src_ok; i++) {
+        sl_config *cfg = NULL;
+        char *diag;
+        if (load(f, src_ok[i], &cfg, &diag))
+            fail_msg("%s: %s", src_ok[i], diag);
+        free(diag);
+        sl_config_free(cfg);
+    }
 }
 
 #define LANE_BASE                                                                                 \

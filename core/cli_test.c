@@ -187,31 +187,48 @@ static void rule_names(const sl_config *cfg, char *out, size_t cap)
         memcpy(out + cap - 4, "...", 4);
 }
 
-/* Evaluates the accepted events (t->evp/evl, n of them) with the rule;
- * failures go to the list at slot. Returns 0 or SL_ENOMEM. */
+/* What the runner does with an event of lane for base rule ridx
+ * (docs/lanes.md): the rule number to evaluate in *at (the lane's override,
+ * or the base rule when the lane falls back to it), or false when the lane
+ * has no route here (ppe lanes by default: nothing is delivered). */
+static bool lane_route(const sl_config *cfg, size_t ridx, const char *lane, size_t *at)
+{
+    *at = ridx;
+    if (!*lane || sl_config_override(cfg, ridx, lane, at))
+        return true;
+    const sl_lane_decl *d = sl_config_lane(cfg, lane);
+    return !d || d->fallback_base; /* undeclared: an auto lane, boe */
+}
+
+/* Evaluates the accepted events (t->evp/evl, n of them) with the rule, each
+ * by the rule's route for its lane; failures go to the list at slot.
+ * Returns 0 or SL_ENOMEM. */
 static int evaluate(tester *t, sl_rule_vm *vm, size_t ridx, size_t n, int slot)
 {
     const sl_rule_config *rc = &t->cfg->rules[ridx];
     sl_input_ctx ictx = {.rule = rc->name, .now_ms = t->now_ms};
     sl_rule_out_reset(&t->out);
-    if (rc->transform_batch) {
-        /* The runner gives transform_batch one lane per call. */
-        for (size_t a = 0, b; a < n; a = b) {
-            for (b = a + 1; b < n && strcmp(t->lanes[a], t->lanes[b]) == 0; b++)
-                ;
+    /* The runner gives transform_batch one lane per call. */
+    for (size_t a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && strcmp(t->lanes[a], t->lanes[b]) == 0; b++)
+            ;
+        size_t at;
+        if (!lane_route(t->cfg, ridx, t->lanes[a], &at))
+            continue;
+        if (sl_config_rule_at(t->cfg, at)->transform_batch) {
             size_t passed = 0;
             sl_error err = {0};
-            if (sl_rule_eval_batch(vm, ridx, t->evp + a, t->evl + a, b - a, &ictx, &t->out, &passed,
+            if (sl_rule_eval_batch(vm, at, t->evp + a, t->evl + a, b - a, &ictx, &t->out, &passed,
                                    &err))
                 add_failure(t->T, slot, t->num[a], t->num[b - 1], err.msg, NULL);
+            continue;
         }
-        return 0;
-    }
-    for (size_t j = 0; j < n; j++) {
-        sl_rule_outcome oc;
-        sl_error err = {0};
-        if (sl_rule_eval(vm, ridx, t->evp[j], t->evl[j], &ictx, &t->out, &oc, &err))
-            add_failure(t->T, slot, t->num[j], t->num[j], err.msg, NULL);
+        for (size_t j = a; j < b; j++) {
+            sl_rule_outcome oc;
+            sl_error err = {0};
+            if (sl_rule_eval(vm, at, t->evp[j], t->evl[j], &ictx, &t->out, &oc, &err))
+                add_failure(t->T, slot, t->num[j], t->num[j], err.msg, NULL);
+        }
     }
     return 0;
 }

@@ -2147,6 +2147,24 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
                                     "\n",
                                r->runs[i]->rc->name, r->runs[i]->lane,
                                atomic_load(&r->runs[i]->unrouted_n));
+    /* The runs of a lane are made together (add_lane_runs), so a lane's
+     * runs are next to each other. */
+    rc = rc ? rc : sl_buf_printf(out, "# HELP sluice_lane_delivered_total Payloads the rules "
+                                      "delivered per lane (\"\" is the base lane).\n"
+                                      "# TYPE sluice_lane_delivered_total counter\n");
+    for (size_t i = 0; !rc && i < n;) {
+        const char *lane = r->runs[i]->lane;
+        uint64_t sum = 0;
+        bool live = false;
+        for (; i < n && strcmp(r->runs[i]->lane, lane) == 0; i++)
+            if (!atomic_load(&r->runs[i]->dropped)) {
+                sum += atomic_load(&r->runs[i]->ctr.delivered);
+                live = true;
+            }
+        if (live)
+            rc = sl_buf_printf(out, "sluice_lane_delivered_total{lane=\"%s\"} %" PRIu64 "\n", lane,
+                               sum);
+    }
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_target_healthy gauge\n");
     for (size_t i = 0; !rc && i < n; i++) {
         rule_run *rr = r->runs[i];

@@ -192,11 +192,14 @@ void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
         e->declared = true;
         e->info.env = d->env;
         e->info.fallback_base = d->fallback_base;
-        if (e->state == LANE_GONE || (e->state == LANE_ACTIVE && e->info.auto_)) {
-            changed |= e->info.auto_; /* an auto lane now declared: no longer remembered */
+        if (e->state == LANE_GONE) {
+            /* Newly declared: its first event waits in the added hook for
+             * the runner of this config (a reload may be under way). */
             e->state = LANE_ACTIVE;
+            e->ready = false;
+        } else if (e->state == LANE_ACTIVE && e->info.auto_) {
+            changed = true; /* an auto lane now declared: no longer remembered */
             e->info.auto_ = false;
-            e->ready = true; /* the runner of this config makes its consumers */
         }
     }
     for (size_t i = 0; i < l->n; i++) {
@@ -216,22 +219,24 @@ void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
     pthread_mutex_unlock(&l->add_lock);
 }
 
-/* The first event of lane name under lanes.auto: register it, make its
- * consumers, then let events in. */
-static sl_event_status register_auto(sl_lanes *l, const char *name, sl_error *err)
+/* The first event of a lane: a newly declared lane, or an unknown one under
+ * lanes.auto (registered here). Its consumers are made (the added hook)
+ * before any event of it is let in. */
+static sl_event_status make_ready(sl_lanes *l, const char *name, sl_error *err)
 {
     pthread_mutex_lock(&l->add_lock);
     pthread_rwlock_wrlock(&l->lock);
     sl_event_status st = SL_EVENT_OK;
     lane *e = find(l, name);
     if (e && e->state == LANE_ACTIVE && e->ready)
-        goto out; /* another thread registered it meanwhile */
+        goto out; /* another thread did it meanwhile */
     if (e && e->state == LANE_DROPPED) {
         st = SL_EVENT_LANE_DROPPED;
         sl_error_set(err, SL_EINVAL, "lane \"%s\" was dropped (sluice lane drop)", name);
         goto out;
     }
-    if (!l->autolanes) { /* a reload turned lanes.auto off meanwhile */
+    bool declared = e && e->state == LANE_ACTIVE;
+    if (!declared && !l->autolanes) { /* a reload turned lanes.auto off meanwhile */
         st = SL_EVENT_UNKNOWN_LANE;
         sl_error_set(err, SL_EINVAL, "lane \"%s\" is not declared", name);
         goto out;
@@ -244,29 +249,34 @@ static sl_event_status register_auto(sl_lanes *l, const char *name, sl_error *er
                      name, SL_LANES_MAX);
         goto out;
     }
-    e->info.auto_ = true;
-    e->info.env = SL_LANE_BOE;
-    e->info.fallback_base = true;
-    e->state = LANE_ACTIVE; /* a runner starting now includes it */
+    if (!declared) {
+        e->info.auto_ = true;
+        e->info.env = SL_LANE_BOE;
+        e->info.fallback_base = true;
+        e->state = LANE_ACTIVE; /* a runner starting now includes it */
+        e->since_ms = sl_clock_now_ms();
+    }
     e->ready = false;
-    e->since_ms = sl_clock_now_ms();
     sl_lane_info info = e->info;
     pthread_rwlock_unlock(&l->lock);
     sl_error herr = {0};
     int rc = l->hooks.added ? l->hooks.added(l->hooks.ctx, &info, &herr) : 0;
     pthread_rwlock_wrlock(&l->lock);
     if (rc) {
-        e->state = LANE_GONE;
+        if (!declared)
+            e->state = LANE_GONE;
         st = SL_EVENT_UNKNOWN_LANE;
         sl_error_set(err, SL_EINVAL, "lane \"%s\" cannot be added: %s", name, herr.msg);
         goto out;
     }
+    e->ready = true;
+    if (declared)
+        goto out;
     /* Remembered before its first event is stored, so that a restart makes
      * its consumers again. */
     sl_error serr = {0};
     if (save(l, &serr))
         fprintf(stderr, "sluice: %s\n", serr.msg);
-    e->ready = true;
     fprintf(stderr, "sluice: lane %s added (lanes.auto, boe, fallback to base)\n", name);
 out:
     pthread_rwlock_unlock(&l->lock);
@@ -295,14 +305,14 @@ sl_event_status sl_lanes_admit(sl_lanes *l, const char *name, sl_error *err)
         return SL_EVENT_LANE_DROPPED;
     }
     if (st != LANE_ACTIVE || !ready) {
-        if (!autolanes) {
+        if (st != LANE_ACTIVE && !autolanes) {
             sl_error_set(err, SL_EINVAL,
                          "lane \"%s\" is not declared (declare it with lane \"%s\" { env = "
                          "\"boe\" }, or set lanes.auto = true)",
                          name, name);
             return SL_EVENT_UNKNOWN_LANE;
         }
-        rc = register_auto(l, name, err);
+        rc = make_ready(l, name, err);
         if (rc)
             return rc;
         pthread_rwlock_rdlock(&l->lock);

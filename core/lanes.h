@@ -11,7 +11,9 @@
  *
  * A new lane's rule consumers must exist before its first event is stored
  * (they start at the partitions' next offsets): sl_lanes_admit() calls the
- * `added` hook, synchronously, before it admits the first event of a lane.
+ * `added` hook, synchronously, before it admits the first event of a lane
+ * (an auto lane, or one a config declared since: during a reload the hook
+ * waits for the new runner).
  * `sluice lane drop L` calls the `dropped` hook (the runner stops L's
  * consumers and deletes their cursors); an auto lane is then forgotten (it
  * comes back as a new lane if events name it again), a declared one stays
@@ -46,8 +48,9 @@ typedef struct sl_lane_info {
 
 typedef struct sl_lanes_hooks {
     void *ctx;
-    /* A lane is about to get its first event: create its consumers. A
-     * failure refuses the event (and the lane is tried again next time). */
+    /* A lane is about to get its first event: create its consumers (those
+     * that exist are kept). A failure refuses the event (and the lane is
+     * tried again next time). */
     int (*added)(void *ctx, const sl_lane_info *lane, sl_error *err);
     /* A lane is being dropped: stop its consumers and delete their cursors. */
     void (*dropped)(void *ctx, const char *lane);

@@ -150,6 +150,18 @@ static void post_base(it_server *s, const char *prefix, int n)
     }
 }
 
+/* Posts n events of lane fx with ids PREFIX0 … PREFIX(n-1), all accepted. */
+static void post_fx(it_server *s, const char *prefix, int n)
+{
+    const char *hdrs[] = {"X-Sluice-Lane: fx", NULL};
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"%s%d\",\"source\":"
+                                           "\"/t\",\"type\":\"t\"}\n", prefix, i), 0);
+    json_decref(it_post_all(s, "orders", hdrs, &b, (size_t)n));
+    sl_buf_free(&b);
+}
+
 static void test_reload_declares_lane_under_traffic(void **state)
 {
     it_server *s = *state;
@@ -228,20 +240,11 @@ static void test_restart_and_override_removed(void **state)
     it_path(base_path, s, "base.ndjson");
     it_path(fx_path, s, "fx.ndjson");
     it_start_config(s, cfg, WAIT_S);
-    const char *hdrs[] = {"X-Sluice-Lane: fx", NULL};
-    sl_buf b = SL_BUF_INIT;
-    for (int i = 0; i < 50; i++)
-        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"fx-a%d\",\"source\":"
-                                           "\"/t\",\"type\":\"t\"}\n", i), 0);
-    json_decref(it_post_all(s, "orders", hdrs, &b, 50));
+    post_fx(s, "fx-a", 50);
     it_wait_caught_up(s, WAIT_S);
     assert_int_equal(it_srv_stop(s, SIGTERM, WAIT_S), 0);
     it_restart(s, WAIT_S);
-    b.len = 0;
-    for (int i = 0; i < 30; i++)
-        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"fx-b%d\",\"source\":"
-                                           "\"/t\",\"type\":\"t\"}\n", i), 0);
-    json_decref(it_post_all(s, "orders", hdrs, &b, 30));
+    post_fx(s, "fx-b", 30);
     it_wait_caught_up(s, WAIT_S);
     ids fx = read_ids(fx_path);
     if (fx.n != 80)
@@ -259,11 +262,7 @@ static void test_restart_and_override_removed(void **state)
     while (!it_log_contains(s, "reload") && it_mono() - t0 < WAIT_S)
         it_sleep_ms(20);
     it_sleep_ms(500);
-    b.len = 0;
-    for (int i = 0; i < 10; i++)
-        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"fx-c%d\",\"source\":"
-                                           "\"/t\",\"type\":\"t\"}\n", i), 0);
-    json_decref(it_post_all(s, "orders", hdrs, &b, 10));
+    post_fx(s, "fx-c", 10);
     it_wait_caught_up(s, WAIT_S);
     ids base = read_ids(base_path);
     fx = read_ids(fx_path);
@@ -277,7 +276,6 @@ static void test_restart_and_override_removed(void **state)
     }
     ids_free(&base);
     ids_free(&fx);
-    sl_buf_free(&b);
     s->passed = true;
 }
 

@@ -6,6 +6,8 @@
 #   make bench      benchmarks with same-run references
 #   make soak       the slow fault tests (not part of `make test`)
 #   make format     apply .clang-format
+#   make lib        the client library libsluice (build/lib), its pkg-config file and example
+#   make install    install the client library: PREFIX=/usr/local, DESTDIR= for staging
 
 CC      ?= cc
 PKGS    := libcurl libmicrohttpd jansson rdkafka libzstd lua5.4 cmocka libcrypto
@@ -49,15 +51,15 @@ TPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TPLUGIN_BIN := $(TPLUGIN_SRC:tests/plugins/%.c=build/rel/tests/plugins/%.so)
 
 .PRECIOUS: $(B)/tests/%.o
-.PHONY: all run test unit itests bench soak format clean
-all: bin/sluice $(PLUGIN_BIN)
+.PHONY: all run test unit itests bench soak format clean lib install FORCE
+all: bin/sluice $(PLUGIN_BIN) lib
 
-bin/sluice: $(B)/core/main.o $(B)/libsluice.a
+bin/sluice: $(B)/core/main.o $(B)/libsluice-core.a
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # A plugin is built against the repo's headers only: sluice hands it every
-# function it may call, so it does not link libsluice (-z defs proves it) and
+# function it may call, so it does not link libsluice-core (-z defs proves it) and
 # is never sanitized (the program loading it may not be). Order-only: building
 # bin/sluice builds the plugins without relinking it when one changes.
 bin/sluice: | $(PLUGIN_BIN)
@@ -72,7 +74,7 @@ build/rel/tests/plugins/%.so: tests/plugins/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -o $@ $<
 
-$(B)/libsluice.a: $(LIB_OBJ)
+$(B)/libsluice-core.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
@@ -88,7 +90,7 @@ $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(B)/tests/%: $(B)/tests/%.o $(B)/tests/testutil.o $(B)/libsluice.a
+$(B)/tests/%: $(B)/tests/%.o $(B)/tests/testutil.o $(B)/libsluice-core.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/%.o: tests/unit/%.c
@@ -99,7 +101,7 @@ $(B)/tests/%.o: tests/unit/%.c
 # receiver.c the scriptable HTTP endpoint; both are linked into each. The
 # headers the .d files add to $^ are left out of the command line.
 build/rel/itests/%: tests/integration/%.c build/rel/itests/itest.o build/rel/itests/receiver.o \
-		build/rel/tests/testutil.o build/rel/libsluice.a
+		build/rel/tests/testutil.o build/rel/libsluice-core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $(filter-out %.h,$^) $(LDLIBS)
 
@@ -107,9 +109,77 @@ build/rel/itests/itest.o build/rel/itests/receiver.o: build/rel/itests/%.o: test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -c -o $@ $<
 
-build/rel/bench/%: bench/%.c build/rel/libsluice.a
+build/rel/bench/%: bench/%.c build/rel/libsluice-core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---- libsluice, the C client library (include/sluice.h, client/) ----------------
+# Built from client/ alone, never from core/: an application linking it must not
+# get the server's sl_* names. Hidden visibility, so only the functions marked
+# SL_CLIENT_API (sl_client_*) are exported; never sanitized, like plugins, since
+# the programs linking it may not be.
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+CLIENT_VERSION := 0.1.0
+CLIENT_SRC := $(wildcard client/*.c)
+CLIENT_OBJ := $(CLIENT_SRC:%.c=build/lib/obj/%.o)
+CLIENT_CFLAGS = $(WARN) $(OPT) -D_GNU_SOURCE -fvisibility=hidden -fPIC -pthread -Iinclude \
+                $(shell pkg-config --cflags libcurl) -MMD -MP
+CLIENT_LIBS = $(shell pkg-config --libs libcurl) -pthread
+CLIENT_LIB := build/lib/libsluice.a build/lib/libsluice.so build/lib/pkgconfig/sluice.pc
+
+lib: $(CLIENT_LIB) build/lib/examples/client
+
+build/lib/obj/client/%.o: client/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CLIENT_CFLAGS) -c -o $@ $<
+
+build/lib/libsluice.a: $(CLIENT_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+# The real file carries the full version, libsluice.so.0 (the soname) is what
+# programs load, libsluice.so is what -lsluice finds. -z defs: every symbol
+# comes from libcurl, pthread or libc.
+build/lib/libsluice.so.$(CLIENT_VERSION): $(CLIENT_OBJ)
+	$(CC) -shared -Wl,-soname,libsluice.so.0 -Wl,-z,defs -o $@ $^ $(CLIENT_LIBS)
+
+build/lib/libsluice.so: build/lib/libsluice.so.$(CLIENT_VERSION)
+	ln -sf libsluice.so.$(CLIENT_VERSION) build/lib/libsluice.so.0
+	ln -sf libsluice.so.$(CLIENT_VERSION) $@
+
+# Regenerated on every make (FORCE) but rewritten only when PREFIX changed it,
+# so `make install PREFIX=…` installs a file that names its own prefix.
+build/lib/pkgconfig/sluice.pc: client/sluice.pc.in FORCE
+	@mkdir -p $(dir $@)
+	@sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	     -e 's|@VERSION@|$(CLIENT_VERSION)|' $< >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+
+# The example, built against the tree's header and static library (the
+# pkg-config route is tests/integration/test_client_pkgconfig.sh).
+build/lib/examples/client: examples/client/main.c build/lib/libsluice.a include/sluice.h
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) $(OPT) -Iinclude -pthread -o $@ $< build/lib/libsluice.a $(CLIENT_LIBS)
+
+install: $(CLIENT_LIB)
+	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 include/sluice.h $(DESTDIR)$(INCDIR)/sluice.h
+	install -m 644 build/lib/libsluice.a $(DESTDIR)$(LIBDIR)/libsluice.a
+	install -m 755 build/lib/libsluice.so.$(CLIENT_VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libsluice.so.$(CLIENT_VERSION) $(DESTDIR)$(LIBDIR)/libsluice.so.0
+	ln -sf libsluice.so.$(CLIENT_VERSION) $(DESTDIR)$(LIBDIR)/libsluice.so
+	install -m 644 build/lib/pkgconfig/sluice.pc $(DESTDIR)$(LIBDIR)/pkgconfig/sluice.pc
+
+# The client test links both the harness (libsluice-core.a) and the client
+# library: they share no symbol, the client's being sl_client_* only.
+build/rel/itests/test_client: tests/integration/test_client.c build/rel/itests/itest.o \
+		build/rel/itests/receiver.o build/rel/tests/testutil.o build/rel/libsluice-core.a \
+		build/lib/libsluice.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iinclude -Itests/unit -Itests/integration -o $@ $(filter-out %.h,$^) \
+		$(LDLIBS)
 
 run: bin/sluice
 	@echo "sluice: starting on the embedded default (data in ./sluice-data, http://127.0.0.1:8080)"
@@ -126,7 +196,7 @@ test:
 	@$(MAKE) -s SANITIZE=address,undefined unit
 	@scripts/run-tests.sh build/rel/tests build/san/tests build/rel/itests
 
-itests: $(ITEST_BIN) $(TOOL_BIN) $(PLUGIN_BIN) $(TPLUGIN_BIN)
+itests: $(ITEST_BIN) $(TOOL_BIN) $(PLUGIN_BIN) $(TPLUGIN_BIN) lib
 
 build/rel/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
@@ -140,7 +210,8 @@ soak: bin/sluice $(TEST_BIN) $(ITEST_BIN)
 
 format:
 	clang-format -i $(wildcard core/*.[ch] connectors/*.[ch] rules/*.[ch] tests/unit/*.[ch] \
-		tests/integration/*.[ch] bench/*.[ch] bench/http/*.[ch])
+		tests/integration/*.[ch] bench/*.[ch] bench/http/*.[ch] client/*.[ch] include/*.h \
+		examples/client/*.c)
 
 clean:
 	rm -rf build bin

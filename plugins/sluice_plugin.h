@@ -2,7 +2,7 @@
  * plugins/sluice_plugin.h — what a sluice plugin includes (plugins/README.md).
  *
  * It brings the ABI (core/plugin.h, core/connector.h) and two conveniences
- * that need nothing from libsluice: the export marker for the two symbols
+ * that need nothing from the server's code (libsluice-core.a): the export marker for the two symbols
  * sluice looks up, and a look-up of one key's value among the "name=value"
  * option lines of a block (sl_target_config.options for a target plugin,
  * sl_source_config.options in a source plugin's check(); a running source

@@ -41,4 +41,7 @@ int sl_cli_check_main(int argc, char **argv);
  * their targets would receive, without starting anything (docs/testing.md). */
 int sl_cli_test_main(int argc, char **argv);
 
+/* sluice databus --listen … --upstream URL: the local agent (core/agent.h). */
+int sl_cli_databus_main(int argc, char **argv);
+
 #endif

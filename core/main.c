@@ -21,6 +21,7 @@ static void usage(FILE *f)
           "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  redrive DLQSET --to SET    move a dead-letter set's events back to SET\n"
           "  lane list|drop LANE        the server's lanes; stop a lane's routes and cursors\n"
+          "  databus --listen unix:PATH --upstream URL  the local Databus agent (docs/agent.md)\n"
           "  replay RULE --from TIME    deliver a rule's events of a time window again\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
@@ -62,6 +63,8 @@ int main(int argc, char **argv)
         return sl_cli_schema_main(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return sl_cli_demo_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "databus") == 0)
+        return sl_cli_databus_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("sluice %s\n", SLUICE_VERSION);
         return 0;

@@ -109,6 +109,12 @@ static int ingest(tester *t, const sl_rule_config *rc, const sl_set_decl *set, c
     sl_event_status st = sl_event_parse(json, len, &lim, &t->ev, &e);
     if (st == SL_EVENT_OK && sl_config_check_event(set, &t->ev, &e))
         st = SL_EVENT_SCHEMA_VIOLATION;
+    /* As the server's lane registry (core/lanes.h) would. */
+    if (st == SL_EVENT_OK && t->ev.lane[0] && !t->cfg->lanes_auto &&
+        !sl_config_lane(t->cfg, t->ev.lane)) {
+        st = SL_EVENT_UNKNOWN_LANE;
+        sl_error_set(&e, SL_EINVAL, "lane \"%s\" is not declared", t->ev.lane);
+    }
     if (st != SL_EVENT_OK)
         return sl_error_set(err, SL_EINVAL, "refused at ingest: %s: %s", sl_event_status_name(st),
                             e.msg[0] ? e.msg : "invalid");
@@ -197,7 +203,7 @@ static bool lane_route(const sl_config *cfg, size_t ridx, const char *lane, size
     if (!*lane || sl_config_override(cfg, ridx, lane, at))
         return true;
     const sl_lane_decl *d = sl_config_lane(cfg, lane);
-    return !d || d->fallback_base; /* undeclared: an auto lane, boe */
+    return !d || d->fallback_base; /* undeclared (ingest let it in): an auto lane, boe */
 }
 
 /* Evaluates the accepted events (t->evp/evl, n of them) with the rule, each

@@ -499,6 +499,7 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
             w->n = bp->pending_n;
             w->first = bp->next - (int64_t)bp->pending_n;
             w->done_bytes = w->done_n = 0;
+            w->mixed = false; /* the lanes of this round only */
             w->rc = 0;
             bp->pending_n = 0;
             bp->busy = true;

@@ -24,3 +24,10 @@ test "audit: no override and no fallback for the ppe lane" {
   events = { order("base-1"), order("rc-1", "release-42"), order("fy-1", "feature-y") },
   expect = { { id = "base-1" }, { id = "fy-1" } },
 }
+
+test "a lane the config does not declare is refused, as the server refuses it" {
+  rule = "billing",
+  events = { order("x-1", "no-such-lane"), order("base-2") },
+  expect = { { id = "base-2" } },
+  expect_error = "UnknownLane",
+}

@@ -424,6 +424,11 @@ int sl_client_flush(sl_client *c, int timeout_ms)
 {
     if (!c)
         return SL_CLIENT_EINVAL;
+    /* From a delivery callback it would wait for that very callback to
+     * return: refuse rather than hang. c->thread is set before any event can
+     * be sent, hence before any callback runs. */
+    if (pthread_equal(pthread_self(), c->thread))
+        return SL_CLIENT_EINVAL;
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
     if (timeout_ms >= 0) {

@@ -10,10 +10,19 @@
  * pipelined: the client writes without waiting, keeps the written messages in
  * order, and pops one per ack.
  *
- * When the connection fails (refused, closed, an ack missing for timeout_ms,
- * an answer that does not fit the protocol), every message written but not
- * acknowledged goes back to the front of the queue and is written again on
- * the next connection, after a back-off: at-least-once delivery.
+ * When the connection fails (refused, not established within timeout_ms,
+ * closed, stalled, an answer that does not fit the protocol), every message
+ * written but not acknowledged goes back to the front of the queue and is
+ * written again on the next connection, after a back-off: at-least-once
+ * delivery.
+ *
+ * A slow agent is not a dead one. The agent answers a line only once upstream
+ * stored it or it spooled it (up to the upstream request timeout, 10 s, plus
+ * spool_after, 1 s, later), and it applies back-pressure by not reading. So
+ * the connection is given up only when it stalls: lines await their answers,
+ * everything is written (the socket is not merely full), and no byte has been
+ * read from it and none taken by it for stall_ms() (at least a minute).
+ * Resending on a live but slow connection would only store everything twice.
  */
 #include "client_internal.h"
 
@@ -29,6 +38,8 @@
 
 #define IN_MAX 65536 /* longest ack line: the agent's messages are short */
 
+int sl_client__agent_stall_min_ms = 60000;
+
 typedef struct agent {
     sl_client *c;
     int fd; /* -1 when not connected */
@@ -41,10 +52,17 @@ typedef struct agent {
     char in[IN_MAX];
     size_t ilen;
     uint64_t seq;        /* acks read on this connection */
-    int64_t progress_ms; /* last ack, or when the oldest unacked line was written */
+    int64_t progress_ms; /* last byte read from or written to the connection */
     int backoff_ms;
     int64_t retry_at_ms;
 } agent;
+
+/* How long a connection may make no progress while lines await answers. */
+static int64_t stall_ms(const sl_client *c)
+{
+    return c->timeout_ms > sl_client__agent_stall_min_ms ? c->timeout_ms
+                                                         : sl_client__agent_stall_min_ms;
+}
 
 /* Drops the connection: everything not acknowledged is written again on the
  * next one, after a back-off. */
@@ -131,8 +149,6 @@ static void fill(agent *a)
         }
         memcpy(a->out + a->olen, m->line, m->line_len);
         a->olen += m->line_len;
-        if (!a->sent.n)
-            a->progress_ms = sl_client__now_ms(); /* the ack clock starts now */
         sl_client__q_push(&a->sent, sl_client__q_pop(&a->unsent));
     }
 }
@@ -144,6 +160,7 @@ static int flush_out(agent *a)
         ssize_t n = send(a->fd, a->out + a->opos, a->olen - a->opos, MSG_NOSIGNAL);
         if (n > 0) {
             a->opos += (size_t)n;
+            a->progress_ms = sl_client__now_ms(); /* the agent takes our bytes */
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -229,6 +246,7 @@ static int read_acks(agent *a)
         if (n < 0)
             return errno == EINTR ? 0 : (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
         a->ilen += (size_t)n;
+        a->progress_ms = sl_client__now_ms();
         char *p = a->in, *end = a->in + a->ilen, *nl;
         while ((nl = memchr(p, '\n', (size_t)(end - p)))) {
             if (on_ack(a, p, nl) < 0)
@@ -248,13 +266,8 @@ void sl_client__agent_run(sl_client *c)
         sl_client__take(c, &a.unsent, &t);
         if (t.stopping)
             break;
-        int64_t now = sl_client__now_ms(), wait = 1000;
-        if (a.fd < 0 && (a.unsent.n || a.sent.n)) {
-            if (now >= a.retry_at_ms)
-                connect_start(&a);
-            else
-                wait = a.retry_at_ms - now;
-        }
+        if (a.fd < 0 && a.unsent.n && sl_client__now_ms() >= a.retry_at_ms)
+            connect_start(&a); /* on failure, drop() set the next retry_at_ms */
         if (a.fd >= 0 && !a.connecting) {
             fill(&a);
             if (flush_out(&a) < 0) {
@@ -262,18 +275,22 @@ void sl_client__agent_run(sl_client *c)
                 continue;
             }
         }
-        if (a.fd >= 0) {
-            /* Connect and ack timeouts: a silent agent is as good as gone. */
-            int64_t dl = a.connecting ? a.conn_start_ms + c->timeout_ms
-                         : a.sent.n   ? a.progress_ms + c->timeout_ms
-                                      : INT64_MAX;
-            if (dl <= now) {
-                drop(&a);
-                continue;
-            }
-            if (dl - now < wait)
-                wait = dl - now;
+        /* The next deadline: the retry after a back-off; the connect timeout;
+         * or the stall timeout, which runs only while lines await answers and
+         * all is written: a full socket is the agent's back-pressure. */
+        int64_t now = sl_client__now_ms(), dl = INT64_MAX, wait = 1000;
+        if (a.fd < 0)
+            dl = a.unsent.n ? a.retry_at_ms : INT64_MAX;
+        else if (a.connecting)
+            dl = a.conn_start_ms + c->timeout_ms;
+        else if (a.sent.n && a.opos == a.olen)
+            dl = a.progress_ms + stall_ms(c);
+        if (a.fd >= 0 && dl <= now) {
+            drop(&a);
+            continue;
         }
+        if (dl != INT64_MAX && dl - now < wait)
+            wait = dl > now ? dl - now : 0;
         struct pollfd pf[2] = {{.fd = c->wake_rd, .events = POLLIN}, {.fd = a.fd}};
         if (a.fd >= 0)
             pf[1].events = a.connecting ? POLLOUT : POLLIN | (a.opos < a.olen ? POLLOUT : 0);

@@ -10,10 +10,11 @@
  * also reuses the connections; the wake pipe is polled with it.
  *
  * Answers (docs/http-api.md "Publish"): 200 carries one result per NDJSON line,
- * in order, {"partition","offset"} or {"error","message","index"}; 429, 5xx
- * and transport errors are retried after a back-off (the whole batch, so some
- * events may be stored twice when an answer was lost); any other status fails
- * the batch with the server's {"error","message"}.
+ * in order, {"partition","offset"} or {"error","message","index"}; 408, 429,
+ * 5xx and transport errors are retried after a back-off (the whole batch, so
+ * some events may be stored twice when an answer was lost); 413 splits the
+ * batch; any other status fails the batch with the server's
+ * {"error","message"}.
  */
 #include "client_internal.h"
 
@@ -311,8 +312,10 @@ static void finish(http *h, hreq *r, CURLcode rc)
         k->max_bytes = len / 2 ? len / 2 : 1;
         sl_client__q_prepend(&k->pending, &r->msgs);
         k->since_ms = 0;
-    } else if (status == 429 || status >= 500) {
-        retry = true; /* Backpressure, ShuttingDown, a disk error: all passing */
+    } else if (status == 408 || status == 429 || status >= 500) {
+        /* RequestTimeout (the body came too slowly: nothing was stored),
+         * Backpressure, ShuttingDown, a disk error: all passing. */
+        retry = true;
     } else {
         char code[64] = "", msg[512] = "";
         const char *a = r->answer ? r->answer : "";

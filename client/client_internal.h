@@ -118,6 +118,12 @@ int64_t sl_client__retry_at(int backoff_ms);
 void sl_client__http_run(sl_client *c);
 void sl_client__agent_run(sl_client *c);
 
+/* The agent transport gives a connection up when lines await answers, all is
+ * written, and nothing was read from or taken by the socket for
+ * max(timeout_ms, this) ms. 60000; tests lower it (set it before opening the
+ * client: the I/O thread reads it unlocked). */
+extern int sl_client__agent_stall_min_ms;
+
 /* ---- a small JSON scanner (client_json.c) -----------------------------------
  * Enough to check that an event is one object and to read the server's and
  * agent's answers; pointers into the caller's text, no allocation. */

@@ -79,13 +79,6 @@ static int add_event(ingest *in, const char *json, size_t len)
     sl_event_status st = sl_event_parse(json, len, &in->lim, &in->ev, &err);
     if (st == SL_EVENT_OK)
         st = sl_event_apply_lane(&in->ev, in->lane, &err);
-    const sl_http_hooks *hk = &in->r->h->hooks;
-    if (st == SL_EVENT_OK && hk->validate) {
-        int vs = hk->validate(hk->ctx, in->set, &in->ev, &err);
-        if (vs)
-            st = vs > 0 && vs < SL_EVENT_STATUS_COUNT ? (sl_event_status)vs
-                                                      : SL_EVENT_SCHEMA_VIOLATION;
-    }
     if (st != SL_EVENT_OK) {
         fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
         return 0;
@@ -103,6 +96,17 @@ static int add_event(ingest *in, const char *json, size_t len)
                  "%u",
                  e->len, in->set->cfg.max_event_bytes);
         fail_entry(in, e, SL_EVENT_TOO_LARGE, msg);
+        return 0;
+    }
+    /* Schemas and the lane last: a lane is admitted (and a new one
+     * registered) only for an event that is otherwise fit to store. */
+    const sl_http_hooks *hk = &in->r->h->hooks;
+    int vs = hk->validate ? hk->validate(hk->ctx, in->set, &in->ev, &err) : 0;
+    if (vs) {
+        in->arena.len = e->off;
+        st = vs > 0 && vs < SL_EVENT_STATUS_COUNT ? (sl_event_status)vs
+                                                  : SL_EVENT_SCHEMA_VIOLATION;
+        fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
         return 0;
     }
     e->key_len = SIZE_MAX;

@@ -212,8 +212,6 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
      * may still be the old one. */
     if (st == SL_EVENT_OK && s->decl && sl_config_check_event(s->decl, &s->ev, &e))
         st = SL_EVENT_SCHEMA_VIOLATION;
-    if (st == SL_EVENT_OK && s->owner->opts.lanes)
-        st = sl_lanes_admit(s->owner->opts.lanes, s->ev.lane, &e);
     if (st != SL_EVENT_OK)
         return refuse(s, st, err, e.msg[0] ? e.msg : sl_event_status_name(st));
     if (s->n == s->cap && grow_batch(s))
@@ -230,6 +228,13 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
         snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's max_event of %u",
                  p->len, s->set->cfg.max_event_bytes);
         return refuse(s, SL_EVENT_TOO_LARGE, err, msg);
+    }
+    /* The lane last: admitted (a new one registered) only for an event
+     * otherwise fit to store. */
+    if (s->owner->opts.lanes &&
+        (st = sl_lanes_admit(s->owner->opts.lanes, s->ev.lane, &e)) != SL_EVENT_OK) {
+        s->arena.len = mark;
+        return refuse(s, st, err, e.msg);
     }
     p->key_len = SIZE_MAX;
     if (s->ev.key) {
@@ -323,12 +328,6 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
         (m->content_type && !attr_ok(m->content_type, strlen(m->content_type))) ||
         (*lane && !sl_lane_valid(lane, strlen(lane))))
         return 1;
-    if (s->owner->opts.lanes) {
-        sl_error e = {0};
-        sl_event_status st = sl_lanes_admit(s->owner->opts.lanes, lane, &e);
-        if (st != SL_EVENT_OK)
-            return refuse(s, st, err, e.msg);
-    }
     if (s->n == s->cap && grow_batch(s))
         return sl_error_set(err, SL_ENOMEM, "out of memory");
     int64_t now = sl_clock_now_ms();
@@ -373,6 +372,14 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
         snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's max_event of %u",
                  p->len, s->set->cfg.max_event_bytes);
         return refuse(s, SL_EVENT_TOO_LARGE, err, msg);
+    }
+    if (s->owner->opts.lanes) { /* last, as in host_emit_event() */
+        sl_error e = {0};
+        sl_event_status st = sl_lanes_admit(s->owner->opts.lanes, lane, &e);
+        if (st != SL_EVENT_OK) {
+            a->len = mark;
+            return refuse(s, st, err, e.msg);
+        }
     }
     p->key_len = SIZE_MAX;
     if (m->key) {

@@ -34,8 +34,8 @@ typedef enum lane_state {
 } lane_state;
 
 typedef struct lane {
-    sl_lane_info info;
-    lane_state state;
+    sl_lane_info info; /* auto_: registered by lanes.auto (remembered in the state file) */
+    lane_state state;  /* ACTIVE: declared, or auto; DROPPED: refused */
     bool declared;   /* by the current config */
     bool ready;      /* the added hook ran (declared lanes: the runner made them) */
     int64_t since_ms; /* auto: registered; dropped: when */
@@ -44,8 +44,7 @@ typedef struct lane {
 
 struct sl_lanes {
     char *state_path;
-    pthread_rwlock_t lock;   /* entries, states, the hash */
-    pthread_mutex_t add_lock; /* one registration or drop at a time (hooks run under it) */
+    pthread_rwlock_t lock; /* entries, states, the hash; never held while a hook runs */
     sl_lanes_hooks hooks;
     bool autolanes;
     lane *v; /* SL_LANES_MAX, never moved */
@@ -74,20 +73,39 @@ static lane *find(const sl_lanes *l, const char *name)
     }
 }
 
-/* A new entry for name (write lock held), or NULL when full. */
+static void hash_insert(sl_lanes *l, size_t idx)
+{
+    uint32_t i = hash(l->v[idx].info.name) & (HASH_SLOTS - 1);
+    while (l->slots[i])
+        i = (i + 1) & (HASH_SLOTS - 1);
+    l->slots[i] = (int32_t)idx + 1;
+}
+
+/* A new entry for name (write lock held), or NULL when full. A full
+ * registry reuses the entry of a forgotten lane (dropped auto lanes, lanes
+ * no config declares any more), so that lanes coming and going never run
+ * out of room. */
 static lane *add(sl_lanes *l, const char *name)
 {
-    if (l->n == SL_LANES_MAX)
-        return NULL;
-    lane *e = &l->v[l->n];
+    lane *e = NULL;
+    if (l->n < SL_LANES_MAX) {
+        e = &l->v[l->n++];
+    } else {
+        for (size_t i = 0; !e && i < l->n; i++)
+            if (l->v[i].state == LANE_GONE)
+                e = &l->v[i];
+        if (!e)
+            return NULL;
+    }
     memset(e, 0, sizeof *e);
     snprintf(e->info.name, sizeof e->info.name, "%s", name);
     e->info.env = SL_LANE_BOE;
     e->info.fallback_base = true;
-    uint32_t i = hash(name) & (HASH_SLOTS - 1);
-    while (l->slots[i])
-        i = (i + 1) & (HASH_SLOTS - 1);
-    l->slots[i] = (int32_t)++l->n;
+    /* Rebuilt: a reused entry's old name must not be found any more (rare:
+     * only when the registry is full). */
+    memset(l->slots, 0, sizeof l->slots);
+    for (size_t i = 0; i < l->n; i++)
+        hash_insert(l, i);
     return e;
 }
 
@@ -157,7 +175,6 @@ int sl_lanes_open(const char *data_dir, sl_lanes **out, sl_error *err)
     }
     sprintf(l->state_path, "%s/lanes.state", data_dir);
     pthread_rwlock_init(&l->lock, NULL);
-    pthread_mutex_init(&l->add_lock, NULL);
     int rc = load(l, err);
     if (rc) {
         sl_lanes_free(l);
@@ -169,20 +186,22 @@ int sl_lanes_open(const char *data_dir, sl_lanes **out, sl_error *err)
 
 void sl_lanes_set_hooks(sl_lanes *l, const sl_lanes_hooks *hooks)
 {
-    pthread_mutex_lock(&l->add_lock);
+    pthread_rwlock_wrlock(&l->lock);
     l->hooks = *hooks;
-    pthread_mutex_unlock(&l->add_lock);
+    pthread_rwlock_unlock(&l->lock);
 }
 
 void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
 {
-    pthread_mutex_lock(&l->add_lock);
     pthread_rwlock_wrlock(&l->lock);
-    bool changed = false;
     for (size_t i = 0; i < l->n; i++)
         l->v[i].declared = false;
     for (size_t i = 0; i < cfg->nlanes; i++) {
         const sl_lane_decl *d = &cfg->lanes[i];
+        /* A lane only an override names, under lanes.auto, is an auto lane
+         * (dropping it forgets it). */
+        if (d->line == 0 && cfg->lanes_auto)
+            continue;
         lane *e = find(l, d->name);
         if (!e && !(e = add(l, d->name))) {
             fprintf(stderr, "sluice: lanes: more than %d lanes, lane %s ignored\n", SL_LANES_MAX,
@@ -193,94 +212,116 @@ void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
         e->info.env = d->env;
         e->info.fallback_base = d->fallback_base;
         if (e->state == LANE_GONE) {
-            /* Newly declared: its first event waits in the added hook for
-             * the runner of this config (a reload may be under way). */
+            /* Newly declared: its first event makes sure its consumers
+             * exist (the added hook) before it is let in. */
             e->state = LANE_ACTIVE;
             e->ready = false;
-        } else if (e->state == LANE_ACTIVE && e->info.auto_) {
-            changed = true; /* an auto lane now declared: no longer remembered */
-            e->info.auto_ = false;
+            atomic_store(&e->in, 0);
         }
     }
     for (size_t i = 0; i < l->n; i++) {
         lane *e = &l->v[i];
-        if (e->declared || e->info.auto_)
-            continue;
-        /* A declared lane the config no longer has: gone, and a drop mark
-         * has done its job. */
-        changed |= e->state == LANE_DROPPED;
-        e->state = LANE_GONE;
+        if (e->declared || e->state != LANE_ACTIVE)
+            continue; /* a drop mark stays until sl_lanes_commit() */
+        if (e->info.auto_) { /* no longer declared: an auto lane as it was */
+            e->info.env = SL_LANE_BOE;
+            e->info.fallback_base = true;
+        } else {
+            e->state = LANE_GONE;
+        }
     }
     l->autolanes = cfg->lanes_auto;
+    pthread_rwlock_unlock(&l->lock);
+}
+
+void sl_lanes_commit(sl_lanes *l)
+{
+    pthread_rwlock_wrlock(&l->lock);
+    bool changed = false;
+    for (size_t i = 0; i < l->n; i++) {
+        lane *e = &l->v[i];
+        if (e->state == LANE_DROPPED && !e->declared) {
+            e->state = LANE_GONE; /* the drop mark has done its job */
+            changed = true;
+        }
+    }
     sl_error err = {0};
     if (changed && save(l, &err))
         fprintf(stderr, "sluice: %s\n", err.msg);
     pthread_rwlock_unlock(&l->lock);
-    pthread_mutex_unlock(&l->add_lock);
 }
 
 /* The first event of a lane: a newly declared lane, or an unknown one under
- * lanes.auto (registered here). Its consumers are made (the added hook)
- * before any event of it is let in. */
+ * lanes.auto (registered here). Its consumers are made (the added hook,
+ * called without the lock: it may wait for a reload) before any event of it
+ * is let in. Two first events at once both call the hook, which keeps what
+ * exists. */
 static sl_event_status make_ready(sl_lanes *l, const char *name, sl_error *err)
 {
-    pthread_mutex_lock(&l->add_lock);
     pthread_rwlock_wrlock(&l->lock);
-    sl_event_status st = SL_EVENT_OK;
     lane *e = find(l, name);
-    if (e && e->state == LANE_ACTIVE && e->ready)
-        goto out; /* another thread did it meanwhile */
+    if (e && e->state == LANE_ACTIVE && e->ready) {
+        pthread_rwlock_unlock(&l->lock);
+        return SL_EVENT_OK; /* another thread did it meanwhile */
+    }
     if (e && e->state == LANE_DROPPED) {
-        st = SL_EVENT_LANE_DROPPED;
+        pthread_rwlock_unlock(&l->lock);
         sl_error_set(err, SL_EINVAL, "lane \"%s\" was dropped (sluice lane drop)", name);
-        goto out;
+        return SL_EVENT_LANE_DROPPED;
     }
-    bool declared = e && e->state == LANE_ACTIVE;
-    if (!declared && !l->autolanes) { /* a reload turned lanes.auto off meanwhile */
-        st = SL_EVENT_UNKNOWN_LANE;
+    bool known = e && e->state == LANE_ACTIVE, registered = false;
+    if (!known && !l->autolanes) { /* a reload turned lanes.auto off meanwhile */
+        pthread_rwlock_unlock(&l->lock);
         sl_error_set(err, SL_EINVAL, "lane \"%s\" is not declared", name);
-        goto out;
+        return SL_EVENT_UNKNOWN_LANE;
     }
-    if (!e && !(e = add(l, name))) {
-        st = SL_EVENT_UNKNOWN_LANE;
-        sl_error_set(err, SL_EINVAL,
-                     "lane \"%s\" cannot be added: the server holds %d lanes already (drop "
-                     "unused ones with `sluice lane drop`)",
-                     name, SL_LANES_MAX);
-        goto out;
-    }
-    if (!declared) {
+    if (!known) {
+        if (!e && !(e = add(l, name))) {
+            pthread_rwlock_unlock(&l->lock);
+            sl_error_set(err, SL_EINVAL,
+                         "lane \"%s\" cannot be added: the server holds %d lanes already (drop "
+                         "unused ones with `sluice lane drop`)",
+                         name, SL_LANES_MAX);
+            return SL_EVENT_UNKNOWN_LANE;
+        }
         e->info.auto_ = true;
         e->info.env = SL_LANE_BOE;
         e->info.fallback_base = true;
         e->state = LANE_ACTIVE; /* a runner starting now includes it */
+        e->ready = false;
         e->since_ms = sl_clock_now_ms();
+        atomic_store(&e->in, 0);
+        registered = true;
     }
-    e->ready = false;
     sl_lane_info info = e->info;
+    sl_lanes_hooks hooks = l->hooks;
     pthread_rwlock_unlock(&l->lock);
+
     sl_error herr = {0};
-    int rc = l->hooks.added ? l->hooks.added(l->hooks.ctx, &info, &herr) : 0;
+    int rc = hooks.added ? hooks.added(hooks.ctx, &info, &herr) : 0;
+
     pthread_rwlock_wrlock(&l->lock);
-    if (rc) {
-        if (!declared)
+    sl_event_status st = SL_EVENT_OK;
+    e = find(l, name); /* the entry may have been dropped (or reused) meanwhile */
+    if (!e || e->state != LANE_ACTIVE) {
+        st = e && e->state == LANE_DROPPED ? SL_EVENT_LANE_DROPPED : SL_EVENT_UNKNOWN_LANE;
+        sl_error_set(err, SL_EINVAL, "lane \"%s\" was dropped while it was being added", name);
+    } else if (rc) {
+        if (registered)
             e->state = LANE_GONE;
         st = SL_EVENT_UNKNOWN_LANE;
         sl_error_set(err, SL_EINVAL, "lane \"%s\" cannot be added: %s", name, herr.msg);
-        goto out;
+    } else {
+        e->ready = true;
+        /* Remembered before its first event is stored, so that a restart
+         * makes its consumers again. */
+        sl_error serr = {0};
+        if (registered && save(l, &serr))
+            fprintf(stderr, "sluice: %s\n", serr.msg);
     }
-    e->ready = true;
-    if (declared)
-        goto out;
-    /* Remembered before its first event is stored, so that a restart makes
-     * its consumers again. */
-    sl_error serr = {0};
-    if (save(l, &serr))
-        fprintf(stderr, "sluice: %s\n", serr.msg);
-    fprintf(stderr, "sluice: lane %s added (lanes.auto, boe, fallback to base)\n", name);
-out:
     pthread_rwlock_unlock(&l->lock);
-    pthread_mutex_unlock(&l->add_lock);
+    if (registered && !st)
+        fprintf(stderr, "sluice: lane %s added (lanes.auto, boe, fallback to base)\n", name);
     return st;
 }
 
@@ -295,6 +336,11 @@ sl_event_status sl_lanes_admit(sl_lanes *l, const char *name, sl_error *err)
     lane_state st = e ? e->state : LANE_GONE;
     bool ready = e && e->ready;
     bool autolanes = l->autolanes;
+    if (st == LANE_ACTIVE && ready) { /* the usual case: counted under the lock (entries are reused) */
+        atomic_fetch_add_explicit(&e->in, 1, memory_order_relaxed);
+        pthread_rwlock_unlock(&l->lock);
+        return SL_EVENT_OK;
+    }
     pthread_rwlock_unlock(&l->lock);
     sl_event_status rc = SL_EVENT_OK;
     if (st == LANE_DROPPED) {
@@ -315,12 +361,11 @@ sl_event_status sl_lanes_admit(sl_lanes *l, const char *name, sl_error *err)
         rc = make_ready(l, name, err);
         if (rc)
             return rc;
-        pthread_rwlock_rdlock(&l->lock);
-        e = find(l, name);
-        pthread_rwlock_unlock(&l->lock);
     }
-    if (e)
+    pthread_rwlock_rdlock(&l->lock);
+    if ((e = find(l, name)))
         atomic_fetch_add_explicit(&e->in, 1, memory_order_relaxed);
+    pthread_rwlock_unlock(&l->lock);
     return SL_EVENT_OK;
 }
 
@@ -355,33 +400,43 @@ int sl_lanes_drop(sl_lanes *l, const char *name, sl_error *err)
 {
     if (!*name || !sl_lane_valid(name, strlen(name)))
         return sl_error_set(err, SL_EINVAL, "\"%s\" is not a lane that can be dropped", name);
-    pthread_mutex_lock(&l->add_lock);
-    pthread_rwlock_rdlock(&l->lock);
-    lane *e = find(l, name);
-    bool active = e && e->state == LANE_ACTIVE;
-    pthread_rwlock_unlock(&l->lock);
-    if (!active) {
-        pthread_mutex_unlock(&l->add_lock);
-        return sl_error_set(err, SL_ENOENT, "lane \"%s\" is not known (or already dropped)",
-                            name);
-    }
     /* Refused from now on (auto: until it comes back as a new lane), so no
      * event of it is stored while its consumers go. */
     pthread_rwlock_wrlock(&l->lock);
+    lane *e = find(l, name);
+    if (!e || e->state != LANE_ACTIVE) {
+        pthread_rwlock_unlock(&l->lock);
+        return sl_error_set(err, SL_ENOENT, "lane \"%s\" is not known (or already dropped)",
+                            name);
+    }
     e->state = LANE_DROPPED;
+    e->ready = false;
+    sl_lanes_hooks hooks = l->hooks;
     pthread_rwlock_unlock(&l->lock);
-    if (l->hooks.dropped)
-        l->hooks.dropped(l->hooks.ctx, name);
+    if (hooks.dropped)
+        hooks.dropped(hooks.ctx, name);
     pthread_rwlock_wrlock(&l->lock);
-    e->since_ms = sl_clock_now_ms();
-    if (e->info.auto_ || !e->declared)
-        e->state = LANE_GONE;
-    e->info.auto_ = false;
-    int rc = save(l, err);
+    int rc = 0;
+    e = find(l, name);
+    if (e && e->state == LANE_DROPPED) {
+        e->since_ms = sl_clock_now_ms();
+        if (!e->declared)
+            e->state = LANE_GONE; /* an auto lane is forgotten */
+        e->info.auto_ = false;
+        rc = save(l, err);
+    }
     pthread_rwlock_unlock(&l->lock);
-    pthread_mutex_unlock(&l->add_lock);
     fprintf(stderr, "sluice: lane %s dropped\n", name);
     return rc;
+}
+
+bool sl_lanes_dropped(sl_lanes *l, const char *name)
+{
+    pthread_rwlock_rdlock(&l->lock);
+    const lane *e = find(l, name);
+    bool d = e && e->state == LANE_DROPPED;
+    pthread_rwlock_unlock(&l->lock);
+    return d;
 }
 
 uint64_t sl_lanes_events_in(sl_lanes *l, const char *name)
@@ -466,7 +521,6 @@ void sl_lanes_free(sl_lanes *l)
     if (!l)
         return;
     pthread_rwlock_destroy(&l->lock);
-    pthread_mutex_destroy(&l->add_lock);
     free(l->v);
     free(l->state_path);
     free(l);

@@ -20,8 +20,9 @@
  * dropped (refused) until a config that no longer declares it is loaded.
  *
  * Lookups are a hash under a read lock; the first event of a new lane takes
- * the slow path once. Entries are never freed while the registry lives, so
- * counters can be bumped without the lock.
+ * the slow path once. No lock is held while a hook runs (hooks take the
+ * router's locks: lanes never wait on a reload while holding theirs).
+ * A full registry reuses the entries of forgotten lanes.
  */
 #ifndef SL_LANES_H
 #define SL_LANES_H
@@ -62,9 +63,19 @@ int sl_lanes_open(const char *data_dir, sl_lanes **out, sl_error *err);
 
 void sl_lanes_set_hooks(sl_lanes *l, const sl_lanes_hooks *hooks);
 
-/* Takes the declarations of cfg (env, fallback, lanes.auto). A lane dropped
- * while declared is forgotten once cfg no longer declares it. */
+/* Takes the declarations of cfg (env, fallback, lanes.auto): call it once
+ * the runner of cfg runs. Lanes only an override names under lanes.auto are
+ * auto lanes. A lane dropped while declared stays dropped until
+ * sl_lanes_commit() finds it no longer declared. */
 void sl_lanes_configure(sl_lanes *l, const sl_config *cfg);
+
+/* After a reload that stands (or the start): forgets the drop marks of lanes
+ * the config no longer declares (a failed reload configures the old config
+ * again, and its marks must survive that). */
+void sl_lanes_commit(sl_lanes *l);
+
+/* Whether lane is dropped (refused, its consumers gone). */
+bool sl_lanes_dropped(sl_lanes *l, const char *lane);
 
 /* Admits one event of lane (NUL-terminated, valid) and counts it. Returns
  * SL_EVENT_OK; SL_EVENT_UNKNOWN_LANE (not declared, no lanes.auto, too many

@@ -150,6 +150,7 @@ typedef struct staged {
 typedef struct redrive {
     sl_set *dlq, *to;
     sl_databus *bus;
+    sl_lanes *lanes; /* admits each event's lane; NULL: any lane */
     sl_buf tmp;   /* one event with the failure attributes stripped */
     sl_buf arena; /* the encoded events of the chunk, and their keys */
     staged sv[CHUNK_EVENTS];
@@ -244,6 +245,10 @@ static int stage(redrive *rd, const sl_record *rec, int32_t part, int64_t now_ms
     sl_event_status st = sl_event_parse((const char *)rd->tmp.data, rd->tmp.len, &lim, ev, &e);
     if (st == SL_EVENT_OK)
         st = sl_event_apply_lane(ev, lane, &e);
+    /* A lane dropped (or unknown) since: its events would be stored with no
+     * consumer to deliver them; they stay in the dead-letter set. */
+    if (st == SL_EVENT_OK && rd->lanes)
+        st = sl_lanes_admit(rd->lanes, ev->lane, &e);
     if (st != SL_EVENT_OK) {
         snprintf(why, sizeof why, "not a valid CloudEvent for set %s: %s (%s)", rd->to->name, e.msg,
                  sl_event_status_name(st));
@@ -535,8 +540,8 @@ static int find_set(sl_sets *sets, const char *name, const char *role, sl_set **
     return 0;
 }
 
-int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char *dlq,
-               const char *to, uint64_t max, sl_buf *out_json, sl_error *err)
+int sl_redrive(sl_sets *sets, sl_databus *bus, sl_lanes *lanes, const char *data_dir,
+               const char *dlq, const char *to, uint64_t max, sl_buf *out_json, sl_error *err)
 {
     sl_set *from_set, *to_set;
     int rc = find_set(sets, dlq, "dead-letter", &from_set, err);
@@ -557,6 +562,7 @@ int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char 
     rd->dlq = from_set;
     rd->to = to_set;
     rd->bus = bus;
+    rd->lanes = lanes;
     pthread_mutex_init(&rd->w.m, NULL);
     pthread_cond_init(&rd->w.c, NULL);
     sl_buf parts = SL_BUF_INIT;
@@ -615,5 +621,5 @@ int sl_redrive_hook(void *ctx, const char *dlq, const char *to, uint64_t max, sl
                     sl_error *err)
 {
     const sl_redrive_env *env = ctx;
-    return sl_redrive(env->sets, env->bus, env->data_dir, dlq, to, max, out_json, err);
+    return sl_redrive(env->sets, env->bus, NULL, env->data_dir, dlq, to, max, out_json, err);
 }

@@ -48,6 +48,7 @@
 #include "core/buf.h"
 #include "core/databus.h"
 #include "core/err.h"
+#include "core/lanes.h"
 #include "core/set.h"
 
 #include <stdatomic.h>
@@ -59,7 +60,9 @@
 
 /* Moves up to max events (0: all there are now) from set dlq to set to.
  * Both sets must exist (neither is created). Events of dlq that are not valid
- * CloudEvents any more, whose stored lane is longer than SL_EVENT_LANE_MAX,
+ * CloudEvents any more, whose lane lanes does not admit (dropped or unknown
+ * since; lanes NULL: every lane), whose stored lane is longer than
+ * SL_EVENT_LANE_MAX,
  * or that the destination can never take (larger than its max_event_bytes or
  * its whole buffer), are skipped: the position passes them, they are
  * counted, and the first few are listed in the answer.
@@ -80,8 +83,8 @@
  * otherwise. Events moved before an error stay moved
  * (their position is committed; err says how many); out_json is unchanged on
  * error. */
-int sl_redrive(sl_sets *sets, sl_databus *bus, const char *data_dir, const char *dlq,
-               const char *to, uint64_t max, sl_buf *out_json, sl_error *err);
+int sl_redrive(sl_sets *sets, sl_databus *bus, sl_lanes *lanes, const char *data_dir,
+               const char *dlq, const char *to, uint64_t max, sl_buf *out_json, sl_error *err);
 
 /* Gives the redrives that the calling thread runs from now on a stop flag
  * (NULL: none, the default). They check it between chunks (at most 256

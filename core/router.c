@@ -29,8 +29,8 @@ struct sl_router {
     sl_sources *sources; /* started after the runner, stopped before it */
     /* The lanes outlive configs. A lane's first event waits (in the added
      * hook) while a reload replaces the runner, so that its runs are made
-     * by the runner that will read it (core/lanes.h). Order: the lanes'
-     * add_lock, then swap_lock, then lock. */
+     * by the runner that will read it (core/lanes.h). Order: swap_lock, then
+     * lock; the lanes' own lock is never held while they call a hook. */
     sl_lanes *lanes;
     pthread_mutex_t swap_lock;
 };
@@ -130,12 +130,15 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     pthread_rwlockattr_destroy(&ra);
     int rc = sl_lanes_open(data_dir, &r->lanes, err);
     if (!rc) {
-        sl_lanes_configure(r->lanes, cfg);
         sl_lanes_set_hooks(r->lanes, &(sl_lanes_hooks){r, lane_added, lane_dropped});
         rc = declare_sets(r, cfg, true, err);
     }
     if (!rc)
         rc = start_runner(r, cfg, &r->runner, err);
+    if (!rc) {
+        sl_lanes_configure(r->lanes, cfg);
+        sl_lanes_commit(r->lanes);
+    }
     if (!rc)
         rc = start_sources(r, cfg, &r->sources, err);
     if (rc) {
@@ -144,6 +147,39 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     }
     *out = r;
     return 0;
+}
+
+/* Stops the running rules and starts those of want, or those of fallback
+ * again when want's cannot start (fallback NULL: none); the lanes take the
+ * config that runs, which becomes r->cfg. All under swap_lock, so that a
+ * lane's first event meanwhile waits for the new runner. Sources are not
+ * touched. Returns 0, or want's error with *runs = fallback. */
+static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl_config **runs,
+                          sl_error *err)
+{
+    pthread_mutex_lock(&r->swap_lock);
+    pthread_rwlock_wrlock(&r->lock);
+    sl_runner *old = r->runner;
+    r->runner = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_runner_stop(old);
+    sl_runner *fresh = NULL;
+    *runs = want;
+    int rc = start_runner(r, want, &fresh, err);
+    if (rc && fallback) {
+        *runs = fallback; /* the old rules run again */
+        sl_error e2 = {0};
+        if (start_runner(r, fallback, &fresh, &e2))
+            fprintf(stderr, "sluice: reload: the old rules could not restart either: %s\n",
+                    e2.msg);
+    }
+    sl_lanes_configure(r->lanes, *runs);
+    pthread_rwlock_wrlock(&r->lock);
+    r->runner = fresh;
+    r->cfg = *runs;
+    pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
+    return rc;
 }
 
 int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
@@ -155,37 +191,19 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
     }
     /* The sources read the old config: they stop first and start again
      * from their committed positions with the new one. Their webhooks keep
-     * answering until the new ones replace them. */
+     * answering until the new ones replace them. Sources start outside the
+     * swap lock: one may emit a new lane's first event while it starts. */
     sl_sources_halt(r->sources);
-    /* Lanes the new config declares are admitted from here on; their first
-     * event waits for the swap (lane_added). */
-    sl_lanes_configure(r->lanes, cfg);
-    pthread_mutex_lock(&r->swap_lock);
-    pthread_rwlock_wrlock(&r->lock);
-    sl_runner *old = r->runner;
-    r->runner = NULL;
-    pthread_rwlock_unlock(&r->lock);
-    sl_runner_stop(old);
-    sl_runner *fresh = NULL;
-    sl_config *keep = cfg;
-    if ((rc = start_runner(r, cfg, &fresh, err))) {
-        keep = r->cfg; /* the old rules run again */
-        sl_error e2 = {0};
-        if (start_runner(r, keep, &fresh, &e2))
-            fprintf(stderr, "sluice: reload: the old rules could not restart either: %s\n",
-                    e2.msg);
-    }
+    sl_config *old = r->cfg, *keep;
+    rc = replace_runner(r, cfg, old, &keep, err);
     sl_sources *src = NULL;
     sl_error serr = {0};
     int src_rc = start_sources(r, keep, &src, &serr);
     if (src_rc && keep == cfg) {
         /* The new sources cannot run: the whole old config runs again. */
         fprintf(stderr, "sluice: reload: %s; the old config runs again\n", serr.msg);
-        sl_runner_stop(fresh);
-        fresh = NULL;
-        keep = r->cfg;
         sl_error e2 = {0};
-        if (start_runner(r, keep, &fresh, &e2) || start_sources(r, keep, &src, &e2))
+        if (replace_runner(r, old, NULL, &keep, &e2) || start_sources(r, old, &src, &e2))
             fprintf(stderr, "sluice: reload: the old config could not restart either: %s\n",
                     e2.msg);
         if (!rc)
@@ -194,17 +212,12 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
         fprintf(stderr, "sluice: reload: the old sources could not restart: %s\n", serr.msg);
     }
     pthread_rwlock_wrlock(&r->lock);
-    sl_config *drop = keep == cfg ? r->cfg : cfg;
     sl_sources *old_src = r->sources;
-    r->cfg = keep;
-    r->runner = fresh;
     r->sources = src;
     pthread_rwlock_unlock(&r->lock);
-    pthread_mutex_unlock(&r->swap_lock);
-    if (keep != cfg) /* after the swap lock: the lanes' lock comes first */
-        sl_lanes_configure(r->lanes, keep);
     sl_sources_stop(old_src);
-    sl_config_free(drop);
+    sl_lanes_commit(r->lanes);
+    sl_config_free(keep == cfg ? old : cfg);
     return rc;
 }
 
@@ -274,7 +287,7 @@ static int redrive(void *ctx, const char *dlq, const char *to, uint64_t max, sl_
                    sl_error *err)
 {
     sl_router *r = ctx;
-    return sl_redrive(r->sets, r->bus, r->data_dir, dlq, to, max, out, err);
+    return sl_redrive(r->sets, r->bus, r->lanes, r->data_dir, dlq, to, max, out, err);
 }
 
 static int replay(void *ctx, const char *rule, int64_t from_ms, int64_t to_ms, sl_buf *out,

@@ -12,17 +12,20 @@
  *   unix:/path/to.sock, /path/to.sock, tcp:HOST:PORT
  *       the local Databus agent (`sluice databus`). Events are written as
  *       NDJSON lines {"set":S,"event":E[,"lane":L]}, pipelined; the agent
- *       answers one ack line per input line, in order. When the connection
- *       drops, the client reconnects (with back-off) and writes again every
- *       event not yet acknowledged.
+ *       answers one ack line per input line, in order, once the event is
+ *       stored upstream or spooled (which may take over 10 s when upstream
+ *       hangs). When the connection drops or stalls (see timeout_ms), the
+ *       client reconnects (with back-off) and writes again every event not
+ *       yet acknowledged. A slow agent, or one that stops reading
+ *       (back-pressure), is waited for, not reconnected to.
  *   http://HOST:PORT, https://HOST:PORT
  *       a sluice server directly. Events are batched per (set, lane) for
  *       linger_ms or until batch_bytes, and POSTed as application/x-ndjson to
  *       /v1/sets/{set}/events, one request in flight per (set, lane) so the
- *       order per set is kept. 429, 5xx and connection errors are retried with
- *       back-off; 413 splits the batch; other whole-request errors fail the
- *       batch's events; the server's per-entry results fail only the entries
- *       it refused.
+ *       order per set is kept. 408, 429, 5xx, connection errors and timeouts
+ *       are retried with back-off; 413 splits the batch; other whole-request
+ *       errors fail the batch's events; the server's per-entry results fail
+ *       only the entries it refused.
  *
  * Delivery is at-least-once: an event whose acknowledgement was lost (the
  * connection dropped after the server stored it, a request timed out) is sent
@@ -33,9 +36,11 @@
  *
  * Threads: every function may be called from any thread at the same time,
  * except sl_client_close(), which must be the last call on a client. Delivery
- * callbacks run on the client's I/O thread, one at a time: keep them short,
- * and never call sl_client_flush() or sl_client_close() from one (both wait
- * for the I/O thread, which would wait for itself). sl_client_send() is fine.
+ * callbacks run on the client's I/O thread, one at a time, with no lock of
+ * the library held: keep them short (the I/O thread sends nothing meanwhile).
+ * sl_client_send() is fine from a callback. sl_client_flush() there returns
+ * SL_CLIENT_EINVAL at once, and sl_client_close() must never be called there:
+ * both wait for the I/O thread, which would wait for itself.
  *
  * Only sl_client_* names are exported; the library links libcurl and
  * pthreads. Build with `pkg-config --cflags --libs sluice`.
@@ -97,10 +102,24 @@ typedef struct sl_client_options {
     int linger_ms;      /* how long a batch waits for more events; default 5; < 0: 0 */
     size_t batch_bytes; /* a batch is sent once this big; default 1 MiB */
     const char *lane;   /* default lane of sl_client_send(..., NULL); NULL: the
-                           SLUICE_LANE environment variable, else the base lane;
-                           "": the base lane whatever SLUICE_LANE says */
-    int timeout_ms;     /* connect and request timeout, and how long
-                           sl_client_close() flushes; default 10000 */
+                           SLUICE_LANE environment variable, else none; "": none,
+                           whatever SLUICE_LANE says. Over HTTP, none is the base
+                           lane. Over the agent, none means the line carries no
+                           lane, so the agent's own lane (its --lane or
+                           SLUICE_LANE) applies: the base lane only when the
+                           agent has none */
+    int timeout_ms;     /* default 10000. Bounds how long sl_client_close()
+                           flushes, and per transport:
+                           HTTP: the connect timeout and the whole-request
+                           timeout of each POST (a request past it is retried);
+                           agent: the connect timeout. An agent connection is
+                           given up (and its unacknowledged events written
+                           again on a new one) only when lines await answers,
+                           everything is written, and nothing was read from
+                           the socket nor taken by the agent for
+                           max(timeout_ms, 60000) ms; never while the agent is
+                           merely slow to answer or not reading (a full socket
+                           is back-pressure) */
 } sl_client_options;
 
 /* Opens a client to url_or_socket (see the transports above) with the default
@@ -119,8 +138,12 @@ SL_CLIENT_API sl_client *sl_client_open_opts(const char *url_or_socket, const sl
 /* Queues one event for set. json is one JSON object (a CloudEvent; the server
  * validates it), copied: the caller keeps ownership. Line breaks between its
  * tokens are allowed (they become spaces). lane: NULL sends on the client's
- * default lane (options.lane / SLUICE_LANE), "" on the base lane, else a lane
- * name [a-z0-9-]{1,32}. Never blocks on the network.
+ * default lane (options.lane / SLUICE_LANE), else a lane name [a-z0-9-]{1,32},
+ * or "" for no lane: over HTTP the base lane; over the agent the line carries
+ * no lane, so the agent's lane applies (the base lane only when the agent has
+ * none; a client cannot override an agent's lane, and a named lane that
+ * differs from it is refused with "LaneConflict"). Never blocks on the
+ * network.
  *
  * Returns the message id (> 0, increasing per client) that the delivery
  * callback will get, or SL_CLIENT_EINVAL (bad set name: not
@@ -140,7 +163,8 @@ SL_CLIENT_API int64_t sl_client_send(sl_client *c, const char *set, const char *
  * otherwise, or SL_CLIENT_ETIMEDOUT when some are still pending after
  * timeout_ms. A failure is counted by one flush only: the first one that
  * completes after it and covers it (so two flushes in a row return N, then 0).
- * Never call it from a delivery callback. */
+ * Called from a delivery callback, returns SL_CLIENT_EINVAL at once (it would
+ * wait for that callback to return). */
 SL_CLIENT_API int sl_client_flush(sl_client *c, int timeout_ms);
 
 /* Flushes (for at most options.timeout_ms), then stops the I/O thread: events

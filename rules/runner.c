@@ -45,6 +45,11 @@
 #define SCAN_BUSY_NS 100000000     /* … at least this often when the queue is never empty */
 #define WAIT_CHECK_NS 50000000     /* a worker waiting for a target looks around this often */
 
+#define RUN_CHUNK 1024 /* runs per chunk of sl_runner.chunks */
+#define RUN_CHUNKS 1024 /* at most RUN_CHUNK * RUN_CHUNKS runs per runner */
+#define LANE_NAMES (2 * SL_LANES_MAX) /* distinct lanes one runner sums up */
+#define RUN(r, i) ((r)->chunks[(i) / RUN_CHUNK][(i) % RUN_CHUNK])
+
 typedef struct rule_run rule_run;
 typedef struct replay replay;
 
@@ -127,6 +132,7 @@ struct rule_run {
     char label[SL_EVENT_LANE_MAX + 160]; /* "billing", "billing (lane feature-x)" */
     char cursor_set[SL_EVENT_LANE_MAX + 160]; /* "orders", "orders/lanes/feature-x" */
     rule_run *base_run; /* lane runs: the base rule's run (targets, dlq) */
+    int lane_idx;       /* in sl_runner.lane_names, -1 if it did not fit */
     bool unrouted;      /* lane without override nor fallback: events are only counted */
     bool was_new;       /* its cursors were created at this start */
     bool borrowed;      /* targets and dlq are base_run's */
@@ -189,12 +195,16 @@ typedef struct worker {
 
 struct sl_runner {
     sl_runner_options opts;
-    /* runs[0 … nbase) are the base rules (cfg->rules order), lane runs
-     * follow. The array never moves and runs are only freed with the
-     * runner, so readers load nruns and go without the lock. */
-    rule_run **runs;
+    /* Runs 0 … nbase-1 are the base rules (cfg->rules order), lane runs
+     * follow, in chunks that never move (RUN()); runs are only freed with
+     * the runner (a dropped lane's stay, idle), so readers load nruns and go
+     * without the lock. */
+    rule_run **chunks[RUN_CHUNKS];
     _Atomic size_t nruns;
-    size_t nbase, cap_runs;
+    size_t nbase;
+    /* Lane names of the runs (rule_run.lane_idx), for per-lane sums. */
+    char (*lane_names)[SL_EVENT_LANE_MAX + 1];
+    size_t nlane_names;
     pthread_mutex_t lanes_lock; /* adding and dropping lanes, one at a time */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -262,8 +272,8 @@ static void check_consumer(sl_runner *r, consumer *c, int64_t now)
 static void periodic(sl_runner *r, int64_t now)
 {
     for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++)
-        for (int32_t p = 0; p < r->runs[i]->nparts; p++)
-            check_consumer(r, &r->runs[i]->cons[p], now);
+        for (int32_t p = 0; p < RUN(r, i)->nparts; p++)
+            check_consumer(r, &RUN(r, i)->cons[p], now);
     for (replay *rp = r->replays; rp; rp = rp->next)
         for (int32_t p = 0; p < rp->nparts; p++)
             check_consumer(r, &rp->cons[p], now);
@@ -276,7 +286,7 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
     sl_runner *r = ctx;
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++) {
-        rule_run *rr = r->runs[i];
+        rule_run *rr = RUN(r, i);
         if (rr->set != set || partition >= rr->nparts || (lane && strcmp(rr->lane, lane) != 0))
             continue; /* the runs of other lanes would find nothing new */
         consumer *c = &rr->cons[partition];
@@ -1378,8 +1388,10 @@ static void free_runner(sl_runner *r)
     }
     /* Lane runs first: they may borrow their base run's targets. */
     for (size_t i = atomic_load(&r->nruns); i-- > 0;)
-        free_run(r->runs[i]);
-    free(r->runs);
+        free_run(RUN(r, i));
+    for (size_t c = 0; c < RUN_CHUNKS && r->chunks[c]; c++)
+        free(r->chunks[c]);
+    free(r->lane_names);
     pthread_mutex_destroy(&r->lanes_lock);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
@@ -1516,14 +1528,32 @@ static void forget_lane_cursors(const char *data_dir, const char *lane)
     }
 }
 
+/* The index of lane in r->lane_names (added if new), -1 when full. Index 0
+ * is the base lane. */
+static int lane_index(sl_runner *r, const char *lane)
+{
+    for (size_t i = 0; i < r->nlane_names; i++)
+        if (strcmp(r->lane_names[i], lane) == 0)
+            return (int)i;
+    if (r->nlane_names == LANE_NAMES)
+        return -1;
+    snprintf(r->lane_names[r->nlane_names], sizeof *r->lane_names, "%s", lane);
+    return (int)r->nlane_names++;
+}
+
 /* Makes and opens the run of cfg rule `rule` for lane (NULL: the base
- * run), and publishes it in r->runs. Returns 0 or an SL_E… code with err
+ * run), and publishes it (RUN()). Returns 0 or an SL_E… code with err
  * (the run is freed). */
 static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error *err)
 {
     const sl_config *cfg = r->opts.cfg;
-    if (atomic_load(&r->nruns) == r->cap_runs)
-        return sl_error_set(err, SL_ENOMEM, "rule runner: no room for another lane");
+    size_t n = atomic_load(&r->nruns);
+    if (n == (size_t)RUN_CHUNK * RUN_CHUNKS)
+        return sl_error_set(err, SL_ENOMEM, "rule runner: no room for another lane (reload to "
+                                            "reclaim the runs of dropped lanes)");
+    if (!r->chunks[n / RUN_CHUNK] &&
+        !(r->chunks[n / RUN_CHUNK] = calloc(RUN_CHUNK, sizeof **r->chunks)))
+        return sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
     rule_run *rr = calloc(1, sizeof *rr);
     if (!rr)
         return sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
@@ -1533,7 +1563,7 @@ static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error
     snprintf(rr->label, sizeof rr->label, "%s", rr->rc->name);
     snprintf(rr->cursor_set, sizeof rr->cursor_set, "%s", rr->rc->set);
     if (lane) {
-        rr->base_run = r->runs[rule];
+        rr->base_run = RUN(r, rule);
         size_t at;
         const sl_rule_config *ov = sl_config_override(cfg, rule, lane->name, &at);
         if (ov) {
@@ -1544,6 +1574,7 @@ static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error
         }
         snprintf(rr->lane, sizeof rr->lane, "%s", lane->name);
         snprintf(rr->label, sizeof rr->label, "%s (lane %s)", rr->rc->name, lane->name);
+        rr->lane_idx = lane_index(r, lane->name);
         /* Beside the base cursors: DATA/rules/RULE/SET/lanes/LANE/P.cursor */
         snprintf(rr->cursor_set, sizeof rr->cursor_set, "%s/lanes/%s", rr->rc->set, lane->name);
     }
@@ -1552,7 +1583,7 @@ static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error
         free_run(rr);
         return rc;
     }
-    r->runs[atomic_load(&r->nruns)] = rr;
+    RUN(r, n) = rr;
     atomic_fetch_add(&r->nruns, 1); /* after the run is complete: readers go without the lock */
     return 0;
 }
@@ -1561,8 +1592,8 @@ static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error
 static rule_run *find_run(sl_runner *r, size_t rule, const char *lane)
 {
     for (size_t i = r->nbase, n = atomic_load(&r->nruns); i < n; i++) {
-        rule_run *rr = r->runs[i];
-        if (rr->base_run == r->runs[rule] && !atomic_load(&rr->dropped) &&
+        rule_run *rr = RUN(r, i);
+        if (rr->base_run == RUN(r, rule) && !atomic_load(&rr->dropped) &&
             strcmp(rr->lane, lane) == 0)
             return rr;
     }
@@ -1580,7 +1611,7 @@ static int add_lane_runs(sl_runner *r, const sl_lane_info *lane, bool queue, sl_
         if (rc)
             return rc;
         if (queue) {
-            rule_run *rr = r->runs[atomic_load(&r->nruns) - 1];
+            rule_run *rr = RUN(r, atomic_load(&r->nruns) - 1);
             pthread_mutex_lock(&r->lock);
             for (int32_t p = 0; p < rr->nparts; p++)
                 push(r, &rr->cons[p]);
@@ -1596,17 +1627,37 @@ typedef struct lanes_start {
     int rc;
 } lanes_start;
 
+/* How this runner's config routes lane: its declaration's fallback, else
+ * an auto lane's (base). False when the config does not know the lane and
+ * it is no auto lane: no runs then. */
+static bool lane_of_config(const sl_runner *r, const sl_lane_info *lane, sl_lane_info *out)
+{
+    const sl_lane_decl *d = sl_config_lane(r->opts.cfg, lane->name);
+    if (!d && !lane->auto_)
+        return false;
+    *out = *lane;
+    out->env = d ? d->env : SL_LANE_BOE;
+    out->fallback_base = d ? d->fallback_base : true;
+    return true;
+}
+
+/* The registry's auto lanes (the declared ones come from the config). */
 static void start_lane(void *ctx, const sl_lane_info *lane)
 {
     lanes_start *ls = ctx;
-    if (!ls->rc)
-        ls->rc = add_lane_runs(ls->r, lane, false, ls->err);
+    sl_lane_info li;
+    if (!ls->rc && lane->auto_ && !sl_config_lane(ls->r->opts.cfg, lane->name) &&
+        lane_of_config(ls->r, lane, &li))
+        ls->rc = add_lane_runs(ls->r, &li, false, ls->err);
 }
 
 int sl_runner_add_lane(sl_runner *r, const sl_lane_info *lane, sl_error *err)
 {
+    sl_lane_info li;
+    if (!lane_of_config(r, lane, &li))
+        return 0;
     pthread_mutex_lock(&r->lanes_lock);
-    int rc = add_lane_runs(r, lane, true, err);
+    int rc = add_lane_runs(r, &li, true, err);
     pthread_mutex_unlock(&r->lanes_lock);
     return rc;
 }
@@ -1615,21 +1666,17 @@ void sl_runner_drop_lane(sl_runner *r, const char *lane)
 {
     pthread_mutex_lock(&r->lanes_lock);
     for (size_t i = r->nbase, n = atomic_load(&r->nruns); i < n; i++) {
-        rule_run *rr = r->runs[i];
+        rule_run *rr = RUN(r, i);
         if (strcmp(rr->lane, lane) || atomic_load(&rr->dropped))
             continue;
-        /* No new turn starts (push() refuses it); wait for the ones running,
-         * take the queued ones out of the queue. */
+        /* No new turn starts (push() refuses it), queued ones leave the
+         * queue; a turn in progress finishes on its own (its own targets are
+         * told to hurry) and is not waited for: a hung endpoint must not
+         * hold the drop. The run stays, idle, until the runner stops. */
         pthread_mutex_lock(&r->lock);
         atomic_store(&rr->dropped, true);
         for (int32_t p = 0; p < rr->nparts; p++) {
             consumer *c = &rr->cons[p];
-            while (c->running) {
-                pthread_mutex_unlock(&r->lock);
-                struct timespec ts = {0, 5000000};
-                nanosleep(&ts, NULL);
-                pthread_mutex_lock(&r->lock);
-            }
             if (c->queued) {
                 consumer **pp = &r->head, *prev = NULL;
                 while (*pp && *pp != c)
@@ -1641,25 +1688,11 @@ void sl_runner_drop_lane(sl_runner *r, const char *lane)
                 }
                 c->queued = false;
             }
-            c->hold = false;
-            c->retry_at_ns = 0;
         }
         pthread_mutex_unlock(&r->lock);
-        /* What waited for a retry is given up with the lane. */
-        for (int32_t p = 0; p < rr->nparts; p++) {
-            consumer *c = &rr->cons[p];
-            atomic_fetch_add(&rr->ctr.discarded, c->npool);
-            atomic_fetch_sub(&rr->ctr.retrying, (int64_t)c->npool);
-            if (c->reader)
-                sl_store_reader_close(&rr->set->parts[c->part], c->reader);
-            c->reader = NULL;
-            free_consumer(c);
-        }
         if (rr->targets != (rr->base_run ? rr->base_run->targets : NULL))
-            for (size_t t = 0; t < rr->ntargets; t++) {
+            for (size_t t = 0; t < rr->ntargets; t++)
                 cancel_target(&rr->targets[t]);
-                close_target(&rr->targets[t]);
-            }
     }
     pthread_mutex_unlock(&r->lanes_lock);
     forget_lane_cursors(r->opts.data_dir, lane);
@@ -1685,18 +1718,26 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     }
     int rc = 0;
     pthread_mutex_init(&r->lanes_lock, NULL);
-    /* Room for every rule in every lane the registry can hold. */
-    r->cap_runs = cfg->nrules * (1 + (size_t)SL_LANES_MAX) + 1;
-    r->runs = calloc(r->cap_runs, sizeof *r->runs);
+    r->lane_names = calloc(LANE_NAMES, sizeof *r->lane_names);
+    r->nlane_names = r->lane_names ? 1 : 0; /* [0] "": the base lane */
     r->max_workers = nw * 4 > 8 ? nw * 4 : 8;
     if (r->max_workers < nw)
         r->max_workers = nw;
     r->workers = calloc(r->max_workers, sizeof *r->workers);
-    if (!r->runs || !r->workers)
+    if (!r->lane_names || !r->workers)
         rc = sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
-    for (size_t i = 0; !rc && i < cfg->nrules; i++) {
-        rc = add_run(r, i, NULL, err);
-        r->nbase++;
+    for (size_t i = 0; !rc && i < cfg->nrules; i++)
+        if (!(rc = add_run(r, i, NULL, err)))
+            r->nbase++;
+    /* The lanes the config declares (but those dropped), then the auto
+     * lanes the registry remembers. */
+    for (size_t i = 0; !rc && i < cfg->nlanes; i++) {
+        const sl_lane_decl *d = &cfg->lanes[i];
+        if (opts->lanes && sl_lanes_dropped(opts->lanes, d->name))
+            continue;
+        sl_lane_info li = {.env = d->env, .fallback_base = d->fallback_base};
+        snprintf(li.name, sizeof li.name, "%s", d->name);
+        rc = add_lane_runs(r, &li, false, err);
     }
     if (!rc && opts->lanes) {
         lanes_start ls = {r, err, 0};
@@ -1721,8 +1762,8 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     /* Catch up from every cursor at once. */
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++)
-        for (int32_t p = 0; p < r->runs[i]->nparts; p++)
-            push(r, &r->runs[i]->cons[p]);
+        for (int32_t p = 0; p < RUN(r, i)->nparts; p++)
+            push(r, &RUN(r, i)->cons[p]);
     pthread_mutex_unlock(&r->lock);
     *out = r;
     return 0;
@@ -1747,7 +1788,7 @@ void sl_runner_stop(sl_runner *r)
     /* A worker may be waiting for a target; let targets hurry so that a hung
      * endpoint cannot hold the stop (what they fail is delivered again). */
     for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++) {
-        rule_run *rr = r->runs[i];
+        rule_run *rr = RUN(r, i);
         if (rr->base_run && rr->targets == rr->base_run->targets)
             continue; /* borrowed: cancelled with its owner */
         for (size_t t = 0; t < rr->ntargets; t++)
@@ -1793,7 +1834,7 @@ static void sum_counters(sl_runner *r, const rule_run *rr, counters *sum)
     uint64_t v[9] = {0};
     int64_t retrying = 0;
     for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++) {
-        const rule_run *x = r->runs[i];
+        const rule_run *x = RUN(r, i);
         if (x != rr && x->base_run != rr)
             continue;
         const counters *k = &x->ctr;
@@ -1802,7 +1843,8 @@ static void sum_counters(sl_runner *r, const rule_run *rr, counters *sum)
                                        &k->retries,   &k->dead_lettered, &k->discarded};
         for (size_t j = 0; j < 9; j++)
             v[j] += atomic_load(f[j]);
-        retrying += atomic_load(&k->retrying);
+        if (!atomic_load(&x->dropped)) /* a dropped lane's pool waits for nothing */
+            retrying += atomic_load(&k->retrying);
     }
     _Atomic uint64_t *t[] = {&sum->read,    &sum->matched, &sum->filtered,
                              &sum->dropped, &sum->failed,  &sum->delivered,
@@ -1864,8 +1906,8 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
 {
     rule_run *rr = NULL;
     for (size_t i = 0; i < r->nbase; i++) /* replays are of the base lane */
-        if (strcmp(r->runs[i]->rc->name, rule) == 0)
-            rr = r->runs[i];
+        if (strcmp(RUN(r, i)->rc->name, rule) == 0)
+            rr = RUN(r, i);
     if (!rr)
         return sl_error_set(err, SL_ENOENT, "no rule named %s", rule);
     int64_t now = sl_clock_now_ms();
@@ -2021,7 +2063,7 @@ int sl_runner_lane_json(sl_runner *r, const char *lane, sl_buf *out)
     uint64_t delivered = 0, unrouted = 0;
     size_t n = atomic_load(&r->nruns);
     for (size_t k = 0; k < n; k++) {
-        rule_run *lr = r->runs[k];
+        rule_run *lr = RUN(r, k);
         if (strcmp(lr->lane, lane) == 0 && !atomic_load(&lr->dropped)) {
             delivered += atomic_load(&lr->ctr.delivered);
             unrouted += atomic_load(&lr->unrouted_n);
@@ -2031,7 +2073,7 @@ int sl_runner_lane_json(sl_runner *r, const char *lane, sl_buf *out)
                            delivered, unrouted);
     bool first = true;
     for (size_t k = 0; !rc && k < n; k++) {
-        rule_run *lr = r->runs[k];
+        rule_run *lr = RUN(r, k);
         if (strcmp(lr->lane, lane) || atomic_load(&lr->dropped))
             continue;
         rc = lane_run_json(out, lr, first);
@@ -2044,7 +2086,7 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
 {
     int rc = sl_buf_printf(out, "{\"rules\":[");
     for (size_t i = 0; !rc && i < r->nbase; i++) {
-        rule_run *rr = r->runs[i];
+        rule_run *rr = RUN(r, i);
         rc = sl_buf_printf(out, "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,"
                                 "\"ordered\":%s,\"dlq\":",
                            i ? "," : "", rr->rc->name, rr->set->name,
@@ -2082,7 +2124,7 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
         rc = rc ? rc : sl_buf_printf(out, ",\"lanes\":[");
         bool first = true;
         for (size_t k = r->nbase, n = atomic_load(&r->nruns); !rc && k < n; k++) {
-            rule_run *lr = r->runs[k];
+            rule_run *lr = RUN(r, k);
             if (lr->base_run != rr || atomic_load(&lr->dropped))
                 continue;
             rc = lane_run_json(out, lr, first);
@@ -2111,7 +2153,7 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
     for (size_t k = 0; !rc && k < sizeof names / sizeof *names; k++) {
         rc = sl_buf_printf(out, "# TYPE sluice_rule_%s_total counter\n", names[k]);
         for (size_t i = 0; !rc && i < n; i++) {
-            rule_run *rr = r->runs[i];
+            rule_run *rr = RUN(r, i);
             if (atomic_load(&rr->dropped) || rr->unrouted)
                 continue;
             counters *c = &rr->ctr;
@@ -2125,49 +2167,51 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
     }
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_lag gauge\n");
     for (size_t i = 0; !rc && i < n; i++) {
-        if (atomic_load(&r->runs[i]->dropped))
+        if (atomic_load(&RUN(r, i)->dropped))
             continue;
-        run_labels(lb, sizeof lb, r->runs[i]);
-        rc = sl_buf_printf(out, "sluice_rule_lag{%s} %" PRId64 "\n", lb, run_lag(r->runs[i]));
+        run_labels(lb, sizeof lb, RUN(r, i));
+        rc = sl_buf_printf(out, "sluice_rule_lag{%s} %" PRId64 "\n", lb, run_lag(RUN(r, i)));
     }
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_retrying gauge\n");
     for (size_t i = 0; !rc && i < n; i++) {
-        if (atomic_load(&r->runs[i]->dropped) || r->runs[i]->unrouted)
+        if (atomic_load(&RUN(r, i)->dropped) || RUN(r, i)->unrouted)
             continue;
-        run_labels(lb, sizeof lb, r->runs[i]);
+        run_labels(lb, sizeof lb, RUN(r, i));
         rc = sl_buf_printf(out, "sluice_rule_retrying{%s} %" PRId64 "\n", lb,
-                           atomic_load(&r->runs[i]->ctr.retrying));
+                           atomic_load(&RUN(r, i)->ctr.retrying));
     }
     rc = rc ? rc : sl_buf_printf(out, "# HELP sluice_lane_unrouted_total Events of a lane that "
                                       "reached a rule with no override for it and no fallback.\n"
                                       "# TYPE sluice_lane_unrouted_total counter\n");
     for (size_t i = 0; !rc && i < n; i++)
-        if (r->runs[i]->unrouted && !atomic_load(&r->runs[i]->dropped))
+        if (RUN(r, i)->unrouted && !atomic_load(&RUN(r, i)->dropped))
             rc = sl_buf_printf(out, "sluice_lane_unrouted_total{rule=\"%s\",lane=\"%s\"} %" PRIu64
                                     "\n",
-                               r->runs[i]->rc->name, r->runs[i]->lane,
-                               atomic_load(&r->runs[i]->unrouted_n));
-    /* The runs of a lane are made together (add_lane_runs), so a lane's
-     * runs are next to each other. */
+                               RUN(r, i)->rc->name, RUN(r, i)->lane,
+                               atomic_load(&RUN(r, i)->unrouted_n));
     rc = rc ? rc : sl_buf_printf(out, "# HELP sluice_lane_delivered_total Payloads the rules "
                                       "delivered per lane (\"\" is the base lane).\n"
                                       "# TYPE sluice_lane_delivered_total counter\n");
-    for (size_t i = 0; !rc && i < n;) {
-        const char *lane = r->runs[i]->lane;
-        uint64_t sum = 0;
-        bool live = false;
-        for (; i < n && strcmp(r->runs[i]->lane, lane) == 0; i++)
-            if (!atomic_load(&r->runs[i]->dropped)) {
-                sum += atomic_load(&r->runs[i]->ctr.delivered);
-                live = true;
-            }
-        if (live)
-            rc = sl_buf_printf(out, "sluice_lane_delivered_total{lane=\"%s\"} %" PRIu64 "\n", lane,
-                               sum);
+    uint64_t *sum = rc ? NULL : calloc(LANE_NAMES, sizeof *sum);
+    bool *live = rc ? NULL : calloc(LANE_NAMES, sizeof *live);
+    if (!rc && (!sum || !live))
+        rc = SL_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const rule_run *rr = RUN(r, i);
+        if (rr->lane_idx >= 0 && !atomic_load(&rr->dropped)) {
+            sum[rr->lane_idx] += atomic_load(&rr->ctr.delivered);
+            live[rr->lane_idx] = true;
+        }
     }
+    for (size_t k = 0; !rc && k < LANE_NAMES; k++)
+        if (live[k])
+            rc = sl_buf_printf(out, "sluice_lane_delivered_total{lane=\"%s\"} %" PRIu64 "\n",
+                               r->lane_names[k], sum[k]);
+    free(sum);
+    free(live);
     rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_target_healthy gauge\n");
     for (size_t i = 0; !rc && i < n; i++) {
-        rule_run *rr = r->runs[i];
+        rule_run *rr = RUN(r, i);
         if (atomic_load(&rr->dropped) || (rr->base_run && rr->targets == rr->base_run->targets))
             continue; /* borrowed targets are reported by their owner */
         run_labels(lb, sizeof lb, rr);

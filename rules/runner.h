@@ -59,8 +59,9 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
  * first event is published. Returns 0 or an SL_E… code with err. */
 int sl_runner_add_lane(sl_runner *r, const sl_lane_info *lane, sl_error *err);
 
-/* Stops the runs of lane (turns in progress finish; payloads waiting for a
- * retry are discarded), closes their cursors and deletes their files. */
+/* Stops the runs of lane without waiting for a turn in progress (their own
+ * targets are cancelled; payloads waiting for a retry are given up) and
+ * deletes their cursor files; the runs stay, idle, until the runner stops. */
 void sl_runner_drop_lane(sl_runner *r, const char *lane);
 
 /* For GET /v1/lanes, inside the lane's object: ,"delivered":N,"unrouted":N,

@@ -4,7 +4,10 @@
  * acknowledged once and all read back; a per-entry refusal failing only its
  * event; argument checks and the queue bound; a server that starts after the
  * events were sent; lanes; and the Databus agent transport when
- * `bin/sluice databus` exists (skipped otherwise).
+ * `bin/sluice databus` exists (skipped otherwise). Scripted fake agents and a
+ * scripted HTTP receiver drive the wire protocols exactly: retries, refusals,
+ * a slow agent and a full socket waited for (not reconnected to), and the
+ * reconnect after a refused connect coming after the back-off.
  *
  * The client library is linked as build/lib/libsluice.a next to the harness's
  * libsluice-core.a: this test also proves they share no symbol. Callbacks run
@@ -15,6 +18,8 @@
 #include "receiver.h"
 
 #include <sluice.h>
+
+#include "client/client_internal.h" /* sl_client__agent_stall_min_ms, a test hook */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -723,7 +728,7 @@ static void *fake_main(void *arg)
     fake *f = arg;
     /* conn 0: three lines, ack the first, hang up. conn 1: the two others
      * again; refuse the first, then a wrong seq (a protocol error). conn 2:
-     * the third again; no answer (the ack timeout). conn 3: ack it. */
+     * the third again; no answer (a stall). conn 3: ack it. */
     static const int want[4] = {3, 2, 1, 1};
     for (int k = 0; k < 4; k++) {
         struct pollfd p = {.fd = f->lfd, .events = POLLIN};
@@ -785,6 +790,9 @@ static void test_agent_protocol(void **state)
     char addr[PATH_MAX + 8];
     snprintf(addr, sizeof addr, "unix:%s", sa.sun_path);
     rec *r = rec_new();
+    /* A missing answer counts as a stall after timeout_ms (500 ms) here, not
+     * after the minute a real client waits. */
+    sl_client__agent_stall_min_ms = 0;
     sl_client *c = open_rec(addr, r, 500, 0);
     assert_int_equal(sl_client_send(c, "s1", "{\"id\":\"1\"}", "feature-x"), 1);
     assert_int_equal(sl_client_send(c, "s1", "{\"id\":\n\"2\"}", NULL), 2);
@@ -792,6 +800,7 @@ static void test_agent_protocol(void **state)
     assert_int_equal(sl_client_flush(c, WAIT_MS), 1);
     pthread_join(th, NULL);
     sl_client_close(c);
+    sl_client__agent_stall_min_ms = 60000;
     close(f->lfd);
 
     if (f->problem[0])
@@ -817,6 +826,192 @@ static void test_agent_protocol(void **state)
     s->passed = true;
 }
 
+/* ---- 7b. a slow agent is waited for, not reconnected to ----------------------------- */
+
+/* A fake agent that takes one connection and reads its n lines, holding back
+ * for hold_ms: before answering (late: the agent waits for a hung upstream),
+ * or before reading at all and then answering in six bursts 250 ms apart
+ * (back-pressure: the client's socket is full meanwhile). Then it checks that
+ * no second connection came. */
+typedef struct slow {
+    int lfd;
+    bool backpressure;
+    int n, hold_ms;
+    int conns, lines;
+    char problem[256];
+} slow;
+
+/* Writes all of s, never raising SIGPIPE (the client may have hung up). */
+static void fake_send(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+static void *slow_main(void *arg)
+{
+    slow *f = arg;
+    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+    if (poll(&p, 1, 10000) <= 0) {
+        snprintf(f->problem, sizeof f->problem, "no connection");
+        return NULL;
+    }
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0) {
+        snprintf(f->problem, sizeof f->problem, "accept: %s", strerror(errno));
+        return NULL;
+    }
+    f->conns = 1;
+    if (f->backpressure)
+        it_sleep_ms(f->hold_ms);
+    static char buf[65536];
+    while (f->lines < f->n) {
+        struct pollfd q = {.fd = fd, .events = POLLIN};
+        if (poll(&q, 1, 10000) <= 0)
+            break;
+        ssize_t k = read(fd, buf, sizeof buf);
+        if (k <= 0)
+            break;
+        for (ssize_t i = 0; i < k; i++)
+            f->lines += buf[i] == '\n';
+    }
+    if (f->lines != f->n) {
+        snprintf(f->problem, sizeof f->problem, "%d lines of %d", f->lines, f->n);
+        close(fd);
+        return NULL;
+    }
+    if (!f->backpressure)
+        it_sleep_ms(f->hold_ms);
+    int bursts = f->backpressure ? 6 : 1, seq = 0;
+    for (int b = 0; b < bursts; b++) {
+        if (b)
+            it_sleep_ms(250);
+        size_t len = 0;
+        for (int upto = f->n * (b + 1) / bursts; seq < upto;) {
+            if (len + 64 > sizeof buf) {
+                fake_send(fd, buf, len);
+                len = 0;
+            }
+            len += (size_t)snprintf(buf + len, 64, "{\"seq\":%d,\"ok\":true}\n", ++seq);
+        }
+        fake_send(fd, buf, len);
+    }
+    /* A client that gave up on the connection would be back by now. */
+    struct pollfd again = {.fd = f->lfd, .events = POLLIN};
+    if (poll(&again, 1, 300) > 0)
+        f->conns++;
+    close(fd);
+    return NULL;
+}
+
+static void run_slow(it_server *s, slow *f, int timeout_ms, const char *pad)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    it_path(sa.sun_path, s, f->backpressure ? "slow-bp.sock" : "slow.sock");
+    f->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(f->lfd >= 0);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(f->lfd, 8), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, slow_main, f), 0);
+    char addr[PATH_MAX + 8];
+    snprintf(addr, sizeof addr, "unix:%s", sa.sun_path);
+    rec *r = rec_new();
+    sl_client *c = open_rec(addr, r, timeout_ms, 0);
+    char *ev = malloc(strlen(pad) + 64);
+    assert_non_null(ev);
+    for (int i = 0; i < f->n; i++) {
+        sprintf(ev, "{\"id\":\"%d\",\"data\":\"%s\"}", i, pad);
+        assert_int_equal(sl_client_send(c, "slow", ev, NULL), i + 1);
+    }
+    free(ev);
+    /* A client that reconnected would wait for answers that never come. */
+    int rc = sl_client_flush(c, 15000);
+    pthread_join(th, NULL);
+    sl_client_close(c);
+    close(f->lfd);
+    if (f->problem[0])
+        fail_msg("fake agent: %s", f->problem);
+    assert_int_equal(rc, 0);
+    assert_int_equal(f->conns, 1);
+    assert_int_equal(f->lines, f->n);
+    assert_int_equal(r->ok, f->n);
+    assert_int_equal(r->calls, f->n);
+    assert_int_equal(r->twice, 0);
+    rec_free(r);
+}
+
+static void test_agent_slow(void **state)
+{
+    it_server *s = *state;
+    /* Answers 1.5 s late, 5 × timeout_ms: within the stall timeout (a minute),
+     * so the client waits instead of writing every line again. */
+    slow *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    *f = (slow){.n = 3, .hold_ms = 1500};
+    run_slow(s, f, 300, "x");
+
+    /* Reads nothing for 2.5 s while ~5 MB wait to be written, then answers in
+     * bursts. With the stall timeout lowered to timeout_ms (1 s), a full
+     * socket still is no stall, and each burst of answers is progress. */
+    static char pad[1201];
+    memset(pad, 'p', sizeof pad - 1);
+    *f = (slow){.backpressure = true, .n = 4000, .hold_ms = 2500};
+    sl_client__agent_stall_min_ms = 0;
+    run_slow(s, f, 1000, pad);
+    sl_client__agent_stall_min_ms = 60000;
+    free(f);
+    s->passed = true;
+}
+
+/* After a refused connect the client tries again when the back-off ends (50
+ * ms), not a second later: it is back soon after the agent is. Also: the
+ * default lane from SLUICE_LANE goes on the line. */
+static void test_agent_reconnect(void **state)
+{
+    it_server *s = *state;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    it_path(sa.sun_path, s, "late.sock");
+    int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0); /* not listening: refused */
+    char addr[PATH_MAX + 8];
+    snprintf(addr, sizeof addr, "unix:%s", sa.sun_path);
+    rec *r = rec_new();
+    setenv("SLUICE_LANE", "feature-x", 1);
+    sl_client *c = open_rec(addr, r, 1000, 0);
+    unsetenv("SLUICE_LANE");
+    double t0 = it_mono();
+    assert_int_equal(sl_client_send(c, "s", "{\"id\":\"1\"}", NULL), 1);
+    it_sleep_ms(30); /* the first connect was refused */
+    assert_int_equal(listen(lfd, 8), 0);
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    double dt = it_mono() - t0;
+    int fd = accept(lfd, NULL, NULL);
+    assert_true(fd >= 0);
+    char lines[3][512];
+    assert_int_equal(fake_read_lines(fd, 1, lines), 1);
+    fake_send(fd, "{\"seq\":1,\"ok\":true}\n", 20);
+    assert_int_equal(sl_client_flush(c, WAIT_MS), 0);
+    sl_client_close(c);
+    close(fd);
+    close(lfd);
+    /* Back-offs 50, 100, 200 ms ±20 %; the old poll waited 1000 ms. */
+    if (dt >= 0.7)
+        fail_msg("connected %.0f ms after the send", dt * 1000);
+    assert_string_equal(lines[0],
+                        "{\"set\":\"s\",\"event\":{\"id\":\"1\"},\"lane\":\"feature-x\"}");
+    assert_int_equal(r->ok, 1);
+    rec_free(r);
+    s->passed = true;
+}
+
 /* ---- 8. the HTTP protocol, against the scripted receiver ---------------------------- */
 
 static void test_http_protocol(void **state)
@@ -830,9 +1025,11 @@ static void test_http_protocol(void **state)
     rec *r = rec_new();
     sl_client *c = open_rec(addr, r, 2000, 0);
 
-    /* Retried: 503, 429, a dropped connection, 500; then per-entry results. */
+    /* Retried: 503, 429, 408, a dropped connection, 500; then per-entry
+     * results. */
     rx_fail(rx, 1, 503, "{\"error\":\"Backpressure\",\"message\":\"full\"}", "1");
     rx_fail(rx, 1, 429, NULL, NULL);
+    rx_fail(rx, 1, 408, "{\"error\":\"RequestTimeout\",\"message\":\"body too slow\"}", NULL);
     rx_fail(rx, 1, RX_DROP, NULL, NULL);
     rx_fail(rx, 1, 500, "{\"error\":\"NotConfirmed\",\"message\":\"sync failed\"}", NULL);
     rx_fail(rx, 1, 200,
@@ -842,8 +1039,8 @@ static void test_http_protocol(void **state)
     assert_int_equal(sl_client_send(c, "s", "{\"id\":\"1\"}", "feature-x"), 1);
     assert_int_equal(sl_client_send(c, "s", "{\"id\":\"2\"}", "feature-x"), 2);
     assert_int_equal(sl_client_flush(c, WAIT_MS), 1);
-    assert_int_equal(rx_count(rx), 5);
-    for (size_t i = 0; i < 5; i++) {
+    assert_int_equal(rx_count(rx), 6);
+    for (size_t i = 0; i < 6; i++) {
         const rx_req *q = rx_req_at(rx, i);
         char h[64];
         assert_string_equal(q->method, "POST");
@@ -925,6 +1122,63 @@ static void test_http_protocol(void **state)
     s->passed = true;
 }
 
+/* A delivery callback may send (no lock is held while it runs); a flush from
+ * it returns EINVAL at once instead of waiting for itself. */
+typedef struct reentry {
+    sl_client *c;
+    atomic_int calls;
+    int status[4], flush_rc[4];
+    int64_t sent[4];
+} reentry;
+
+static void on_reentry(void *opaque, uint64_t id, int status, const char *error,
+                       const char *message)
+{
+    (void)id, (void)error, (void)message;
+    reentry *e = opaque;
+    int k = atomic_load(&e->calls);
+    if (k < 4) {
+        e->status[k] = status;
+        if (k < 3) {
+            e->flush_rc[k] = sl_client_flush(e->c, -1);
+            e->sent[k] = sl_client_send(e->c, "re", "{\"id\":\"again\"}", NULL);
+        }
+    }
+    atomic_fetch_add(&e->calls, 1);
+}
+
+static void test_callback_reentry(void **state)
+{
+    it_server *s = *state;
+    rx_receiver *rx = rx_new();
+    assert_non_null(rx);
+    assert_int_equal(rx_start(rx, 0), 0);
+    rx_fail(rx, -1, 200,
+            "{\"accepted\":1,\"failed\":0,\"results\":[{\"partition\":0,\"offset\":0}]}", NULL);
+    char addr[64];
+    http_addr(addr, sizeof addr, rx_port(rx));
+    reentry *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    sl_client_options o = {.on_delivery = on_reentry, .opaque = e, .timeout_ms = 2000};
+    e->c = sl_client_open_opts(addr, &o, NULL, 0);
+    assert_non_null(e->c);
+    assert_int_equal(sl_client_send(e->c, "re", "{\"id\":\"first\"}", NULL), 1);
+    for (double end = it_mono() + 10; it_mono() < end && atomic_load(&e->calls) < 4;)
+        it_sleep_ms(10);
+    assert_int_equal(sl_client_flush(e->c, WAIT_MS), 0);
+    sl_client_close(e->c);
+    rx_free(rx);
+    assert_int_equal(atomic_load(&e->calls), 4);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(e->status[k], 0);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(e->flush_rc[k], SL_CLIENT_EINVAL);
+        assert_int_equal(e->sent[k], k + 2);
+    }
+    free(e);
+    s->passed = true;
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, it_setup, it_teardown)
@@ -935,9 +1189,10 @@ int main(void)
         return 1;
     unsetenv("SLUICE_LANE"); /* the tests choose their lanes */
     const struct CMUnitTest tests[] = {
-        T(test_threads),  T(test_entry_failure),  T(test_request_refused),
-        T(test_bad_args), T(test_server_late),    T(test_lane),
-        T(test_agent),    T(test_agent_protocol), T(test_http_protocol),
+        T(test_threads),         T(test_entry_failure),  T(test_request_refused),
+        T(test_bad_args),        T(test_server_late),    T(test_lane),
+        T(test_agent),           T(test_agent_protocol), T(test_agent_slow),
+        T(test_agent_reconnect), T(test_http_protocol),  T(test_callback_reentry),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

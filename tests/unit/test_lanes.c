@@ -121,12 +121,23 @@ static void test_declared(void **state)
     l = open_lanes(dir, &h);
     sl_lanes_configure(l, &f.cfg);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_LANE_DROPPED);
+    fake_cfg keep = f;
     fake(&f, false, 1, (const char *const[]){"release-1"}, (const sl_lane_env[]){SL_LANE_PPE});
+    /* A config without it that does not stand (a failed reload configures
+     * the old one again before committing): the drop mark survives. */
     sl_lanes_configure(l, &f.cfg);
+    keep.cfg.lanes = keep.decl;
+    sl_lanes_configure(l, &keep.cfg);
+    sl_lanes_commit(l);
+    assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_LANE_DROPPED);
+    /* One that stands: the mark has done its job. */
+    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_commit(l);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_UNKNOWN_LANE);
     fake(&f, false, 2, (const char *const[]){"feature-x", "release-1"},
          (const sl_lane_env[]){SL_LANE_BOE, SL_LANE_PPE});
     sl_lanes_configure(l, &f.cfg); /* declared again: a new lane */
+    sl_lanes_commit(l);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_OK);
     sl_lanes_free(l);
     tu_rmdir(dir);

@@ -211,7 +211,7 @@ static json_t *redrive(fx *f, const char *dlq, const char *to, uint64_t max, int
 {
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    int rc = sl_redrive(f->sets, f->bus, f->dir, dlq, to, max, &out, &err);
+    int rc = sl_redrive(f->sets, f->bus, NULL, f->dir, dlq, to, max, &out, &err);
     if (rc)
         fail_msg("sl_redrive %s -> %s: %s (%s)", dlq, to, err.msg, sl_strerror(rc));
     json_error_t je;
@@ -262,12 +262,12 @@ static void test_errors(void **state)
     define(f, "to", 1, SL_ACK_DURABLE, 0);
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "nope", "to", 0, &out, &err), SL_ENOENT);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "nope", "to", 0, &out, &err), SL_ENOENT);
     assert_non_null(strstr(err.msg, "nope"));
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "dlq", "nope2", 0, &out, &err), SL_ENOENT);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "nope2", 0, &out, &err), SL_ENOENT);
     assert_non_null(strstr(err.msg, "nope2"));
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "dlq", "dlq", 0, &out, &err), SL_EINVAL);
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "dlq", "../x", 0, &out, &err), SL_EINVAL);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "dlq", 0, &out, &err), SL_EINVAL);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "../x", 0, &out, &err), SL_EINVAL);
     assert_int_equal(out.len, 0);
     /* Neither set was created by asking. */
     sl_set *s;
@@ -286,7 +286,7 @@ static void test_refused_keeps_position(void **state)
     sl_databus_stop(f->bus);
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
     assert_int_equal(out.len, 0);
     fx_close(f);
     fx_open(f);
@@ -346,6 +346,36 @@ static void test_skips_bad_records(void **state)
     sl_sets_get(f->sets, "to", false, &to, NULL);
     int seen[3];
     assert_int_equal(read_set(to, seen, 3), 2);
+}
+
+/* Dead letters of a lane dropped since (core/lanes.h) stay in the
+ * dead-letter set: stored again, no consumer would deliver them. */
+static void test_dropped_lane_skipped(void **state)
+{
+    fx *f = *state;
+    sl_set *dlq = define(f, "dlq", 1, SL_ACK_DURABLE, 0);
+    define(f, "to", 1, SL_ACK_BUFFER, 0);
+    for (int i = 0; i < 4; i++) /* d1 and d3 are of lane boe-a */
+        put_dead(f, dlq, i, 1);
+    sl_lanes *lanes = NULL;
+    sl_error err = {0};
+    assert_int_equal(sl_lanes_open(f->dir, &lanes, &err), 0);
+    sl_lane_decl decl = {.name = (char *)"boe-a", .line = 1, .fallback_base = true};
+    sl_config cfg = {.lanes = &decl, .nlanes = 1};
+    sl_lanes_configure(lanes, &cfg);
+    assert_int_equal(sl_lanes_drop(lanes, "boe-a", &err), 0);
+    sl_buf out = SL_BUF_INIT;
+    assert_int_equal(sl_redrive(f->sets, f->bus, lanes, f->dir, "dlq", "to", 0, &out, &err), 0);
+    sl_buf_append(&out, "", 1);
+    json_t *j = json_loads((const char *)out.data, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "redriven")), 2);
+    assert_int_equal(json_integer_value(json_object_get(j, "skipped")), 2);
+    json_t *sk = json_array_get(json_object_get(j, "skipped_events"), 0);
+    assert_non_null(strstr(json_string_value(json_object_get(sk, "reason")), "LaneDropped"));
+    json_decref(j);
+    sl_buf_free(&out);
+    sl_lanes_free(lanes);
 }
 
 /* A damaged position file starts again at the oldest event (duplicates
@@ -616,7 +646,7 @@ static void nested_redrive(int appends)
         return;
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    g_nested_rc = sl_redrive(g_sets, g_bus, g_dir, "dlq", "other", 0, &out, &err);
+    g_nested_rc = sl_redrive(g_sets, g_bus, NULL, g_dir, "dlq", "other", 0, &out, &err);
     snprintf(g_nested_msg, sizeof g_nested_msg, "%s", err.msg);
     assert_int_equal(out.len, 0);
 }
@@ -673,13 +703,13 @@ static void test_stop_and_single_commits(void **state)
     atomic_store(&g_stop, true);
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
     assert_int_equal(out.len, 0);
     assert_int_equal(sl_store_end_offset(&to->parts[0]), 0);
     /* Raised by the writer after the fifth event. */
     atomic_store(&g_stop, false);
     g_wrap.on_append = stop_after_five;
-    assert_int_equal(sl_redrive(f->sets, f->bus, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
     g_wrap.on_append = NULL;
     assert_non_null(strstr(err.msg, "5 events were moved"));
     assert_int_equal(sl_store_end_offset(&to->parts[0]), 5);
@@ -711,6 +741,7 @@ int main(void)
         T(test_buffer_destination_synced),
         T(test_position_past_end),
         T(test_long_lane_skipped),
+        T(test_dropped_lane_skipped),
         T(test_one_at_a_time),
         T(test_stop_and_single_commits),
     };

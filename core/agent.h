@@ -1,9 +1,11 @@
 /*
  * core/agent.h — the Databus agent (`sluice databus`): a local process that
  * app processes write NDJSON lines to over a UNIX (or loopback TCP) socket.
- * It batches them per (set, lane), stamps the lane, forwards the batches to a
- * sluice server over HTTP with retries, and spools batches to a bounded local
- * disk queue while the server is down, so that nothing it acknowledged is lost.
+ * It batches them per (set, lane, stream), stamps the lane, forwards the
+ * batches to a sluice server over HTTP with retries, and spools batches to a
+ * bounded local disk queue while the server is down, so that nothing it
+ * acknowledged is lost. Each connection is tied to one of `streams` ordered
+ * streams for its life, so its events of a (set, lane) stay in order.
  *
  * The wire protocol, acks and durability are described in docs/agent.md.
  * Everything runs on one thread: libcurl multi drives the upstream requests
@@ -19,6 +21,7 @@
 
 #define SL_AGENT_MAX_LISTEN 8
 #define SL_AGENT_URL_MAX 512
+#define SL_AGENT_STREAMS_MAX 64
 
 /* Everything the agent is told. Filled by sl_agent_opts_init() with the
  * defaults, then by the command line and the --config file. */
@@ -36,7 +39,8 @@ typedef struct sl_agent_opts {
     uint64_t batch_bytes;    /* a batch is sent once this big (1 MiB) */
     uint64_t max_line;       /* longest input line (1 MiB); longer → TooLarge */
     int64_t spool_after_ms;  /* spool once upstream failed for this long (1000) */
-    uint64_t key_max;        /* memory per (set, lane) before spooling (16 MiB) */
+    int streams;             /* ordered streams per (set, lane), 1..64 (4) */
+    uint64_t key_max;        /* memory per (set, lane, stream) before spooling (16 MiB) */
     int64_t request_ms;      /* one upstream request at most this long (10 s) */
     int64_t shutdown_ms;     /* on SIGTERM, try upstream this long (5 s) */
 } sl_agent_opts;
@@ -47,7 +51,7 @@ typedef struct sl_agent_opts {
 void sl_agent_opts_init(sl_agent_opts *o);
 
 /* Sets one setting from its text: key upstream, lane, linger_ms,
- * batch_bytes, spool_max or spool_after_ms. Returns 0, or SL_EINVAL with err
+ * batch_bytes, spool_max, spool_after_ms or streams. Returns 0, or SL_EINVAL with err
  * saying what is wrong (o unchanged then). */
 int sl_agent_conf_set(sl_agent_opts *o, const char *key, const char *value, sl_error *err);
 

@@ -38,6 +38,7 @@ void sl_agent_opts_init(sl_agent_opts *o)
     o->batch_bytes = 1u << 20;
     o->max_line = 1u << 20;
     o->spool_after_ms = 1000;
+    o->streams = 1; /* order per set and lane, as the issue asks; more is opt-in */
     o->key_max = 16u << 20;
     o->request_ms = 10000;
     o->shutdown_ms = 5000;
@@ -97,9 +98,18 @@ int sl_agent_conf_set(sl_agent_opts *o, const char *k, const char *v, sl_error *
         o->spool_max = u;
         return 0;
     }
+    if (strcmp(k, "streams") == 0) {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || end == v || *end || n < 1 || n > SL_AGENT_STREAMS_MAX)
+            return sl_error_set(err, SL_EINVAL, "streams %s: want 1..%d", v, SL_AGENT_STREAMS_MAX);
+        o->streams = (int)n;
+        return 0;
+    }
     return sl_error_set(err, SL_EINVAL,
                         "unknown key \"%s\" (upstream, lane, linger_ms, batch_bytes, spool_max, "
-                        "spool_after_ms)",
+                        "spool_after_ms, streams)",
                         k);
 }
 
@@ -329,8 +339,9 @@ void sl__agent_poll_apply(sl_agent *a)
     a->o = n;
     sl__agent_log(a,
                   "config set %s: applied event %s: upstream %s, lane \"%s\", linger_ms %" PRId64
-                  ", batch_bytes %" PRIu64 ", spool_max %" PRIu64,
-                  a->o.config_set, id, n.upstream, n.lane, n.linger_ms, n.batch_bytes, n.spool_max);
+                  ", batch_bytes %" PRIu64 ", spool_max %" PRIu64 ", streams %d",
+                  a->o.config_set, id, n.upstream, n.lane, n.linger_ms, n.batch_bytes, n.spool_max,
+                  n.streams);
 }
 
 void sl__agent_poll_upstream(sl_agent *a)

@@ -1,9 +1,10 @@
 /*
- * core/agent_fwd.c — the Databus agent's forwarding side: per-(set, lane)
- * batches, the upstream requests (libcurl multi, at most one in flight per
- * key), mapping upstream's per-entry results to line answers, retries with
- * back-off, and the spool (write while upstream is down, drain when it is
- * back, oldest first). The ordering rule is in core/agent_internal.h.
+ * core/agent_fwd.c — the Databus agent's forwarding side: per-(set, lane,
+ * stream) batches, the upstream requests (libcurl multi, at most one in
+ * flight per key, the keys of a (set, lane) concurrently), mapping upstream's
+ * per-entry results to line answers, retries with back-off, and the spool
+ * (write while upstream is down, drain when it is back, oldest first per
+ * stream). The ordering rule is in core/agent_internal.h.
  */
 #include "core/agent_internal.h"
 #include "core/agent_spool.h"
@@ -23,19 +24,20 @@
 
 /* ---- keys and batches ------------------------------------------------------- */
 
-static ag_key *key_get(sl_agent *a, const char *set, const char *lane)
+static ag_key *key_get(sl_agent *a, const char *set, const char *lane, int stream)
 {
     ag_key *k = a->last_key;
-    if (k && strcmp(k->set, set) == 0 && strcmp(k->lane, lane) == 0)
+    if (k && k->stream == stream && strcmp(k->set, set) == 0 && strcmp(k->lane, lane) == 0)
         return k;
     for (k = a->keys; k; k = k->next)
-        if (strcmp(k->set, set) == 0 && strcmp(k->lane, lane) == 0)
+        if (k->stream == stream && strcmp(k->set, set) == 0 && strcmp(k->lane, lane) == 0)
             return a->last_key = k;
     k = calloc(1, sizeof *k);
     if (!k)
         return NULL;
     snprintf(k->set, sizeof k->set, "%s", set);
     snprintf(k->lane, sizeof k->lane, "%s", lane);
+    k->stream = stream;
     k->next = a->keys;
     a->keys = k;
     return a->last_key = k;
@@ -77,10 +79,12 @@ static void key_free(sl_agent *a, ag_key *k)
     free(k);
 }
 
-/* Unlinks the head batch of k (after it was answered or spooled away). */
-static ag_batch *pop_head(ag_key *k)
+/* Unlinks the head batch of k (after it was answered or set aside). */
+static ag_batch *pop_head(sl_agent *a, ag_key *k)
 {
     ag_batch *b = k->head;
+    if (k->stream < 0 && a->left_batches)
+        a->left_batches--;
     k->head = b->next;
     if (!k->head)
         k->tail = NULL;
@@ -124,10 +128,10 @@ static void seal(sl_agent *a, ag_key *k)
 int sl__agent_add(sl_agent *a, ag_conn *c, uint64_t seq, const char *set, const char *lane,
                   const char *ev, size_t len)
 {
-    ag_key *k = key_get(a, set, lane);
+    ag_key *k = key_get(a, set, lane, c->stream);
     if (!k)
         return SL_ENOMEM;
-    k->used_ns = sl_clock_mono_ns();
+    k->used_ns = a->read_ns;
     /* Seal before the batch would pass batch_bytes, so that a request is
      * never bigger than asked for (the server caps request bodies). */
     if (k->open && k->open->body.len + len + 1 > a->o.batch_bytes)
@@ -138,7 +142,7 @@ int sl__agent_add(sl_agent *a, ag_conn *c, uint64_t seq, const char *set, const 
         if (!b)
             return SL_ENOMEM;
         b->k = k;
-        b->first_ns = sl_clock_mono_ns();
+        b->first_ns = a->read_ns;
         if (a->npool)
             b->body = a->pool[--a->npool];
         k->open = b;
@@ -277,7 +281,7 @@ static void start_send(sl_agent *a, ag_key *k)
             sl__agent_log(a, "spool: %s; batch skipped", err.msg);
         }
         a->spool_bytes -= b->file_bytes < a->spool_bytes ? b->file_bytes : a->spool_bytes;
-        batch_free(a, pop_head(k));
+        batch_free(a, pop_head(a, k));
     }
     CURL *e = k->easy;
     if (!e) {
@@ -390,7 +394,7 @@ static void answer_results(sl_agent *a, ag_batch *b)
 /* Retire k's head after upstream answered (any final answer). */
 static void retire_head(sl_agent *a, ag_key *k)
 {
-    ag_batch *b = pop_head(k);
+    ag_batch *b = pop_head(a, k);
     if (b->spooled) {
         sl_error err = {0};
         if (sl__spool_remove(a->o.spool_dir, b->seq, &err))
@@ -470,7 +474,7 @@ static void finished(sl_agent *a, ag_key *k, CURLcode cc)
             if (sl__spool_set_aside(a->o.spool_dir, b->seq, "rejected", &err))
                 sl__agent_log(a, "%s", err.msg);
             a->spool_bytes -= b->file_bytes < a->spool_bytes ? b->file_bytes : a->spool_bytes;
-            batch_free(a, pop_head(k));
+            batch_free(a, pop_head(a, k));
             return;
         }
         answer_all(a, b, code, msg);
@@ -493,6 +497,20 @@ void sl__agent_done(sl_agent *a)
 }
 
 /* ---- timers ------------------------------------------------------------------ */
+
+/* Whether k must wait because spool files of an earlier run for its (set,
+ * lane) are still to be sent: they have no live stream, so they go before
+ * every new batch of any stream. */
+static bool waits_for_leftovers(sl_agent *a, const ag_key *k)
+{
+    if (!a->left_batches || k->stream < 0)
+        return false;
+    for (const ag_key *x = a->keys; x; x = x->next)
+        if (x->stream < 0 && x->head && strcmp(x->set, k->set) == 0 &&
+            strcmp(x->lane, k->lane) == 0)
+            return true;
+    return false;
+}
 
 long sl__agent_tick(sl_agent *a, int64_t now, long max_ms)
 {
@@ -521,13 +539,17 @@ long sl__agent_tick(sl_agent *a, int64_t now, long max_ms)
             seal(a, k);
         else if (o && o->first_ns + a->o.linger_ms * MS < next)
             next = o->first_ns + a->o.linger_ms * MS;
+        bool waits = k->head && waits_for_leftovers(a, k);
         /* Spool while upstream is down for long, or down at all and this
          * key's memory is full; a healthy but slower upstream only slows
-         * the readers down (back-pressure), it does not cost disk writes. */
+         * the readers down (back-pressure), it does not cost disk writes.
+         * Stopping, a key that may not send now (a spooled head, or an
+         * earlier run's files of its (set, lane) ahead of it) spools the
+         * rest behind it, in order, rather than wait for the deadline. */
         if ((a->down_since_ns && (down_long || a->stopping || k->mem_bytes > a->o.key_max)) ||
-            (a->stopping && k->head && k->head->spooled && !k->inflight))
+            (a->stopping && k->head && (k->head->spooled || waits) && !k->inflight))
             spool_key(a, k);
-        if (k->head && !k->inflight && !(a->stopping && k->head->spooled)) {
+        if (k->head && !k->inflight && !waits && !(a->stopping && k->head->spooled)) {
             if (now >= k->retry_at_ns)
                 start_send(a, k);
             else if (k->retry_at_ns < next)
@@ -557,7 +579,7 @@ int sl__agent_load_spool(sl_agent *a, sl_error *err)
             sl__spool_set_aside(a->o.spool_dir, seqs[i], "corrupt", NULL);
             continue;
         }
-        ag_key *k = key_get(a, h.set, h.lane);
+        ag_key *k = key_get(a, h.set, h.lane, -1);
         ag_batch *b = k ? calloc(1, sizeof *b) : NULL;
         if (!b) {
             free(seqs);
@@ -573,6 +595,7 @@ int sl__agent_load_spool(sl_agent *a, sl_error *err)
         else
             k->head = b;
         k->tail = b;
+        a->left_batches++;
         a->spool_bytes += h.file_bytes;
         if (h.seq >= a->next_batch_seq)
             a->next_batch_seq = h.seq + 1;

@@ -3,11 +3,17 @@
  * (event loop, sockets, lines, acks, reload) and core/agent_fwd.c (batches,
  * upstream requests, spooling). Not part of any public interface.
  *
- * Ordering: every sealed batch gets a sequence number from one counter; a
- * (set, lane) key keeps its sealed batches in that order, in memory or as
- * spool files (spooling one converts it in place and its file is named by the
- * same number), and only the oldest is ever sent. So order per (set, lane)
- * holds across retries, spooling, draining and restarts.
+ * Ordering: a connection is given one of o.streams streams at accept, for
+ * its whole life, and its lines of a (set, lane) go to the key (set, lane,
+ * stream). Every sealed batch gets a sequence number from one counter; a key
+ * keeps its sealed batches in that order, in memory or as spool files
+ * (spooling one converts it in place and its file is named by the same
+ * number), and only the oldest is ever sent. So order per (connection, set,
+ * lane) holds across retries, spooling and draining, while the keys of
+ * different streams send concurrently. Spool files found at start belong to
+ * no live stream: they go, oldest first, to a key with stream -1, and no
+ * other key of their (set, lane) sends before that key is empty; their
+ * global sequence order keeps every earlier run's stream in order.
  */
 #ifndef SL_AGENT_INTERNAL_H
 #define SL_AGENT_INTERNAL_H
@@ -44,6 +50,7 @@ typedef struct ag_conn {
     ag_slot *slots;
     size_t soff, nslots, scap;
     size_t pending; /* lines held by batches */
+    int stream;     /* 0 .. o.streams-1, fixed at accept */
     struct ag_conn *next;
 } ag_conn;
 
@@ -70,10 +77,11 @@ typedef struct ag_batch {
     struct ag_batch *next;
 } ag_batch;
 
-/* One (set, lane) stream. */
+/* One (set, lane, stream): an ordered sequence of batches. */
 typedef struct ag_key {
     char set[129];
     char lane[33];
+    int stream;            /* -1: spool files left by an earlier run */
     ag_batch *open;        /* filling */
     ag_batch *head, *tail; /* sealed, oldest first; only head is ever sent */
     uint64_t mem_bytes;    /* bytes of memory batches, open included */
@@ -122,6 +130,9 @@ typedef struct sl_agent {
     ag_key *keys;
     ag_key *last_key; /* the key of the previous line: usually the next one's too */
     uint64_t next_batch_seq;
+    unsigned next_stream;  /* round robin over o.streams at accept */
+    uint64_t left_batches; /* batches in stream -1 keys: others of their (set, lane) wait */
+    int64_t read_ns;       /* clock read once per socket read, for the lines it holds */
     uint64_t spool_bytes;
     uint64_t mem_total;
     int64_t down_since_ns; /* first failure since the last answer; 0 when up */
@@ -145,7 +156,8 @@ void sl__agent_log(sl_agent *a, const char *fmt, ...) __attribute__((format(prin
 /* Answers line seq of c: ok, or the error code and message. */
 void sl__agent_answer(sl_agent *a, ag_conn *c, uint64_t seq, const char *code, const char *msg);
 
-/* Batches the event (JSON text) of one accepted line under (set, lane). */
+/* Batches the event (JSON text) of one accepted line under (set, lane,
+ * c->stream). */
 int sl__agent_add(sl_agent *a, ag_conn *c, uint64_t seq, const char *set, const char *lane,
                   const char *ev, size_t len);
 

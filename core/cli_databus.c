@@ -17,10 +17,12 @@ static const char databus_usage[] =
     "usage: sluice databus --listen unix:PATH|HOST:PORT [--listen …] --upstream URL\n"
     "                      [--lane L] [--spool DIR] [--spool-max SIZE] [--linger-ms N]\n"
     "                      [--batch-bytes SIZE] [--spool-after-ms N] [--max-line SIZE]\n"
-    "                      [--config FILE] [--config-set SET [--config-poll-ms N]]\n"
+    "                      [--streams N] [--config FILE]\n"
+    "                      [--config-set SET [--config-poll-ms N]]\n"
     "  A local agent: apps write NDJSON lines {\"set\":S,\"event\":{…}} to it and get one\n"
     "  answer line each; it batches per set and lane and forwards to the server, and\n"
-    "  spools to disk while the server is down (docs/agent.md).\n"
+    "  spools to disk while the server is down (docs/agent.md). Events of one set and\n"
+    "  lane reach the server in the order the agent read them (see --streams).\n"
     "  --listen ADDR       unix:PATH (mode 0660) or HOST:PORT (host defaults to 127.0.0.1);\n"
     "                      repeatable, at most 8\n"
     "  --upstream URL      the sluice server, e.g. http://bus:8080\n"
@@ -32,8 +34,12 @@ static const char databus_usage[] =
     "  --batch-bytes SIZE  a batch is sent once this big (default 1MiB)\n"
     "  --spool-after-ms N  spool once upstream has failed this long (default 1000)\n"
     "  --max-line SIZE     longest input line (default 1MiB); longer → TooLarge\n"
+    "  --streams N         ordered streams per set and lane, 1-64 (default 1: one\n"
+    "                      order per set across all connections); with N > 1 each\n"
+    "                      connection keeps one stream for life and only its own\n"
+    "                      events stay ordered, N requests in flight per set\n"
     "  --config FILE       key = value file (upstream, lane, linger_ms, batch_bytes,\n"
-    "                      spool_max, spool_after_ms); SIGHUP re-reads it\n"
+    "                      spool_max, spool_after_ms, streams); SIGHUP re-reads it\n"
     "  --config-set SET    poll this set on the upstream server for settings: its newest\n"
     "                      event's data, an object of the same keys, is applied\n"
     "  --config-poll-ms N  how often the config set is polled (default 10000)\n";
@@ -108,6 +114,9 @@ int sl_cli_databus_main(int argc, char **argv)
             if (sl_parse_bytes(v, &u) || u < 256 || u > (16u << 20))
                 return usage_err("--max-line %s: want 256B..16MiB", v);
             o.max_line = u;
+        } else if (strcmp(a, "--streams") == 0) {
+            if (sl_agent_conf_set(&o, "streams", v, &err))
+                return usage_err("--%s", err.msg);
         } else if (strcmp(a, "--config-set") == 0) {
             if (!sl_set_name_valid(v))
                 return usage_err("--config-set %s: not a valid set name", v);

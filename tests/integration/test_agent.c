@@ -471,11 +471,14 @@ static void test_bad_lines(void **state)
     s->passed = true;
 }
 
-/* A writer thread pacing lines of two sets over the given time. */
+/* A writer thread pacing lines of two sets over the given time: ids a<tag>N
+ * go to seta, b<tag>N to setb, so that each connection's events can be told
+ * apart (tag "" for a lone writer). */
 typedef struct writer {
     int fd;
     int n;
     long ms;
+    const char *tag;
     int failed;
 } writer;
 
@@ -488,7 +491,7 @@ static void *writer_run(void *p)
         sl_buf b = SL_BUF_INIT;
         for (int i = c * CHUNK; i < (c + 1) * CHUNK && i < w->n; i++) {
             char l[256], id[32];
-            snprintf(id, sizeof id, "%c%d", i % 2 ? 'b' : 'a', i / 2);
+            snprintf(id, sizeof id, "%c%s%d", i % 2 ? 'b' : 'a', w->tag ? w->tag : "", i / 2);
             int n = snprintf(l, sizeof l,
                              "{\"set\":\"%s\",\"event\":{\"specversion\":\"1.0\",\"id\":\"%s\","
                              "\"source\":\"/itest\",\"type\":\"itest\"}}\n",
@@ -504,13 +507,14 @@ static void *writer_run(void *p)
 }
 
 /* Upstream down while 2000 events are written: every line is answered ok
- * (spooled), and once the server starts, all arrive, in order per set. */
+ * (spooled), and once the server starts, all arrive, in order per set (one
+ * connection, and --streams 1: the old order per set). */
 static void test_upstream_down(void **state)
 {
     it_server *s = *state;
     int port = it_free_port();
     assert_true(port > 0);
-    agent_start(s, port, (const char *[]){"--spool-after-ms", "300", NULL});
+    agent_start(s, port, (const char *[]){"--spool-after-ms", "300", "--streams", "1", NULL});
     enum { N = 2000 };
     writer w = {.fd = cl_connect(), .n = N, .ms = it_soak() ? 20000 : 5000};
     pthread_t t;
@@ -571,48 +575,265 @@ static size_t expect_ids_once(const it_evs *e, const char *prefix, size_t n)
     return dups;
 }
 
+/* The events of e whose id starts with prefix (then a digit), in stored
+ * order: one writer connection's events. Caller frees with free_only(). */
+static it_evs only(const it_evs *e, const char *prefix)
+{
+    it_evs o = {0};
+    size_t pl = strlen(prefix);
+    o.v = calloc(e->n ? e->n : 1, sizeof *o.v);
+    assert_non_null(o.v);
+    for (size_t i = 0; i < e->n; i++)
+        if (strncmp(e->v[i].id, prefix, pl) == 0 && e->v[i].id[pl] >= '0' && e->v[i].id[pl] <= '9')
+            o.v[o.n++] = e->v[i]; /* borrowed texts */
+    return o;
+}
+
+static void free_only(it_evs *o)
+{
+    free(o->v);
+    memset(o, 0, sizeof *o);
+}
+
+/* Asserts that e holds the events of the nw writers tagged "0-" ..
+ * "(nw-1)-" with ids <p><tag>0 .. <p><tag>(n-1) each, every writer's in its
+ * own order (repeats allowed when dups is non-NULL; they are counted there).
+ * Events of other prefixes are not looked at. */
+static void expect_per_conn(const it_evs *e, char p, int nw, size_t n, size_t *dups)
+{
+    for (int k = 0; k < nw; k++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "%c%d-", p, k);
+        it_evs o = only(e, prefix);
+        if (dups)
+            *dups += expect_ids_once(&o, prefix, n);
+        else
+            expect_ids(&o, prefix, n);
+        free_only(&o);
+    }
+}
+
 /* The server is killed in the middle of the load and comes back later on
  * the same port: requests in flight fail, batches are retried then spooled,
- * and everything arrives once the server is back, in order per set. */
+ * and everything arrives once the server is back, in order per writer
+ * connection (three of them, on the default single stream). */
 static void test_upstream_flaps(void **state)
 {
     it_server *s = *state;
     it_srv_start(s, "--partitions", "1", NULL);
     int port = s->port;
     agent_start(s, port, (const char *[]){"--spool-after-ms", "300", NULL});
-    enum { N = 2000 };
+    enum { N = 2000, W = 3 };
     long ms = it_soak() ? 20000 : 5000;
-    writer w = {.fd = cl_connect(), .n = N, .ms = ms};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, writer_run, &w), 0);
+    static const char *tags[W] = {"0-", "1-", "2-"};
+    writer w[W];
+    pthread_t t[W];
+    for (int k = 0; k < W; k++) {
+        w[k] = (writer){.fd = cl_connect(), .n = N, .ms = ms, .tag = tags[k]};
+        assert_int_equal(pthread_create(&t[k], NULL, writer_run, &w[k]), 0);
+    }
     ack *a = calloc(N, sizeof *a);
     it_sleep_ms(ms / 4);
     it_srv_stop(s, SIGKILL, 5);
     it_sleep_ms(ms / 2);
     s->pid = server_at(s, s->data, port, NULL);
-    size_t got = cl_acks(w.fd, a, N, it_soak() ? 60 : 30);
-    pthread_join(t, NULL);
-    assert_int_equal(w.failed, 0);
-    expect_all_ok(a, N, got);
+    for (int k = 0; k < W; k++) {
+        size_t got = cl_acks(w[k].fd, a, N, it_soak() ? 60 : 30);
+        pthread_join(t[k], NULL);
+        assert_int_equal(w[k].failed, 0);
+        expect_all_ok(a, N, got);
+    }
     assert_true(it_log_contains(s, "spooling to"));
-    wait_events(port, "seta", N / 2, 30);
-    wait_events(port, "setb", N / 2, 30);
+    wait_events(port, "seta", W * N / 2, 30);
+    wait_events(port, "setb", W * N / 2, 30);
     int files;
     for (double end = it_mono() + 15; it_mono() < end && spool_bytes(&files) > 0;)
         it_sleep_ms(20);
     assert_int_equal(spool_bytes(&files), 0);
     it_sleep_ms(200); /* a last retried batch may still be on its way */
+    size_t dups = 0;
     it_evs e = it_read_all(s, "seta", 0, "");
-    size_t dups = expect_ids_once(&e, "a", N / 2);
+    expect_per_conn(&e, 'a', W, N / 2, &dups);
     it_evs_free(&e);
     e = it_read_all(s, "setb", 0, "");
-    dups += expect_ids_once(&e, "b", N / 2);
+    expect_per_conn(&e, 'b', W, N / 2, &dups);
     it_evs_free(&e);
     if (dups)
         fprintf(stderr, "test_upstream_flaps: %zu events stored twice (answers lost in the kill)\n",
                 dups);
-    close(w.fd);
+    for (int k = 0; k < W; k++)
+        close(w[k].fd);
     free(a);
+    s->passed = true;
+}
+
+/* Upstream down while four connections write, over 4 streams:
+ * every line is answered ok (spooled), and once the server starts, all
+ * arrive exactly once, each connection's in its own order. */
+static void test_upstream_down_streams(void **state)
+{
+    it_server *s = *state;
+    int port = it_free_port();
+    agent_start(s, port, (const char *[]){"--spool-after-ms", "300", "--streams", "4", NULL});
+    enum { N = 1000, W = 4 };
+    static const char *tags[W] = {"0-", "1-", "2-", "3-"};
+    writer w[W];
+    pthread_t t[W];
+    for (int k = 0; k < W; k++) {
+        w[k] = (writer){.fd = cl_connect(), .n = N, .ms = 2000, .tag = tags[k]};
+        assert_int_equal(pthread_create(&t[k], NULL, writer_run, &w[k]), 0);
+    }
+    ack *a = calloc(N, sizeof *a);
+    for (int k = 0; k < W; k++) {
+        size_t got = cl_acks(w[k].fd, a, N, 30);
+        pthread_join(t[k], NULL);
+        assert_int_equal(w[k].failed, 0);
+        expect_all_ok(a, N, got);
+    }
+    int files;
+    long bytes = spool_bytes(&files);
+    if (bytes <= 0 || files < W)
+        fail_msg("spool holds %ld bytes in %d files, want files of every stream", bytes, files);
+    s->pid = server_at(s, s->data, port, NULL);
+    s->port = port;
+    wait_events(port, "seta", W * N / 2, 30);
+    wait_events(port, "setb", W * N / 2, 30);
+    it_evs e = it_read_all(s, "seta", 0, "");
+    assert_int_equal(e.n, W * N / 2);
+    expect_per_conn(&e, 'a', W, N / 2, NULL);
+    it_evs_free(&e);
+    e = it_read_all(s, "setb", 0, "");
+    assert_int_equal(e.n, W * N / 2);
+    expect_per_conn(&e, 'b', W, N / 2, NULL);
+    it_evs_free(&e);
+    for (double end = it_mono() + 10; it_mono() < end && spool_bytes(&files) > 0;)
+        it_sleep_ms(20);
+    assert_int_equal(spool_bytes(&files), 0);
+    for (int k = 0; k < W; k++)
+        close(w[k].fd);
+    free(a);
+    s->passed = true;
+}
+
+/* Appends lines <p><k>-0 .. <p><k>-(n-1) of set to b. */
+static void conn_lines(sl_buf *b, const char *set, char p, int k, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%c%d-%d", p, k, i);
+        line(b, set, id, NULL, NULL);
+    }
+}
+
+/* With --streams 4, eight connections pipelining to one set: every line is
+ * answered in order and each connection's events are stored in its own
+ * order, all of them, once. */
+static void test_streams_order(void **state)
+{
+    it_server *s = *state;
+    it_srv_start(s, "--partitions", "1", NULL);
+    agent_start(s, s->port, (const char *[]){"--streams", "4", "--linger-ms", "1", NULL});
+    /* The settings line is written just after the socket starts accepting. */
+    for (double end = it_mono() + 5; it_mono() < end && !it_log_contains(s, "4 streams per");)
+        it_sleep_ms(10);
+    assert_true(it_log_contains(s, "4 streams per set and lane"));
+    enum { N = 3000, W = 8 };
+    int fd[W];
+    sl_buf b[W];
+    for (int k = 0; k < W; k++) {
+        fd[k] = cl_connect();
+        b[k] = (sl_buf)SL_BUF_INIT;
+        conn_lines(&b[k], "many", 'c', k, N);
+    }
+    /* Interleaved in small pieces, so that the agent reads the connections
+     * in turn and batches of all streams are formed at the same time. */
+    for (size_t off = 0; off < b[0].len; off += 4096)
+        for (int k = 0; k < W; k++)
+            if (off < b[k].len) {
+                size_t n = b[k].len - off < 4096 ? b[k].len - off : 4096;
+                assert_int_equal(cl_send(fd[k], (const char *)b[k].data + off, n), 0);
+            }
+    ack *a = calloc(N, sizeof *a);
+    for (int k = 0; k < W; k++)
+        expect_all_ok(a, N, cl_acks(fd[k], a, N, 30));
+    it_evs e = it_read_all(s, "many", 0, "");
+    assert_int_equal(e.n, W * N);
+    expect_per_conn(&e, 'c', W, N, NULL);
+    it_evs_free(&e);
+    for (int k = 0; k < W; k++) {
+        close(fd[k]);
+        sl_buf_free(&b[k]);
+    }
+    free(a);
+    s->passed = true;
+}
+
+/* --streams 1 keeps the old order per set across connections: lines of
+ * three connections written in turns (each turn answered, so read, before
+ * the next) while the server is down are stored in exactly that order once
+ * it is up, although they were spooled and drained. */
+static void test_streams_one(void **state)
+{
+    it_server *s = *state;
+    int port = it_free_port();
+    agent_start(
+        s, port,
+        (const char *[]){"--streams", "1", "--spool-after-ms", "100", "--linger-ms", "1", NULL});
+    enum { W = 3, ROUNDS = 5, L = 20 };
+    int fd[W];
+    for (int k = 0; k < W; k++)
+        fd[k] = cl_connect();
+    ack a[L];
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < W; k++) {
+            sl_buf b = SL_BUF_INIT;
+            for (int i = 0; i < L; i++) {
+                char id[32];
+                snprintf(id, sizeof id, "s%d", (r * W + k) * L + i);
+                line(&b, "one", id, NULL, NULL);
+            }
+            assert_int_equal(cl_send(fd[k], (const char *)b.data, b.len), 0);
+            sl_buf_free(&b);
+            assert_int_equal(cl_acks(fd[k], a, L, 20), L);
+            for (int i = 0; i < L; i++)
+                assert_true(a[i].ok);
+        }
+    int files;
+    assert_true(spool_bytes(&files) > 0);
+    s->pid = server_at(s, s->data, port, NULL);
+    s->port = port;
+    wait_events(port, "one", W * ROUNDS * L, 20);
+    it_evs e = it_read_all(s, "one", 0, "");
+    expect_ids(&e, "s", W * ROUNDS * L);
+    it_evs_free(&e);
+    for (int k = 0; k < W; k++)
+        close(fd[k]);
+    s->passed = true;
+}
+
+/* --streams out of 1..64 is refused, on the command line and in --config. */
+static void test_streams_setting(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_path(cfg, s, "bad.conf");
+    it_write_file(cfg, "streams = 65\n");
+    const char *bad[][8] = {
+        {NULL, "databus", "--listen", "unix:/nonexistent/x", "--upstream", "127.0.0.1:1",
+         "--streams", "0"},
+        {NULL, "databus", "--listen", "unix:/nonexistent/x", "--upstream", "127.0.0.1:1",
+         "--config", cfg},
+    };
+    for (int i = 0; i < 2; i++) {
+        const char *argv[9];
+        memcpy(argv, bad[i], sizeof bad[i]);
+        argv[8] = NULL;
+        pid_t p = spawn(s, argv);
+        int st;
+        assert_int_equal(waitpid(p, &st, 0), p);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    }
+    assert_int_equal(it_log_count(s, "want 1..64"), 2);
     s->passed = true;
 }
 
@@ -732,6 +953,69 @@ static void test_restart_drains(void **state)
     s->passed = true;
 }
 
+/* Spool files of several streams left by a stopped agent: the next agent
+ * sends all of them, oldest first, before any new batch of their set, from
+ * whichever stream; each connection's events stay in its order. */
+static void test_restart_streams(void **state)
+{
+    it_server *s = *state;
+    int port = it_free_port();
+    agent_start(s, port, (const char *[]){"--spool-after-ms", "100", "--linger-ms", "1", "--streams", "4", NULL});
+    enum { N = 400, W = 4 };
+    ack *a = calloc(N, sizeof *a);
+    int fd[W];
+    for (int k = 0; k < W; k++)
+        fd[k] = cl_connect();
+    /* In rounds, so that each stream spools several files. */
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < W; k++) {
+            sl_buf b = SL_BUF_INIT;
+            for (int i = r * N / 4; i < (r + 1) * N / 4; i++) {
+                char id[32];
+                snprintf(id, sizeof id, "o%d-%d", k, i);
+                line(&b, "rs", id, NULL, NULL);
+            }
+            assert_int_equal(cl_send(fd[k], (const char *)b.data, b.len), 0);
+            sl_buf_free(&b);
+            it_sleep_ms(5);
+        }
+    for (int k = 0; k < W; k++) {
+        expect_all_ok(a, N, cl_acks(fd[k], a, N, 20));
+        close(fd[k]);
+    }
+    int st = agent_stop(SIGTERM, 10);
+    assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int files;
+    assert_true(spool_bytes(&files) > 0 && files >= W);
+    s->pid = server_at(s, s->data, port, NULL);
+    s->port = port;
+    agent_start(s, port, (const char *[]){"--linger-ms", "1", "--streams", "4", NULL});
+    /* New lines at once, on new connections (so on every stream). */
+    for (int k = 0; k < W; k++) {
+        fd[k] = cl_connect();
+        sl_buf b = SL_BUF_INIT;
+        conn_lines(&b, "rs", 'n', k, N);
+        assert_int_equal(cl_send(fd[k], (const char *)b.data, b.len), 0);
+        sl_buf_free(&b);
+    }
+    for (int k = 0; k < W; k++) {
+        expect_all_ok(a, N, cl_acks(fd[k], a, N, 20));
+        close(fd[k]);
+    }
+    wait_events(port, "rs", 2 * W * N, 20);
+    it_evs e = it_read_all(s, "rs", 0, "");
+    assert_int_equal(e.n, 2 * W * N);
+    for (size_t i = 0; i < e.n; i++)
+        if ((i < (size_t)W * N) != (e.v[i].id[0] == 'o'))
+            fail_msg("event %zu is %s: a new batch went before the spooled ones", i, e.v[i].id);
+    expect_per_conn(&e, 'o', W, N, NULL);
+    expect_per_conn(&e, 'n', W, N, NULL);
+    it_evs_free(&e);
+    assert_true(it_log_contains(s, "left by a previous run"));
+    free(a);
+    s->passed = true;
+}
+
 /* SIGHUP re-reads --config: the new lane and upstream apply to new lines. */
 static void test_reload(void **state)
 {
@@ -758,12 +1042,14 @@ static void test_reload(void **state)
     int port2 = it_free_port();
     it_path(data2, s, "data2");
     g_extra = server_at(s, data2, port2, cfg);
-    it_write_file(acfg, "upstream = 127.0.0.1:%d\nlane = beta\nlinger_ms = 2\n", port2);
+    it_write_file(acfg, "upstream = 127.0.0.1:%d\nlane = beta\nlinger_ms = 2\nstreams = 2\n",
+                  port2);
     int before = it_log_count(s, "reloaded");
     kill(g_agent, SIGHUP);
     for (double end = it_mono() + 10; it_mono() < end && it_log_count(s, "reloaded") == before;)
         it_sleep_ms(10);
     assert_true(it_log_count(s, "reloaded") > before);
+    assert_true(it_log_contains(s, "streams 2"));
     sl_buf_free(&b);
     for (int i = 0; i < 5; i++) {
         char id[16];
@@ -919,10 +1205,11 @@ int main(void)
     if (it_init("test_agent"))
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_pipelined),       T(test_lane),           T(test_bad_lines),
-        T(test_upstream_down),   T(test_upstream_flaps), T(test_spool_full),
-        T(test_restart_drains),  T(test_reload),         T(test_config_set),
-        T(test_stop_and_socket),
+        T(test_pipelined),     T(test_lane),           T(test_bad_lines),
+        T(test_upstream_down), T(test_upstream_flaps), T(test_upstream_down_streams),
+        T(test_streams_order), T(test_streams_one),    T(test_streams_setting),
+        T(test_spool_full),    T(test_restart_drains), T(test_restart_streams),
+        T(test_reload),        T(test_config_set),     T(test_stop_and_socket),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

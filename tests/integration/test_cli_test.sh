@@ -75,6 +75,7 @@ rule "data" {
   input = "$.data",
   target = target.file { path = "out/data.ndjson" },
 }
+lane "x" { env = "boe" } -- last: the lines above are quoted by the checks
 EOF
 $bin check "$tmp/sluice.lua" >/dev/null || fail "the fixture config does not pass sluice check"
 

@@ -181,6 +181,7 @@ static void conn_close_fd(ag_conn *c)
         close(c->fd);
     c->fd = -1;
     c->eof = true;
+    c->held = false;
     sl_buf_free(&c->rbuf);
     sl_buf_free(&c->wbuf);
     c->rpos = c->wpos = 0;
@@ -308,16 +309,38 @@ static bool str_of(const sl_json_tok *t, char *out, size_t cap)
     return strlen(out) == n;
 }
 
-/* A member the line walker looks for: its name with quotes (the raw token;
- * escaped names do not match, as no producer escapes these), where its value
- * was found, and for an object value the members to look for inside it. */
+/* A member the line walker looks for: its name with quotes (as the raw
+ * token usually is), where its value was found, how many times it was seen
+ * (a line naming it twice is refused: the lane checked must be the lane the
+ * server reads), and for an object value the members to look for inside it. */
 typedef struct want {
     const char *key;
     size_t klen;
     sl_json_tok tok;
+    int seen;
     struct want *sub;
     int nsub;
 } want;
+
+/* The wanted member named by token k, or NULL. A name with escapes
+ * ("l\u0061ne") is decoded first: the server decodes it, so it must not
+ * slip past the lane check. */
+static want *want_find(want *w, int nw, const sl_json_tok *k)
+{
+    for (int i = 0; i < nw; i++)
+        if (w[i].klen == k->len && memcmp(w[i].key, k->p, k->len) == 0)
+            return &w[i];
+    if (k->len > 128 || !memchr(k->p, '\\', k->len))
+        return NULL;
+    char nm[16];
+    size_t n;
+    if (sl_json_unescape(k, nm, sizeof nm, &n) != 0)
+        return NULL;
+    for (int i = 0; i < nw; i++)
+        if (w[i].klen == n + 2 && memcmp(w[i].key + 1, nm, n) == 0)
+            return &w[i];
+    return NULL;
+}
 
 static const char *skip_ws(const char *p, const char *end)
 {
@@ -355,10 +378,7 @@ static int walk(const char *base, const char **pp, const char *end, int depth, w
         if (p >= end || *p != ':')
             return sl_error_set(err, SL_EPARSE, "byte %zu: expected ':'", (size_t)(p - base));
         p = skip_ws(p + 1, end);
-        want *m = NULL;
-        for (int i = 0; i < nw && !m; i++)
-            if (w[i].klen == k.len && memcmp(w[i].key, k.p, k.len) == 0)
-                m = &w[i];
+        want *m = nw ? want_find(w, nw, &k) : NULL;
         if (m && m->sub && p < end && *p == '{') {
             const char *vs = p;
             rc = walk(base, &p, end, depth - 1, m->sub, m->nsub, err);
@@ -368,8 +388,10 @@ static int walk(const char *base, const char **pp, const char *end, int depth, w
         }
         if (rc)
             return rc;
-        if (m)
+        if (m) {
             m->tok = v;
+            m->seen++;
+        }
         p = skip_ws(p, end);
         if (p < end && *p == ',') {
             p = skip_ws(p + 1, end);
@@ -418,10 +440,10 @@ static void handle_line(sl_agent *a, ag_conn *c, const char *p, size_t len)
                              "a line is a JSON object {\"set\":NAME,\"event\":{…}}");
         return;
     }
-    want ev_w[1] = {{"\"lane\"", 6, {0}, NULL, 0}};
-    want top_w[3] = {{"\"set\"", 5, {0}, NULL, 0},
-                     {"\"event\"", 7, {0}, ev_w, 1},
-                     {"\"lane\"", 6, {0}, NULL, 0}};
+    want ev_w[1] = {{"\"lane\"", 6, {0}, 0, NULL, 0}};
+    want top_w[3] = {{"\"set\"", 5, {0}, 0, NULL, 0},
+                     {"\"event\"", 7, {0}, 0, ev_w, 1},
+                     {"\"lane\"", 6, {0}, 0, NULL, 0}};
     int rc = walk(p, &q, end, LINE_DEPTH, top_w, 3, &err);
     if (rc == 0 && skip_ws(q, end) != end)
         rc = sl_error_set(&err, SL_EPARSE, "byte %zu: unexpected data after the JSON value",
@@ -429,6 +451,16 @@ static void handle_line(sl_agent *a, ag_conn *c, const char *p, size_t len)
     if (rc) {
         sl__agent_answer(a, c, seq, "InvalidJSON", err.msg);
         return;
+    }
+    for (int i = 0; i < 4; i++) {
+        const want *d = i < 3 ? &top_w[i] : &ev_w[0];
+        if (d->seen > 1) {
+            char m[96];
+            snprintf(m, sizeof m, "duplicate member %.*s%s", (int)d->klen, d->key,
+                     i < 3 ? "" : " in the event");
+            sl__agent_answer(a, c, seq, "InvalidLine", m);
+            return;
+        }
     }
     sl_json_tok set_t = top_w[0].tok, ev_t = top_w[1].tok, lane_t = top_w[2].tok;
     sl_json_tok elane_t = ev_w[0].tok;
@@ -481,12 +513,30 @@ static void handle_line(sl_agent *a, ag_conn *c, const char *p, size_t len)
         sl__agent_answer(a, c, seq, "Internal", "out of memory");
 }
 
-/* Splits rbuf into lines; keeps a partial last line unless at_eof. */
+/* Whether c holds as many answers or unanswered lines as it may: it is
+ * then neither read from nor are its buffered lines parsed. */
+static bool conn_full(const ag_conn *c)
+{
+    return c->wbuf.len - c->wpos >= CONN_WBUF_MAX || c->next_seq - c->base_seq >= CONN_PENDING_MAX;
+}
+
+/* Splits rbuf into lines; keeps a partial last line unless at_eof. Stops
+ * (c->held, the rest kept in rbuf) once c is full: one read of empty lines
+ * would otherwise make a hundred times its size in answers. */
 static void conn_lines(sl_agent *a, ag_conn *c, bool at_eof)
 {
     char *base = (char *)c->rbuf.data;
     size_t pos = c->rpos, end = c->rbuf.len;
+    unsigned n = 0;
+    c->held = false;
     while (pos < end && c->fd >= 0) {
+        if ((++n & 63) == 0) {
+            conn_collect(c);
+            if (conn_full(c)) {
+                c->held = true;
+                break;
+            }
+        }
         char *nl = memchr(base + pos, '\n', end - pos);
         if (!nl) {
             size_t rest = end - pos;
@@ -529,8 +579,8 @@ static void conn_lines(sl_agent *a, ag_conn *c, bool at_eof)
 
 static bool conn_can_read(sl_agent *a, ag_conn *c)
 {
-    return c->fd >= 0 && !c->eof && !a->stopping && a->mem_total < MEM_MAX &&
-           c->wbuf.len - c->wpos < CONN_WBUF_MAX && c->next_seq - c->base_seq < CONN_PENDING_MAX;
+    return c->fd >= 0 && !c->eof && !c->held && !a->stopping && a->mem_total < MEM_MAX &&
+           !conn_full(c);
 }
 
 static void conn_read(sl_agent *a, ag_conn *c)
@@ -573,11 +623,20 @@ static void accept_all(sl_agent *a, ag_listener *l)
             }
             return;
         }
+        if (a->nconns >= AG_MAX_CONNS) {
+            /* Each connection holds buffers of up to megabytes: a bound on
+             * them bounds the agent's memory. */
+            close(fd);
+            sl__agent_log(a, "connection on %s refused: %d connections open (the limit)", l->name,
+                          AG_MAX_CONNS);
+            continue;
+        }
         ag_conn *c = calloc(1, sizeof *c);
         if (!c) {
             close(fd);
             return;
         }
+        a->nconns++;
         c->fd = fd;
         c->next_seq = c->base_seq = 1;
         /* Round robin: a connection keeps its stream for life, so its lines
@@ -719,10 +778,19 @@ static int agent_loop(sl_agent *a)
             ag_conn *c = *pp;
             conn_collect(c);
             conn_write(c);
-            if (c->eof && c->pending == 0 && c->soff == c->nslots &&
+            /* Lines kept back while the client's answers were over its
+             * limit are parsed once it has read them. */
+            if (c->held && c->fd >= 0 && !conn_full(c)) {
+                a->read_ns = sl_clock_mono_ns();
+                conn_lines(a, c, c->eof);
+                conn_collect(c);
+                conn_write(c);
+            }
+            if (c->eof && !c->held && c->pending == 0 && c->soff == c->nslots &&
                 (c->fd < 0 || c->wpos == c->wbuf.len)) {
                 *pp = c->next;
                 conn_free(c);
+                a->nconns--;
                 continue;
             }
             pp = &c->next;

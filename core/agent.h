@@ -32,13 +32,13 @@ typedef struct sl_agent_opts {
     char lane[33];                   /* "" = base */
     char spool_dir[4096];
     const char *config_path; /* key = value file re-read on SIGHUP; may be NULL */
-    char config_set[129];    /* set on the bus polled for settings; "" = none */
+    char config_set[129];    /* set polled for settings (never upstream); "" = none */
     int64_t config_poll_ms;  /* how often it is polled (10 s) */
     uint64_t spool_max;      /* bytes of spool files at most (256 MiB) */
     int64_t linger_ms;       /* a batch waits at most this long for more (5) */
     uint64_t batch_bytes;    /* a batch is sent once this big (1 MiB) */
     uint64_t max_line;       /* longest input line (1 MiB); longer → TooLarge */
-    int64_t spool_after_ms;  /* spool once upstream failed for this long (1000) */
+    int64_t spool_after_ms;  /* spool a (set, lane, stream) failing this long (1000) */
     int streams;             /* ordered streams per (set, lane), 1..64 (4) */
     uint64_t key_max;        /* memory per (set, lane, stream) before spooling (16 MiB) */
     int64_t request_ms;      /* one upstream request at most this long (10 s) */

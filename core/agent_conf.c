@@ -324,13 +324,25 @@ void sl__agent_poll_apply(sl_agent *a)
     sl_agent_opts n = a->o;
     sl_error err = {0};
     int rc = 0;
-    for (int i = 0; i < p->nkv && rc == 0; i++)
+    bool upstream_refused = false;
+    for (int i = 0; i < p->nkv && rc == 0; i++) {
+        /* Whoever can publish to the config set must not be able to send
+         * this host's events (and spool) somewhere else: the upstream comes
+         * only from the command line or the local --config file. */
+        if (strcmp(p->kv[i][0], "upstream") == 0) {
+            upstream_refused = true;
+            continue;
+        }
         rc = sl_agent_conf_set(&n, p->kv[i][0], p->kv[i][1], &err);
+    }
     char id[64];
     snprintf(id, sizeof id, "%s", p->applied);
-    if (rc == 0)
-        snprintf(p->upstream, sizeof p->upstream, "%s", n.upstream);
     pthread_mutex_unlock(&p->mu);
+    if (upstream_refused)
+        sl__agent_log(a,
+                      "config set %s: event %s: key \"upstream\" ignored (the upstream can only "
+                      "be changed by --upstream or the --config file)",
+                      a->o.config_set, id);
     if (rc) {
         sl__agent_log(a, "config set %s: event %s not applied, keeping the current settings: %s",
                       a->o.config_set, id, err.msg);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -277,8 +278,17 @@ static void start_send(sl_agent *a, ag_key *k)
             sl__agent_log(a, "spool: %s; moved to %s/corrupt/", err.msg, a->o.spool_dir);
             if (sl__spool_set_aside(a->o.spool_dir, b->seq, "corrupt", &e2))
                 sl__agent_log(a, "%s", e2.msg);
+        } else if (rc == SL_ENOENT) {
+            /* Removed by hand: there is nothing left to send. */
+            sl__agent_log(a, "spool: %s; the file is gone, batch skipped", err.msg);
         } else {
-            sl__agent_log(a, "spool: %s; batch skipped", err.msg);
+            /* Out of descriptors or memory, an I/O error: the file may be
+             * fine, and its lines were acknowledged. It stays at the head
+             * of its stream and is read again after the back-off. */
+            k->attempt++;
+            k->retry_at_ns = sl_clock_mono_ns() + backoff_ns(k->attempt);
+            sl__agent_log(a, "spool: %s; retrying with back-off", err.msg);
+            return;
         }
         a->spool_bytes -= b->file_bytes < a->spool_bytes ? b->file_bytes : a->spool_bytes;
         batch_free(a, pop_head(a, k));
@@ -332,51 +342,76 @@ static void error_of(const sl_json_tok *obj, char *code, size_t ccap, char *msg,
         sl_cli_http_json_str(&v, msg, mcap);
 }
 
-/* Upstream answered 200: answers each line from its entry of "results". A
- * 200 means the batch was read; entries without an "error" were stored. */
-static void answer_results(sl_agent *a, ag_batch *b)
+/* Whether upstream's 200 answer is exactly the usual all-accepted one for
+ * count events: {"accepted":count,"failed":0,… (docs/http-api.md), which
+ * needs no scan of the per-entry results (that scan was a sixth of the
+ * agent's CPU). */
+static bool all_accepted(const sl_buf *resp, uint32_t count)
+{
+    static const char pre[] = "{\"accepted\":", f0[] = ",\"failed\":0,";
+    const char *r = (const char *)resp->data, *re = r + resp->len;
+    if (resp->len < sizeof pre || memcmp(r, pre, sizeof pre - 1) != 0)
+        return false;
+    const char *q = r + sizeof pre - 1, *d = q;
+    uint64_t n = 0;
+    while (q < re && *q >= '0' && *q <= '9' && q - d < 10)
+        n = n * 10 + (uint64_t)(*q++ - '0');
+    if (q == d || (*d == '0' && q - d > 1))
+        return false;
+    if (re[-1] != '}' && !(re - r > 1 && re[-1] == '\n' && re[-2] == '}'))
+        return false;
+    return n == count && (size_t)(re - q) >= sizeof f0 - 1 && memcmp(q, f0, sizeof f0 - 1) == 0;
+}
+
+/* Whether upstream's 200 answer is a sluice ingest answer for b: a JSON
+ * object whose "results" is an array of exactly b->count objects. Anything
+ * else (an HTML page from a proxy, an empty body, a short array) leaves the
+ * outcome unknown. */
+static bool results_valid(const sl_buf *resp, uint32_t count, sl_json_tok *res)
+{
+    sl_json_tok top;
+    if (sl_json_validate((const char *)resp->data, resp->len, 64, &top, NULL) != 0 ||
+        top.type != SL_JSON_OBJECT || !sl_cli_http_json_get(&top, "results", res) ||
+        res->type != SL_JSON_ARRAY)
+        return false;
+    sl_json_iter it;
+    sl_json_iter_init(&it, res);
+    sl_json_tok ent;
+    uint32_t n = 0;
+    while (sl_json_iter_elem(&it, &ent)) {
+        if (ent.type != SL_JSON_OBJECT || n == count)
+            return false;
+        n++;
+    }
+    return n == count;
+}
+
+/* Upstream answered 200 with a valid ingest answer: answers each line from
+ * its entry of "results" (entries without an "error" were stored). */
+static void answer_results(sl_agent *a, ag_batch *b, bool fast, const sl_json_tok *res)
 {
     ag_key *k = b->k;
-    /* Fast path for the usual answer, which starts {"accepted":N,"failed":0,
-     * (docs/http-api.md): every entry was stored, so the per-entry results
-     * need not be scanned (that scan was a sixth of the agent's CPU). Any
-     * other shape takes the full parse below. */
-    static const char pre[] = "{\"accepted\":";
-    const char *r = (const char *)k->resp.data, *re = r + k->resp.len;
-    if (k->resp.len > sizeof pre && memcmp(r, pre, sizeof pre - 1) == 0) {
-        const char *q = r + sizeof pre - 1;
-        uint64_t n = 0;
-        while (q < re && *q >= '0' && *q <= '9' && n < UINT32_MAX)
-            n = n * 10 + (uint64_t)(*q++ - '0');
-        static const char f0[] = ",\"failed\":0,";
-        if (n == b->count && (size_t)(re - q) >= sizeof f0 - 1 &&
-            memcmp(q, f0, sizeof f0 - 1) == 0) {
-            if (!b->spooled)
-                answer_all(a, b, NULL, NULL);
-            return;
-        }
+    if (fast) {
+        if (!b->spooled)
+            answer_all(a, b, NULL, NULL);
+        return;
     }
-    sl_json_tok top, res;
-    bool have = sl_json_validate((const char *)k->resp.data, k->resp.len, 64, &top, NULL) == 0 &&
-                sl_cli_http_json_get(&top, "results", &res) && res.type == SL_JSON_ARRAY;
     sl_json_iter it;
-    if (have)
-        sl_json_iter_init(&it, &res);
+    sl_json_iter_init(&it, res);
     uint32_t failed = 0;
     char code[64], msg[1024];
     for (uint32_t i = 0; i < b->count; i++) {
-        sl_json_tok ent;
+        sl_json_tok ent, v;
         bool err = false;
-        if (have && sl_json_iter_elem(&it, &ent) && ent.type == SL_JSON_OBJECT) {
-            sl_json_tok v;
-            if (sl_cli_http_json_get(&ent, "error", &v)) {
-                error_of(&ent, code, sizeof code, msg, sizeof msg);
-                /* One spelling for clients, whether the agent or the server
-                 * found the bad JSON. */
-                if (strcmp(code, "InvalidJson") == 0)
-                    snprintf(code, sizeof code, "InvalidJSON");
-                err = true;
-            }
+        if (sl_json_iter_elem(&it, &ent) && sl_cli_http_json_get(&ent, "error", &v)) {
+            error_of(&ent, code, sizeof code, msg, sizeof msg);
+            /* One spelling for clients, whether the agent or the server
+             * found the bad JSON. */
+            if (strcmp(code, "InvalidJson") == 0)
+                snprintf(code, sizeof code, "InvalidJSON");
+            if (!code[0])
+                snprintf(code, sizeof code, "Upstream");
+            err = true;
         }
         if (err)
             failed++;
@@ -414,14 +449,43 @@ static void retire_head(sl_agent *a, ag_key *k)
     batch_free(a, b);
 }
 
-static void upstream_up(sl_agent *a)
+/* A final answer came for k: k is up again (and, logged, upstream). */
+static void upstream_up(sl_agent *a, ag_key *k)
 {
-    if (a->down_since_ns) {
-        sl__agent_log(a, "upstream %s is back%s", a->o.upstream,
-                      a->spool_bytes ? ", draining the spool" : "");
-        a->down_since_ns = 0;
-    }
+    k->attempt = 0;
+    k->retry_at_ns = 0;
+    k->down_since_ns = 0;
+    k->warn_ns = 0;
+    if (!a->down_since_ns)
+        return;
+    /* Upstream is back once no key is failing any more: one set answered
+     * 5xx while others go through is logged as failing, not as flapping. */
+    for (ag_key *x = a->keys; x; x = x->next)
+        if (x->down_since_ns)
+            return;
+    sl__agent_log(a, "upstream %s is back%s", a->o.upstream,
+                  a->spool_bytes ? ", draining the spool" : "");
+    a->down_since_ns = 0;
     a->spooling = false;
+}
+
+/* A whole-request refusal that retrying cannot change: one of the statuses
+ * a sluice server gives for a bad request (docs/http-api.md) with its JSON
+ * error answer. A 401/403 (a proxy's login), a 3xx or a 404 page from a
+ * wrong host are not the server's verdict on the batch: they are retried. */
+static bool final_refusal(long status, const sl_buf *resp, char *code, size_t ccap, char *msg,
+                          size_t mcap)
+{
+    if (status != 400 && status != 404 && status != 413 && status != 415 && status != 422)
+        return false;
+    sl_json_tok top, e, m;
+    if (sl_json_validate((const char *)resp->data, resp->len, 64, &top, NULL) != 0 ||
+        top.type != SL_JSON_OBJECT || !sl_cli_http_json_get(&top, "error", &e) ||
+        e.type != SL_JSON_STRING || !sl_cli_http_json_get(&top, "message", &m) ||
+        m.type != SL_JSON_STRING)
+        return false;
+    error_of(&top, code, ccap, msg, mcap);
+    return code[0] != '\0';
 }
 
 static void finished(sl_agent *a, ag_key *k, CURLcode cc)
@@ -432,37 +496,55 @@ static void finished(sl_agent *a, ag_key *k, CURLcode cc)
     k->inflight = false;
     ag_batch *b = k->head;
     int64_t now = sl_clock_mono_ns();
-    if (cc != CURLE_OK || status == 0 || status == 408 || status == 429 || status >= 500) {
-        /* Retryable: nothing was stored, or the outcome is unknown (a
-         * duplicate is the price of never losing an acknowledged event). */
+    char code[64] = "", msg[1024] = "";
+    sl_json_tok res = {0};
+    bool fast = false, ok200 = false, refused = false;
+    if (cc == CURLE_OK && status == 200) {
+        fast = all_accepted(&k->resp, b->count);
+        ok200 = fast || results_valid(&k->resp, b->count, &res);
+    } else if (cc == CURLE_OK) {
+        refused = final_refusal(status, &k->resp, code, sizeof code, msg, sizeof msg);
+    }
+    if (!ok200 && !refused) {
+        /* Retryable: nothing was stored, or the outcome is unknown (an
+         * answer that is not a sluice server's: a duplicate is the price of
+         * never losing an acknowledged event). */
+        char why[160];
+        if (cc != CURLE_OK)
+            snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
+        else if (status >= 200 && status < 300)
+            snprintf(why, sizeof why,
+                     "HTTP %ld with an answer that is not a sluice ingest "
+                     "answer for the batch",
+                     status);
+        else
+            snprintf(why, sizeof why, "HTTP %ld", status);
         k->attempt++;
         k->retry_at_ns = now + backoff_ns(k->attempt);
+        if (!k->down_since_ns)
+            k->down_since_ns = now;
         if (!a->down_since_ns) {
             a->down_since_ns = now;
-            char why[160];
-            if (cc != CURLE_OK)
-                snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
-            else
-                snprintf(why, sizeof why, "HTTP %ld", status);
             sl__agent_log(a, "upstream %s failing (%s); retrying with back-off", a->o.upstream,
                           why);
         }
+        /* A batch that fails for long keeps its stream waiting (order):
+         * say so once a minute, so that it is seen. */
+        if (now - k->down_since_ns >= 60000 * MS && now - k->warn_ns >= 60000 * MS) {
+            k->warn_ns = now;
+            sl__agent_log(a,
+                          "batch %" PRIu64 " of set %s lane \"%s\" failing for %" PRId64
+                          " s (%s); retrying, later batches of its stream wait behind it",
+                          b->seq, k->set, k->lane, (now - k->down_since_ns) / (1000 * MS), why);
+        }
         return;
     }
-    k->attempt = 0;
-    k->retry_at_ns = 0;
-    upstream_up(a);
-    if (status >= 200 && status < 300) {
-        answer_results(a, b);
+    upstream_up(a, k);
+    if (ok200) {
+        answer_results(a, b, fast, &res);
     } else {
         /* A whole-request refusal (404 NoSuchSet, 413, 400 …): retrying
          * cannot help, so every line gets upstream's code. */
-        char code[64] = "", msg[1024] = "";
-        sl_json_tok top;
-        if (sl_json_validate((const char *)k->resp.data, k->resp.len, 64, &top, NULL) == 0)
-            error_of(&top, code, sizeof code, msg, sizeof msg);
-        if (!code[0])
-            snprintf(code, sizeof code, "Upstream%ld", status);
         if (!msg[0])
             snprintf(msg, sizeof msg, "upstream answered HTTP %ld", status);
         if (b->spooled) {
@@ -515,12 +597,8 @@ static bool waits_for_leftovers(sl_agent *a, const ag_key *k)
 long sl__agent_tick(sl_agent *a, int64_t now, long max_ms)
 {
     int64_t next = now + (int64_t)max_ms * MS;
-    bool down_long = a->down_since_ns && now - a->down_since_ns >= a->o.spool_after_ms * MS;
-    if (down_long && !a->spooling) {
-        a->spooling = true;
-        sl__agent_log(a, "upstream %s down for %" PRId64 " ms: spooling to %s", a->o.upstream,
-                      (now - a->down_since_ns) / MS, a->o.spool_dir);
-    }
+    int64_t after = a->o.spool_after_ms * MS;
+    bool all_down = a->down_since_ns && now - a->down_since_ns >= after;
     for (ag_key **kp = &a->keys; *kp;) {
         ag_key *k = *kp;
         /* A key idle for a minute is freed: set names come and go, and
@@ -533,6 +611,12 @@ long sl__agent_tick(sl_agent *a, int64_t now, long max_ms)
             continue;
         }
         kp = &k->next;
+        if (!k->head && !k->inflight && k->down_since_ns) {
+            /* Its failing batch was set aside (a damaged spool file): the
+             * next one starts afresh. */
+            k->down_since_ns = 0;
+            k->attempt = 0;
+        }
         ag_batch *o = k->open;
         if (o && (a->stopping || o->body.len >= a->o.batch_bytes ||
                   now - o->first_ns >= a->o.linger_ms * MS))
@@ -540,13 +624,26 @@ long sl__agent_tick(sl_agent *a, int64_t now, long max_ms)
         else if (o && o->first_ns + a->o.linger_ms * MS < next)
             next = o->first_ns + a->o.linger_ms * MS;
         bool waits = k->head && waits_for_leftovers(a, k);
+        /* Down is per key: another set's success says nothing about this
+         * one (a set that keeps failing must reach the spool rather than
+         * fill the memory bound). A key that failed during a long outage
+         * spools at once; a key failing alone (5xx on its batches) does so
+         * after spool_after_ms of its own. Its head stays its head, so the
+         * order is kept: the stream waits behind it (logged once a minute),
+         * while new lines are acknowledged from the spool. */
+        bool down_long = k->down_since_ns && (now - k->down_since_ns >= after || all_down);
+        if (down_long && !a->spooling) {
+            a->spooling = true;
+            sl__agent_log(a, "upstream %s down for %" PRId64 " ms for set %s: spooling to %s",
+                          a->o.upstream, (now - k->down_since_ns) / MS, k->set, a->o.spool_dir);
+        }
         /* Spool while upstream is down for long, or down at all and this
          * key's memory is full; a healthy but slower upstream only slows
          * the readers down (back-pressure), it does not cost disk writes.
          * Stopping, a key that may not send now (a spooled head, or an
          * earlier run's files of its (set, lane) ahead of it) spools the
          * rest behind it, in order, rather than wait for the deadline. */
-        if ((a->down_since_ns && (down_long || a->stopping || k->mem_bytes > a->o.key_max)) ||
+        if ((k->down_since_ns && (down_long || a->stopping || k->mem_bytes > a->o.key_max)) ||
             (a->stopping && k->head && (k->head->spooled || waits) && !k->inflight))
             spool_key(a, k);
         if (k->head && !k->inflight && !waits && !(a->stopping && k->head->spooled)) {
@@ -573,11 +670,29 @@ int sl__agent_load_spool(sl_agent *a, sl_error *err)
     for (size_t i = 0; i < n; i++) {
         sl_spool_hdr h;
         sl_error e = {0};
-        rc = sl__spool_read(a->o.spool_dir, seqs[i], &h, NULL, &e);
-        if (rc) {
+        /* Only a damaged file is set aside. Any other error (out of
+         * descriptors or memory, I/O) may be passing and the file fine: try
+         * again a few times, then refuse to start, keeping the file. */
+        for (int t = 0; t < 5; t++) {
+            e = (sl_error){0};
+            rc = sl__spool_read(a->o.spool_dir, seqs[i], &h, NULL, &e);
+            if (rc == 0 || rc == SL_ECORRUPT || rc == SL_ENOENT)
+                break;
+            struct timespec ts = {0, 100000000L * (t + 1)};
+            nanosleep(&ts, NULL);
+        }
+        if (rc == SL_ECORRUPT) {
+            sl_error e2 = {0};
             sl__agent_log(a, "spool: %s; moved to %s/corrupt/", e.msg, a->o.spool_dir);
-            sl__spool_set_aside(a->o.spool_dir, seqs[i], "corrupt", NULL);
+            if (sl__spool_set_aside(a->o.spool_dir, seqs[i], "corrupt", &e2))
+                sl__agent_log(a, "%s", e2.msg);
             continue;
+        }
+        if (rc == SL_ENOENT)
+            continue;
+        if (rc) {
+            free(seqs);
+            return sl_error_set(err, rc, "%s (the file is kept; not starting)", e.msg);
         }
         ag_key *k = key_get(a, h.set, h.lane, -1);
         ag_batch *b = k ? calloc(1, sizeof *b) : NULL;

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #define AG_POOL 8
+#define AG_MAX_CONNS 1024 /* open client connections; more are refused */
 
 /* One line's answer, waiting for the answers before it. */
 enum { SLOT_PENDING = 0, SLOT_OK, SLOT_ERR };
@@ -41,6 +42,7 @@ typedef struct ag_conn {
     int fd;        /* -1 once closed */
     bool eof;      /* the client finished writing (or reading failed) */
     bool skipping; /* inside a line longer than max_line, already answered */
+    bool held;     /* complete lines wait in rbuf until the answers are read */
     sl_buf rbuf;   /* unread input from rpos */
     size_t rpos;
     sl_buf wbuf; /* answers not yet written, from wpos */
@@ -88,8 +90,10 @@ typedef struct ag_key {
     bool inflight;         /* head is being sent */
     int attempt;           /* failed attempts of head in a row */
     int64_t retry_at_ns;
-    int64_t used_ns; /* last line added (idle keys are freed) */
-    void *easy;      /* CURL *, kept for the key's next requests */
+    int64_t down_since_ns; /* first failure of this key since its last final answer; 0: up */
+    int64_t warn_ns;       /* last "batch failing for long" log line */
+    int64_t used_ns;       /* last line added (idle keys are freed) */
+    void *easy;            /* CURL *, kept for the key's next requests */
     struct curl_slist *hdrs;
     sl_buf resp;  /* answer of the request in flight */
     sl_buf fbody; /* a spooled head's body while it is sent */
@@ -135,8 +139,10 @@ typedef struct sl_agent {
     int64_t read_ns;       /* clock read once per socket read, for the lines it holds */
     uint64_t spool_bytes;
     uint64_t mem_total;
-    int64_t down_since_ns; /* first failure since the last answer; 0 when up */
+    int64_t down_since_ns; /* logged state: first failure since the last final answer of any
+                              key; 0 when up. Spooling is decided per key (ag_key). */
     bool spooling;         /* logged state: spooling because upstream is down */
+    size_t nconns;         /* connections in conns (AG_MAX_CONNS) */
     bool stopping;
     int64_t accept_pause_ns; /* listeners not polled before this (out of descriptors) */
     int64_t stop_deadline_ns;

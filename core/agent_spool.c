@@ -66,9 +66,26 @@ static int mkdir_p(const char *dir, sl_error *err)
             return sl_error_errno(err, errno, "spool dir: mkdir %s", tmp);
         tmp[i] = c;
     }
+    /* The spool holds acknowledged events and is read back as the agent's
+     * own: a directory another user can write to (or a symlink to one) would
+     * let them add, replace or remove batches. lstat, so that a symlink is
+     * refused rather than followed. */
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return sl_error_set(err, SL_EINVAL, "spool dir %s: not a directory", dir);
+    if (lstat(dir, &st) != 0)
+        return sl_error_errno(err, errno, "spool dir %s", dir);
+    if (!S_ISDIR(st.st_mode))
+        return sl_error_set(err, SL_EINVAL, "spool dir %s: not a directory (symlinks are refused)",
+                            dir);
+    if (st.st_uid != getuid())
+        return sl_error_set(err, SL_EINVAL,
+                            "spool dir %s: owned by uid %u, not by this user (uid %u); refusing "
+                            "to use it",
+                            dir, (unsigned)st.st_uid, (unsigned)getuid());
+    if (st.st_mode & 077)
+        return sl_error_set(err, SL_EINVAL,
+                            "spool dir %s: mode %04o gives other users access; want 0700 "
+                            "(chmod 700 %s)",
+                            dir, (unsigned)(st.st_mode & 07777), dir);
     return 0;
 }
 
@@ -252,9 +269,23 @@ int sl__spool_set_aside(const char *dir, uint64_t seq, const char *sub, sl_error
     if (mkdir(sd, 0700) != 0 && errno != EEXIST)
         return sl_error_errno(err, errno, "spool: mkdir %s", sd);
     spool_path(from, sizeof from, dir, seq, "spool");
-    spool_path(to, sizeof to, sd, seq, "spool");
-    if (rename(from, to) != 0)
-        return sl_error_errno(err, errno, "spool: move %s to %s", from, sd);
+    /* Sequence numbers start again at 1 when a run's spool was drained, so
+     * a name may already be taken there by an earlier run's file: never
+     * replace it (link fails with EEXIST), add a suffix instead. */
+    for (unsigned i = 0;; i++) {
+        if (i == 0)
+            spool_path(to, sizeof to, sd, seq, "spool");
+        else
+            snprintf(to, sizeof to, "%s/%020" PRIu64 "-%u.spool", sd, seq, i);
+        if (link(from, to) == 0)
+            break;
+        if (errno != EEXIST || i >= 100000)
+            return sl_error_errno(err, errno, "spool: move %s to %s", from, sd);
+    }
+    if (unlink(from) != 0)
+        return sl_error_errno(err, errno, "spool: move %s to %s: unlink", from, sd);
+    sync_dir(sd, NULL);
+    sync_dir(dir, NULL);
     return 0;
 }
 

@@ -18,7 +18,8 @@
  * A file is written as <seq>.tmp, fdatasync'ed, renamed and the directory
  * synced: a crash leaves either no .spool file or a complete one (.tmp files
  * are removed at start). A file whose CRC or lengths are wrong is moved to
- * DIR/corrupt/ and never sent.
+ * DIR/corrupt/ and never sent. DIR must be a directory owned by the agent's
+ * user with mode 0700 (group and others have no access).
  */
 #ifndef SL_AGENT_SPOOL_H
 #define SL_AGENT_SPOOL_H
@@ -41,7 +42,9 @@ typedef struct sl_spool_hdr {
 } sl_spool_hdr;
 
 /* Creates dir (mode 0700, parents included) and removes leftover .tmp
- * files. Returns 0 or an error code with err set. */
+ * files. Refuses (SL_EINVAL, err says why) a dir that is not a real
+ * directory (a symlink included), is not owned by getuid(), or gives group
+ * or others any access. Returns 0 or an error code with err set. */
 int sl__spool_prepare(const char *dir, sl_error *err);
 
 /* Writes one batch as DIR/<seq>.spool, durably (see above). On success
@@ -62,7 +65,10 @@ int sl__spool_read(const char *dir, uint64_t seq, sl_spool_hdr *h, sl_buf *body,
 int sl__spool_list(const char *dir, uint64_t **out, size_t *n, sl_error *err);
 
 /* Moves DIR/<seq>.spool into DIR/<sub>/ (created when missing), e.g. "corrupt"
- * or "rejected". Returns 0 or an error code. */
+ * or "rejected", never replacing a file there: when <seq>.spool exists in
+ * DIR/<sub>/ (an earlier run's), the name gets a suffix, <seq>-N.spool.
+ * Returns 0 or an error code (the file then stays where it was, or, when
+ * only the unlink failed, is in both places). */
 int sl__spool_set_aside(const char *dir, uint64_t seq, const char *sub, sl_error *err);
 
 /* Removes DIR/<seq>.spool. Returns 0 or an error code. */

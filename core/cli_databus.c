@@ -28,11 +28,12 @@ static const char databus_usage[] =
     "  --upstream URL      the sluice server, e.g. http://bus:8080\n"
     "  --lane L            lane stamped on every event (default $SLUICE_LANE, else base)\n"
     "  --spool DIR         disk queue (default $XDG_RUNTIME_DIR/sluice-databus or\n"
-    "                      /tmp/sluice-databus-UID)\n"
+    "                      /tmp/sluice-databus-UID); must be owned by this user, 0700\n"
     "  --spool-max SIZE    spool bound (default 256MiB); full → SpoolFull answers\n"
     "  --linger-ms N       how long a batch waits for more events (default 5)\n"
     "  --batch-bytes SIZE  a batch is sent once this big (default 1MiB)\n"
-    "  --spool-after-ms N  spool once upstream has failed this long (default 1000)\n"
+    "  --spool-after-ms N  spool a set and lane once upstream has failed it this long\n"
+    "                      (default 1000)\n"
     "  --max-line SIZE     longest input line (default 1MiB); longer → TooLarge\n"
     "  --streams N         ordered streams per set and lane, 1-64 (default 1: one\n"
     "                      order per set across all connections); with N > 1 each\n"
@@ -41,7 +42,8 @@ static const char databus_usage[] =
     "  --config FILE       key = value file (upstream, lane, linger_ms, batch_bytes,\n"
     "                      spool_max, spool_after_ms, streams); SIGHUP re-reads it\n"
     "  --config-set SET    poll this set on the upstream server for settings: its newest\n"
-    "                      event's data, an object of the same keys, is applied\n"
+    "                      event's data, an object of the same keys but upstream\n"
+    "                      (ignored there), is applied\n"
     "  --config-poll-ms N  how often the config set is polled (default 10000)\n";
 
 static int usage_err(const char *fmt, const char *v)

@@ -290,6 +290,65 @@ static void durable_done(void *ctx, int status)
     sl__http_req_release(r);
 }
 
+static void fill_event(const ingest *in, const entry *e, sl_databus_event *ev)
+{
+    ev->value = in->arena.data + e->off;
+    ev->value_len = e->len;
+    ev->key = e->key_len == SIZE_MAX ? NULL : in->arena.data + e->key_off;
+    ev->key_len = e->key_len == SIZE_MAX ? 0 : e->key_len;
+    ev->lane = e->lane;
+    ev->ts_ms = e->ts;
+}
+
+#define LANE_GROUPS 16 /* more lanes in one request: published in input order */
+
+/* Fills evs with the accepted entries, grouped by lane in order of first
+ * appearance (rank may be NULL for one entry); *n gets their count. */
+static void group_by_lane(const ingest *in, sl_databus_event *evs, size_t *rank, size_t *n)
+{
+    const char *lanes[LANE_GROUPS];
+    size_t nl = 0;
+    bool mixed = false;
+    for (size_t i = 0; i < in->n && !mixed; i++) {
+        const entry *e = &in->v[i];
+        if (e->status != SL_EVENT_OK)
+            continue;
+        size_t l = 0;
+        while (l < nl && strcmp(lanes[l], e->lane))
+            l++;
+        if (l == nl && nl == LANE_GROUPS)
+            mixed = true;
+        else if (l == nl)
+            lanes[nl++] = e->lane;
+    }
+    size_t k = 0;
+    for (size_t l = 0; l < (mixed ? 1 : nl); l++)
+        for (size_t i = 0, r = 0; i < in->n; i++) {
+            const entry *e = &in->v[i];
+            if (e->status != SL_EVENT_OK)
+                continue;
+            if (mixed || strcmp(e->lane, lanes[l]) == 0) {
+                fill_event(in, e, &evs[k]);
+                if (rank)
+                    rank[k] = r;
+                k++;
+            }
+            r++;
+        }
+    *n = k;
+}
+
+/* Puts the results of the grouped events back in input order (tmp: room
+ * for n results). */
+static void unpermute(sl_databus_result *res, const size_t *rank, sl_databus_result *tmp, size_t n)
+{
+    if (!rank)
+        return;
+    for (size_t k = 0; k < n; k++)
+        tmp[rank[k]] = res[k];
+    memcpy(res, tmp, n * sizeof *tmp);
+}
+
 static enum MHD_Result publish(ingest *in)
 {
     sl_http_req *r = in->r;
@@ -305,18 +364,24 @@ static enum MHD_Result publish(ingest *in)
             in->done(in->done_ctx, SL_ENOMEM);
         return sl__http_error(r, 500, "Internal", "out of memory");
     }
-    for (size_t i = 0, k = 0; i < in->n; i++) {
-        const entry *e = &in->v[i];
-        if (e->status != SL_EVENT_OK)
-            continue;
-        evs[k].value = in->arena.data + e->off;
-        evs[k].value_len = e->len;
-        evs[k].key = e->key_len == SIZE_MAX ? NULL : in->arena.data + e->key_off;
-        evs[k].key_len = e->key_len == SIZE_MAX ? 0 : e->key_len;
-        evs[k].lane = e->lane;
-        evs[k].ts_ms = e->ts;
-        k++;
+    /* The Databus writes lane-homogeneous batches: a request mixing lanes
+     * event by event would be cut into batches of a few events. Its events
+     * are handed over grouped by lane (stable: each lane keeps its order;
+     * lanes are independent streams), and the results put back in input
+     * order. rank[k]: the place among the accepted entries of evs[k]. */
+    size_t *rank = ok > 1 ? malloc(ok * sizeof *rank) : NULL;
+    sl_databus_result *tmp = ok > 1 ? malloc(ok * sizeof *tmp) : NULL;
+    if (ok > 1 && (!rank || !tmp)) {
+        free(rank);
+        free(tmp);
+        free(evs);
+        free(res);
+        if (in->done)
+            in->done(in->done_ctx, SL_ENOMEM);
+        return sl__http_error(r, 500, "Internal", "out of memory");
     }
+    size_t k = 0;
+    group_by_lane(in, evs, rank, &k);
     int rc = 0;
     sl_error err = {0};
     enum MHD_Result ret = MHD_YES;
@@ -326,6 +391,8 @@ static enum MHD_Result publish(ingest *in)
         r->published_ctx = in->done_ctx;
         pthread_mutex_lock(&r->lock);
         rc = sl_databus_publish(r->h->bus, in->set, evs, ok, res, durable_done, r, &err);
+        if (rc == 0 || rc == 1)
+            unpermute(res, rank, tmp, ok);
         if (rc == 1) {
             /* Answer prepared now; sent when the fsync covering it is done. */
             build_response(in, res, &r->resp);
@@ -372,6 +439,8 @@ static enum MHD_Result publish(ingest *in)
     }
     free(evs);
     free(res);
+    free(rank);
+    free(tmp);
     return ret;
 }
 

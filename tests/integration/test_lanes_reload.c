@@ -279,6 +279,51 @@ static void test_restart_and_override_removed(void **state)
     s->passed = true;
 }
 
+/* One request mixing lanes event by event: each entry's result names where
+ * that very event is stored (the events are handed to the Databus grouped
+ * by lane, the results put back in input order), and each lane keeps its
+ * order. */
+static void test_mixed_request_results(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg, "lanes.auto = true\nset \"orders\" { partitions = 1 }\n");
+    it_start_config(s, cfg, WAIT_S);
+    static const char *const lanes[] = {"", "fx", "", "fy", "fx", "", "fy", "fx"};
+    enum { N = sizeof lanes / sizeof *lanes };
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"m%d\",\"source\":"
+                                           "\"/t\",\"type\":\"t\"%s%s%s}\n", i,
+                                       *lanes[i] ? ",\"lane\":\"" : "", lanes[i],
+                                       *lanes[i] ? "\"" : ""), 0);
+    json_t *ans = it_post_all(s, "orders", NULL, &b, N);
+    sl_buf_free(&b);
+    it_evs all = it_read_events(s, "orders", 0, "offset=0&max=100&lane=*");
+    assert_int_equal(all.n, N);
+    int64_t last_of[3] = {-1, -1, -1}; /* "", fx, fy */
+    for (int i = 0; i < N; i++) {
+        int64_t off = it_res_off(ans, (size_t)i);
+        char id[16];
+        snprintf(id, sizeof id, "m%d", i);
+        const it_rawev *ev = NULL;
+        for (size_t j = 0; j < all.n; j++)
+            if (all.v[j].offset == off)
+                ev = &all.v[j];
+        if (!ev || strcmp(ev->id, id) || strcmp(ev->lane, lanes[i]))
+            fail_msg("entry %d (%s, lane \"%s\") says offset %lld, which holds %s", i, id,
+                     lanes[i], (long long)off, ev ? ev->id : "nothing");
+        int l = !*lanes[i] ? 0 : strcmp(lanes[i], "fx") == 0 ? 1 : 2;
+        if (off <= last_of[l])
+            fail_msg("lane \"%s\" lost its order: %s at %lld after %lld", lanes[i], id,
+                     (long long)off, (long long)last_of[l]);
+        last_of[l] = off;
+    }
+    it_evs_free(&all);
+    json_decref(ans);
+    s->passed = true;
+}
+
 int main(void)
 {
     if (it_init("test_lanes_reload"))
@@ -287,6 +332,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reload_declares_lane_under_traffic, it_setup,
                                         it_teardown),
         cmocka_unit_test_setup_teardown(test_restart_and_override_removed, it_setup, it_teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_request_results, it_setup, it_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -300,42 +300,57 @@ static void fill_event(const ingest *in, const entry *e, sl_databus_event *ev)
     ev->ts_ms = e->ts;
 }
 
-#define LANE_GROUPS 16 /* more lanes in one request: published in input order */
+/* For sorting the accepted entries of a request by lane. */
+typedef struct by_lane {
+    const entry *e;
+    size_t rank; /* its place among the accepted entries */
+} by_lane;
 
-/* Fills evs with the accepted entries, grouped by lane in order of first
- * appearance (rank may be NULL for one entry); *n gets their count. */
-static void group_by_lane(const ingest *in, sl_databus_event *evs, size_t *rank, size_t *n)
+static int cmp_lane(const void *a, const void *b)
 {
-    const char *lanes[LANE_GROUPS];
-    size_t nl = 0;
+    const by_lane *x = a, *y = b;
+    int c = strcmp(x->e->lane, y->e->lane);
+    return c ? c : (x->rank > y->rank) - (x->rank < y->rank); /* stable */
+}
+
+/* Fills evs with the accepted entries, grouped by lane when they are of
+ * several (rank[k]: the place of evs[k] among them; NULL for a single
+ * entry); *n gets their count. Returns 0 or SL_ENOMEM. */
+static int group_by_lane(const ingest *in, sl_databus_event *evs, size_t *rank, size_t *n)
+{
+    size_t k = 0;
     bool mixed = false;
-    for (size_t i = 0; i < in->n && !mixed; i++) {
+    const char *first = NULL;
+    for (size_t i = 0; i < in->n; i++) {
         const entry *e = &in->v[i];
         if (e->status != SL_EVENT_OK)
             continue;
-        size_t l = 0;
-        while (l < nl && strcmp(lanes[l], e->lane))
-            l++;
-        if (l == nl && nl == LANE_GROUPS)
-            mixed = true;
-        else if (l == nl)
-            lanes[nl++] = e->lane;
+        if (!first)
+            first = e->lane;
+        mixed |= strcmp(first, e->lane) != 0;
+        if (rank)
+            rank[k] = k;
+        fill_event(in, e, &evs[k++]);
     }
-    size_t k = 0;
-    for (size_t l = 0; l < (mixed ? 1 : nl); l++)
-        for (size_t i = 0, r = 0; i < in->n; i++) {
-            const entry *e = &in->v[i];
-            if (e->status != SL_EVENT_OK)
-                continue;
-            if (mixed || strcmp(e->lane, lanes[l]) == 0) {
-                fill_event(in, e, &evs[k]);
-                if (rank)
-                    rank[k] = r;
-                k++;
-            }
+    *n = k;
+    if (!mixed)
+        return 0; /* the usual request: one lane, input order */
+    by_lane *v = malloc(k * sizeof *v);
+    if (!v)
+        return SL_ENOMEM;
+    for (size_t i = 0, r = 0; i < in->n; i++)
+        if (in->v[i].status == SL_EVENT_OK) {
+            v[r].e = &in->v[i];
+            v[r].rank = r;
             r++;
         }
-    *n = k;
+    qsort(v, k, sizeof *v, cmp_lane);
+    for (size_t r = 0; r < k; r++) {
+        fill_event(in, v[r].e, &evs[r]);
+        rank[r] = v[r].rank;
+    }
+    free(v);
+    return 0;
 }
 
 /* Puts the results of the grouped events back in input order (tmp: room
@@ -381,7 +396,15 @@ static enum MHD_Result publish(ingest *in)
         return sl__http_error(r, 500, "Internal", "out of memory");
     }
     size_t k = 0;
-    group_by_lane(in, evs, rank, &k);
+    if (group_by_lane(in, evs, rank, &k)) {
+        free(rank);
+        free(tmp);
+        free(evs);
+        free(res);
+        if (in->done)
+            in->done(in->done_ctx, SL_ENOMEM);
+        return sl__http_error(r, 500, "Internal", "out of memory");
+    }
     int rc = 0;
     sl_error err = {0};
     enum MHD_Result ret = MHD_YES;

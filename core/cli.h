@@ -34,6 +34,10 @@ int sl_cli_lane_main(int argc, char **argv);
  * events again through the running server, following its progress. */
 int sl_cli_replay_main(int argc, char **argv);
 
+/* sluice status [--server URL] [--interval S]: a report of a running server's
+ * sets (with rates), rules, lanes and sources, from its JSON API. */
+int sl_cli_status_main(int argc, char **argv);
+
 /* sluice check CONFIG.lua: check a config file without starting anything. */
 int sl_cli_check_main(int argc, char **argv);
 

@@ -23,6 +23,7 @@ static void usage(FILE *f)
           "  lane list|drop LANE        the server's lanes; stop a lane's routes and cursors\n"
           "  databus --listen unix:PATH --upstream URL  the local Databus agent (docs/agent.md)\n"
           "  replay RULE --from TIME    deliver a rule's events of a time window again\n"
+          "  status [--server URL]      a report of a running server: sets, rules, lanes\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
           "  log dump PARTITION_DIR     print batches and records\n"
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
         return sl_cli_redrive_main(argc - 1, argv + 1);
     if (strcmp(cmd, "lane") == 0)
         return sl_cli_lane_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0)
+        return sl_cli_status_main(argc - 1, argv + 1);
     if (strcmp(cmd, "replay") == 0)
         return sl_cli_replay_main(argc - 1, argv + 1);
     if (strcmp(cmd, "schema") == 0)

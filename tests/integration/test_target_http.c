@@ -169,10 +169,15 @@ static void test_structured(void **state)
             fail_msg("request %zu (subject %s): path %s, want %s", i, subj, r->path, path);
         json_int_t p = json_integer_value(json_object_get(j, "sluicepartition"));
         json_int_t off = json_integer_value(json_object_get(j, "sluiceoffset"));
-        if (off <= last[p])
-            fail_msg("partition %lld: offset %lld arrived after %lld", (long long)p, (long long)off,
-                     (long long)last[p]);
-        last[p] = off;
+        /* Order holds per partition within a lane; each lane is delivered by
+         * its own consumer (docs/lanes.md), so only the base events are
+         * compared here (lane1 is the lane's only event). */
+        if (strcmp(id, "lane1") != 0) {
+            if (off <= last[p])
+                fail_msg("partition %lld: offset %lld arrived after %lld", (long long)p,
+                         (long long)off, (long long)last[p]);
+            last[p] = off;
+        }
         json_decref(j);
     }
     json_t *st = it_rule(s, "hook");

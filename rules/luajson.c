@@ -738,34 +738,47 @@ typedef struct sl_luajson_enc {
     lj_path path[LJ_MAX_DEPTH + 1];
 } lj_enc;
 
-/* Records an encoding error; err gets "$.path: reason". Returns SL_EINVAL. */
+/* Appends path segment p ("[3]", ".key" or "[\"odd key\"]") to path[*n]. */
+static void lj_path_put(char *path, size_t cap, size_t *n, const lj_path *p)
+{
+    int w;
+    if (p->key == NULL) {
+        w = snprintf(path + *n, cap - *n, "[%lld]", (long long)p->idx);
+    } else {
+        bool ident = p->klen > 0 && !(p->key[0] >= '0' && p->key[0] <= '9');
+        for (size_t j = 0; j < p->klen && ident; j++) {
+            unsigned char c = (unsigned char)p->key[j];
+            ident = c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+        }
+        int kl = p->klen > 64 ? 64 : (int)p->klen;
+        w = ident ? snprintf(path + *n, cap - *n, ".%.*s", kl, p->key)
+                  : snprintf(path + *n, cap - *n, "[\"%.*s%s\"]", kl, p->key,
+                             p->klen > 64 ? "..." : "");
+    }
+    if (w > 0 && (size_t)w < cap - *n)
+        *n += (size_t)w;
+}
+
+/* Records an encoding error; err gets "$.path: reason". Returns SL_EINVAL.
+ * A deep path keeps its first and last levels and says how many it left
+ * out, so that the reason (often "nesting deeper than …") is not cut off
+ * the end of the message. */
 static int lj_enc_fail(lj_enc *E, const char *fmt, const char *arg)
 {
     if (!E->err)
         return SL_EINVAL;
+    enum { HEAD = 4, TAIL = 3 };
     char path[256];
     size_t n = 0;
     path[n++] = '$';
-    for (int i = 0; i < E->depth && n < sizeof path - 32; i++) {
-        const lj_path *p = &E->path[i];
-        int w;
-        if (p->key == NULL) {
-            w = snprintf(path + n, sizeof path - n, "[%lld]", (long long)p->idx);
-        } else {
-            bool ident = p->klen > 0 && !(p->key[0] >= '0' && p->key[0] <= '9');
-            for (size_t j = 0; j < p->klen && ident; j++) {
-                unsigned char c = (unsigned char)p->key[j];
-                ident =
-                    c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
-            }
-            int kl = p->klen > 64 ? 64 : (int)p->klen;
-            w = ident ? snprintf(path + n, sizeof path - n, ".%.*s", kl, p->key)
-                      : snprintf(path + n, sizeof path - n, "[\"%.*s%s\"]", kl, p->key,
-                                 p->klen > 64 ? "..." : "");
+    for (int i = 0; i < E->depth && n < sizeof path - 72; i++) {
+        if (E->depth > HEAD + TAIL + 1 && i == HEAD) {
+            int skip = E->depth - HEAD - TAIL;
+            n += (size_t)snprintf(path + n, sizeof path - n, "…(%d levels)…", skip);
+            i += skip - 1;
+            continue;
         }
-        if (w < 0 || (size_t)w >= sizeof path - n)
-            break;
-        n += (size_t)w;
+        lj_path_put(path, sizeof path, &n, &E->path[i]);
     }
     path[n] = '\0';
     char why[128];

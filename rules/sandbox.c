@@ -178,6 +178,30 @@ static int sb_msgh(lua_State *L)
     return 1;
 }
 
+/* An error raised through N nested coroutines (coroutine.wrap adds the
+ * position again at each level) reads "f.lua:3: f.lua:3: … reason": the
+ * reason would fall off the end of the message. Returns m past all but the
+ * last of the repeated "chunk:line: " prefixes; *repeats gets how many were
+ * skipped. */
+static const char *sb_skip_repeats(const char *m, const char *end, int *repeats)
+{
+    *repeats = 0;
+    const char *colon = memchr(m, ':', (size_t)(end - m));
+    if (!colon)
+        return m;
+    const char *p = colon + 1;
+    while (p < end && *p >= '0' && *p <= '9')
+        p++;
+    if (p == colon + 1 || end - p < 2 || p[0] != ':' || p[1] != ' ')
+        return m;
+    size_t plen = (size_t)(p + 2 - m); /* "chunk:line: " */
+    while ((size_t)(end - m) > 2 * plen && memcmp(m, m + plen, plen) == 0) {
+        m += plen;
+        ++*repeats;
+    }
+    return m;
+}
+
 /* err gets "message (at <first traceback line with a Lua location>)" from
  * the handler's output on top of the stack. */
 static int sb_script_error(lua_State *L, int code, sl_error *err)
@@ -187,6 +211,15 @@ static int sb_script_error(lua_State *L, int code, sl_error *err)
     const char *m = lua_tolstring(L, -1, &len);
     if (m == NULL)
         return sl_error_set(err, code, "(error object is a %s value)", luaL_typename(L, -1));
+    int repeats;
+    const char *full = m;
+    m = sb_skip_repeats(m, m + len, &repeats);
+    len -= (size_t)(m - full);
+    if (repeats) { /* say how deep it went, then the message once */
+        lua_pushfstring(L, "(raised through %d nested calls) %s", repeats, m);
+        lua_replace(L, -2);
+        m = lua_tolstring(L, -1, &len);
+    }
     const char *tb = NULL, *end = m + len;
     for (const char *p = m; (p = memmem(p, (size_t)(end - p), mark, sizeof mark - 1)) != NULL; p++)
         tb = p;

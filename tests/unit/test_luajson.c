@@ -643,6 +643,12 @@ static const struct {
     {"return print", "$: a function cannot be encoded"},
     {"local t = {} t.self = t return t", "nesting deeper than 128"},
     {"local t = {} t[1] = t return {x = t}", "nesting deeper than 128"},
+    /* a deep path keeps its first and last levels, and the reason */
+    {"local t = {} t.self = t return t",
+     "$.self.self.self.self…(121 levels)….self.self.self: nesting deeper than 128"},
+    {"return {a = {b = {c = {d = {e = {f = {g = {h = 0/0}}}}}}}}", "$.a.b.c.d.e.f.g.h: NaN"},
+    {"return {a = {b = {c = {d = {e = {f = {g = {h = {i = {j = 0/0}}}}}}}}}}",
+     "$.a.b.c.d…(3 levels)….h.i.j: NaN cannot be encoded"},
     {"return {1, 2, x = 3}", "$: table mixes integer keys with string keys"},
     {"return {a = {x = 1, [1] = 2, [2] = 3}}", "$.a: table mixes"},
     {"return {[1] = 1, [3] = 3}", "$: array with holes"},

@@ -399,7 +399,13 @@ static void test_recursion(void **state)
     still_works(L);
     sl_sandbox_close(L);
 
+    /* An error passed up through nested coroutines gets its position
+     * prefixed at every level; the message keeps one and the reason. */
     L = *state;
+    fails(L, "local function b() coroutine.wrap(b)() end b()", SL_ESCRIPT,
+          "nested calls) rule.lua:1: C stack overflow");
+    still_works(L);
+
     static const char *const deep[] = {
         "local function f() return 1 + f() end return f()",
         "local function f(...) return 1 + f(1, 2, 3, ...) end return f()",

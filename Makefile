@@ -31,7 +31,8 @@ endif
 
 # Everything in these folders is library code; main.c is the program.
 LIB_SRC  := $(filter-out core/main.c,$(wildcard core/*.c connectors/*.c rules/*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/lua_embed.o
+LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/lua_embed.o $(B)/gen/ui_embed.o
+UI_FILES := $(wildcard connectors/ui/*)
 LUA_SRC  := $(wildcard lua/*.lua)
 TEST_SRC := $(wildcard tests/unit/test_*.c)  # testutil.c is linked into each
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -51,7 +52,7 @@ TPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TPLUGIN_BIN := $(TPLUGIN_SRC:tests/plugins/%.c=build/rel/tests/plugins/%.so)
 
 .PRECIOUS: $(B)/tests/%.o
-.PHONY: all run test unit itests bench soak format clean lib install FORCE
+.PHONY: all run test unit itests bench soak format clean lib install fuzz FORCE
 all: bin/sluice $(PLUGIN_BIN) lib
 
 bin/sluice: $(B)/core/main.o $(B)/libsluice-core.a
@@ -86,6 +87,14 @@ $(B)/gen/lua_embed.c: $(LUA_SRC) scripts/embed-lua.sh
 $(B)/gen/lua_embed.o: $(B)/gen/lua_embed.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# connectors/ui/* (the web console at /ui/) too (connectors/source_http_ui.c).
+$(B)/gen/ui_embed.c: $(UI_FILES) scripts/embed-files.sh
+	@mkdir -p $(dir $@)
+	scripts/embed-files.sh $@ sl_ui_files $(UI_FILES)
+
+$(B)/gen/ui_embed.o: $(B)/gen/ui_embed.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -109,7 +118,7 @@ build/rel/itests/itest.o build/rel/itests/receiver.o: build/rel/itests/%.o: test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -c -o $@ $<
 
-build/rel/bench/%: bench/%.c build/rel/libsluice-core.a
+build/rel/bench/%: bench/%.c bench/tsv.c build/rel/libsluice-core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -202,11 +211,25 @@ build/rel/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
+# bench/run.sh runs them all and writes bench/results/latest.md and .svg.
 bench: $(BENCH_BIN) bin/sluice build/rel/tools/kafka_mock
-	@for b in $(BENCH_BIN) $(wildcard bench/*_bench.sh); do $$b || exit 1; done
+	@bench/run.sh $(BENCH_BIN) $(wildcard bench/*_bench.sh)
 
-soak: bin/sluice $(TEST_BIN) $(ITEST_BIN)
-	@SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests build/rel/itests
+# make soak: every test with SLUICE_SOAK=1 (the long fault loops), then the
+# integration suites in VALGRIND_ITESTS again with every server they start under
+# valgrind --error-exitcode=1 --leak-check=full (SLUICE_VALGRIND=1, itest.h;
+# docs/testing.md). valgrind makes a suite 10-20 times slower, so the default
+# is the suites that drive the most server code without timing checks of their
+# own; VALGRIND_ITESTS="$(notdir $(ITEST_BIN))" runs them all.
+VALGRIND_ITESTS ?= test_server_api test_rules test_delivery test_target_http test_target_kafka \
+                   test_redrive test_source_webhook test_faults
+soak: bin/sluice $(TEST_BIN) itests
+	@rc=0; SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests build/rel/itests || rc=1; \
+	rm -rf build/rel/valgrind; mkdir -p build/rel/valgrind; \
+	for t in $(VALGRIND_ITESTS); do ln -s ../itests/$$t build/rel/valgrind/$$t; done; \
+	echo "soak: under valgrind: $(VALGRIND_ITESTS)"; \
+	SLUICE_VALGRIND=1 SLUICE_UNIT_ONLY=1 scripts/run-tests.sh build/rel/valgrind || rc=1; \
+	exit $$rc
 
 format:
 	clang-format -i $(wildcard core/*.[ch] connectors/*.[ch] rules/*.[ch] tests/unit/*.[ch] \
@@ -215,5 +238,12 @@ format:
 
 clean:
 	rm -rf build bin
+
+# Fuzzing: `make fuzz` (clang + libFuzzer) and the replay of the committed fuzz
+# inputs, which runs with the sanitized unit tests.
+include tests/fuzz/fuzz.mk
+ifdef SANITIZE
+unit: $(FUZZ_REPLAY_BIN)
+endif
 
 -include $(shell find build -name '*.d' 2>/dev/null)

@@ -47,6 +47,7 @@ STREAMS=${SLUICE_AGENT_STREAMS:-}
 case "$STREAMS" in '' | [1-9] | [1-5][0-9] | 6[0-4]) ;; *) die "SLUICE_AGENT_STREAMS must be 1-64" ;; esac
 
 [ -x bin/sluice ] || make -s bin/sluice || die "cannot build bin/sluice"
+. bench/tsv.sh
 mkdir -p build/rel/bench "$DIR" || die "cannot create $DIR"
 # shellcheck disable=SC2046
 cc -O2 -g -Wall -Wextra -Werror -o "$LOAD" bench/agent_load.c $(pkg-config --cflags --libs libcurl) \
@@ -135,6 +136,9 @@ for row in 1 8 "8 1set"; do
     ratio=$(echo "scale=2; $a / $d" | bc)
     met=$([ "$(echo "$ratio >= 0.9" | bc)" = 1 ] && echo met || echo "NOT met")
     printf '%-8s %16d %16d %8s %-9s %s\n' "$row" "$a" "$d" "$ratio" "$met" "$us"
+    tsv_row "agent.w${row// /_}" "Databus agent (UNIX socket), $w writer(s)$([ -n "$one" ] && echo " sharing one set"), ack=durable" \
+        ev/s "$a" "direct batched HTTP POSTs ($BATCH/POST)" "$d" "$ratio" ">= 0.90" \
+        "$([ "$met" = met ] && echo yes || echo no)"
 done
 # Other work on the machine distorts the numbers: say how loaded it was.
 printf 'load average at the end (1/5/15 min): %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -11,7 +11,8 @@
 # Environment: SLUICE_BENCH_DIR (default ./build/bench-tmp), SLUICE_HTTP_SECS
 # (seconds per wrk run, default 4), SLUICE_HTTP_REPS (runs per side of the
 # peak rows, default 2), SLUICE_HTTP_ROWS (comma list of batched,single,
-# half,consume,wake; default all), SLUICE_HTTP_PERF=1 (perf record the
+# half,consume,wake,batchsize; default all), SLUICE_HTTP_BATCHES (events per
+# POST of the batchsize row, default "1 10 100 1000"), SLUICE_HTTP_PERF=1 (perf record the
 # ack=buffer server during the first ndjson and single runs; the data stays
 # in $SLUICE_BENCH_DIR/http_perf).
 #
@@ -24,7 +25,8 @@ cd "$(dirname "$0")/.." || exit 1
 
 SECS=${SLUICE_HTTP_SECS:-4}
 REPS=${SLUICE_HTTP_REPS:-2}
-ROWS=${SLUICE_HTTP_ROWS:-batched,single,half,consume,wake}
+ROWS=${SLUICE_HTTP_ROWS:-batched,single,half,consume,wake,batchsize}
+BATCHES=${SLUICE_HTTP_BATCHES:-1 10 100 1000}
 ROOT=${SLUICE_BENCH_DIR:-./build/bench-tmp}
 PERF=${SLUICE_HTTP_PERF:-0}
 THREADS=2       # wrk threads
@@ -50,8 +52,13 @@ case "$SECS" in '' | *[!0-9]*) die "SLUICE_HTTP_SECS must be a whole number of s
 case "$REPS" in [1-9]) ;; *) die "SLUICE_HTTP_REPS must be 1-9" ;; esac
 [ "$SECS" -ge 1 ] || die "SLUICE_HTTP_SECS must be at least 1"
 for r in ${ROWS//,/ }; do
-    case "$r" in batched | single | half | consume | wake) ;; *) die "unknown row '$r' in SLUICE_HTTP_ROWS" ;; esac
+    case "$r" in batched | single | half | consume | wake | batchsize) ;; *) die "unknown row '$r' in SLUICE_HTTP_ROWS" ;; esac
 done
+for b in $BATCHES; do
+    case "$b" in '' | *[!0-9]*) die "SLUICE_HTTP_BATCHES must be whole numbers (events per POST)" ;; esac
+    [ "$b" -ge 1 ] && [ "$b" -le 10000 ] || die "SLUICE_HTTP_BATCHES: $b is not 1-10000"
+done
+. bench/tsv.sh
 if has_row half && ! has_row batched && ! has_row single; then
     die "the half row needs the batched or single row (it runs at half of their peak)"
 fi
@@ -377,6 +384,36 @@ EOF
     fi
 fi
 
+# Row 6, throughput against batch size: NDJSON POSTs of b events for each b of
+# BATCHES, ack=buffer, one run per side. The reference answers the same
+# number of results as sluice does, so it gets a server of its own per size
+# (--batch b); the shared one keeps answering 100. About 3200 events in
+# flight: 32 connections up to 100 events per POST, fewer above (4 at 1000).
+# With 32 connections of ~300 KB bodies wrk itself was the limit: the
+# reference fell from ~800 to ~350 requests/s while neither side was busy.
+bs_conns() { # bs_conns B: connections for B events per POST, even, 2-32
+    local c=$(((3200 / $1 + 1) / 2 * 2))
+    [ "$c" -gt "$CONN_BATCH" ] && c=$CONN_BATCH
+    [ "$c" -lt "$THREADS" ] && c=$THREADS
+    echo "$c"
+}
+if has_row batchsize; then
+    note "throughput against events per POST (ndjson, ack=buffer)"
+    for b in $BATCHES; do
+        start_server refb "$TMP/refb.log" "$REF_BIN" --listen 127.0.0.1:0 --batch "$b"
+        # shellcheck disable=SC2154 # both set by start_server
+        { PORT[refb]=$PORT_refb; PID[refb]=$PID_refb; }
+        LOG[refb]=$TMP/refb.log
+        for side in buffer refb; do
+            run_wrk "$side" bench/http/post.lua "$(bs_conns "$b")" "$THREADS" "ndjson, $b per POST" \
+                ndjson "bs$b" "$b" "$EVENT_BYTES" 0 "${TAG}z$b" "$THREADS"
+            record "bs${b}_$side"
+        done
+        kill -TERM "${PID[refb]}" 2>/dev/null
+        wait "${PID[refb]}" 2>/dev/null
+    done
+fi
+
 # Peak RSS, and what the durable server's fsyncs cost.
 HWM_BUFFER=$(hwm_kib "${PID[buffer]}")
 HWM_DURABLE=$(hwm_kib "${PID[durable]}")
@@ -478,6 +515,15 @@ OUT=$TMP/table
         goal_lt "$WAKE_MAX" 50
         line "4b long-poll wake, idle, p50 (max)" "ms" "$WAKE_P50 ($WAKE_MAX)" "-" "-" "<50" "$M" "" ""
     fi
+    if has_row batchsize; then
+        for b in $BATCHES; do
+            s=$(field "bs${b}_buffer" 1)
+            r=$(field "bs${b}_refb" 1)
+            line "6  ndjson, $b event(s) per POST, -c$(bs_conns "$b")" "ev/s" "$(fmt_k "$s")" "$(fmt_k "$r")" \
+                "$(ratio "$s" "$r")" "-" "-" "" ""
+            lat_line "bs${b}_buffer" "bs${b}_refb"
+        done
+    fi
     mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
     RSS_INGEST_MIB=$(mib "$HWM_INGEST")
     goal_lt "$RSS_INGEST_MIB" 128
@@ -540,6 +586,67 @@ cat "$OUT"
     fi
 } | tee -a "$OUT"
 
+# ---- rows for make bench's report (bench/tsv.sh) -------------------------------
+
+yn() { if "$@"; then echo yes; else echo no; fi; }
+REF="minimal libmicrohttpd server"
+if has_row batched; then
+    for mode in ndjson batch; do
+        [ $mode = ndjson ] && n=a || n=b
+        [ $mode = ndjson ] && title="batched NDJSON ($BATCH events/POST)" || title="batched cloudevents-batch ($BATCH events/POST)"
+        s=$(field "${mode}_buffer" 1)
+        r=$(field "${mode}_ref" 1)
+        tsv_row "http.1$n" "1$n ingest, $title, ack=buffer" ev/s "$s" "$REF" "$r" "$(ratio "$s" "$r")" \
+            ">= 400k ev/s" "$(yn ge "$s" 400000)"
+    done
+    for mode in ndjson batch; do
+        [ $mode = ndjson ] && { n=c; title="batched NDJSON"; } || { n=d; title="batched cloudevents-batch"; }
+        s=$(field "${mode}_durable" 1)
+        r=$(field "${mode}_ref" 1)
+        tsv_row "http.1$n" "1$n ingest, $title, ack=durable" ev/s "$s" "$REF" "$r" "$(ratio "$s" "$r")" - -
+        dv=$(ratio "$s" "$(field "${mode}_buffer" 1)")
+        tsv_row "http.1${n}_vs_buffer" "1$n/1$([ $n = c ] && echo a || echo b) ingest, $title: ack=durable / ack=buffer" \
+            ratio "$dv" - - - ">= 0.50" "$(yn ge "$dv" 0.5)"
+    done
+fi
+if has_row single; then
+    s=$(field single_buffer 1)
+    r=$(field single_ref 1)
+    tsv_row http.2a "2a ingest, one event per POST, ack=buffer" req/s "$s" "$REF" "$r" "$(ratio "$s" "$r")" \
+        ">= 40k req/s" "$(yn ge "$s" 40000)"
+    s=$(field single_durable 1)
+    tsv_row http.2b "2b ingest, one event per POST, ack=durable" req/s "$s" "$REF" "$r" "$(ratio "$s" "$r")" - -
+fi
+if has_row half; then
+    [ -n "$HALF_SINGLE_RATE" ] && s=$(field halfsingle_buffer 4) && r=$(field halfsingle_ref 4) &&
+        tsv_row http.3a "3a ingest p99 at half of 2a's peak ($HALF_SINGLE_RATE req/s, one event per POST)" \
+            ms "$s" "$REF" "$r" "$(ratio "$s" "$r")" "< 5 ms" "$(yn lt "$s" 5)"
+    [ -n "$HALF_BATCH_RATE" ] && s=$(field halfbatch_buffer 4) && r=$(field halfbatch_ref 4) &&
+        tsv_row http.3b "3b ingest p99 at half of 1a's peak ($((HALF_BATCH_RATE * BATCH)) ev/s, NDJSON)" \
+            ms "$s" "$REF" "$r" "$(ratio "$s" "$r")" "< 5 ms" "$(yn lt "$s" 5)"
+fi
+if has_row consume; then
+    s=$(field consume_buffer 1)
+    r=$(field consume_ref 1)
+    tsv_row http.4a "4a consume, GET max=$READ_MAX, warm, $CONN_READ readers" ev/s "$s" \
+        "the same answers served from memory" "$r" "$(ratio "$s" "$r")" - -
+fi
+[ -n "$WAKE_P50" ] &&
+    tsv_row http.4b "4b long-poll wake, idle server, max of $WAKE_SAMPLES (p50 $WAKE_P50 ms)" ms "$WAKE_MAX" \
+        - - - "< 50 ms" "$(yn lt "$WAKE_MAX" 50)"
+tsv_row http.5a "5a peak RSS (VmHWM) of the ingest rows, worse server" MiB "$RSS_INGEST_MIB" - - - \
+    "< 128 MiB" "$(yn lt "$RSS_INGEST_MIB" 128)"
+tsv_row http.5b "5b peak RSS (VmHWM), whole run (mapped segments count)" MiB "$RSS_MIB" "$REF" \
+    "$(mib "$HWM_REF")" "$(ratio "$HWM_SLUICE" "$HWM_REF")" "< 128 MiB" "$(yn lt "$RSS_MIB" 128)"
+if has_row batchsize; then
+    for b in $BATCHES; do
+        s=$(field "bs${b}_buffer" 1)
+        r=$(field "bs${b}_refb" 1)
+        tsv_row "http.batch_$b" "6 ingest, NDJSON POSTs of $b event(s), ack=buffer, $(bs_conns "$b") connections" ev/s "$s" "$REF" "$r" \
+            "$(ratio "$s" "$r")" - -
+    done
+fi
+
 # ---- last line -------------------------------------------------------------------
 
 kv=""
@@ -554,6 +661,9 @@ has_row consume && kv="$kv consume_eps=$(field consume_buffer 1)"
 [ -n "$WAKE_P50" ] && kv="$kv wake_p50_ms=$WAKE_P50"
 has_row batched && kv="$kv batched_vs_ref=$(ratio "$(field ndjson_buffer 1)" "$(field ndjson_ref 1)")"
 has_row single && kv="$kv single_vs_ref=$(ratio "$(field single_buffer 1)" "$(field single_ref 1)")"
+if has_row batchsize; then
+    for b in $BATCHES; do kv="$kv batch${b}_eps=$(field "bs${b}_buffer" 1) batch${b}_vs_ref=$(ratio "$(field "bs${b}_buffer" 1)" "$(field "bs${b}_refb" 1)")"; done
+fi
 kv="$kv goals_missed=$MISSED"
 echo
 echo "http_bench:$kv"

@@ -57,6 +57,7 @@ done
 has_row zero || die "SLUICE_LANES_ROWS needs the zero row (the reference)"
 command -v curl >/dev/null || die "curl is needed"
 command -v python3 >/dev/null || die "python3 is needed"
+. bench/tsv.sh
 make -s bin/sluice || die "make bin/sluice failed"
 
 mkdir -p "$ROOT" || die "cannot make $ROOT"
@@ -291,6 +292,10 @@ MISSED=0
         fi
         printf '%-50s %5s %10s %6s %7s %5s %16s %9s %6s\n' "$2" "$3" "${BEST[$k]}" "$r" "$4" "$met" \
             "${LO[$k]}..${HI[$k]}" "${CPU[$k]}" "$(ratio "${CPU[$k]}" "${CPU[zero]}")"
+        [ "$k" = zero ] && return 0 # the reference of the other rows
+        tsv_row "lanes.$k" "$2 ($3 lanes): ingest + routing + delivery" ev/s "${BEST[$k]}" \
+            "row 1: no lanes, base traffic only" "${BEST[zero]}" "$r" "$([ "$4" = - ] || echo ">= $GOAL")" \
+            "$([ "$met" = MISS ] && echo no || echo "$met")"
     }
     line zero "1 base traffic, no lanes" 0 "-"
     line declared "2 base traffic, lanes declared + overrides" "$NLANES" ">=$GOAL"

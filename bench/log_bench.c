@@ -16,6 +16,7 @@
 #include "core/batch.h"
 #include "core/crc32c.h"
 #include "core/log.h"
+#include "bench/tsv.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -390,6 +391,37 @@ static void fmt_range(char *out, size_t size, unit u, const sample *s)
     snprintf(out, size, "%s..%s", a, b);
 }
 
+/* The row for `make bench`'s report (bench/tsv.h): key log.<number>, e.g.
+ * log.1a, and the reference of the row's group by its number. */
+static void tsv_row(const row *r, const char *name1, const char *name2)
+{
+    char key[16], figure[160], goal[16] = "";
+    const char *ref = "raw";
+    int n = (int)strcspn(name1, " ");
+    snprintf(key, sizeof key, "log.%.*s", n, name1);
+    snprintf(figure, sizeof figure, "%s%s%s", name1, name2[0] ? " " : "",
+             name2 + strspn(name2, " "));
+    switch (name1[0]) {
+    case '1':
+    case '2':
+        ref = "raw write() of the same batches";
+        break;
+    case '3':
+        ref = "raw read() of the segment files";
+        break;
+    case '4':
+        ref = "1 KiB pread()";
+        break;
+    case '5':
+        ref = "cat of the partition";
+        break;
+    }
+    if (r->goal > 0)
+        snprintf(goal, sizeof goal, ">= %.2f", r->goal);
+    sl_bench_tsv_row(key, figure, unit_name(r->unit), best(r, &r->sl), ref, best(r, &r->raw),
+                     ratio(r), goal, r->goal > 0 ? ratio(r) >= r->goal : SL_BENCH_NO_GOAL);
+}
+
 static void print_row(const row *r, double bytes_per_record)
 {
     char name1[64], name2[64] = "", sl[32], raw[32], goal[16] = "-", met[8] = "-";
@@ -411,6 +443,7 @@ static void print_row(const row *r, double bytes_per_record)
     }
     printf("%-40s %-5s %10s %10s %6.2f %6s %4s   %-19s %s\n", name1, unit_name(r->unit), sl, raw,
            ratio(r), goal, met, nsl, nraw);
+    tsv_row(r, name1, name2);
     if (r->unit == U_MBPS) {
         /* Both sides moved the same bytes, so records/s follows from MB/s. */
         double k = 1e6 / bytes_per_record;

@@ -18,6 +18,7 @@
  *
  * Exits 0 when it measured everything, goals met or not; 1 on any error.
  */
+#include "bench/tsv.h"
 #include "core/config.h"
 #include "core/json.h"
 #include "rules/luajson.h"
@@ -30,6 +31,7 @@
 #include <jansson.h>
 #include <lauxlib.h>
 #include <lua.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1029,6 +1031,14 @@ static void print_report(const row *rows, size_t nrows, const part *parts, size_
         }
         printf("| %s | %s %s/s | %s | %.2f | %s | %s | %s | %s |\n", r->name, a, r->unit, b,
                ref > 0 ? sl / ref : 0, goal, met, ns, nr);
+        char key[64], unit[32], tgoal[48] = "";
+        snprintf(key, sizeof key, "rules.%s", r->id);
+        snprintf(unit, sizeof unit, "%s/s", r->unit);
+        if (r->goal > 0)
+            snprintf(tgoal, sizeof tgoal, "%s per core", goal);
+        sl_bench_tsv_row(key, r->name, unit, sl, "jansson parse+serialize", ref,
+                         ref > 0 ? sl / ref : NAN, tgoal,
+                         r->goal > 0 ? sl >= r->goal : SL_BENCH_NO_GOAL);
         if (r->sl == op_ruleset) {
             fmt_rate(a, sizeof a, sl * RULESET_N);
             printf("| 2 … the same, counted per pattern | %s pattern evaluations/s | - | - | - | - "

@@ -50,6 +50,7 @@ case "$N" in '' | *[!0-9]*) die "SLUICE_KAFKA_N must be a number" ;; esac
 case "$REPS" in [1-9]) ;; *) die "SLUICE_KAFKA_REPS must be 1-9" ;; esac
 command -v kcat >/dev/null 2>&1 || die "kcat is missing (scripts/deps.sh installs it)"
 command -v curl >/dev/null 2>&1 || die "curl is missing"
+. bench/tsv.sh
 make -s bin/sluice "$MOCK" || die "make failed"
 
 mkdir -p "$ROOT" || die "cannot create $ROOT"
@@ -196,6 +197,10 @@ for ack in buffer durable; do
     [ "$(echo "$ratio >= $GOAL" | bc -l)" -eq 1 ] && met=yes
     printf '%-26s %12.0f %12.0f %6.2f %5s %4s %16.2f %14.2f\n' "source.kafka, ack=$ack" \
         "${best[$ack]}" "$ref_best" "$ratio" "$GOAL" "$met" "${best_cpu[$ack]}" "$ref_cpu"
+    tsv_row "source_kafka.$ack" "source.kafka, $N records from $PARTS partitions into a set, ack=$ack" \
+        ev/s "${best[$ack]}" "kcat -C" "$ref_best" "$ratio" ">= 0.80" "$met"
+    tsv_row "source_kafka.${ack}_cpu" "source.kafka, ack=$ack: CPU per record (lower is better)" \
+        "µs/ev" "${best_cpu[$ack]}" "kcat -C" "$ref_cpu" "$(echo "${best_cpu[$ack]} / $ref_cpu" | bc -l)" - -
 done
 echo "(CPU us/ev: user + system time of the sluice process, or of kcat, per record; the mock"
 echo " broker's own CPU is not counted on either side)"

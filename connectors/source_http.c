@@ -6,14 +6,17 @@
 #include "connectors/source_http_internal.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "core/slog.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,11 +24,100 @@
  * a 503 answer instead of a closed socket. */
 #define CONN_HEADROOM 256
 
+/* ---- request ids ---------------------------------------------------------- */
+
+/* Takes the client's X-Request-Id when it is 1..SL_HTTP_REQUEST_ID_MAX of
+ * [A-Za-z0-9._:-] (safe in headers, JSON and log lines without escaping),
+ * else makes up 24 hex digits. Called once per request, before routing. */
+static void req_identify(sl_http_req *r, const char *method, const char *url)
+{
+    r->method = method;
+    r->url = url;
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+    size_t n = v ? strlen(v) : 0;
+    bool ok = n > 0 && n <= SL_HTTP_REQUEST_ID_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = v[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == ':' || c == '-';
+    }
+    if (ok) {
+        memcpy(r->request_id, v, n + 1);
+        return;
+    }
+    unsigned char rnd[12];
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+        /* No entropy yet (early boot): unique within the process is enough. */
+        static _Atomic uint64_t seq;
+        uint64_t a = (uint64_t)sl_clock_now_ms(), b = atomic_fetch_add(&seq, 1);
+        memcpy(rnd, &a, 6);
+        memcpy(rnd + 6, &b, 6);
+    }
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(r->request_id + 2 * i, 3, "%02x", rnd[i]);
+}
+
+/* Adds "request_id" to a JSON error object ({"error":…}) that lacks it. */
+static void add_request_id(sl_http_req *r, sl_buf *body)
+{
+    static const char head[] = "{\"error\":";
+    if (!r->request_id[0] || body->len < sizeof head || memcmp(body->data, head, sizeof head - 1))
+        return;
+    size_t end = body->len;
+    while (end && (body->data[end - 1] == '\n' || body->data[end - 1] == ' '))
+        end--;
+    if (!end || body->data[end - 1] != '}' ||
+        memmem(body->data, body->len, "\"request_id\"", 12))
+        return;
+    char ins[SL_HTTP_REQUEST_ID_MAX + 24];
+    int n = snprintf(ins, sizeof ins, ",\"request_id\":\"%s\"", r->request_id);
+    if (sl_buf_reserve(body, (size_t)n))
+        return; /* out of memory: the header still carries it */
+    memmove(body->data + end - 1 + n, body->data + end - 1, body->len - (end - 1));
+    memcpy(body->data + end - 1, ins, (size_t)n);
+    body->len += (size_t)n;
+}
+
+/* Logs 5xx answers (with the error body, which says why), and at debug
+ * every answer. */
+static void log_reply(sl_http_req *r, unsigned status, const sl_buf *body)
+{
+    sl_slog_level lvl = status >= 500 ? SL_SLOG_ERROR : SL_SLOG_DEBUG;
+    if (!sl_slog_enabled(lvl))
+        return;
+    int64_t us = (sl_clock_mono_ns() - r->start_ns) / 1000;
+    sl_slog_field kv[] = {SL_SLOG_S("method", r->method), SL_SLOG_S("path", r->url),
+                          SL_SLOG_I("status", status), SL_SLOG_I("duration_us", us),
+                          SL_SLOG_S("request_id", r->request_id)};
+    int len = body->len > 512 ? 512 : (int)body->len;
+    while (len && body->data[len - 1] == '\n')
+        len--;
+    if (status >= 500)
+        sl_slog_kv(lvl, "http", kv, sizeof kv / sizeof *kv, "%s %s answered %u: %.*s",
+                   r->method ? r->method : "?", r->url ? r->url : "?", status, len,
+                   body->data ? (const char *)body->data : "");
+    else
+        sl_slog_kv(lvl, "http", kv, sizeof kv / sizeof *kv, "%s %s %u", r->method ? r->method : "?",
+                   r->url ? r->url : "?", status);
+}
+
 /* ---- responses ------------------------------------------------------------ */
 
 enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
                                const char *content_type, unsigned retry_after)
 {
+    char v[16];
+    snprintf(v, sizeof v, "%u", retry_after);
+    const char *hdrs[] = {MHD_HTTP_HEADER_RETRY_AFTER, v, NULL};
+    return sl__http_reply_hdrs(r, status, body, content_type, retry_after ? hdrs : NULL);
+}
+
+enum MHD_Result sl__http_reply_hdrs(sl_http_req *r, unsigned status, sl_buf *body,
+                                    const char *content_type, const char *const *hdrs)
+{
+    if (status >= 400)
+        add_request_id(r, body);
+    log_reply(r, status, body);
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         body->len, body->data ? body->data : (void *)"",
         body->data ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
@@ -38,11 +130,10 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     if (r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (retry_after) {
-        char v[16];
-        snprintf(v, sizeof v, "%u", retry_after);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
-    }
+    if (r->request_id[0])
+        MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    for (size_t i = 0; hdrs && hdrs[i] && hdrs[i + 1]; i += 2)
+        MHD_add_response_header(resp, hdrs[i], hdrs[i + 1]);
     enum MHD_Result ok = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     if (status < SL_HTTP_STATUS_MAX)
@@ -101,13 +192,16 @@ void sl__http_req_release(sl_http_req *r)
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
-    (void)c;
-    (void)socket_context;
     sl_http *h = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED)
         atomic_fetch_add(&h->conns, 1);
     else
         atomic_fetch_sub(&h->conns, 1);
+    /* and per client address (source_http_auth.c) */
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        sl__http_conn_opened(h, c, socket_context);
+    else
+        sl__http_conn_closed(h, socket_context);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -172,7 +266,11 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     bool post = strcmp(method, "POST") == 0;
     bool known = false; /* the path names a resource, whatever the method */
-    if (n == 1 && strcmp(seg[0], "healthz") == 0) {
+    if (n >= 1 && strcmp(seg[0], "ui") == 0 && strncmp(url, "/ui", 3) == 0) {
+        known = true;
+        if (get)
+            return sl__http_ui(r, url + 3);
+    } else if (n == 1 && strcmp(seg[0], "healthz") == 0) {
         known = true;
         if (get) {
             sl_buf b = SL_BUF_INIT;
@@ -258,10 +356,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->conn = conn;
         r->post = strcmp(method, "POST") == 0;
         r->start_ns = sl_clock_mono_ns();
+        req_identify(r, method, url);
         atomic_init(&r->refs, 1);
         pthread_mutex_init(&r->lock, NULL);
         *con_cls = r;
         atomic_fetch_add(&h->active, 1);
+        /* With the headers: a refused request's body is not kept. */
+        sl__http_auth_begin(r, method, url);
         if (r->post) {
             const char *cl =
                 MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -275,6 +376,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * and then: the whole body has a deadline too. */
         if (sl_clock_mono_ns() - r->start_ns > (int64_t)h->opts.request_timeout_s * 1000000000)
             return MHD_NO; /* closes the connection; nothing was stored */
+        if (r->deny_status) { /* 401/403: the body is read and dropped */
+            *upload_size = 0;
+            return MHD_YES;
+        }
         if (!r->too_big && r->body.len + *upload_size > h->opts.max_request_bytes)
             r->too_big = true;
         /* Bodies are bounded server-wide too: many large uploads at once get
@@ -294,7 +399,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->ready && r->post) { /* resumed after a durable wait: answer it before any
                                 * admission check, its events are stored */
-        if (r->wait_status)    /* not 503: that would promise nothing was stored */
+        /* A full disk: the Databus dropped what it could not write. */
+        if (r->wait_status == SL_ENOSPC)
+            return sl__http_error(r, 507, "InsufficientStorage",
+                                  "no space left on device: the events were not stored (those "
+                                  "that went to other partitions may have been); retry once "
+                                  "space is freed");
+        if (r->wait_status) /* not 503: that would promise nothing was stored */
             return sl__http_error(r, 500, "NotConfirmed",
                                   "the events were queued but not "
                                   "confirmed on disk (%s); they may or may not be stored",
@@ -308,6 +419,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                               "open, its limit; retry after a second",
                               h->opts.max_connections);
     }
+    enum MHD_Result denied;
+    if (sl__http_conn_over(r, &denied)) /* server.max_connections_per_ip */
+        return denied;
+    if (sl__http_auth_end(r, url, &denied)) /* 401/403 before any limit */
+        return denied;
     if (r->too_big)
         return sl__http_error(r, 413, "RequestTooLarge",
                               "the request body is over the limit "
@@ -403,6 +519,19 @@ static void *timer_main(void *arg)
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
+/* libmicrohttpd's own complaints (a failed accept, a client that broke the
+ * protocol) go through the logger, so that a JSON log stays all JSON. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    sl_slog(SL_SLOG_WARN, "http", "libmicrohttpd: %s", msg);
+}
+
 int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, sl_http **out,
                   sl_error *err)
 {
@@ -424,6 +553,10 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         h->opts.request_timeout_s = 60;
     if (!h->opts.max_body_memory)
         h->opts.max_body_memory = 256u << 20;
+    if (!h->opts.max_batch)
+        h->opts.max_batch = 10000;
+    h->auth = opts->auth;
+    pthread_mutex_init(&h->ip_lock, NULL);
     h->sets = sets;
     h->bus = bus;
     if (opts->hooks)
@@ -436,22 +569,61 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     pthread_cond_init(&h->poll_cond, &ca);
     pthread_condattr_destroy(&ca);
 
+    /* An IPv4 address, or an IPv6 one (bare or in brackets: "::", "[::1]"). */
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(opts->port)};
+    struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons(opts->port)};
+    char host6[64] = "";
+    size_t hl = strlen(opts->host);
+    if (hl >= 2 && hl - 2 < sizeof host6 && opts->host[0] == '[' && opts->host[hl - 1] == ']')
+        snprintf(host6, sizeof host6, "%.*s", (int)(hl - 2), opts->host + 1);
+    else
+        snprintf(host6, sizeof host6, "%s", opts->host);
+    bool v6 = false;
     if (inet_pton(AF_INET, opts->host, &sa.sin_addr) != 1) {
-        sl_http_stop(h);
-        return sl_error_set(err, SL_EINVAL, "listen address \"%s\" is not an IPv4 address",
-                            opts->host);
+        if (inet_pton(AF_INET6, host6, &sa6.sin6_addr) != 1) {
+            sl_http_stop(h);
+            return sl_error_set(err, SL_EINVAL,
+                                "listen address \"%s\" is not an IPv4 or IPv6 address",
+                                opts->host);
+        }
+        v6 = true;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
+                     MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+    /* The options that depend on the configuration go through an array. */
+    struct MHD_OptionItem extra[3];
+    size_t nx = 0;
+    if (opts->tls_cert || opts->tls_key) {
+        int rc = sl__http_tls_load(opts->tls_cert, opts->tls_key, &h->tls_cert_pem,
+                                   &h->tls_key_pem, err);
+        if (!rc && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+            rc = sl_error_set(err, SL_EINVAL,
+                              "this libmicrohttpd was built without TLS: cannot serve HTTPS");
+        if (rc) {
+            sl_http_stop(h);
+            return rc;
+        }
+        flags |= MHD_USE_TLS;
+        extra[nx++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert_pem};
+        extra[nx++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key_pem};
+    }
+    extra[nx] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    if (opts->rate > 0 && !(h->rl = sl_ratelimit_new(opts->rate, opts->burst, 0))) {
+        sl_http_stop(h);
+        return SL_ENOMEM;
+    }
+    const struct sockaddr *addr = v6 ? (const struct sockaddr *)&sa6 : (const struct sockaddr *)&sa;
     h->d =
-        MHD_start_daemon(flags, opts->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa,
+        MHD_start_daemon(flags, opts->port, NULL, NULL, on_request, h,
+                         /* first, or libmicrohttpd warns on stderr */
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, addr,
                          MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
                          h->opts.max_connections + CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
                          h->opts.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                          MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_NOTIFY_CONNECTION,
                          on_connection, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),
-                         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_END);
+                         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_ARRAY, extra,
+                         MHD_OPTION_END);
     if (!h->d) {
         int e = errno;
         sl_http_stop(h);
@@ -510,5 +682,11 @@ void sl_http_stop(sl_http *h)
         MHD_stop_daemon(h->d);
     pthread_mutex_destroy(&h->poll_lock);
     pthread_cond_destroy(&h->poll_cond);
+    sl_ratelimit_free(h->rl);
+    pthread_mutex_destroy(&h->ip_lock);
+    free(h->tls_cert_pem);
+    if (h->tls_key_pem) /* a private key is not left in freed memory */
+        OPENSSL_cleanse(h->tls_key_pem, strlen(h->tls_key_pem));
+    free(h->tls_key_pem);
     free(h);
 }

@@ -75,6 +75,15 @@ typedef struct sl_http_options {
     unsigned idle_timeout_s;    /* idle or slow connections are closed; default 30 */
     unsigned request_timeout_s; /* a body must arrive within this; default 60 */
     uint64_t max_body_memory;   /* all request bodies in memory at once; default 256 MiB */
+    /* Security (docs/security.md). */
+    const struct sl_auth *auth; /* API keys (core/auth.h), borrowed: must outlive the server;
+                                 * NULL or none: every request is allowed */
+    const char *tls_cert;       /* PEM certificate file: serve HTTPS (with tls_key) */
+    const char *tls_key;        /* PEM private key file of tls_cert */
+    unsigned max_connections_per_ip; /* 0: unlimited */
+    uint64_t max_batch;         /* events in one publish request; default 10000 (413) */
+    double rate;                /* events a second per client (key, or IP); 0: unlimited */
+    double burst;               /* bucket size; 0: rate */
     const struct sl_http_hooks *hooks; /* may be NULL; copied, in place before the port opens */
 } sl_http_options;
 
@@ -85,6 +94,11 @@ typedef struct sl_http sl_http;
  * taken). sets and bus must outlive the server. */
 int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, sl_http **out,
                   sl_error *err);
+
+/* Puts another API key table in force (a config reload); NULL opens the
+ * API. Requests already past their check keep the key they were given: the
+ * previous table must stay alive until sl_http_stop() has returned. */
+void sl_http_set_auth(sl_http *h, const struct sl_auth *auth);
 
 /* The port actually bound. */
 uint16_t sl_http_port(const sl_http *h);

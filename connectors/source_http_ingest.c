@@ -467,6 +467,67 @@ static enum MHD_Result publish(ingest *in)
     return ret;
 }
 
+/* How many events a body holds, counted before any is parsed: NDJSON's
+ * non-blank lines, a batch's top-level array elements (by a scan of
+ * brackets, strings and commas: much cheaper than validating, which
+ * parse_batch() does; a malformed body gets its 400 there), 1 otherwise. */
+static size_t count_events(int batch, int ndjson, const char *p, size_t len)
+{
+    size_t n = 0;
+    if (ndjson) {
+        const char *end = p + len;
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            const char *le = nl ? nl : end;
+            while (p < le && (*p == ' ' || *p == '\t' || *p == '\r'))
+                p++;
+            n += p < le;
+            p = nl ? nl + 1 : end;
+        }
+        return n;
+    }
+    if (!batch)
+        return 1;
+    int depth = 0;
+    bool in_str = false, any = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+            continue;
+        }
+        switch (c) {
+        case '"':
+            in_str = true;
+            any |= depth == 1;
+            break;
+        case '[':
+        case '{':
+            any |= depth == 1;
+            depth++;
+            break;
+        case ']':
+        case '}':
+            depth--;
+            break;
+        case ',':
+            n += depth == 1;
+            break;
+        case ' ':
+        case '\t':
+        case '\r':
+        case '\n':
+            break;
+        default:
+            any |= depth == 1;
+        }
+    }
+    return any ? n + 1 : 0;
+}
+
 /* The media type of Content-Type, without parameters, lower-cased. */
 static void media_type(const char *ct, char *out, size_t size)
 {
@@ -532,6 +593,18 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
                               " or application/x-ndjson, and there is no ce-specversion header "
                               "for binary mode",
                               ct[0] ? ct : "(none)");
+    /* The request's size in events, then the client's rate: nothing is
+     * parsed (or stored) for a request refused here. */
+    size_t count = count_events(mode == BATCH, mode == NDJSON,
+                                r->body.data ? (const char *)r->body.data : "", r->body.len);
+    if (count > h->opts.max_batch)
+        return sl__http_error(r, 413, "TooManyEvents",
+                              "the request holds %zu events, over the limit of %llu per request "
+                              "(server.max_batch); nothing was stored, send smaller batches",
+                              count, (unsigned long long)h->opts.max_batch);
+    enum MHD_Result limited;
+    if (!sl__http_rate_admit(r, count, &limited))
+        return limited;
     sl_set *set;
     sl_error err = {0};
     int rc = sl_sets_get(h->sets, set_name, true, &set, &err);

@@ -7,7 +7,9 @@
 #define SL_SOURCE_HTTP_INTERNAL_H
 
 #include "connectors/source_http.h"
+#include "core/auth.h"
 #include "core/buf.h"
+#include "core/ratelimit.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -15,6 +17,8 @@
 #include <stdbool.h>
 
 #define SL_HTTP_STATUS_MAX 600
+/* Longest X-Request-Id taken from a client; longer ones are replaced. */
+#define SL_HTTP_REQUEST_ID_MAX 64
 
 typedef struct sl_http_req sl_http_req;
 
@@ -31,6 +35,14 @@ struct sl_http {
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
     _Atomic uint64_t rejected[16]; /* per sl_event_status (source_http_ingest.c) */
     sl_http_hooks hooks;
+    /* security (source_http_auth.c): keys (borrowed, NULL or empty: open),
+     * the per-client publish rate, TLS material read at start */
+    const sl_auth *_Atomic auth; /* swapped by sl_http_set_auth() */
+    sl_ratelimit *rl;
+    char *tls_cert_pem, *tls_key_pem;
+    /* open connections per client address (max_connections_per_ip) */
+    pthread_mutex_t ip_lock;
+    struct sl_http_ip *ips[1024];
     /* Suspended long-polls, woken by appends or their deadline. */
     pthread_mutex_t poll_lock;
     pthread_cond_t poll_cond;
@@ -48,6 +60,19 @@ struct sl_http_req {
     bool overloaded;      /* the server-wide body memory cap was reached */
     bool close;           /* close the connection after the answer */
     int64_t start_ns;     /* when the headers were complete */
+    /* Authorization (source_http_auth.c), decided with the headers: the
+     * key used (NULL: none needed or none configured) and, for a refused
+     * request, its answer, sent once the body has been discarded. */
+    const sl_auth_key *key;
+    unsigned deny_status;
+    char deny_code[32];
+    char deny_msg[320];
+    bool check_redrive_to; /* a non-admin redrive: publish on `to` checked with the body */
+    /* The request id: the client's valid X-Request-Id, else one made up;
+     * echoed in X-Request-Id, put in JSON error bodies and log lines.
+     * method and url are libmicrohttpd's (valid until the request ends). */
+    char request_id[SL_HTTP_REQUEST_ID_MAX + 1];
+    const char *method, *url;
     _Atomic int refs;     /* MHD's, plus one while the Databus holds it */
     pthread_mutex_t lock; /* orders suspend before resume */
     bool suspended;
@@ -67,13 +92,57 @@ struct sl_http_req {
     int64_t poll_deadline_ns;
 };
 
-/* Queues a response with body (taken over, even on failure) and status. */
+/* Queues a response with body (taken over, even on failure) and status.
+ * Every response carries X-Request-Id; a JSON error body ({"error":…}) gets
+ * "request_id" added; 5xx answers are logged (every answer at debug). */
 enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
                                const char *content_type, unsigned retry_after);
 
-/* Queues {"error":code,"message":msg} with status. */
+/* sl__http_reply() with more headers: hdrs holds name, value, name, value,
+ * …, NULL (may be NULL). */
+enum MHD_Result sl__http_reply_hdrs(sl_http_req *r, unsigned status, sl_buf *body,
+                                    const char *content_type, const char *const *hdrs);
+
+/* Queues {"error":code,"message":msg,"request_id":id} with status. */
 enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code, const char *fmt,
                                ...) __attribute__((format(printf, 4, 5)));
+
+/* GET /ui/… (source_http_ui.c): the web console's files; rest is the path
+ * after "/ui" ("" or "/…"). */
+enum MHD_Result sl__http_ui(sl_http_req *r, const char *rest);
+
+/* Authorization of a request (source_http_auth.c), on its first call
+ * (headers only): fills r->key, or r->deny_* for a refusal (401 without a
+ * valid key, 403 when the key lacks the right). Never answers. */
+void sl__http_auth_begin(sl_http_req *r, const char *method, const char *url);
+
+/* On the last call (body complete): answers a refused request (true, with
+ * *ret), including a redrive into a set the key may not publish to; false
+ * lets the request go on to its route. */
+bool sl__http_auth_end(sl_http_req *r, const char *url, enum MHD_Result *ret);
+
+/* The per-client publish rate: admits n events (true), or answers 429
+ * TooManyRequests with Retry-After (false, with *ret). Always true when no
+ * rate is configured. */
+bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret);
+
+/* Connection accounting per client address (MHD's NOTIFY_CONNECTION):
+ * counts c under its IP address, keeping the count's entry in
+ * *socket_context; closed() uncounts it. Cheap when no limit is set (no
+ * work at all). */
+void sl__http_conn_opened(sl_http *h, struct MHD_Connection *c, void **socket_context);
+void sl__http_conn_closed(sl_http *h, void **socket_context);
+
+/* Whether r's connection is past max_connections_per_ip: then answers 503
+ * TooManyConnections (closing the connection) into *ret and returns true. */
+bool sl__http_conn_over(sl_http_req *r, enum MHD_Result *ret);
+
+/* Reads and checks a PEM certificate (chain) and its private key with
+ * libcrypto: both parse, and the key belongs to the certificate. Returns 0
+ * with the files' texts in *cert_pem and *key_pem (caller frees), or
+ * SL_EINVAL/SL_ENOENT/SL_EIO with err naming the file and the problem. */
+int sl__http_tls_load(const char *cert, const char *key, char **cert_pem, char **key_pem,
+                      sl_error *err);
 
 /* POST /v1/sets/{set}/events (source_http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);

@@ -21,6 +21,7 @@
 #include "core/event.h"
 #include "core/json.h"
 #include "core/lanes.h"
+#include "core/slog.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -120,10 +121,11 @@ static void host_log(void *ctx, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (dropped)
-        fprintf(stderr, "sluice: source %s: %s (%" PRIu64 " more messages in the last second)\n",
-                s->cfg->name, msg, dropped);
+        sl_slog(SL_SLOG_WARN, "sources",
+                "source %s: %s (%" PRIu64 " more messages in the last second)", s->cfg->name, msg,
+                dropped);
     else
-        fprintf(stderr, "sluice: source %s: %s\n", s->cfg->name, msg);
+        sl_slog(SL_SLOG_WARN, "sources", "source %s: %s", s->cfg->name, msg);
 }
 
 static bool host_stopping(void *ctx)

@@ -36,6 +36,7 @@
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/event.h"
+#include "core/slog.h"
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
@@ -141,10 +142,10 @@ static void log_line(kafka_target *t, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (dropped)
-        fprintf(stderr, "sluice: rule %s: target.kafka: %s (%u more lines left out)\n", t->rule,
-                msg, dropped);
+        sl_slog(SL_SLOG_WARN, "target.kafka", "rule %s: target.kafka: %s (%u more lines left out)",
+                t->rule, msg, dropped);
     else
-        fprintf(stderr, "sluice: rule %s: target.kafka: %s\n", t->rule, msg);
+        sl_slog(SL_SLOG_WARN, "target.kafka", "rule %s: target.kafka: %s", t->rule, msg);
 }
 
 /* librdkafka's log: warnings and worse only (syslog levels: 4 is warning). */
@@ -323,9 +324,9 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         pthread_mutex_unlock(&t->mlock);
         atomic_store(&t->fatal, true);
         /* Not rate-limited: it happens once per producer. */
-        fprintf(stderr,
-                "sluice: rule %s: target.kafka: fatal producer error: %s; the next "
-                "delivery makes a new producer\n",
+        sl_slog(SL_SLOG_ERROR, "target.kafka",
+                "rule %s: target.kafka: fatal producer error: %s; the next "
+                "delivery makes a new producer",
                 t->rule, fe);
         return;
     }
@@ -585,8 +586,8 @@ static void recreate(kafka_target *t)
         return;
     }
     atomic_store(&t->no_producer, false);
-    fprintf(stderr, "sluice: rule %s: target.kafka: made a new producer after a fatal error\n",
-            t->rule);
+    sl_slog(SL_SLOG_INFO, "target.kafka",
+            "rule %s: target.kafka: made a new producer after a fatal error", t->rule);
     atomic_store(&t->fatal, false);
     atomic_store(&t->brokers_down, false); /* the new one says so again if they are */
     pthread_mutex_lock(&t->mlock);

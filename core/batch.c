@@ -271,7 +271,9 @@ static int decompress_records(sl_batch_reader *r, const uint8_t *src, size_t len
     }
     ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
     unsigned long long hint = ZSTD_getFrameContentSize(src, len);
-    size_t want = hint <= SL_BATCH_MAX_BYTES ? (size_t)hint : len * 4;
+    size_t want = hint <= SL_BATCH_MAX_BYTES                ? (size_t)hint
+                  : len < (SL_BATCH_MAX_BYTES + 1) / 4 ? len * 4
+                                                       : SL_BATCH_MAX_BYTES + 1;
     r->plain.len = 0;
     ZSTD_inBuffer in = {src, len, 0};
     for (;;) {
@@ -279,7 +281,10 @@ static int decompress_records(sl_batch_reader *r, const uint8_t *src, size_t len
             want = 4096;
         if (sl_buf_reserve(&r->plain, want))
             return SL_ENOMEM;
-        ZSTD_outBuffer outb = {r->plain.data + r->plain.len, r->plain.cap - r->plain.len, 0};
+        /* zstd may write at most one byte past the largest batch: a small
+         * frame can expand to gigabytes, and the buffer is reused. */
+        size_t room = r->plain.cap - r->plain.len, most = SL_BATCH_MAX_BYTES + 1 - r->plain.len;
+        ZSTD_outBuffer outb = {r->plain.data + r->plain.len, room < most ? room : most, 0};
         size_t rc = ZSTD_decompressStream(r->dctx, &outb, &in);
         if (ZSTD_isError(rc))
             return sl_error_set(err, SL_ECORRUPT, "zstd: %s", ZSTD_getErrorName(rc));
@@ -291,7 +296,14 @@ static int decompress_records(sl_batch_reader *r, const uint8_t *src, size_t len
             return 0;
         if (in.pos == in.size && outb.pos < outb.size)
             return sl_error_set(err, SL_ECORRUPT, "zstd frame is truncated");
-        want = r->plain.cap - r->plain.len ? r->plain.cap : r->plain.cap * 2;
+        /* More room: double once zstd filled what there was, but never past
+         * one byte over the largest batch. It used to double or quadruple
+         * on every pass, and a reused reader kept the buffer, so batches
+         * that expand to a lot grew it to gigabytes (found by fuzzing:
+         * tests/fuzz/regress/batch/). */
+        want = r->plain.len < r->plain.cap ? r->plain.cap - r->plain.len : r->plain.cap;
+        if (want > SL_BATCH_MAX_BYTES + 1 - r->plain.len)
+            want = SL_BATCH_MAX_BYTES + 1 - r->plain.len;
     }
 }
 

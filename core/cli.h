@@ -38,6 +38,10 @@ int sl_cli_replay_main(int argc, char **argv);
  * sets (with rates), rules, lanes and sources, from its JSON API. */
 int sl_cli_status_main(int argc, char **argv);
 
+/* `sluice key new [NAME]` / `sluice key hash` (core/cli_key.c): API keys
+ * for server.api_keys (docs/security.md). */
+int sl_cli_key_main(int argc, char **argv);
+
 /* sluice check CONFIG.lua: check a config file without starting anything. */
 int sl_cli_check_main(int argc, char **argv);
 

@@ -19,6 +19,49 @@
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
 
+/* --api-key and --cacert of this run (sl_cli_http_take_flags()); NULL:
+ * $SLUICE_API_KEY and $SLUICE_CA_FILE. */
+static const char *flag_api_key, *flag_ca_file;
+
+int sl_cli_http_take_flags(int *argc, char **argv)
+{
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *v = NULL;
+        bool missing = false;
+        if (strcmp(argv[i], "--") == 0) { /* the rest are operands */
+            while (i < *argc)
+                argv[w++] = argv[i++];
+            break;
+        }
+        if (sl_cli_http_opt(*argc, argv, &i, "--api-key", &v, &missing)) {
+            if (missing || !*v) {
+                fprintf(stderr, "sluice %s: --api-key needs a token\n", argv[0]);
+                return 2;
+            }
+            flag_api_key = v;
+        } else if (sl_cli_http_opt(*argc, argv, &i, "--cacert", &v, &missing)) {
+            if (missing || !*v) {
+                fprintf(stderr, "sluice %s: --cacert needs a PEM file\n", argv[0]);
+                return 2;
+            }
+            flag_ca_file = v;
+        } else {
+            argv[w++] = argv[i];
+        }
+    }
+    argv[w] = NULL;
+    *argc = w;
+    return 0;
+}
+
+/* The API key to send: --api-key, else $SLUICE_API_KEY; NULL for none. */
+static const char *api_key(void)
+{
+    const char *k = flag_api_key ? flag_api_key : getenv("SLUICE_API_KEY");
+    return k && *k ? k : NULL;
+}
+
 static void global_init(void)
 {
     global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -129,6 +172,11 @@ int sl_cli_http_init(sl_cli_http *h, sl_error *err)
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    /* https:// servers with a private CA: --cacert, else $SLUICE_CA_FILE;
+     * else the system's CAs. Verification is never turned off. */
+    const char *ca = flag_ca_file ? flag_ca_file : getenv("SLUICE_CA_FILE");
+    if (ca && *ca)
+        curl_easy_setopt(c, CURLOPT_CAINFO, ca);
     return 0;
 }
 
@@ -145,7 +193,7 @@ void sl_cli_http_close(sl_cli_http *h)
 /* Appends one header line to *list; returns false when out of memory. */
 static bool add_header(struct curl_slist **list, const char *name, const char *value)
 {
-    char line[256];
+    char line[1024]; /* callers bound the values (lanes, types, API keys) */
     snprintf(line, sizeof line, "%s: %s", name, value);
     struct curl_slist *l = curl_slist_append(*list, line);
     if (!l)
@@ -172,6 +220,13 @@ int sl_cli_http_prepare(sl_cli_http *h, const char *method, const char *url,
         ok = add_header(&h->headers, "Content-Type", content_type);
     if (ok && lane && *lane)
         ok = add_header(&h->headers, "X-Sluice-Lane", lane);
+    const char *key = api_key();
+    if (ok && key && strlen(key) < 900) { /* longer cannot be a key: the server says 401 */
+        char v[920];
+        snprintf(v, sizeof v, "Bearer %s", key);
+        ok = add_header(&h->headers, "Authorization", v);
+        explicit_bzero(v, sizeof v);
+    }
     if (!ok)
         return SL_ENOMEM;
     if (curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK)

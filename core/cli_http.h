@@ -49,6 +49,15 @@ typedef struct sl_cli_http {
  * SL_EINVAL with err set when the URL is empty, too long or not http(s). */
 int sl_cli_http_server(const char *opt, char *out, size_t cap, sl_error *err);
 
+/* Takes the options every command that talks to the server shares out of
+ * argv (argv[0] is the command's name): `--api-key TOKEN` (else
+ * $SLUICE_API_KEY), sent as `Authorization: Bearer TOKEN` with every request,
+ * and `--cacert FILE` (else $SLUICE_CA_FILE), the CA bundle that verifies an
+ * https:// server. Both also as --name=value. Later handles use them;
+ * argv keeps the other arguments in order (everything after "--" is left
+ * alone). Returns 0, or 2 after a usage message on stderr. */
+int sl_cli_http_take_flags(int *argc, char **argv);
+
 /* Initialises h with a new easy handle (calling curl_global_init once per
  * process). Returns 0 or SL_ENOMEM; h needs no close on failure. */
 int sl_cli_http_init(sl_cli_http *h, sl_error *err);

@@ -267,7 +267,7 @@ static bool stored_maybe(const sl_cli_http *h)
     return strcmp(text, "NotConfirmed") == 0;
 }
 
-/* POSTs entries [a, b) of the batch: retries 503, halves the range on 413.
+/* POSTs entries [a, b) of the batch: retries 503 and 429, halves the range on 413.
  * On anything that stops the command, sets c->fatal and fills why. */
 static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
 {
@@ -301,18 +301,21 @@ static void send_range(put_ctx *c, size_t a, size_t b, char *why, size_t cap)
             c->unsent_from = last->line + 1;
             c->maybe_stored = true;
             return;
-        } else if (f == SL_CLI_HTTP_OK && c->http.status == 503) {
+        } else if (f == SL_CLI_HTTP_OK && (c->http.status == 503 || c->http.status == 429)) {
+            /* 429: over the server's publish rate (docs/security.md); like a
+             * 503, nothing was stored and Retry-After says when to come back. */
             delay = sl_cli_http_backoff_ms(attempt, c->http.retry_after_ms);
             if (waited + delay > PUT_RETRY_BUDGET_MS && c->http.retry_after_ms > delay / 2)
                 snprintf(msg, sizeof msg,
-                         "server %s is busy (503) and asks to retry in %" PRId64
+                         "server %s is busy (%ld) and asks to retry in %" PRId64
                          " s, past the %d s this command waits",
-                         c->server, c->http.retry_after_ms / 1000, PUT_RETRY_BUDGET_MS / 1000);
+                         c->server, c->http.status, c->http.retry_after_ms / 1000,
+                         PUT_RETRY_BUDGET_MS / 1000);
             else
                 snprintf(msg, sizeof msg,
-                         "server %s is still busy (503) after %d attempts over "
+                         "server %s is still busy (%ld) after %d attempts over "
                          "%" PRId64 " s",
-                         c->server, attempt + 1, waited / 1000);
+                         c->server, c->http.status, attempt + 1, waited / 1000);
         } else if (f == SL_CLI_HTTP_OK && c->http.status == 413 && b - a > 1) {
             /* The server's request limit is below ours: send each half alone,
              * and build smaller batches from now on. */

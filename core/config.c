@@ -11,6 +11,7 @@
 #include "core/event.h"
 #include "core/metrics.h"
 #include "core/plugin.h"
+#include "core/slog.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
 #include "rules/sandbox.h"
@@ -58,6 +59,7 @@ typedef enum key_type {
     K_LANES,    /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
     K_LANEENV,  /* "boe" | "ppe" -> sl_lane_env */
     K_FALLBACK, /* "base" | "none" -> bool fallback_base */
+    K_APIKEYS,  /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
 } key_type;
 
 typedef struct key {
@@ -91,6 +93,44 @@ static const key server_keys[] = {
      "and targets are read (relative to the config file)"},
     {"set_defaults", K_SETBODY, FIELD(sl_config, set_defaults), 0, 0, "",
      "set keys (as in `set`) for sets created on first use"},
+    {"api_keys", K_APIKEYS, 0, 0, 0, 0, "none (no auth)",
+     "`{ NAME = { sha256 = \"…\", publish = {…}, read = {…}, admin = false, metrics = false } }`: "
+     "API keys (docs/security.md); with none, every request is allowed"},
+    {"insecure", K_BOOL, FIELD(sl_config, insecure), 0, 0, "false",
+     "allow listening on a non-loopback address without API keys (`--insecure`)"},
+    {"tls_cert", K_STRING, FIELD(sl_config, tls_cert), 0, 0, "none",
+     "PEM certificate (chain) file: serve HTTPS (relative to the config file; `--tls-cert`)"},
+    {"tls_key", K_STRING, FIELD(sl_config, tls_key), 0, 0, "none",
+     "PEM private key file of `tls_cert` (`--tls-key`)"},
+    {"max_batch", K_INT, FIELD(sl_config, max_batch), 1, 10000000, "10000",
+     "most events in one publish request; more gets 413 `TooManyEvents`"},
+    {"rate", K_INT, FIELD(sl_config, rate), 0, 100000000, "0 (unlimited)",
+     "events a second each client may publish (per API key, or per IP address without keys); "
+     "past it 429 with Retry-After"},
+    {"burst", K_INT, FIELD(sl_config, burst), 0, 100000000, "`rate`",
+     "events a client may publish at once above `rate`"},
+    {"max_connections", K_INT, FIELD(sl_config, max_connections), 1, 1000000, "4096",
+     "open HTTP connections; past it 503 `TooManyConnections`"},
+    {"max_connections_per_ip", K_INT, FIELD(sl_config, max_connections_per_ip), 0, 1000000,
+     "0 (unlimited)", "open HTTP connections from one IP address; past it 503 "
+     "`TooManyConnections`"},
+    {"log_format", K_STRING, FIELD(sl_config, log_format), 0, 0, "\"logfmt\"",
+     "server log lines: \"logfmt\" or \"json\" (the `--log-format` flag wins over it)"},
+    {"log_level", K_STRING, FIELD(sl_config, log_level), 0, 0, "\"info\"",
+     "lowest level logged: \"debug\", \"info\", \"warn\" or \"error\" (`--log-level` wins)"},
+};
+
+/* server.api_keys.NAME { … } (core/auth.h). */
+static const key api_key_keys[] = {
+    {"sha256", K_STRING, FIELD(sl_auth_key_config, sha256), 0, 0, "required",
+     "SHA-256 of the token, 64 hex digits (`sluice key new` prints it; never the token)"},
+    {"publish", K_STRINGS, FIELD(sl_auth_key_config, publish), 0, 0, "none",
+     "set names or globs (`\"audit.*\"`, `\"*\"`) the key may publish to (and redrive into)"},
+    {"read", K_STRINGS, FIELD(sl_auth_key_config, read), 0, 0, "none",
+     "set names or globs whose events and details the key may read"},
+    {"admin", K_BOOL, FIELD(sl_auth_key_config, admin), 0, 0, "false",
+     "every right: rules, replays, lanes, pattern tests, metrics, every set"},
+    {"metrics", K_BOOL, FIELD(sl_auth_key_config, metrics), 0, 0, "false", "GET /metrics"},
 };
 
 static const key set_keys[] = {
@@ -486,6 +526,7 @@ static void check_block(loader *ld, int idx, const key *keys, size_t nkeys, cons
 
 static void read_set_body(loader *ld, int idx, sl_set_config *sc, const block *b, void *decl);
 static void read_key(loader *ld, const key *k, const block *b, void *extra);
+static void read_api_keys(loader *ld, int idx, const key *k, const block *b);
 static void add_line(loader *ld, char ***list, size_t *n, const char *name, const char *sep,
                      const char *val);
 
@@ -1216,6 +1257,9 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
     case K_AUTH:
         read_auth(ld, idx, k, b, b->obj);
         return;
+    case K_APIKEYS:
+        read_api_keys(ld, idx, k, b);
+        return;
     case K_PROPS:
         read_props(ld, idx, k, b, field);
         return;
@@ -1333,6 +1377,59 @@ static void read_set_body(loader *ld, int idx, sl_set_config *sc, const block *b
     /* set_defaults: schemas belong to declared sets only */
     check_block(ld, idx, set_keys, sizeof set_keys / sizeof *set_keys - 1, b, NULL);
     (void)sc;
+}
+
+static void *grow(loader *ld, void *arr, size_t n, size_t size);
+
+/* server.api_keys = { NAME = { sha256 = …, publish = …, read = …, admin = …,
+ * metrics = … } }: each entry checked with api_key_keys, then as a whole
+ * (name, hash, patterns) by sl_auth_new(), which the server runs again. */
+static void read_api_keys(loader *ld, int idx, const key *k, const block *b)
+{
+    lua_State *L = ld->L;
+    sl_config *cfg = b->obj;
+    int line = key_line(ld, b->line, k->name);
+    if (lua_type(L, idx) != LUA_TTABLE) {
+        problem(ld, line, "%s: api_keys must be a table { NAME = { sha256 = \"…\", … } }",
+                b->what);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TTABLE) {
+            problem(ld, line, "%s: api_keys entries are NAME = { sha256 = \"…\", … }", b->what);
+            lua_pop(L, 1);
+            continue;
+        }
+        const char *name = lua_tostring(L, -2);
+        char what[160];
+        snprintf(what, sizeof what, "%s: api key \"%.64s\"", b->what, name);
+        sl_auth_key_config *g = grow(ld, cfg->api_keys, cfg->napi_keys, sizeof *g);
+        if (!g) {
+            lua_pop(L, 1);
+            continue;
+        }
+        cfg->api_keys = g;
+        sl_auth_key_config *kc = &cfg->api_keys[cfg->napi_keys++];
+        kc->name = dup_string(ld, name, strlen(name));
+        kc->line = line;
+        block kb = {what, line, kc};
+        check_block(ld, lua_gettop(L), api_key_keys, sizeof api_key_keys / sizeof *api_key_keys,
+                    &kb, NULL);
+        if (!kc->sha256)
+            problem(ld, line, "%s needs sha256 (the hash `sluice key new` prints)", what);
+        lua_pop(L, 1);
+    }
+    /* The checks of core/auth.c, over the whole table (names, hashes,
+     * duplicates, patterns): the first mistake is reported. */
+    sl_auth *a = NULL;
+    sl_error err = {0};
+    bool complete = true;
+    for (size_t i = 0; i < cfg->napi_keys; i++)
+        complete &= cfg->api_keys[i].sha256 != NULL && cfg->api_keys[i].name != NULL;
+    if (complete && sl_auth_new(cfg->api_keys, cfg->napi_keys, &a, &err))
+        problem(ld, line, "%s: %s", b->what, err.msg[0] ? err.msg : "out of memory");
+    sl_auth_free(a);
 }
 
 static void *grow(loader *ld, void *arr, size_t n, size_t size)
@@ -1622,6 +1719,11 @@ static void read_decl(loader *ld, int idx)
     if (strcmp(kind, "server") == 0) {
         block b = {"server", line, cfg};
         check_block(ld, body, server_keys, sizeof server_keys / sizeof *server_keys, &b, NULL);
+        if (cfg->log_format && sl_slog_parse_format(cfg->log_format, &(sl_slog_format){0}))
+            problem(ld, line, "server: log_format must be \"logfmt\" or \"json\"");
+        if (cfg->log_level && sl_slog_parse_level(cfg->log_level, &(sl_slog_level){0}))
+            problem(ld, line, "server: log_level must be \"debug\", \"info\", \"warn\" or "
+                              "\"error\"");
     } else if (strcmp(kind, "set") == 0) {
         snprintf(what, sizeof what, "set \"%s\"", name);
         if (!sl_set_name_valid(name))
@@ -2019,6 +2121,14 @@ int sl_config_load(const char *path, sl_config **out, sl_buf *diag)
         free(cfg->data_dir);
         cfg->data_dir = abs;
     }
+    for (int t = 0; t < 2; t++) { /* server.tls_cert, tls_key */
+        char **f = t ? &cfg->tls_key : &cfg->tls_cert;
+        if (*f && (*f)[0] != '/') {
+            char *abs = resolve_path(&ld, *f);
+            free(*f);
+            *f = abs;
+        }
+    }
     sl_sandbox_close(L);
     if (ld.oom) {
         sl_config_free(cfg);
@@ -2120,7 +2230,7 @@ static const char *const type_names[] = {
     [K_RETRY] = "table",        [K_BACKOFF] = "string",    [K_PROPS] = "table",
     [K_STRINGS] = "string(s)",  [K_PARSE] = "string or function", [K_LONGLINES] = "string",
     [K_ENCODING] = "string",    [K_LANES] = "table",       [K_LANEENV] = "string",
-    [K_FALLBACK] = "string",
+    [K_FALLBACK] = "string",    [K_APIKEYS] = "table",
 };
 
 static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
@@ -2137,6 +2247,8 @@ static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
 int sl_config_keys_markdown(sl_buf *out)
 {
     int rc = keys_table(out, "server { … }", KEYS(server_keys));
+    if (!rc)
+        rc = keys_table(out, "server.api_keys.NAME { … }", KEYS(api_key_keys));
     if (!rc)
         rc = keys_table(out, "set \"NAME\" { … }", KEYS(set_keys));
     if (!rc)
@@ -2262,5 +2374,16 @@ void sl_config_free(sl_config *cfg)
     free(cfg->source);
     free(cfg->listen);
     free(cfg->data_dir);
+    for (size_t i = 0; i < cfg->napi_keys; i++) {
+        free(cfg->api_keys[i].name);
+        free(cfg->api_keys[i].sha256);
+        free_lines(cfg->api_keys[i].publish, cfg->api_keys[i].npublish);
+        free_lines(cfg->api_keys[i].read, cfg->api_keys[i].nread);
+    }
+    free(cfg->api_keys);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->log_format);
+    free(cfg->log_level);
     free(cfg);
 }

@@ -17,6 +17,7 @@
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
+#include "core/auth.h"
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/set.h"
@@ -224,9 +225,21 @@ typedef struct sl_config {
     char *data_dir; /* NULL: the command line or default */
     int auto_create; /* -1 unset, else 0/1 */
     uint64_t max_request_bytes; /* 0 unset */
+    char *log_format;           /* "logfmt" | "json" (checked); NULL unset */
+    char *log_level;            /* "debug" | "info" | "warn" | "error" (checked); NULL unset */
     unsigned workers;           /* rule worker threads; 0 = number of CPUs */
     uint64_t lua_memory;        /* per Lua state; 0 = default */
     uint64_t lua_instructions;  /* per Lua call; 0 = default */
+    /* server security and limits (docs/security.md) */
+    sl_auth_key_config *api_keys; /* server.api_keys, in file order */
+    size_t napi_keys;
+    bool insecure;          /* allow a non-loopback listen without keys */
+    char *tls_cert, *tls_key; /* PEM files, resolved against the config's folder; NULL: plain HTTP */
+    int64_t max_batch;      /* events per request; 0 unset */
+    int64_t rate;           /* events a second per client; 0 unlimited */
+    int64_t burst;          /* bucket size; 0: rate */
+    int64_t max_connections; /* 0 unset */
+    int64_t max_connections_per_ip; /* 0 unlimited */
     sl_set_config set_defaults; /* what sets created on first use get */
     sl_set_decl *sets;
     size_t nsets;

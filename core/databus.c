@@ -14,6 +14,7 @@
 #include "core/batch.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/slog.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -349,9 +350,9 @@ void sl_databus_detach(sl_set *set, void *busp)
     }
     for (int32_t p = 0; p < set->nparts; p++) {
         if (bs->parts[p].pending_n)
-            fprintf(stderr,
-                    "sluice: databus: set %s partition %d detached with %zu events "
-                    "unwritten\n",
+            sl_slog(SL_SLOG_ERROR, "databus",
+                    "databus: set %s partition %d detached with %zu events "
+                    "unwritten",
                     set->name, p, bs->parts[p].pending_n);
         sl_buf_free(&bs->parts[p].pending);
     }
@@ -441,15 +442,14 @@ static void write_frames(sl_databus *bus, work *w)
             rc = sl_store_append(store, &batch, &base, &err);
         sl_histogram_observe(&bus->stats.append, sl_clock_mono_ns() - t0);
         if (rc) {
-            fprintf(stderr, "sluice: databus: set %s partition %d: %s\n", set->name, w->part,
-                    err.msg[0] ? err.msg : sl_strerror(rc));
+            sl_slog(SL_SLOG_ERROR, "databus", "databus: set %s partition %d: %s", set->name,
+                    w->part, err.msg[0] ? err.msg : sl_strerror(rc));
             w->rc = rc;
             return;
         }
         if (base != expect)
-            fprintf(stderr,
-                    "sluice: databus: set %s partition %d: offset %" PRId64 " stored at %" PRId64
-                    "\n",
+            sl_slog(SL_SLOG_ERROR, "databus",
+                    "databus: set %s partition %d: offset %" PRId64 " stored at %" PRId64,
                     set->name, w->part, expect, base);
         expect = base + (int64_t)batch_n;
         w->done_n += batch_n;
@@ -520,12 +520,50 @@ static void requeue(bus_part *bp, work *w, int64_t now)
         bp->pending = merged;
         bp->pending_n += w->n - w->done_n;
     } else {
-        fprintf(stderr, "sluice: databus: out of memory re-queueing %zu events\n",
+        sl_slog(SL_SLOG_ERROR, "databus", "databus: out of memory re-queueing %zu events",
                 w->n - w->done_n);
     }
     bp->failing = w->rc;
     bp->retry_ns = now + RETRY_NS;
     bp->first_ns = now;
+}
+
+static void finish_waiters(waiter *w, int status);
+
+/* A durable set's partition could not append because the disk is full.
+ * Other errors are retried while the publishers wait (they may pass in a
+ * moment); a full disk may last hours, and publishes arriving meanwhile are
+ * answered 507 at once, so the ones already waiting should not hang until a
+ * client timeout either. Nobody has been answered for the unwritten events:
+ * they are dropped (the rest of this round and everything queued behind it,
+ * so offsets stay dense) and the waiters needing them are moved to *failed,
+ * to be told SL_ENOSPC. The next publish tries the disk again. Called
+ * locked, after bp->written was set. */
+static void drop_unwritten(sl_databus *bus, bus_set *bs, int32_t part, work *w, waiter **failed)
+{
+    bus_part *bp = &bs->parts[part];
+    size_t lost = w->n - w->done_n + bp->pending_n;
+    bp->buffered -= w->frames.len - w->done_bytes + bp->pending.len;
+    bp->pending.len = 0;
+    bp->pending_n = 0;
+    bp->next = bp->written;
+    bp->failing = 0;
+    for (waiter **pp = &bus->waiters; *pp;) {
+        waiter *x = *pp;
+        bool hit = false;
+        for (int32_t i = 0; x->bs == bs && i < x->n; i++)
+            hit |= x->t[i].part == part && x->t[i].end > bp->written;
+        if (hit) {
+            *pp = x->next;
+            x->next = *failed;
+            *failed = x;
+        } else {
+            pp = &x->next;
+        }
+    }
+    sl_slog(SL_SLOG_ERROR, "databus",
+            "databus: %s/%d: %s: %zu events not written; their publishers get the error",
+            bs->set->name, part, sl_strerror(w->rc), lost);
 }
 
 static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline)
@@ -563,6 +601,8 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&bus->lock);
         now = sl_clock_mono_ns();
         bool want_sync = false;
+        waiter *failed = NULL; /* durable publishes whose events could not be written */
+        int failed_rc = 0;
         for (size_t i = 0; i < n; i++) {
             work *w = &ws[i];
             bus_part *bp = &w->bs->parts[w->part];
@@ -570,14 +610,18 @@ static void *writer_main(void *arg)
             bp->buffered -= w->done_bytes;
             bp->written = w->first + (int64_t)w->done_n;
             want_sync |= w->done_n && w->bs->set->cfg.ack == SL_ACK_DURABLE;
-            if (w->done_n < w->n) {
+            if (w->done_n < w->n && w->rc == SL_ENOSPC && !bus->stopping &&
+                w->bs->set->cfg.ack == SL_ACK_DURABLE) {
+                drop_unwritten(bus, w->bs, w->part, w, &failed);
+                failed_rc = w->rc;
+            } else if (w->done_n < w->n) {
                 requeue(bp, w, now);
                 /* While stopping, a disk that keeps failing would spin: give
                  * up on the partition and say what is lost. */
                 if (bus->stopping) {
-                    fprintf(stderr,
-                            "sluice: databus: %s/%d: giving up at shutdown (%s): %zu "
-                            "events not written\n",
+                    sl_slog(SL_SLOG_ERROR, "databus",
+                            "databus: %s/%d: giving up at shutdown (%s): %zu "
+                            "events not written",
                             w->bs->set->name, w->part, sl_strerror(bp->failing), bp->pending_n);
                     bp->pending_n = 0;
                     bp->pending.len = 0;
@@ -592,6 +636,7 @@ static void *writer_main(void *arg)
         sl_databus_append_fn *on_append = bus->opts.on_append;
         void *on_append_ctx = bus->opts.ctx;
         pthread_mutex_unlock(&bus->lock);
+        finish_waiters(failed, failed_rc);
         for (size_t i = 0; i < n && on_append; i++)
             if (ws[i].done_n)
                 on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
@@ -658,7 +703,8 @@ static void run_sync_job(sl_databus *bus, sync_job *j)
     sl_histogram_observe(&bus->stats.fsync, sl_clock_mono_ns() - t0);
     atomic_fetch_add_explicit(&bus->stats.syncs, 1, memory_order_relaxed);
     if (j->rc)
-        fprintf(stderr, "sluice: databus: sync %s/%d: %s\n", j->bs->set->name, j->part, err.msg);
+        sl_slog(SL_SLOG_ERROR, "databus", "databus: sync %s/%d: %s", j->bs->set->name, j->part,
+                err.msg);
 }
 
 /* Takes jobs of the current round until none is left. */
@@ -776,9 +822,9 @@ static void *syncer_main(void *arg)
                 bp->sync_failing = jobs[i].rc;
                 bp->sync_retry_ns = now + RETRY_NS;
                 if (bus->writer_done) {
-                    fprintf(stderr,
-                            "sluice: databus: %s/%d: giving up at shutdown: %" PRId64
-                            " events written but not synced\n",
+                    sl_slog(SL_SLOG_ERROR, "databus",
+                            "databus: %s/%d: giving up at shutdown: %" PRId64
+                            " events written but not synced",
                             jobs[i].bs->set->name, jobs[i].part, bp->written - bp->durable);
                     bp->gave_up = true;
                 }

@@ -14,6 +14,7 @@
 #include "core/batch.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "core/slog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -146,7 +147,8 @@ static int load(sl_lanes *l, sl_error *err)
             !sl_lane_valid(name, strlen(name)) || !*name ||
             (strcmp(kind, "auto") && strcmp(kind, "dropped"))) {
             /* A damaged line loses one remembered lane, not the server. */
-            fprintf(stderr, "sluice: %s:%d: not a lane line, skipped\n", l->state_path, lineno);
+            sl_slog(SL_SLOG_WARN, "lanes", "%s:%d: not a lane line, skipped", l->state_path,
+                    lineno);
             continue;
         }
         if (find(l, name))
@@ -204,8 +206,8 @@ void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
             continue;
         lane *e = find(l, d->name);
         if (!e && !(e = add(l, d->name))) {
-            fprintf(stderr, "sluice: lanes: more than %d lanes, lane %s ignored\n", SL_LANES_MAX,
-                    d->name);
+            sl_slog(SL_SLOG_WARN, "lanes", "lanes: more than %d lanes, lane %s ignored",
+                    SL_LANES_MAX, d->name);
             continue;
         }
         e->declared = true;
@@ -247,7 +249,7 @@ void sl_lanes_commit(sl_lanes *l)
     }
     sl_error err = {0};
     if (changed && save(l, &err))
-        fprintf(stderr, "sluice: %s\n", err.msg);
+        sl_slog(SL_SLOG_ERROR, "lanes", "%s", err.msg);
     pthread_rwlock_unlock(&l->lock);
 }
 
@@ -317,11 +319,11 @@ static sl_event_status make_ready(sl_lanes *l, const char *name, sl_error *err)
          * makes its consumers again. */
         sl_error serr = {0};
         if (registered && save(l, &serr))
-            fprintf(stderr, "sluice: %s\n", serr.msg);
+            sl_slog(SL_SLOG_ERROR, "lanes", "%s", serr.msg);
     }
     pthread_rwlock_unlock(&l->lock);
     if (registered && !st)
-        fprintf(stderr, "sluice: lane %s added (lanes.auto, boe, fallback to base)\n", name);
+        sl_slog(SL_SLOG_INFO, "lanes", "lane %s added (lanes.auto, boe, fallback to base)", name);
     return st;
 }
 
@@ -426,7 +428,7 @@ int sl_lanes_drop(sl_lanes *l, const char *name, sl_error *err)
         rc = save(l, err);
     }
     pthread_rwlock_unlock(&l->lock);
-    fprintf(stderr, "sluice: lane %s dropped\n", name);
+    sl_slog(SL_SLOG_INFO, "lanes", "lane %s dropped", name);
     return rc;
 }
 

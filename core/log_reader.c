@@ -196,6 +196,16 @@ int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
         if (rc)
             return sl_error_set(err, rc == SL_EPARTIAL ? SL_ECORRUPT : rc,
                                 "%s.log: byte %" PRIu64 ": %s", r->seg->stem, at, why.msg);
+        /* baseOffset is not covered by the CRC, and recovery after a clean
+         * shutdown trusts batches before the last index entry: a damaged one
+         * must not hand out offsets past the segment's end (found by
+         * fuzzing: tests/fuzz/regress/log/). The end is read after the size
+         * the cursor used, so it covers every batch within it. */
+        if (in.base_offset + in.last_offset_delta >= sl_segment_next_offset(r->seg))
+            return sl_error_set(err, SL_ECORRUPT,
+                                "%s.log: byte %" PRIu64 ": base offset %" PRId64
+                                " is past the segment's end",
+                                r->seg->stem, at, in.base_offset);
         if (in.base_offset + in.last_offset_delta < r->next)
             continue; /* wholly before the wanted offset */
         if ((rc = sl_batch_reader_open(&r->br, p, sl_batch_size(&in), &why)))
@@ -250,6 +260,15 @@ int sl_log_slice_get(sl_log *log, int64_t offset, const char *lane, size_t max_b
             }
             if ((rc = read_header(s, pos, &in, err)))
                 goto done;
+            /* As in sl_log_reader_next: a damaged baseOffset must not move
+             * the caller past the end (found by fuzzing). */
+            if (in.base_offset + in.last_offset_delta >= sl_segment_next_offset(s)) {
+                rc = sl_error_set(err, SL_ECORRUPT,
+                                  "%s.log: byte %" PRIu64 ": base offset %" PRId64
+                                  " is past the segment's end",
+                                  s->stem, pos, in.base_offset);
+                goto done;
+            }
             uint64_t bsize = sl_batch_size(&in);
             if (in.base_offset + in.last_offset_delta < offset && !started) {
                 pos += bsize;

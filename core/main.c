@@ -2,6 +2,7 @@
  * core/main.c — the sluice binary: dispatches to the subcommands.
  */
 #include "core/cli.h"
+#include "core/cli_http.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +25,7 @@ static void usage(FILE *f)
           "  databus --listen unix:PATH --upstream URL  the local Databus agent (docs/agent.md)\n"
           "  replay RULE --from TIME    deliver a rule's events of a time window again\n"
           "  status [--server URL]      a report of a running server: sets, rules, lanes\n"
+          "  key new [NAME]             make an API key: a token and its server.api_keys entry\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
           "  log dump PARTITION_DIR     print batches and records\n"
@@ -31,7 +33,8 @@ static void usage(FILE *f)
           "  log recover PARTITION_DIR  cut a damaged tail and rebuild the indexes\n"
           "  version                    print the version\n"
           "\n"
-          "Run `sluice log --help` for the log tools' options.\n",
+          "Run `sluice log --help` for the log tools' options. Commands that talk to a server\n"
+          "take --api-key TOKEN (or SLUICE_API_KEY) and --cacert FILE (or SLUICE_CA_FILE).\n",
           f);
 }
 
@@ -42,6 +45,20 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    /* The commands that talk to a server share --api-key and --cacert. */
+    static const char *const clients[] = {"put",     "tail",   "redrive", "lane",
+                                          "status",  "replay", "schema"};
+    for (size_t i = 0; i < sizeof clients / sizeof *clients; i++) {
+        if (strcmp(cmd, clients[i]) == 0) {
+            int sub_argc = argc - 1;
+            int rc = sl_cli_http_take_flags(&sub_argc, argv + 1);
+            if (rc)
+                return rc;
+            argc = sub_argc + 1;
+        }
+    }
+    if (strcmp(cmd, "key") == 0)
+        return sl_cli_key_main(argc - 1, argv + 1);
     if (strcmp(cmd, "log") == 0)
         return sl_cli_log_main(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0)

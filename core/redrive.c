@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "core/metrics.h" /* sl_buf_printf() */
 #include "rules/cursor.h"
+#include "core/slog.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -170,8 +171,9 @@ static int skip(redrive *rd, int32_t part, int64_t offset, const char *why)
     rd->skipped++;
     if (rd->skipped > SKIP_LIST_MAX)
         return 0;
-    fprintf(stderr, "sluice: redrive %s -> %s: skipping partition %d offset %" PRId64 ": %s\n",
-            rd->dlq->name, rd->to->name, part, offset, why);
+    sl_slog(SL_SLOG_WARN, "redrive",
+            "redrive %s -> %s: skipping partition %d offset %" PRId64 ": %s", rd->dlq->name,
+            rd->to->name, part, offset, why);
     size_t mark = rd->skips.len;
     int rc = sl_buf_printf(&rd->skips, "%s{\"partition\":%d,\"offset\":%" PRId64 ",\"reason\":",
                            rd->skipped > 1 ? "," : "", part, offset);
@@ -441,9 +443,9 @@ static int do_partition(redrive *rd, const char *data_dir, int32_t p, uint64_t m
     sl_error e = {0};
     int rc = sl_cursor_open(&cur, data_dir, SL_REDRIVE_CURSOR_NAME, rd->dlq->name, p, &found, &e);
     if (rc == SL_ECORRUPT) {
-        fprintf(stderr,
-                "sluice: redrive %s: %s; starting again at the oldest event of partition "
-                "%d\n",
+        sl_slog(SL_SLOG_WARN, "redrive",
+                "redrive %s: %s; starting again at the oldest event of partition "
+                "%d",
                 rd->dlq->name, e.msg, p);
         rc = 0; /* the cursor is open: its first commit repairs it */
     } else if (rc) {
@@ -452,9 +454,9 @@ static int do_partition(redrive *rd, const char *data_dir, int32_t p, uint64_t m
     int64_t start = sl_store_start_offset(st), end = sl_store_end_offset(st);
     int64_t pos = found ? cur.offset : start;
     if (pos < start) {
-        fprintf(stderr,
-                "sluice: redrive %s: retention deleted %" PRId64 " events of partition "
-                "%d before they were redriven\n",
+        sl_slog(SL_SLOG_WARN, "redrive",
+                "redrive %s: retention deleted %" PRId64 " events of partition "
+                "%d before they were redriven",
                 rd->dlq->name, start - pos, p);
         pos = start;
         if ((rc = sl_cursor_commit(&cur, pos, 0, &e)))
@@ -463,10 +465,10 @@ static int do_partition(redrive *rd, const char *data_dir, int32_t p, uint64_t m
         /* The partition lost an unsynced tail in a crash. New dead letters
          * get the offsets [end, pos) again: the position must move back on
          * disk too, or every later redrive would skip them. */
-        fprintf(stderr,
-                "sluice: redrive %s: partition %d ends at offset %" PRId64
+        sl_slog(SL_SLOG_WARN, "redrive",
+                "redrive %s: partition %d ends at offset %" PRId64
                 " but its redrive position was %" PRId64
-                " (a tail lost in a crash); moving the position back to %" PRId64 "\n",
+                " (a tail lost in a crash); moving the position back to %" PRId64,
                 rd->dlq->name, p, end, pos, end);
         pos = end;
         if ((rc = sl_cursor_commit(&cur, pos, 0, &e)))
@@ -576,8 +578,9 @@ int sl_redrive(sl_sets *sets, sl_databus *bus, sl_lanes *lanes, const char *data
         release(&me);
     if (rc) {
         if (rd->redriven)
-            fprintf(stderr, "sluice: redrive %s -> %s stopped after %" PRIu64 " events: %s\n", dlq,
-                    to, rd->redriven, err ? err->msg : sl_strerror(rc));
+            sl_slog(SL_SLOG_ERROR, "redrive",
+                    "redrive %s -> %s stopped after %" PRIu64 " events: %s", dlq, to, rd->redriven,
+                    err ? err->msg : sl_strerror(rc));
         if (err && rd->redriven) {
             char msg[SL_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s (%" PRIu64 " events were moved before)", err->msg,
@@ -603,8 +606,9 @@ int sl_redrive(sl_sets *sets, sl_databus *bus, sl_lanes *lanes, const char *data
             out_json->len = mark;
             sl_error_set(err, rc, "redrive: out of memory");
         }
-        fprintf(stderr, "sluice: redrive %s -> %s: %" PRIu64 " events moved, %" PRIu64 " skipped\n",
-                dlq, to, rd->redriven, rd->skipped);
+        sl_slog(SL_SLOG_INFO, "redrive",
+                "redrive %s -> %s: %" PRIu64 " events moved, %" PRIu64 " skipped", dlq, to,
+                rd->redriven, rd->skipped);
     }
     pthread_mutex_destroy(&rd->w.m);
     pthread_cond_destroy(&rd->w.c);

@@ -9,6 +9,7 @@
 #include "core/event.h"
 #include "core/redrive.h"
 #include "rules/runner.h"
+#include "core/slog.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -44,13 +45,16 @@ static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_er
         bool exists = sl_sets_get(r->sets, d->name, false, &s, NULL) == 0;
         if (exists && !starting) {
             if (!sl_set_config_equal(&s->cfg, &d->cfg))
-                fprintf(stderr, "sluice: reload: set %s: changed settings apply on the next "
-                                "restart\n", d->name);
+                sl_slog(SL_SLOG_WARN, "router",
+                        "reload: set %s: changed settings apply on the next "
+                        "restart",
+                        d->name);
             continue;
         }
         if (exists && s->nparts != d->cfg.partitions)
-            fprintf(stderr, "sluice: set %s keeps its %d partitions (the config says %d; "
-                            "partitions are fixed once a set exists)\n",
+            sl_slog(SL_SLOG_WARN, "router",
+                    "set %s keeps its %d partitions (the config says %d; "
+                    "partitions are fixed once a set exists)",
                     d->name, s->nparts, d->cfg.partitions);
         int rc = sl_sets_define(r->sets, d->name, &d->cfg, &s, err);
         if (rc)
@@ -170,7 +174,7 @@ static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl
         *runs = fallback; /* the old rules run again */
         sl_error e2 = {0};
         if (start_runner(r, fallback, &fresh, &e2))
-            fprintf(stderr, "sluice: reload: the old rules could not restart either: %s\n",
+            sl_slog(SL_SLOG_ERROR, "router", "reload: the old rules could not restart either: %s",
                     e2.msg);
     }
     sl_lanes_configure(r->lanes, *runs);
@@ -201,15 +205,15 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
     int src_rc = start_sources(r, keep, &src, &serr);
     if (src_rc && keep == cfg) {
         /* The new sources cannot run: the whole old config runs again. */
-        fprintf(stderr, "sluice: reload: %s; the old config runs again\n", serr.msg);
+        sl_slog(SL_SLOG_ERROR, "router", "reload: %s; the old config runs again", serr.msg);
         sl_error e2 = {0};
         if (replace_runner(r, old, NULL, &keep, &e2) || start_sources(r, old, &src, &e2))
-            fprintf(stderr, "sluice: reload: the old config could not restart either: %s\n",
+            sl_slog(SL_SLOG_ERROR, "router", "reload: the old config could not restart either: %s",
                     e2.msg);
         if (!rc)
             rc = sl_error_set(err, src_rc, "%s", serr.msg);
     } else if (src_rc) {
-        fprintf(stderr, "sluice: reload: the old sources could not restart: %s\n", serr.msg);
+        sl_slog(SL_SLOG_ERROR, "router", "reload: the old sources could not restart: %s", serr.msg);
     }
     pthread_rwlock_wrlock(&r->lock);
     sl_sources *old_src = r->sources;

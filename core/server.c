@@ -5,6 +5,7 @@
  * every log with its clean marker, exit 0).
  */
 #include "connectors/source_http.h"
+#include "core/auth.h"
 #include "core/cli.h"
 #include "core/clock.h"
 #include "core/config.h"
@@ -12,6 +13,7 @@
 #include "core/redrive.h"
 #include "core/router.h"
 #include "core/set.h"
+#include "core/slog.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -26,7 +28,8 @@ static const char serve_usage[] =
     "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
     "                    [--buffer-bytes SIZE] [--linger-ms N] [--max-request SIZE]\n"
     "                    [--idle-timeout S] [--request-timeout S] [--max-event SIZE]\n"
-    "                    [--generate-ids]\n"
+    "                    [--generate-ids] [--log-format logfmt|json] [--log-level LEVEL]\n"
+    "                    [--insecure] [--tls-cert FILE --tls-key FILE]\n"
     "  -c, --config FILE   the Lua config (docs/config.md); SIGHUP reloads it\n"
     "  --data DIR          where event sets live (default ./sluice-data)\n"
     "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
@@ -41,6 +44,11 @@ static const char serve_usage[] =
     "  --request-timeout S a request body must arrive within S seconds (default 60)\n"
     "  --max-event SIZE    largest stored event of new sets (default 1MiB)\n"
     "  --generate-ids      new sets give events without an id a UUIDv7 instead of refusing\n"
+    "  --log-format F      log lines as logfmt (default) or json (docs/operations.md#logs)\n"
+    "  --log-level L       lowest level logged: debug, info (default), warn or error\n"
+    "  --insecure          allow a non-loopback --listen without API keys (docs/security.md)\n"
+    "  --tls-cert FILE     serve HTTPS with this PEM certificate (chain) …\n"
+    "  --tls-key FILE      … and its PEM private key\n"
     "Set options apply to sets created from now on; existing sets keep their set.json.\n"
     "Flags win over the config file's server { … } block.\n";
 
@@ -59,7 +67,7 @@ static int usage(const char *fmt, ...)
 static void log_notice(void *ctx, const char *msg)
 {
     (void)ctx;
-    fprintf(stderr, "sluice: recovery: %s\n", msg);
+    sl_slog(SL_SLOG_WARN, "recovery", "%s", msg);
 }
 
 /* Splits HOST:PORT; the host part may be empty (127.0.0.1). */
@@ -117,24 +125,79 @@ static int load_config(int argc, char **argv, sl_config **cfg)
     return 0;
 }
 
-static void reload(sl_router *router, const char *path)
+/* The API keys in force, and those replaced by reloads: a request may
+ * still hold a key of an old table, so they are freed only at exit. */
+typedef struct security {
+    sl_http *http;
+    sl_auth *auth;
+    sl_auth **retired;
+    size_t nretired;
+    bool loopback, insecure; /* insecure: --insecure (the file's is re-read) */
+} security;
+
+/* The keys of a reloaded cfg into *out (NULL: none). Returns 0, or -1 after
+ * logging why the reload is refused (bad keys; none left on a
+ * non-loopback listen without insecure). */
+static int reload_keys(const security *sec, const sl_config *cfg, sl_auth **out)
+{
+    sl_error err = {0};
+    *out = NULL;
+    if (cfg->napi_keys && sl_auth_new(cfg->api_keys, cfg->napi_keys, out, &err)) {
+        sl_slog(SL_SLOG_ERROR, "server", "reload of %s refused; the running config stays: %s",
+                cfg->path, err.msg[0] ? err.msg : sl_strerror(SL_ENOMEM));
+        return -1;
+    }
+    if (!*out && !sec->loopback && !sec->insecure && !cfg->insecure) {
+        sl_slog(SL_SLOG_ERROR, "server",
+                "reload of %s refused; the running config stays: it declares no API keys and "
+                "the server listens beyond loopback (server.insecure = true allows that)",
+                cfg->path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Puts keys in force; the previous table is kept until exit. */
+static void swap_keys(security *sec, sl_auth *keys)
+{
+    sl_auth **g = realloc(sec->retired, (sec->nretired + 1) * sizeof *g);
+    if (!g) { /* cannot keep the old table safely: keep it in force instead */
+        sl_slog(SL_SLOG_ERROR, "server", "reload: out of memory; the previous API keys stay");
+        sl_auth_free(keys);
+        return;
+    }
+    sec->retired = g;
+    sec->retired[sec->nretired++] = sec->auth;
+    sec->auth = keys;
+    sl_http_set_auth(sec->http, keys);
+}
+
+static void reload(sl_router *router, const char *path, security *sec)
 {
     if (!router) {
-        fprintf(stderr, "sluice: SIGHUP: no config file to reload (the embedded default is "
-                        "running)\n");
+        sl_slog(SL_SLOG_WARN, "server",
+                "SIGHUP: no config file to reload (the embedded default is running)");
         return;
     }
     sl_config *cfg = NULL;
     sl_buf diag = SL_BUF_INIT;
     sl_error err = {0};
-    if (sl_config_load(path, &cfg, &diag))
-        fprintf(stderr, "sluice: reload of %s refused; the running config stays:\n%.*s", path,
-                (int)diag.len, diag.data ? (const char *)diag.data : "");
-    else if (sl_router_reload(router, cfg, &err))
-        fprintf(stderr, "sluice: reload of %s failed, the previous rules run again: %s\n", path,
-                err.msg);
-    else
-        fprintf(stderr, "sluice: reloaded %s\n", path);
+    sl_auth *keys = NULL;
+    if (sl_config_load(path, &cfg, &diag)) {
+        sl_slog(SL_SLOG_ERROR, "server", "reload of %s refused; the running config stays:\n%.*s",
+                path, (int)diag.len, diag.data ? (const char *)diag.data : "");
+    } else if (reload_keys(sec, cfg, &keys)) { /* logged */
+        sl_config_free(cfg);
+    } else if (sl_router_reload(router, cfg, &err)) {
+        sl_slog(SL_SLOG_ERROR, "server", "reload of %s failed, the previous rules run again: %s",
+                path, err.msg);
+        sl_auth_free(keys);
+    } else {
+        size_t n = sl_auth_count(keys);
+        swap_keys(sec, keys);
+        sl_slog(SL_SLOG_INFO, "server", "reloaded %s (%zu API key%s)", path, n,
+                n == 1 ? "" : "s");
+    }
     sl_buf_free(&diag);
 }
 
@@ -147,6 +210,13 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_set_config_default(&so.defaults);
     sl_http_options ho = {.host = host, .port = port};
     sl_config *cfg = NULL;
+    /* Security settings (docs/security.md): copied out of the config,
+     * which goes to the rule runner (and is replaced on reload). */
+    bool insecure = false, insecure_flag = false;
+    char tls_cert[4096] = "", tls_key[4096] = "";
+    sl_auth *auth = NULL;
+    sl_slog_format log_format = SL_SLOG_LOGFMT;
+    sl_slog_level log_level = SL_SLOG_INFO;
     int lrc = load_config(argc, argv, &cfg);
     if (lrc)
         return lrc;
@@ -164,6 +234,26 @@ int sl_cli_serve_main(int argc, char **argv)
         if (cfg->max_request_bytes)
             ho.max_request_bytes = cfg->max_request_bytes;
         so.defaults = cfg->set_defaults;
+        insecure = cfg->insecure;
+        if (cfg->tls_cert)
+            snprintf(tls_cert, sizeof tls_cert, "%s", cfg->tls_cert);
+        if (cfg->tls_key)
+            snprintf(tls_key, sizeof tls_key, "%s", cfg->tls_key);
+        ho.max_batch = (uint64_t)cfg->max_batch;
+        ho.rate = (double)cfg->rate;
+        ho.burst = (double)cfg->burst;
+        ho.max_connections = (unsigned)cfg->max_connections;
+        ho.max_connections_per_ip = (unsigned)cfg->max_connections_per_ip;
+        sl_error aerr = {0};
+        if (cfg->napi_keys && sl_auth_new(cfg->api_keys, cfg->napi_keys, &auth, &aerr)) {
+            fprintf(stderr, "sluice serve: %s: %s\n", cfg->path, aerr.msg);
+            sl_config_free(cfg);
+            return 1;
+        }
+        if (cfg->log_format) /* checked by the config loader */
+            sl_slog_parse_format(cfg->log_format, &log_format);
+        if (cfg->log_level)
+            sl_slog_parse_level(cfg->log_level, &log_level);
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -176,6 +266,11 @@ int sl_cli_serve_main(int argc, char **argv)
             so.auto_create = false;
         } else if (strcmp(a, "--generate-ids") == 0) {
             so.defaults.generate_ids = true;
+        } else if (strcmp(a, "--insecure") == 0) {
+            insecure = insecure_flag = true;
+        } else if (v && (strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0)) {
+            snprintf(a[6] == 'c' ? tls_cert : tls_key, sizeof tls_cert, "%s", v);
+            i++;
         } else if (!v) {
             return usage("unknown option or missing value: %s", a);
         } else if (strcmp(a, "--data") == 0) {
@@ -222,6 +317,14 @@ int sl_cli_serve_main(int argc, char **argv)
                 return usage("%s %s: want 1..3600 seconds", a, v);
             *(a[2] == 'i' ? &ho.idle_timeout_s : &ho.request_timeout_s) = (unsigned)s;
             i++;
+        } else if (strcmp(a, "--log-format") == 0) {
+            if (sl_slog_parse_format(v, &log_format))
+                return usage("--log-format %s: want logfmt or json", v);
+            i++;
+        } else if (strcmp(a, "--log-level") == 0) {
+            if (sl_slog_parse_level(v, &log_level))
+                return usage("--log-level %s: want debug, info, warn or error", v);
+            i++;
         } else if (strcmp(a, "--compression") == 0) {
             if (sl_codec_parse(v, &so.defaults.compression))
                 return usage("--compression %s: want none or zstd", v);
@@ -230,6 +333,29 @@ int sl_cli_serve_main(int argc, char **argv)
             return usage("unknown option %s", a);
         }
     }
+    sl_slog_configure(log_format, log_level); /* before anything logs (recovery, …) */
+    /* Without keys, whoever reaches the port can publish, read and drop
+     * lanes: only loopback may be that open, unless the operator says so. */
+    bool loopback = sl_auth_host_loopback(host);
+    if (!loopback && !sl_auth_count(auth) && !insecure) {
+        fprintf(stderr,
+                "sluice serve: refusing to listen on %s:%u without API keys: anyone who can "
+                "reach it could publish, read and administer every set. Declare "
+                "server.api_keys (`sluice key new`, docs/security.md), listen on 127.0.0.1, or "
+                "accept an open API with server.insecure = true or --insecure\n",
+                host, port);
+        sl_auth_free(auth);
+        sl_config_free(cfg);
+        return 1;
+    }
+    if (!loopback && !sl_auth_count(auth))
+        sl_slog(SL_SLOG_WARN, "server",
+                "insecure: no API keys on %s, beyond loopback; every client that reaches the "
+                "port may use the whole API",
+                host);
+    ho.auth = auth;
+    ho.tls_cert = tls_cert[0] ? tls_cert : NULL;
+    ho.tls_key = tls_key[0] ? tls_key : NULL;
     char data_dir[4096]; /* the config (which may hold it) goes to the router */
     snprintf(data_dir, sizeof data_dir, "%s", data);
     data = so.data_dir = data_dir;
@@ -264,6 +390,11 @@ int sl_cli_serve_main(int argc, char **argv)
         rc = sl_router_start(cfg, sets, bus, data, &router, &err);
         cfg = NULL;
     }
+    /* Retention runs at start-up too, before the port opens, not only a
+     * minute later: a server restarted after a long stop deletes what
+     * expired meanwhile at once. */
+    if (!rc)
+        sl_sets_retain(sets, sl_clock_now_ms());
     /* The hooks are in place before the port opens: no request may slip
      * past the schemas. Appends that happen before the runner hears of
      * them are found by its periodic lag check. */
@@ -281,20 +412,30 @@ int sl_cli_serve_main(int argc, char **argv)
     if (!rc)
         rc = sl_http_start(&ho, sets, bus, &http, &err);
     if (rc) {
-        fprintf(stderr, "sluice serve: %s\n", err.msg[0] ? err.msg : sl_strerror(rc));
+        sl_slog(SL_SLOG_ERROR, "server", "cannot start: %s",
+                err.msg[0] ? err.msg : sl_strerror(rc));
         sl_http_stop(http);
         sl_router_free(router);
         sl_databus_free(bus);
         sl_sets_close(sets);
         sl_config_free(cfg);
+        sl_auth_free(auth);
         return 1;
     }
     /* Appends wake long-polls and rules; the bus was started before both. */
     appenders app = {http, router};
+    /* insecure from the flag only: a reload re-reads the file's. */
+    security sec = {.http = http, .auth = auth, .loopback = loopback, .insecure = insecure_flag};
     sl_databus_set_on_append(bus, on_append, &app);
-    bool loopback = strncmp(host, "127.", 4) == 0;
-    fprintf(stderr, "sluice: listening on http://%s:%u%s, data in %s (%zu sets)\n", host,
-            sl_http_port(http), loopback ? " (loopback only)" : "", data, sl_sets_count(sets));
+    char keys[64];
+    if (sl_auth_count(auth))
+        snprintf(keys, sizeof keys, "%zu API key%s required", sl_auth_count(auth),
+                 sl_auth_count(auth) == 1 ? "" : "s");
+    else
+        snprintf(keys, sizeof keys, "no API keys");
+    sl_slog(SL_SLOG_INFO, "server", "listening on %s://%s:%u%s, %s, data in %s (%zu sets)",
+            ho.tls_cert ? "https" : "http", host, sl_http_port(http),
+            loopback ? " (loopback only)" : "", keys, data, sl_sets_count(sets));
 
     for (;;) {
         struct timespec minute = {60, 0};
@@ -302,11 +443,11 @@ int sl_cli_serve_main(int argc, char **argv)
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)
-            reload(router, cfg_path);
+            reload(router, cfg_path, &sec);
         if (sig < 0 && errno == EAGAIN)
             sl_sets_retain(sets, sl_clock_now_ms());
     }
-    fprintf(stderr, "sluice: stopping: draining buffers\n");
+    sl_slog(SL_SLOG_INFO, "server", "stopping: draining buffers");
     sl_http_quiesce(http);
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
@@ -318,6 +459,11 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_router_free(router);
     sl_databus_free(bus);
     sl_sets_close(sets);
-    fprintf(stderr, "sluice: stopped cleanly\n");
+    /* After the HTTP threads: they borrowed the tables. */
+    sl_auth_free(sec.auth);
+    for (size_t i = 0; i < sec.nretired; i++)
+        sl_auth_free(sec.retired[i]);
+    free(sec.retired);
+    sl_slog(SL_SLOG_INFO, "server", "stopped cleanly");
     return 0;
 }

@@ -18,6 +18,7 @@
 #include "core/metrics.h"
 #include "rules/cursor.h"
 #include "rules/rule.h"
+#include "core/slog.h"
 
 #include <glob.h>
 #include <inttypes.h>
@@ -312,9 +313,9 @@ static void log_failure(rule_run *rr, int64_t offset, int32_t part, const char *
     int64_t now = sl_clock_mono_ns();
     if (now - rr->last_log_ns[kind] >= 1000000000) {
         if (rr->unlogged[kind])
-            fprintf(stderr, "sluice: rule %s: %" PRIu64 " more %s since the last message\n",
+            sl_slog(SL_SLOG_WARN, "rules", "rule %s: %" PRIu64 " more %s since the last message",
                     rr->label, rr->unlogged[kind], what[kind]);
-        fprintf(stderr, "sluice: rule %s: event failed at %s\n", rr->label, rr->last_error);
+        sl_slog(SL_SLOG_WARN, "rules", "rule %s: event failed at %s", rr->label, rr->last_error);
         rr->last_log_ns[kind] = now;
         rr->unlogged[kind] = 0;
     } else {
@@ -500,7 +501,7 @@ static void maybe_grow(sl_runner *r)
         rc = sl_error_set(&err, SL_ENOMEM, "cannot start a thread");
     pthread_mutex_lock(&r->lock);
     if (rc) {
-        fprintf(stderr, "sluice: rules: cannot add a worker: %s\n", err.msg);
+        sl_slog(SL_SLOG_ERROR, "rules", "rules: cannot add a worker: %s", err.msg);
         r->max_workers = r->started; /* no more tries; free_runner() frees the slot */
         r->nworkers = r->started + 1;
     } else {
@@ -1482,8 +1483,10 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
         if (rc2 == SL_ECORRUPT) {
             /* Its position is lost: deliver again from the oldest event kept
              * rather than skip what it had not delivered (at least once). */
-            fprintf(stderr, "sluice: rule %s: %s; starting again at the oldest event of "
-                            "partition %d\n", rc->name, cerr.msg, p);
+            sl_slog(SL_SLOG_WARN, "rules",
+                    "rule %s: %s; starting again at the oldest event of "
+                    "partition %d",
+                    rc->name, cerr.msg, p);
             damaged = true;
         } else if (rc2) {
             return sl_error_set(err, rc2, "%s", cerr.msg);

@@ -47,6 +47,7 @@
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
 #include "rules/luapat.h"
+#include "core/slog.h"
 
 #define SB_DEFAULT_MEM ((size_t)64 << 20)
 #define SB_DEFAULT_INSTRUCTIONS 10000000u
@@ -102,7 +103,7 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 static int sb_panic(lua_State *L)
 {
     const char *msg = lua_tostring(L, -1);
-    fprintf(stderr, "sluice: unprotected Lua error: %s\n", msg ? msg : "(not a string)");
+    sl_slog(SL_SLOG_ERROR, "lua", "unprotected Lua error: %s", msg ? msg : "(not a string)");
     return 0; /* Lua aborts */
 }
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # scripts/deps.sh — install the Debian packages sluice builds and tests with.
 #
-# Runs apt-get only for what pkg-config (or PATH) cannot already find, so a
-# machine that has everything is left alone and the call costs milliseconds.
+# Usage: scripts/deps.sh [bench|fuzz]. Runs apt-get only for what pkg-config (or
+# PATH) cannot already find, so a machine that has everything is left alone
+# and the call costs milliseconds.
 set -eu
 
 missing=""
@@ -28,6 +29,22 @@ fi
 need_cmd kcat kcat
 need_cmd curl curl
 need_cmd python3 python3
+need_cmd valgrind valgrind # make soak runs the integration tests under it
+# The web console's test (tests/integration/test_ui.c) drives headless Chromium.
+need_cmd chromium chromium
+# `scripts/deps.sh bench` (make bench): also the load generator and the chart
+# tool, which `make test` does not need.
+if [ "${1:-}" = bench ]; then
+  need_cmd wrk wrk
+  need_cmd gnuplot gnuplot-nox
+fi
+# `scripts/deps.sh fuzz` (make fuzz): clang and its libFuzzer runtime; `make test`
+# replays the fuzz inputs with gcc and needs neither.
+if [ "${1:-}" = fuzz ]; then
+  need_cmd clang clang
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-"$(uname -m)".a >/dev/null 2>&1 ||
+    missing="$missing libclang-rt-14-dev"
+fi
 
 [ -z "$missing" ] && exit 0
 

@@ -6,6 +6,7 @@
 #include "itest.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -21,8 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static char g_bin[PATH_MAX]; /* bin/sluice */
-static bool g_soak;          /* SLUICE_SOAK: longer loops */
+static char g_bin[PATH_MAX];  /* bin/sluice */
+static bool g_soak;           /* SLUICE_SOAK: longer loops */
+static bool g_valgrind;       /* SLUICE_VALGRIND: servers run under valgrind */
+static double g_scale = 1;    /* it_scale() */
+static char g_supp[PATH_MAX]; /* tests/integration/valgrind.supp */
 
 double it_mono(void)
 {
@@ -89,8 +93,9 @@ void it_http_prepare(CURL *c, int port, const it_call *k, it_resp *r, struct cur
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms ? k->timeout_ms : 30000L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    long timeout = k->timeout_ms ? k->timeout_ms : 30000L;
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)((double)timeout * g_scale));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(5000 * g_scale));
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -179,7 +184,7 @@ int it_srv_stop(it_server *s, int sig, double secs)
     if (!s->pid)
         return -1;
     kill(s->pid, sig);
-    double end = it_mono() + secs;
+    double end = it_mono() + secs * g_scale;
     for (;;) {
         pid_t r = waitpid(s->pid, &st, WNOHANG);
         if (r == s->pid || (r < 0 && errno != EINTR))
@@ -203,8 +208,27 @@ static bool spawn(it_server *s)
         return false;
     char listen[64];
     snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);
-    const char *argv[IT_MAX_ARGS + 8] = {g_bin, "serve", "--data", s->data, "--listen", listen};
-    int n = 6;
+    const char *argv[IT_MAX_ARGS + 16];
+    int n = 0;
+    char vlog[PATH_MAX + 32], vsupp[PATH_MAX + 32];
+    if (g_valgrind) {
+        /* Errors go to the log (checked by it_teardown()) and also make the
+         * server exit 1, so a test that checks its exit status sees them. */
+        snprintf(vlog, sizeof vlog, "--log-file=%s/valgrind-%%p.log", s->dir);
+        snprintf(vsupp, sizeof vsupp, "--suppressions=%s", g_supp);
+        const char *vg[] = {"valgrind",
+                            "--error-exitcode=1",
+                            "--leak-check=full",
+                            "--show-leak-kinds=definite,possible",
+                            "--num-callers=30",
+                            vsupp,
+                            vlog};
+        for (size_t i = 0; i < sizeof vg / sizeof *vg; i++)
+            argv[n++] = vg[i];
+    }
+    const char *base[] = {g_bin, "serve", "--data", s->data, "--listen", listen};
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
+        argv[n++] = base[i];
     for (int i = 0; s->args[i]; i++)
         argv[n++] = s->args[i];
     argv[n] = NULL;
@@ -219,14 +243,17 @@ static bool spawn(it_server *s)
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphan servers if the test dies */
         dup2(fd, 1);
         dup2(fd, 2);
-        execv(g_bin, (char **)argv);
+        if (g_valgrind)
+            execvp("valgrind", (char **)argv);
+        else
+            execv(g_bin, (char **)argv);
         _exit(127);
     }
     close(fd);
     if (pid < 0)
         return false;
     s->pid = pid;
-    for (double end = it_mono() + 20; it_mono() < end;) {
+    for (double end = it_mono() + 20 * g_scale; it_mono() < end;) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             s->pid = 0; /* exited: the port may have been taken meanwhile */
@@ -318,15 +345,70 @@ int it_setup(void **state)
     return 0;
 }
 
+/* Whether a valgrind log reports an error: a non-zero ERROR SUMMARY, or,
+ * for a server killed before its summary, the first line of an error. */
+static bool valgrind_log_bad(const char *path)
+{
+    static const char *const starts[] = {
+        "Invalid read",    "Invalid write",   "Invalid free",       "Conditional jump",
+        "Use of uninit",   "Syscall param",   "Mismatched free",    "Source and destination",
+        "Argument 'size'", "definitely lost", "Process terminating"};
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool bad = false;
+    while (!bad && fgets(line, sizeof line, f)) {
+        const char *sum = strstr(line, "ERROR SUMMARY: ");
+        if (sum)
+            bad = strtol(sum + 15, NULL, 10) != 0;
+        for (size_t i = 0; !sum && i < sizeof starts / sizeof *starts; i++)
+            bad |= strstr(line, starts[i]) != NULL && !strstr(line, " 0 bytes in 0 blocks");
+    }
+    fclose(f);
+    return bad;
+}
+
+/* Prints every valgrind log of s that reports an error; true when one did. */
+static bool valgrind_check(const it_server *s)
+{
+    bool bad = false;
+    DIR *d = opendir(s->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "valgrind-", 9) != 0)
+            continue;
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", s->dir, e->d_name);
+        if (!valgrind_log_bad(path))
+            continue;
+        bad = true;
+        FILE *f = fopen(path, "r");
+        fprintf(stderr, "---- valgrind found errors (%s):\n", path);
+        char buf[4096];
+        size_t n;
+        while (f && (n = fread(buf, 1, sizeof buf, f)) > 0)
+            fwrite(buf, 1, n, stderr);
+        fprintf(stderr, "---- end of valgrind log\n");
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return bad;
+}
+
 int it_teardown(void **state)
 {
     it_server *s = *state;
-    it_srv_stop(s, SIGKILL, 5);
-    if (!s->passed)
+    /* Under valgrind a clean exit lets it check for leaks. */
+    it_srv_stop(s, g_valgrind ? SIGTERM : SIGKILL, 5);
+    bool vg_bad = g_valgrind && valgrind_check(s);
+    if (!s->passed || vg_bad)
         print_log(s);
     tu_rmdir(s->dir);
     free(s);
-    return 0;
+    return vg_bad ? -1 : 0;
 }
 
 /* ---- requests with assertions (main thread only) ---------------------------- */
@@ -493,6 +575,7 @@ void it_write_config(it_server *s, char *path, const char *fmt, ...)
 /* Waits up to secs until the log holds more than `before` IT_READY_LINEs. */
 static void wait_ready(const it_server *s, int before, double secs)
 {
+    secs *= g_scale;
     for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(5))
         if (it_log_count(s, IT_READY_LINE) > before)
             return;
@@ -564,7 +647,7 @@ int it_run(const it_server *s, const char *in_path, char **out, char **err, cons
         fail_msg("fork: %s", strerror(errno));
     int st = 0;
     bool done = false;
-    for (double end = it_mono() + secs; it_mono() < end && !done;) {
+    for (double end = it_mono() + secs * g_scale; it_mono() < end && !done;) {
         if (waitpid(pid, &st, WNOHANG) == pid)
             done = true;
         else
@@ -657,6 +740,7 @@ void it_fail_rule(json_t *rule, const char *fmt, ...)
 
 void it_wait_rule_int(it_server *s, const char *name, const char *key, json_int_t want, double secs)
 {
+    secs *= g_scale;
     for (double end = it_mono() + secs;; it_sleep_ms(20)) {
         json_t *r = it_rule(s, name);
         json_t *v = json_object_get(r, key);
@@ -675,6 +759,7 @@ void it_wait_caught_up(it_server *s, double secs)
 {
     int calm = 0;
     char *last = NULL; /* the last answer, for the failure message */
+    secs *= g_scale;
     for (double end = it_mono() + secs; it_mono() < end;) {
         it_resp r = it_get(s, "/v1/rules");
         json_t *j = r.status == 200 ? json_loads(it_body(&r), 0, NULL) : NULL;
@@ -856,6 +941,21 @@ int it_init(const char *prog)
         return -1;
     }
     g_soak = getenv("SLUICE_SOAK") && *getenv("SLUICE_SOAK");
+    g_valgrind = getenv("SLUICE_VALGRIND") && *getenv("SLUICE_VALGRIND");
+    if (g_valgrind) {
+        const char *sc = getenv("SLUICE_VALGRIND_SCALE");
+        g_scale = sc && strtod(sc, NULL) >= 1 ? strtod(sc, NULL) : 10;
+        /* bin/sluice's repository holds the suppressions. */
+        snprintf(g_supp, sizeof g_supp, "%s", g_bin);
+        for (int up = 0; up < 2; up++) {
+            char *slash = strrchr(g_supp, '/');
+            if (slash)
+                *slash = '\0';
+        }
+        strncat(g_supp, "/tests/integration/valgrind.supp", sizeof g_supp - strlen(g_supp) - 1);
+        printf("%s: servers run under valgrind (suppressions %s), waits scaled by %.0f\n", prog,
+               g_supp, g_scale);
+    }
     unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
     if (getenv("ITEST_SEED"))
         seed = (unsigned)strtoul(getenv("ITEST_SEED"), NULL, 10);
@@ -878,6 +978,16 @@ const char *it_bin(void)
 bool it_soak(void)
 {
     return g_soak;
+}
+
+bool it_valgrind(void)
+{
+    return g_valgrind;
+}
+
+double it_scale(void)
+{
+    return g_scale;
 }
 
 /* ---- the Kafka mock cluster -------------------------------------------------- */

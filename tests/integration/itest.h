@@ -45,6 +45,19 @@ void it_cleanup(void);
 /* True when SLUICE_SOAK is set: the crash loops run longer. */
 bool it_soak(void);
 
+/* True when SLUICE_VALGRIND is set (make soak): every server the harness
+ * starts runs under `valgrind --error-exitcode=1 --leak-check=full` with
+ * tests/integration/valgrind.supp, writing DIR/valgrind-PID.log; the
+ * teardown stops it with SIGTERM (so that the leak check runs) and fails
+ * the test when any of those logs reports an error. */
+bool it_valgrind(void);
+
+/* How many times longer waits should be: 1, or under valgrind
+ * $SLUICE_VALGRIND_SCALE (default 10). The harness's own waits (start-up,
+ * stop, it_wait_*, HTTP timeouts, it_run) are scaled already; a test scales
+ * only the waits it makes itself. Never asserts. */
+double it_scale(void);
+
 /* CLOCK_MONOTONIC in seconds. Never asserts. */
 double it_mono(void);
 
@@ -152,7 +165,7 @@ const char *it_bin(void);
 /* The server logs this line once it is completely wired (rules woken by
  * appends, schemas checked). /healthz answers 200 a little earlier, so the
  * tests of rules wait for this line to test one thing at a time. */
-#define IT_READY_LINE "sluice: listening on"
+#define IT_READY_LINE "listening on http" /* http:// or https:// */
 
 /* Writes DIR/name (s's temp dir) into out, a buffer of PATH_MAX bytes. */
 void it_path(char *out, const it_server *s, const char *name);

@@ -469,7 +469,7 @@ static void test_reload(void **state)
                     "rule \"r\" { set = \"x\", start = \"beginning\",\n"
                     "  target = target.count { path = \"%s\" } }\n",
                     out);
-    reload_and_wait(s, "sluice: reloaded");
+    reload_and_wait(s, "msg=\"reloaded ");
     char *got = NULL;
     for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(50)) {
         free(got);

@@ -1,0 +1,431 @@
+/*
+ * connectors/source_http_auth.c — the security of the HTTP API: which right
+ * each endpoint needs, API key checks (401/403), the per-client publish rate
+ * (429) and loading the TLS certificate. The endpoint table is in
+ * docs/http-api.md; the model in docs/security.md.
+ */
+#include "connectors/source_http_internal.h"
+#include "core/clock.h"
+#include "core/json.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- which right an endpoint needs ------------------------------------------ */
+
+/* The right method+url needs; *set gets the set it concerns ("" when none).
+ * Paths are split like route() does (source_http.c). */
+static sl_auth_right classify(const char *method, const char *url, char *set, size_t cap,
+                              bool *redrive)
+{
+    char buf[1024];
+    set[0] = '\0';
+    *redrive = false;
+    if (strlen(url) >= sizeof buf)
+        return SL_AUTH_ANY; /* route() answers 414 to key holders */
+    snprintf(buf, sizeof buf, "%s", url);
+    char *seg[5], *save = NULL;
+    int n = 0;
+    for (char *p = strtok_r(buf, "/", &save); p && n < 5; p = strtok_r(NULL, "/", &save))
+        seg[n++] = p;
+    bool post = strcmp(method, "POST") == 0;
+    if (n == 1 && strcmp(seg[0], "healthz") == 0)
+        return SL_AUTH_OPEN;
+    /* The console's static files: its script sends the key the user gives. */
+    if (n >= 1 && strcmp(seg[0], "ui") == 0 && strncmp(url, "/ui", 3) == 0)
+        return SL_AUTH_OPEN;
+    if (n == 1 && strcmp(seg[0], "metrics") == 0)
+        return SL_AUTH_METRICS;
+    if (n < 2 || n > 4 || strcmp(seg[0], "v1") != 0)
+        return SL_AUTH_ANY;
+    /* Webhooks prove themselves with their signature (source.webhook). */
+    if (n == 3 && strcmp(seg[1], "webhooks") == 0)
+        return SL_AUTH_OPEN;
+    if (strcmp(seg[1], "sets") == 0) {
+        if (n == 2)
+            return SL_AUTH_READ_SOME;
+        snprintf(set, cap, "%s", seg[2]);
+        if (n == 3)
+            return SL_AUTH_READ;
+        if (strcmp(seg[3], "events") == 0)
+            return post ? SL_AUTH_PUBLISH : SL_AUTH_READ;
+        if (strcmp(seg[3], "redrive") == 0) {
+            *redrive = true; /* read on the DLQ here, publish on `to` with the body */
+            return SL_AUTH_READ;
+        }
+        return SL_AUTH_ANY;
+    }
+    if (strcmp(seg[1], "rules") == 0) {
+        if (n == 4 && strcmp(seg[3], "replay") == 0)
+            return SL_AUTH_ADMIN;
+        return SL_AUTH_READ_SOME; /* GET /v1/rules, …/replays */
+    }
+    if (strcmp(seg[1], "lanes") == 0)
+        return n == 2 ? SL_AUTH_READ_SOME : SL_AUTH_ADMIN; /* DELETE /v1/lanes/L */
+    if (strcmp(seg[1], "sources") == 0)
+        return SL_AUTH_READ_SOME;
+    if (strcmp(seg[1], "patterns") == 0)
+        return SL_AUTH_ADMIN;
+    return SL_AUTH_ANY;
+}
+
+static void deny(sl_http_req *r, unsigned status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void deny(sl_http_req *r, unsigned status, const char *code, const char *fmt, ...)
+{
+    r->deny_status = status;
+    snprintf(r->deny_code, sizeof r->deny_code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->deny_msg, sizeof r->deny_msg, fmt, ap);
+    va_end(ap);
+}
+
+void sl__http_auth_begin(sl_http_req *r, const char *method, const char *url)
+{
+    const sl_auth *a = atomic_load(&r->h->auth);
+    if (!sl_auth_count(a))
+        return; /* no keys configured: the API is open (docs/security.md) */
+    char set[SL_SET_NAME_MAX + 2];
+    bool redrive;
+    sl_auth_right right = classify(method, url, set, sizeof set, &redrive);
+    if (right == SL_AUTH_OPEN)
+        return;
+    const char *h =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *tok;
+    size_t len;
+    if (!h) {
+        deny(r, 401, "Unauthorized",
+             "this server needs an API key: send Authorization: Bearer TOKEN "
+             "(sluice: --api-key or SLUICE_API_KEY)");
+        return;
+    }
+    if (sl_auth_bearer(h, &tok, &len)) {
+        deny(r, 401, "Unauthorized", "the Authorization header is not \"Bearer TOKEN\"");
+        return;
+    }
+    const sl_auth_key *k = sl_auth_find(a, tok, len);
+    if (!k) {
+        /* Never echo the token: it may be a real one with a typo. */
+        deny(r, 401, "Unauthorized", "the API key is not known to this server");
+        return;
+    }
+    r->key = k;
+    if (!sl_auth_allows(k, right, set)) {
+        if (set[0])
+            deny(r, 403, "Forbidden", "API key \"%s\" has no %s right on set \"%s\"",
+                 sl_auth_key_name(k), sl_auth_right_name(right), set);
+        else
+            deny(r, 403, "Forbidden", "API key \"%s\" has no %s right", sl_auth_key_name(k),
+                 sl_auth_right_name(right));
+        return;
+    }
+    r->check_redrive_to = redrive && !sl_auth_allows(k, SL_AUTH_ADMIN, NULL);
+}
+
+static enum MHD_Result error_hdrs(sl_http_req *r, unsigned status, const char *code,
+                                  const char *msg, const char *const *hdrs)
+{
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "{\"error\":\"%s\",\"message\":", code);
+    sl_json_put_string(&b, msg, strlen(msg));
+    sl_buf_append(&b, "}\n", 2);
+    return sl__http_reply_hdrs(r, status, &b, "application/json", hdrs);
+}
+
+/* The destination of a redrive, as source_http_redrive.c reads it: the
+ * query's `to`, else the JSON body's. "" when neither says. */
+static void redrive_to(sl_http_req *r, char *to, size_t cap)
+{
+    to[0] = '\0';
+    const char *q = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "to");
+    if (q) {
+        snprintf(to, cap, "%s", q);
+        return;
+    }
+    sl_json_tok body, k, v;
+    if (!r->body.len || sl_json_validate((const char *)r->body.data, r->body.len, 8, &body, NULL) ||
+        body.type != SL_JSON_OBJECT)
+        return;
+    sl_json_iter it;
+    sl_json_iter_init(&it, &body);
+    while (sl_json_iter_member(&it, &k, &v)) {
+        size_t n = 0;
+        if (k.len == 4 && memcmp(k.p, "\"to\"", 4) == 0 && v.type == SL_JSON_STRING &&
+            sl_json_unescape(&v, to, cap - 1, &n) == 0) {
+            to[n] = '\0';
+            return;
+        }
+    }
+}
+
+bool sl__http_auth_end(sl_http_req *r, const char *url, enum MHD_Result *ret)
+{
+    (void)url;
+    if (r->deny_status == 401) {
+        static const char *const hdrs[] = {MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                           "Bearer realm=\"sluice\"", NULL};
+        *ret = error_hdrs(r, 401, r->deny_code, r->deny_msg, hdrs);
+        return true;
+    }
+    if (r->deny_status) {
+        *ret = error_hdrs(r, r->deny_status, r->deny_code, r->deny_msg, NULL);
+        return true;
+    }
+    if (r->check_redrive_to) {
+        char to[SL_SET_NAME_MAX + 2];
+        redrive_to(r, to, sizeof to);
+        /* A missing or invalid `to` is the redrive handler's 400 to give. */
+        if (to[0] && sl_set_name_valid(to) && !sl_auth_allows(r->key, SL_AUTH_PUBLISH, to)) {
+            char msg[300];
+            snprintf(msg, sizeof msg,
+                     "API key \"%s\" has no publish right on set \"%s\" (the redrive's "
+                     "destination)",
+                     sl_auth_key_name(r->key), to);
+            *ret = error_hdrs(r, 403, "Forbidden", msg, NULL);
+            return true;
+        }
+    }
+    return false;
+}
+
+void sl_http_set_auth(sl_http *h, const sl_auth *auth)
+{
+    atomic_store(&h->auth, auth);
+}
+
+/* ---- the per-client publish rate --------------------------------------------- */
+
+/* "key:NAME" for a request made with a key, else "ip:ADDRESS". */
+static void client_of(sl_http_req *r, char *out, size_t cap)
+{
+    if (r->key) {
+        snprintf(out, cap, "key:%s", sl_auth_key_name(r->key));
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, ip,
+                      sizeof ip);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, ip,
+                      sizeof ip);
+    }
+    snprintf(out, cap, "ip:%s", ip);
+}
+
+bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret)
+{
+    sl_http *h = r->h;
+    if (!h->rl)
+        return true;
+    char client[96];
+    client_of(r, client, sizeof client);
+    int64_t wait_ms = sl_ratelimit_take(h->rl, client, (double)(n ? n : 1), sl_clock_mono_ns());
+    if (wait_ms <= 0)
+        return true;
+    unsigned secs = (unsigned)((wait_ms + 999) / 1000);
+    char v[16], msg[300];
+    snprintf(v, sizeof v, "%u", secs);
+    const char *const hdrs[] = {MHD_HTTP_HEADER_RETRY_AFTER, v, NULL};
+    char who[96];
+    if (r->key)
+        snprintf(who, sizeof who, "API key \"%s\"", sl_auth_key_name(r->key));
+    else
+        snprintf(who, sizeof who, "client %s", client + 3);
+    snprintf(msg, sizeof msg,
+             "%s is over its rate of %.0f events a second (burst %.0f); nothing from this "
+             "request was stored, retry after %u s",
+             who, h->opts.rate, h->opts.burst > 0 ? h->opts.burst : h->opts.rate, secs);
+    *ret = error_hdrs(r, 429, "TooManyRequests", msg, hdrs);
+    return false;
+}
+
+/* ---- connections per client address ------------------------------------------ */
+
+/* One client address with open connections; freed when its last closes. */
+struct sl_http_ip {
+    struct sl_http_ip *next;
+    unsigned conns;
+    char addr[INET6_ADDRSTRLEN];
+};
+
+#define IP_BUCKETS (sizeof((sl_http *)0)->ips / sizeof *((sl_http *)0)->ips)
+
+static void addr_of(struct MHD_Connection *c, char *out, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, cap, "?");
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
+                  (socklen_t)cap);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
+                  (socklen_t)cap);
+}
+
+static size_t ip_hash(const char *s)
+{
+    size_t h = 5381;
+    for (; *s; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h % IP_BUCKETS;
+}
+
+void sl__http_conn_opened(sl_http *h, struct MHD_Connection *c, void **socket_context)
+{
+    *socket_context = NULL;
+    if (!h->opts.max_connections_per_ip)
+        return;
+    char addr[INET6_ADDRSTRLEN];
+    addr_of(c, addr, sizeof addr);
+    size_t b = ip_hash(addr);
+    pthread_mutex_lock(&h->ip_lock);
+    struct sl_http_ip *e = h->ips[b];
+    while (e && strcmp(e->addr, addr) != 0)
+        e = e->next;
+    if (!e && (e = calloc(1, sizeof *e))) {
+        snprintf(e->addr, sizeof e->addr, "%s", addr);
+        e->next = h->ips[b];
+        h->ips[b] = e;
+    }
+    if (e)
+        e->conns++;
+    pthread_mutex_unlock(&h->ip_lock);
+    *socket_context = e; /* NULL when out of memory: that connection is not counted */
+}
+
+void sl__http_conn_closed(sl_http *h, void **socket_context)
+{
+    struct sl_http_ip *e = *socket_context;
+    if (!e)
+        return;
+    *socket_context = NULL;
+    pthread_mutex_lock(&h->ip_lock);
+    if (--e->conns == 0) {
+        struct sl_http_ip **pp = &h->ips[ip_hash(e->addr)];
+        while (*pp != e)
+            pp = &(*pp)->next;
+        *pp = e->next;
+        free(e);
+    }
+    pthread_mutex_unlock(&h->ip_lock);
+}
+
+bool sl__http_conn_over(sl_http_req *r, enum MHD_Result *ret)
+{
+    sl_http *h = r->h;
+    if (!h->opts.max_connections_per_ip)
+        return false;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct sl_http_ip *e = ci ? ci->socket_context : NULL;
+    if (!e)
+        return false;
+    pthread_mutex_lock(&h->ip_lock);
+    unsigned n = e->conns;
+    pthread_mutex_unlock(&h->ip_lock);
+    if (n <= h->opts.max_connections_per_ip)
+        return false;
+    r->close = true; /* answer, then free the slot */
+    *ret = sl__http_error(r, 503, "TooManyConnections",
+                          "client %s has %u connections open, over the limit of %u per address "
+                          "(server.max_connections_per_ip); retry after a second",
+                          e->addr, n, h->opts.max_connections_per_ip);
+    return true;
+}
+
+/* ---- TLS ------------------------------------------------------------------------ */
+
+static int read_pem(const char *what, const char *path, char **out, sl_error *err)
+{
+    sl_buf b = SL_BUF_INIT;
+    sl_error e = {0};
+    int rc = sl_buf_read_file(&b, path, 1u << 20, &e);
+    if (!rc)
+        rc = sl_buf_append(&b, "", 1);
+    if (rc) {
+        sl_buf_free(&b);
+        return sl_error_set(err,
+                            rc == SL_ENOMEM   ? SL_ENOMEM
+                            : rc == SL_ENOENT ? SL_ENOENT
+                                              : SL_EIO,
+                            "TLS %s %s: %s", what, path, e.msg[0] ? e.msg : sl_strerror(rc));
+    }
+    *out = (char *)b.data;
+    return 0;
+}
+
+/* The first libcrypto error as text (or "not PEM"), and the queue cleared. */
+static const char *ossl_why(char *buf, size_t cap)
+{
+    unsigned long e = ERR_peek_last_error();
+    if (e)
+        ERR_error_string_n(e, buf, cap);
+    else
+        snprintf(buf, cap, "no PEM data found");
+    ERR_clear_error();
+    return buf;
+}
+
+int sl__http_tls_load(const char *cert, const char *key, char **cert_pem, char **key_pem,
+                      sl_error *err)
+{
+    *cert_pem = *key_pem = NULL;
+    if (!cert || !key)
+        return sl_error_set(err, SL_EINVAL,
+                            "TLS needs both a certificate (tls_cert, --tls-cert) "
+                            "and its key (tls_key, --tls-key)");
+    int rc = read_pem("certificate", cert, cert_pem, err);
+    if (!rc)
+        rc = read_pem("key", key, key_pem, err);
+    X509 *x = NULL;
+    EVP_PKEY *pk = NULL;
+    char why[256];
+    if (!rc) {
+        BIO *bio = BIO_new_mem_buf(*cert_pem, -1);
+        x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
+        BIO_free(bio);
+        if (!x)
+            rc = sl_error_set(err, SL_EINVAL, "TLS certificate %s is not a PEM certificate: %s",
+                              cert, ossl_why(why, sizeof why));
+    }
+    if (!rc) {
+        BIO *bio = BIO_new_mem_buf(*key_pem, -1);
+        pk = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+        BIO_free(bio);
+        if (!pk)
+            rc =
+                sl_error_set(err, SL_EINVAL, "TLS key %s is not an unencrypted PEM private key: %s",
+                             key, ossl_why(why, sizeof why));
+    }
+    if (!rc && X509_check_private_key(x, pk) != 1)
+        rc = sl_error_set(err, SL_EINVAL, "TLS key %s does not belong to certificate %s: %s", key,
+                          cert, ossl_why(why, sizeof why));
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    if (rc) {
+        free(*cert_pem);
+        if (*key_pem)
+            OPENSSL_cleanse(*key_pem, strlen(*key_pem));
+        free(*key_pem);
+        *cert_pem = *key_pem = NULL;
+    }
+    return rc;
+}

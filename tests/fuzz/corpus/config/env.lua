@@ -1,0 +1,2 @@
+set "a" { }
+source.webhook { name = "w", preset = "stripe", secret = env "NOPE", set = "a" }

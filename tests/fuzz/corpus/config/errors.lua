@@ -1,0 +1,4 @@
+set "bad name!" { partitions = -1 }
+rule "r" { set = "nope", match = { a = "b" } }
+rule "r" { }
+unknown_call()

@@ -1,0 +1,29 @@
+/*
+ * tests/fuzz/fuzz_config.c — the Lua config loader (core/config.c
+ * sl_config_load): the input is written as sluice.lua in a scratch
+ * directory and loaded, as `sluice check` and `sluice serve -c` do. The
+ * sandbox's memory cap and instruction budget must stop every hostile
+ * config: a load that runs into libFuzzer's -timeout is a finding.
+ */
+#include "core/buf.h"
+#include "core/config.h"
+#include "tests/fuzz/fuzzutil.h"
+
+#include <stdio.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/sluice.lua", fz_tmpdir());
+    FZ_CHECK(fz_write_file(path, data, size) == 0, "write %s", path);
+    sl_config *cfg = NULL;
+    sl_buf diag = SL_BUF_INIT;
+    int rc = sl_config_load(path, &cfg, &diag);
+    FZ_CHECK(rc == 0 || rc == SL_EINVAL || rc == SL_ENOMEM, "load: %d", rc);
+    if (rc == SL_EINVAL)
+        FZ_CHECK(diag.len > 0, "refused without a message");
+    if (rc == 0)
+        sl_config_free(cfg);
+    sl_buf_free(&diag);
+    return 0;
+}

@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <openssl/crypto.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -78,13 +79,112 @@ static void add_request_id(sl_http_req *r, sl_buf *body)
     body->len += (size_t)n;
 }
 
-/* Logs 5xx answers (with the error body, which says why), and at debug
- * every answer. */
+/* 5xx answers are logged at most once a second per (status, error code):
+ * under overload every rejected request is a 503, and one log write per
+ * request from the HTTP threads would add load where there is none to
+ * spare. The first answer of a key in a second is logged; the others are
+ * counted, and the next line of that key (or sl_http_stop()) says how many
+ * were left out. The table is process-wide (one server per process).
+ * Codes are a small fixed set; should more keys than slots appear, the last
+ * slot is shared. */
+#define LOG_KEYS 32
+typedef struct log_key {
+    unsigned status;
+    char code[40];
+    int64_t last_ns; /* when a line of this key was last written; 0 never */
+    uint64_t suppressed;
+} log_key;
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static log_key g_log_keys[LOG_KEYS];
+static size_t g_nlog_keys;
+
+/* Expected overload answers (503: Backpressure, TooManyConnections, the
+ * per-IP limit, ShuttingDown) are warnings: the server protects itself as
+ * designed. Other 5xx (500 Internal/WriteFailed, 507 …) are errors. */
+static sl_slog_level level_of(unsigned status)
+{
+    return status == 503 ? SL_SLOG_WARN : status >= 500 ? SL_SLOG_ERROR : SL_SLOG_DEBUG;
+}
+
+/* The error code of a body {"error":"CODE",…} into code ("" if none). */
+static void body_code(const sl_buf *body, char *code, size_t cap)
+{
+    static const char head[] = "{\"error\":\"";
+    size_t i = sizeof head - 1, n = 0;
+    code[0] = '\0';
+    if (!body->data || body->len < i || memcmp(body->data, head, i))
+        return;
+    while (i < body->len && body->data[i] != '"' && n + 1 < cap)
+        code[n++] = (char)body->data[i++];
+    code[n] = '\0';
+}
+
+/* Whether a 5xx line of (status, code) may be written now; *more gets how
+ * many of that key were left out since its last line. */
+static bool log_admit(unsigned status, const char *code, uint64_t *more)
+{
+    int64_t now = sl_clock_mono_ns();
+    pthread_mutex_lock(&g_log_lock);
+    log_key *k = NULL;
+    for (size_t i = 0; i < g_nlog_keys && !k; i++)
+        if (g_log_keys[i].status == status && strcmp(g_log_keys[i].code, code) == 0)
+            k = &g_log_keys[i];
+    if (!k && g_nlog_keys < LOG_KEYS) {
+        k = &g_log_keys[g_nlog_keys++];
+        k->status = status;
+        snprintf(k->code, sizeof k->code, "%s", code);
+    }
+    if (!k)
+        k = &g_log_keys[LOG_KEYS - 1];
+    bool ok = !k->last_ns || now - k->last_ns >= 1000000000;
+    *more = 0;
+    if (ok) {
+        *more = k->suppressed;
+        k->suppressed = 0;
+        k->last_ns = now;
+    } else {
+        k->suppressed++;
+    }
+    pthread_mutex_unlock(&g_log_lock);
+    return ok;
+}
+
+static void log_suppressed(unsigned status, const char *code, uint64_t more)
+{
+    sl_slog_field kv[] = {SL_SLOG_I("status", status), SL_SLOG_S("code", code),
+                          SL_SLOG_I("suppressed", (int64_t)more)};
+    sl_slog_kv(level_of(status), "http", kv, 3,
+               "%" PRIu64 " more %u %s answers since the last message", more, status, code);
+}
+
+/* Writes the counts of 5xx lines still left out (at shutdown). */
+static void log_flush_suppressed(void)
+{
+    pthread_mutex_lock(&g_log_lock);
+    for (size_t i = 0; i < g_nlog_keys; i++)
+        if (g_log_keys[i].suppressed) {
+            log_suppressed(g_log_keys[i].status, g_log_keys[i].code, g_log_keys[i].suppressed);
+            g_log_keys[i].suppressed = 0;
+        }
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+/* Logs 5xx answers (with the error body, which says why; rate-limited, see
+ * above), and at debug every answer. */
 static void log_reply(sl_http_req *r, unsigned status, const sl_buf *body)
 {
-    sl_slog_level lvl = status >= 500 ? SL_SLOG_ERROR : SL_SLOG_DEBUG;
+    sl_slog_level lvl = level_of(status);
     if (!sl_slog_enabled(lvl))
         return;
+    char code[40] = "";
+    uint64_t more = 0;
+    if (status >= 500) {
+        body_code(body, code, sizeof code);
+        if (!log_admit(status, code, &more))
+            return;
+        if (more)
+            log_suppressed(status, code, more);
+    }
     int64_t us = (sl_clock_mono_ns() - r->start_ns) / 1000;
     sl_slog_field kv[] = {SL_SLOG_S("method", r->method), SL_SLOG_S("path", r->url),
                           SL_SLOG_I("status", status), SL_SLOG_I("duration_us", us),
@@ -141,6 +241,57 @@ enum MHD_Result sl__http_reply_hdrs(sl_http_req *r, unsigned status, sl_buf *bod
     return ok;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (lead byte >= 0x80), 0 if
+ * it is not one (overlongs, surrogates, past U+10FFFF; stops at the NUL). */
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned c = p[0], lo = 0x80, hi = 0xBF;
+    size_t n = c >= 0xC2 && c <= 0xDF   ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    if (!n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* Appends s as the inside of a JSON string: quotes and backslashes
+ * escaped, control characters (C0, DEL and C1) as \u00XX, well-formed
+ * UTF-8 kept, and every byte that is not UTF-8 (a %ff in a URL decodes to
+ * one) as U+FFFD, so the body is always valid JSON. */
+static void put_json_text(sl_buf *b, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        unsigned char c = *p;
+        size_t n = c >= 0x80 ? utf8_len(p) : 1;
+        if (c == '"' || c == '\\')
+            sl_buf_printf(b, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            sl_buf_printf(b, "\\u%04x", c);
+        else if (c < 0x80)
+            sl_buf_append(b, p, 1);
+        else if (!n) {
+            sl_buf_append(b, "\\ufffd", 6);
+            n = 1;
+        } else if (n == 2 && c == 0xC2 && p[1] <= 0x9F) /* C1 control */
+            sl_buf_printf(b, "\\u%04x", p[1]);
+        else
+            sl_buf_append(b, p, n);
+        p += n;
+    }
+}
+
 enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code, const char *fmt,
                                ...)
 {
@@ -152,15 +303,7 @@ enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code
     /* Messages carry user input (set names, attribute names): escape them. */
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, "{\"error\":\"%s\",\"message\":\"", code);
-    for (const char *p = msg; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"' || c == '\\')
-            sl_buf_printf(&b, "\\%c", c);
-        else if (c < 0x20)
-            sl_buf_printf(&b, "\\u%04x", c);
-        else
-            sl_buf_append(&b, p, 1);
-    }
+    put_json_text(&b, msg);
     sl_buf_append(&b, "\"}\n", 3);
     return sl__http_reply(r, status, &b, "application/json", status == 503 ? 1 : 0);
 }
@@ -680,6 +823,7 @@ void sl_http_stop(sl_http *h)
         usleep(10000);
     if (h->d)
         MHD_stop_daemon(h->d);
+    log_flush_suppressed(); /* no request can be answered any more */
     pthread_mutex_destroy(&h->poll_lock);
     pthread_cond_destroy(&h->poll_cond);
     sl_ratelimit_free(h->rl);

@@ -433,7 +433,14 @@ typedef struct loader {
     int nerrors;
     int oom;
     bool ran; /* the file ran to its end: its declarations are complete */
+    const char *kl_pos; /* key_line(): start of line kl_line in the source */
+    int kl_line;
 } loader;
+
+/* How far past a block's first line key_line() looks for a key. */
+#define KEY_LINE_SPAN (64u << 10)
+/* Mistakes reported in full (problem()). */
+#define CONFIG_MAX_PROBLEMS 1000
 
 static void problem(loader *ld, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void problem(loader *ld, int line, const char *fmt, ...)
@@ -441,6 +448,15 @@ static void problem(loader *ld, int line, const char *fmt, ...)
     ld->nerrors++;
     if (!ld->diag)
         return;
+    /* A bound on the messages, and on the key_line() look-ups they cost: a
+     * generated table can hold any number of unknown keys. */
+    if (ld->nerrors > CONFIG_MAX_PROBLEMS) {
+        if (ld->nerrors == CONFIG_MAX_PROBLEMS + 1 &&
+            sl_buf_printf(ld->diag, "%s: more than %d mistakes; the rest are not shown\n",
+                          ld->name, CONFIG_MAX_PROBLEMS))
+            ld->oom = 1;
+        return;
+    }
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -453,13 +469,29 @@ static void problem(loader *ld, int line, const char *fmt, ...)
 /* The line where `key =` first appears at or after the block's line: Lua
  * keeps no line numbers for table fields, but the source text does. Falls
  * back to the block's line. */
-static int key_line(const loader *ld, int block_line, const char *keyname)
+static int key_line(loader *ld, int block_line, const char *keyname)
 {
-    const char *s = ld->cfg->source, *end = s + ld->cfg->source_len;
+    /* Every look-up used to scan the file from its start, and check_block()
+     * looks up every key of every block: a big file with many blocks took
+     * hours (found by fuzzing: tests/fuzz/regress/config/). Now the start of
+     * block_line is found from the previous look-up (blocks are read in file
+     * order), the key is looked for in at most KEY_LINE_SPAN bytes, and not
+ * at all once problem() stopped showing messages. */
+    const char *s = ld->cfg->source, *end = s + ld->cfg->source_len, *p = s;
     int line = 1;
+    if (ld->nerrors >= CONFIG_MAX_PROBLEMS) /* the message will not be shown */
+        return block_line;
+    if (ld->kl_pos && ld->kl_line <= block_line)
+        p = ld->kl_pos, line = ld->kl_line;
+    for (; p < end && line < block_line; p++)
+        if (*p == '\n')
+            line++;
+    ld->kl_pos = p;
+    ld->kl_line = line;
+    const char *stop = (size_t)(end - p) > KEY_LINE_SPAN ? p + KEY_LINE_SPAN : end;
     size_t kl = strlen(keyname);
-    for (const char *p = s; p < end; p++) {
-        if (line >= block_line && (size_t)(end - p) > kl && memcmp(p, keyname, kl) == 0 &&
+    for (; p < stop; p++) {
+        if ((size_t)(end - p) > kl && memcmp(p, keyname, kl) == 0 &&
             (p == s || !(isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '"'))) {
             const char *q = p + kl;
             if (*q == '"' && p > s && p[-1] == '"')
@@ -1532,7 +1564,7 @@ static bool raw_has(lua_State *L, int idx, const char *k)
 }
 
 /* The line of `["LANE"] =` at or after from (else of `LANE =`, else from). */
-static int override_line(const loader *ld, int from, const char *lane)
+static int override_line(loader *ld, int from, const char *lane)
 {
     const char *s = ld->cfg->source, *end = s + ld->cfg->source_len;
     size_t kl = strlen(lane);
@@ -2000,6 +2032,9 @@ static void read_lanes_settings(loader *ld)
 }
 
 /* Reads what the file declared (lua_CFunction; the loader is argument 1). */
+/* Most declarations one config file may make (see walk()). */
+#define CONFIG_MAX_DECLS 10000
+
 static int walk(lua_State *L)
 {
     loader *ld = lua_touserdata(L, 1);
@@ -2020,6 +2055,21 @@ static int walk(lua_State *L)
     lua_call(L, 0, 1);
     int decls = lua_gettop(L);
     int servers = 0;
+    /* A budget the instruction budget cannot give: reading a declaration
+     * costs C time that grows with those read before it (duplicate look-ups,
+     * arrays grown one element at a time), so a one-line loop declaring
+     * 100,000 sets kept `sluice check` busy for two minutes (found by
+     * fuzzing: tests/fuzz/regress/config/). */
+    if (luaL_len(L, decls) > CONFIG_MAX_DECLS) {
+        lua_geti(L, decls, CONFIG_MAX_DECLS + 1);
+        lua_getfield(L, -1, "line");
+        problem(ld, (int)lua_tointeger(L, -1),
+                "too many declarations (%lld; at most %d sets, rules, sources, lanes and server "
+                "blocks in one file)",
+                (long long)luaL_len(L, decls), CONFIG_MAX_DECLS);
+        lua_pop(L, 3);
+        return 0;
+    }
     /* The server block first: set_defaults applies to every set. */
     for (int pass = 0; pass < 2; pass++) {
         for (lua_Integer i = 1, n = luaL_len(L, decls); i <= n; i++) {

@@ -133,6 +133,11 @@ typedef struct security {
     sl_auth **retired;
     size_t nretired;
     bool loopback, insecure; /* insecure: --insecure (the file's is re-read) */
+    /* The log settings in force; a --log-format/--log-level flag wins
+     * over the file's on reload. */
+    bool log_format_flag, log_level_flag;
+    sl_slog_format log_format;
+    sl_slog_level log_level;
 } security;
 
 /* The keys of a reloaded cfg into *out (NULL: none). Returns 0, or -1 after
@@ -172,6 +177,25 @@ static void swap_keys(security *sec, sl_auth *keys)
     sl_http_set_auth(sec->http, keys);
 }
 
+/* The log settings a reloaded cfg asks for: the file's, or the defaults
+ * when it names none; a command-line flag wins over both. */
+static void log_settings(const security *sec, const sl_config *cfg, sl_slog_format *format,
+                         sl_slog_level *level)
+{
+    *format = sec->log_format;
+    *level = sec->log_level;
+    if (!sec->log_format_flag) {
+        *format = SL_SLOG_LOGFMT;
+        if (cfg->log_format) /* checked by the config loader */
+            sl_slog_parse_format(cfg->log_format, format);
+    }
+    if (!sec->log_level_flag) {
+        *level = SL_SLOG_INFO;
+        if (cfg->log_level)
+            sl_slog_parse_level(cfg->log_level, level);
+    }
+}
+
 static void reload(sl_router *router, const char *path, security *sec)
 {
     if (!router) {
@@ -188,15 +212,23 @@ static void reload(sl_router *router, const char *path, security *sec)
                 path, (int)diag.len, diag.data ? (const char *)diag.data : "");
     } else if (reload_keys(sec, cfg, &keys)) { /* logged */
         sl_config_free(cfg);
-    } else if (sl_router_reload(router, cfg, &err)) {
-        sl_slog(SL_SLOG_ERROR, "server", "reload of %s failed, the previous rules run again: %s",
-                path, err.msg);
-        sl_auth_free(keys);
     } else {
-        size_t n = sl_auth_count(keys);
-        swap_keys(sec, keys);
-        sl_slog(SL_SLOG_INFO, "server", "reloaded %s (%zu API key%s)", path, n,
-                n == 1 ? "" : "s");
+        sl_slog_format format;
+        sl_slog_level level;
+        log_settings(sec, cfg, &format, &level); /* before the router takes cfg */
+        if (sl_router_reload(router, cfg, &err)) {
+            sl_slog(SL_SLOG_ERROR, "server",
+                    "reload of %s failed, the previous rules run again: %s", path, err.msg);
+            sl_auth_free(keys);
+        } else {
+            size_t n = sl_auth_count(keys);
+            swap_keys(sec, keys);
+            sec->log_format = format;
+            sec->log_level = level;
+            sl_slog_configure(format, level);
+            sl_slog(SL_SLOG_INFO, "server", "reloaded %s (%zu API key%s)", path, n,
+                    n == 1 ? "" : "s");
+        }
     }
     sl_buf_free(&diag);
 }
@@ -217,6 +249,7 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_auth *auth = NULL;
     sl_slog_format log_format = SL_SLOG_LOGFMT;
     sl_slog_level log_level = SL_SLOG_INFO;
+    bool log_format_flag = false, log_level_flag = false;
     int lrc = load_config(argc, argv, &cfg);
     if (lrc)
         return lrc;
@@ -320,10 +353,12 @@ int sl_cli_serve_main(int argc, char **argv)
         } else if (strcmp(a, "--log-format") == 0) {
             if (sl_slog_parse_format(v, &log_format))
                 return usage("--log-format %s: want logfmt or json", v);
+            log_format_flag = true;
             i++;
         } else if (strcmp(a, "--log-level") == 0) {
             if (sl_slog_parse_level(v, &log_level))
                 return usage("--log-level %s: want debug, info, warn or error", v);
+            log_level_flag = true;
             i++;
         } else if (strcmp(a, "--compression") == 0) {
             if (sl_codec_parse(v, &so.defaults.compression))
@@ -425,7 +460,14 @@ int sl_cli_serve_main(int argc, char **argv)
     /* Appends wake long-polls and rules; the bus was started before both. */
     appenders app = {http, router};
     /* insecure from the flag only: a reload re-reads the file's. */
-    security sec = {.http = http, .auth = auth, .loopback = loopback, .insecure = insecure_flag};
+    security sec = {.http = http,
+                    .auth = auth,
+                    .loopback = loopback,
+                    .insecure = insecure_flag,
+                    .log_format_flag = log_format_flag,
+                    .log_level_flag = log_level_flag,
+                    .log_format = log_format,
+                    .log_level = log_level};
     sl_databus_set_on_append(bus, on_append, &app);
     char keys[64];
     if (sl_auth_count(auth))
@@ -433,9 +475,10 @@ int sl_cli_serve_main(int argc, char **argv)
                  sl_auth_count(auth) == 1 ? "" : "s");
     else
         snprintf(keys, sizeof keys, "no API keys");
-    sl_slog(SL_SLOG_INFO, "server", "listening on %s://%s:%u%s, %s, data in %s (%zu sets)",
-            ho.tls_cert ? "https" : "http", host, sl_http_port(http),
-            loopback ? " (loopback only)" : "", keys, data, sl_sets_count(sets));
+    /* Lifecycle lines are written at any --log-level: scripts wait for them. */
+    sl_slog_lifecycle("server", "listening on %s://%s:%u%s, %s, data in %s (%zu sets)",
+                      ho.tls_cert ? "https" : "http", host, sl_http_port(http),
+                      loopback ? " (loopback only)" : "", keys, data, sl_sets_count(sets));
 
     for (;;) {
         struct timespec minute = {60, 0};
@@ -447,7 +490,7 @@ int sl_cli_serve_main(int argc, char **argv)
         if (sig < 0 && errno == EAGAIN)
             sl_sets_retain(sets, sl_clock_now_ms());
     }
-    sl_slog(SL_SLOG_INFO, "server", "stopping: draining buffers");
+    sl_slog_lifecycle("server", "stopping: draining buffers");
     sl_http_quiesce(http);
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
@@ -464,6 +507,6 @@ int sl_cli_serve_main(int argc, char **argv)
     for (size_t i = 0; i < sec.nretired; i++)
         sl_auth_free(sec.retired[i]);
     free(sec.retired);
-    sl_slog(SL_SLOG_INFO, "server", "stopped cleanly");
+    sl_slog_lifecycle("server", "stopped cleanly");
     return 0;
 }

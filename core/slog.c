@@ -97,6 +97,27 @@ static size_t utf8_seq(const unsigned char *p)
     return n;
 }
 
+/* The code point of the n-byte well-formed sequence at p. */
+static unsigned utf8_cp(const unsigned char *p, size_t n)
+{
+    unsigned cp = n == 2 ? p[0] & 0x1Fu : n == 3 ? p[0] & 0x0Fu : p[0] & 0x07u;
+    for (size_t i = 1; i < n; i++)
+        cp = (cp << 6) | (p[i] & 0x3Fu);
+    return cp;
+}
+
+/* Code points that are valid UTF-8 yet must not reach a log line raw: C1
+ * controls (U+0080..U+009F; some terminals act on them), the line and
+ * paragraph separators (U+2028/2029: line breaks to some readers, and to
+ * JavaScript before ES2019), and the bidi overrides and isolates
+ * (U+202A..U+202E, U+2066..U+2069), which can make a line read as something
+ * else than it holds ("Trojan Source"). */
+static bool cp_unsafe(unsigned cp)
+{
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
+           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
 /* Appends s as a JSON string, quotes included. */
 static int put_json_str(sl_buf *b, const char *s)
 {
@@ -127,7 +148,11 @@ static int put_json_str(sl_buf *b, const char *s)
             p = q;
         } else {
             size_t n = utf8_seq(p);
-            if (n) {
+            if (n && cp_unsafe(utf8_cp(p, n))) {
+                snprintf(esc, sizeof esc, "\\u%04x", utf8_cp(p, n));
+                rc = sl_buf_append(b, esc, 6);
+                p += n;
+            } else if (n) {
                 rc = sl_buf_append(b, p, n);
                 p += n;
             } else { /* not UTF-8: the record must stay valid JSON */
@@ -149,7 +174,7 @@ static bool logfmt_needs_quotes(const char *s)
             return true;
         else if (*p >= 0x80) {
             size_t n = utf8_seq(p);
-            if (!n)
+            if (!n || cp_unsafe(utf8_cp(p, n)))
                 return true;
             p += n - 1;
         }
@@ -157,7 +182,8 @@ static bool logfmt_needs_quotes(const char *s)
 }
 
 /* Appends s as a logfmt value: bare when it can be, else quoted with
- * escapes (\xNN for control characters and bytes that are not UTF-8). */
+ * escapes (\xNN for control characters and bytes that are not UTF-8,
+ * \uNNNN for the code points of cp_unsafe()). */
 static int put_logfmt_str(sl_buf *b, const char *s)
 {
     if (!logfmt_needs_quotes(s))
@@ -180,6 +206,11 @@ static int put_logfmt_str(sl_buf *b, const char *s)
             snprintf(esc, sizeof esc, "\\x%02x", c);
             rc = sl_buf_append(b, esc, 4);
             p++;
+        } else if (c >= 0x80 && cp_unsafe(utf8_cp(p, utf8_seq(p)))) {
+            n = utf8_seq(p);
+            snprintf(esc, sizeof esc, "\\u%04x", utf8_cp(p, n));
+            rc = sl_buf_append(b, esc, 6);
+            p += n;
         } else if (c >= 0x80) {
             n = utf8_seq(p);
             rc = sl_buf_append(b, p, n);
@@ -325,6 +356,14 @@ void sl_slog(sl_slog_level level, const char *component, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     vlog(level, component, NULL, 0, fmt, ap);
+    va_end(ap);
+}
+
+void sl_slog_lifecycle(const char *component, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(SL_SLOG_INFO, component, NULL, 0, fmt, ap);
     va_end(ap);
 }
 

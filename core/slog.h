@@ -12,12 +12,16 @@
  * every string is valid JSON (quotes, backslashes and control characters
  * escaped, bytes that are not UTF-8 replaced by U+FFFD); in logfmt a value
  * is quoted when it holds a space, '=', '"' or anything unprintable, with
- * \" \\ \n \r \t and \xNN escapes inside the quotes. Keys keep only
+ * \" \\ \n \r \t and \xNN escapes inside the quotes. In both, the C1
+ * controls (U+0080..U+009F), U+2028/U+2029 and the bidi overrides and
+ * isolates (U+202A..U+202E, U+2066..U+2069) are written as \uNNNN, so a
+ * line cannot break or reorder itself on a terminal or in a viewer. Keys keep only
  * [A-Za-z0-9_.-] (anything else becomes '_').
  *
  * Thread-safe: the settings are atomics, and each record is built in memory
- * and written with one write(2) (so lines from several threads never
- * interleave in a file opened O_APPEND or a pipe, up to PIPE_BUF for pipes).
+ * and written with one write(2): in a file opened O_APPEND lines from
+ * several threads do not interleave; on a pipe a line up to PIPE_BUF
+ * (4 KiB on Linux) is atomic, longer ones may be split by another writer.
  * Messages are kept as they were before the logger existed (tests and
  * people grep them); the trailing newlines of a message are dropped.
  */
@@ -82,6 +86,13 @@ bool sl_slog_enabled(sl_slog_level level);
  * record is written shortened from a stack buffer. */
 void sl_slog(sl_slog_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Writes a lifecycle record (the server started listening, is stopping,
+ * stopped) at level info whatever the minimum level: operators, scripts
+ * and tests wait for these lines, so --log-level warn or error must not
+ * hide them. */
+void sl_slog_lifecycle(const char *component, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* The same with n fields after msg (kv borrowed for the call; may be NULL
  * when n is 0). */

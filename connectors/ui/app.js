@@ -17,16 +17,19 @@ const KEY_STORE = 'sluice.apiKey';
 const $ = (id) => document.getElementById(id);
 let lastSets = new Map(); // set name -> {t, events, bytes}, for rates
 let tailGen = 0;          // bumped to stop the running tail's loops
+let tailAbort = null;     // aborts the running tail's requests (its long-polls)
+let refreshing = false;   // a refresh() is running
+let refreshAgain = false; // run refresh() once more when it ends (a key was given)
 
 class AuthNeeded extends Error {}
 
 // GET path as JSON, with the API key when one was given. A 401 shows the
-// key form and throws AuthNeeded.
-async function api(path) {
+// key form and throws AuthNeeded. signal (optional) aborts the request.
+async function api(path, signal) {
   const headers = { Accept: 'application/json' };
   const key = sessionStorage.getItem(KEY_STORE);
   if (key) headers.Authorization = 'Bearer ' + key;
-  const resp = await fetch(path, { headers, cache: 'no-store' });
+  const resp = await fetch(path, { headers, cache: 'no-store', signal });
   if (resp.status === 401 || resp.status === 403) {
     askKey(resp.status === 403 ? 'this key may not read that' : key ? 'the key was refused' : '');
     throw new AuthNeeded(path);
@@ -170,8 +173,15 @@ function setStatus(text, bad) {
 }
 
 // One round of the overview, one request at a time (the tail's long-polls
-// hold connections too).
-async function refresh() {
+// hold connections too). Rounds never overlap: on a slow server the interval
+// skips a round instead of piling requests up; again asks for one more
+// round after the running one (a key was just given).
+async function refresh(again) {
+  if (refreshing) {
+    if (again) refreshAgain = true;
+    return;
+  }
+  refreshing = true;
   try {
     renderSets(await api('/v1/sets'));
     renderRules(await api('/v1/rules'));
@@ -180,6 +190,12 @@ async function refresh() {
     setStatus('updated ' + new Date().toLocaleTimeString());
   } catch (e) {
     setStatus(e instanceof AuthNeeded ? 'an API key is needed' : 'error: ' + e.message, true);
+  } finally {
+    refreshing = false;
+  }
+  if (refreshAgain) {
+    refreshAgain = false;
+    refresh();
   }
 }
 
@@ -208,13 +224,15 @@ function addEvent(ev, isNew) {
   $('tail-info').textContent = tb.rows.length + ' events shown, newest first';
 }
 
-// Follows partition p of set from offset until the tail changes.
-async function followPartition(gen, set, p, offset, longpoll) {
+// Follows partition p of set from offset until the tail changes (gen is
+// no longer tailGen; signal aborts the request in flight then).
+async function followPartition(gen, signal, set, p, offset, longpoll) {
   const base = '/v1/sets/' + encodeURIComponent(set) + '/events?lane=*&max=100&partition=' + p;
   let first = true;
   while (gen === tailGen) {
     try {
-      const j = await api(base + '&offset=' + offset + (longpoll ? '&wait_ms=' + TAIL_WAIT_MS : ''));
+      const j = await api(base + '&offset=' + offset + (longpoll ? '&wait_ms=' + TAIL_WAIT_MS : ''),
+        signal);
       if (gen !== tailGen) return;
       for (const ev of j.events || []) addEvent(ev, !first);
       offset = j.next_offset;
@@ -225,7 +243,7 @@ async function followPartition(gen, set, p, offset, longpoll) {
       if (e instanceof AuthNeeded) return; // started again once a key is given
       if (e.status === 416) { // the log moved (retention, or a restart lost a tail)
         try {
-          const info = await api('/v1/sets/' + encodeURIComponent(set));
+          const info = await api('/v1/sets/' + encodeURIComponent(set), signal);
           const pi = (info.partition_info || []).find((x) => x.partition === p);
           if (pi) offset = pi.end_offset;
         } catch (_) { /* next round */ }
@@ -235,8 +253,14 @@ async function followPartition(gen, set, p, offset, longpoll) {
   }
 }
 
+// (Re)starts the tail on the set of #tail=SET. The previous tail's loops
+// stop, and its long-polls are aborted at once: each holds a connection
+// for up to TAIL_WAIT_MS, and a browser opens only about 6 per host.
 async function startTail() {
   const gen = ++tailGen;
+  if (tailAbort) tailAbort.abort();
+  tailAbort = new AbortController();
+  const signal = tailAbort.signal;
   const set = tailSet();
   $('tail-section').hidden = !set;
   $('tail').tBodies[0].replaceChildren();
@@ -245,13 +269,13 @@ async function startTail() {
   $('tail-set').textContent = set;
   fill('tail', [], 'waiting for events…');
   try {
-    const info = await api('/v1/sets/' + encodeURIComponent(set));
+    const info = await api('/v1/sets/' + encodeURIComponent(set), signal);
     if (gen !== tailGen) return;
     const parts = info.partition_info || [];
     const longpoll = parts.length <= TAIL_LONGPOLL_MAX;
     for (const pi of parts) {
       const from = Math.max(pi.start_offset, pi.end_offset - TAIL_BACKLOG);
-      followPartition(gen, set, pi.partition, from, longpoll);
+      followPartition(gen, signal, set, pi.partition, from, longpoll);
     }
   } catch (e) {
     if (gen === tailGen && !(e instanceof AuthNeeded))
@@ -267,7 +291,7 @@ function start() {
     sessionStorage.setItem(KEY_STORE, $('key-input').value.trim());
     $('key-input').value = '';
     $('key-form').hidden = true;
-    refresh();
+    refresh(true);
     startTail();
   });
   $('tail-select').addEventListener('change', (e) => {
@@ -276,7 +300,7 @@ function start() {
   window.addEventListener('hashchange', startTail);
   refresh();
   startTail();
-  setInterval(refresh, REFRESH_MS);
+  setInterval(() => refresh(), REFRESH_MS);
 }
 
 start();

@@ -41,8 +41,8 @@ static void rebuild(const rec *v, size_t n, const char *lane, sl_codec codec)
     }
     FZ_CHECK(sl_batch_builder_reset(bb, lane) == 0, "reset with a lane the decoder accepted");
     for (size_t i = 0; i < n; i++) {
-        int rc = sl_batch_builder_add(bb, v[i].ts, v[i].key, v[i].key_len, v[i].value,
-                                      v[i].value_len);
+        int rc =
+            sl_batch_builder_add(bb, v[i].ts, v[i].key, v[i].key_len, v[i].value, v[i].value_len);
         FZ_CHECK(rc == 0, "builder add: %d", rc);
     }
     sl_batch out;

@@ -3,7 +3,9 @@
  * sl_config_load): the input is written as sluice.lua in a scratch
  * directory and loaded, as `sluice check` and `sluice serve -c` do. The
  * sandbox's memory cap and instruction budget must stop every hostile
- * config: a load that runs into libFuzzer's -timeout is a finding.
+ * config: a load that runs into libFuzzer's -timeout is a finding. Inputs
+ * naming server.plugin_dir are skipped (the loader would dlopen() what is
+ * there).
  */
 #include "core/buf.h"
 #include "core/config.h"
@@ -13,6 +15,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    /* A config naming a plugin folder makes the loader dlopen() every .so
+     * in it: not something to do with fuzzed folder names. */
+    if (fz_find((const char *)data, (const char *)data + size, "plugin_dir", 10))
+        return 0;
     char path[1024];
     snprintf(path, sizeof path, "%s/sluice.lua", fz_tmpdir());
     FZ_CHECK(fz_write_file(path, data, size) == 0, "write %s", path);

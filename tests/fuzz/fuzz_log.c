@@ -28,9 +28,8 @@
 #include <string.h>
 
 static const char *const names[] = {
-    "00000000000000000000.log",   "00000000000000000000.index",
-    "00000000000000000000.timeindex", "00000000000000000000.lanes",
-    "00000000000000000010.log",   "00000000000000000010.index",
+    "00000000000000000000.log",   "00000000000000000000.index", "00000000000000000000.timeindex",
+    "00000000000000000000.lanes", "00000000000000000010.log",   "00000000000000000010.index",
 };
 #define NPARTS (sizeof names / sizeof *names)
 
@@ -68,9 +67,8 @@ static void fix_log(uint8_t *p, size_t len, int64_t base, bool crc, bool renumbe
             next += (int64_t)be32(p + pos + SL_BATCH_OFF_LAST_DELTA) + 1;
         }
         if (crc)
-            put_be32(p + pos + SL_BATCH_OFF_CRC,
-                     sl_crc32c(0, p + pos + SL_BATCH_OFF_ATTRIBUTES,
-                               total - SL_BATCH_OFF_ATTRIBUTES));
+            put_be32(p + pos + SL_BATCH_OFF_CRC, sl_crc32c(0, p + pos + SL_BATCH_OFF_ATTRIBUTES,
+                                                           total - SL_BATCH_OFF_ATTRIBUTES));
         pos += total;
     }
 }

@@ -159,8 +159,8 @@ static int collect(void *ud, const char *name, size_t nlen, const char *v, size_
         }
     }
     sl_buf_append(&hv, "", 1);
-    l->h[l->n] = (sl_event_header){(const char *)hn.data, nlen + 3, (const char *)hv.data,
-                                   hv.len - 1};
+    l->h[l->n] =
+        (sl_event_header){(const char *)hn.data, nlen + 3, (const char *)hv.data, hv.len - 1};
     sl_buf t = SL_BUF_INIT;
     sl_buf_append(&t, name, nlen);
     sl_buf_append(&t, "=", 1);
@@ -193,9 +193,8 @@ static void round_trip(const char *json, size_t len)
     sl_buf body = SL_BUF_INIT, out = SL_BUF_INIT;
     FZ_CHECK(sl_ce_binary_data(&ev, ct, &body) == 0, "data");
     sl_event_limits big = {.max_bytes = (size_t)1 << 30};
-    sl_event_status st =
-        sl_event_from_binary(a.h, a.n, ct, body.data ? (const char *)body.data : "", body.len,
-                             &big, &out, &err);
+    sl_event_status st = sl_event_from_binary(
+        a.h, a.n, ct, body.data ? (const char *)body.data : "", body.len, &big, &out, &err);
     FZ_CHECK(st == SL_EVENT_OK, "binary mode refuses what the target sends: %s", err.msg);
     char *j = fz_dup(out.data, out.len, false);
     st = sl_event_parse(j, out.len, &big, &ev2, &err);
@@ -207,8 +206,7 @@ static void round_trip(const char *json, size_t len)
         FZ_CHECK(a.text[i].len == b.text[i].len &&
                      memcmp(a.text[i].data, b.text[i].data, a.text[i].len) == 0,
                  "attribute %zu: %.*s became %.*s", i, (int)a.text[i].len,
-                 (const char *)a.text[i].data, (int)b.text[i].len,
-                 (const char *)b.text[i].data);
+                 (const char *)a.text[i].data, (int)b.text[i].len, (const char *)b.text[i].data);
     free(j);
     free(ct);
     sl_buf_free(&body);

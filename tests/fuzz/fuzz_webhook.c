@@ -111,12 +111,18 @@ static const sl_webhook_config configs[] = {
     {.kind = SL_WEBHOOK_GITHUB, .secret = "It's a Secret to Everybody"},
     {.kind = SL_WEBHOOK_STRIPE, .secret = "whsec_test, whsec_old"},
     {.kind = SL_WEBHOOK_SLACK, .secret = "8f742231b10e8888abcd99yyyzzz85a5"},
-    {.kind = SL_WEBHOOK_GENERIC, .secret = "s3cret", .header = "X-Signature",
-     .prefix = "sha256=", .timestamp_header = "X-Timestamp", .tolerance_ms = 60000},
-    {.kind = SL_WEBHOOK_GENERIC, .secret = "b64", .header = "X-Sig-B64", .algorithm = "sha1",
+    {.kind = SL_WEBHOOK_GENERIC,
+     .secret = "s3cret",
+     .header = "X-Signature",
+     .prefix = "sha256=",
+     .timestamp_header = "X-Timestamp",
+     .tolerance_ms = 60000},
+    {.kind = SL_WEBHOOK_GENERIC,
+     .secret = "b64",
+     .header = "X-Sig-B64",
+     .algorithm = "sha1",
      .base64 = true},
-    {.kind = SL_WEBHOOK_GENERIC, .secret = "one,two", .header = "X-Sig-512",
-     .algorithm = "SHA512"},
+    {.kind = SL_WEBHOOK_GENERIC, .secret = "one,two", .header = "X-Sig-512", .algorithm = "SHA512"},
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -177,8 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     size_t cl = 0;
     int rc = sl_webhook_slack_challenge(body, r.body_len, chal, sizeof chal, &cl, &err);
-    FZ_CHECK(rc == 0 || rc == SL_ENOENT || rc == SL_EINVAL || rc == SL_ETOOBIG, "challenge %d",
-             rc);
+    FZ_CHECK(rc == 0 || rc == SL_ENOENT || rc == SL_EINVAL || rc == SL_ETOOBIG, "challenge %d", rc);
     if (rc == 0)
         FZ_CHECK(cl < sizeof chal && chal[cl] == '\0', "challenge length");
     for (size_t i = 0; i < r.n; i++) {

@@ -26,9 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
             fz_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                       \
     } while (0)
 
-__attribute__((noreturn, format(printf, 4, 5))) void fz_fail(const char *file, int line,
-                                                             const char *cond, const char *fmt,
-                                                             ...);
+__attribute__((noreturn, format(printf, 4, 5))) void
+fz_fail(const char *file, int line, const char *cond, const char *fmt, ...);
 
 /* A malloc'ed copy of p[0..n) with no spare byte after it (plus a NUL that
  * is not part of the copy when nul is true), so that ASan catches a read

@@ -66,8 +66,8 @@ static void batches(void)
         int n;
         sl_codec codec;
     } v[] = {
-        {"one-record", "", 1, SL_CODEC_NONE},  {"five-records", "", 5, SL_CODEC_NONE},
-        {"lane", "feature-x", 3, SL_CODEC_NONE}, {"zstd", "", 6, SL_CODEC_ZSTD},
+        {"one-record", "", 1, SL_CODEC_NONE},          {"five-records", "", 5, SL_CODEC_NONE},
+        {"lane", "feature-x", 3, SL_CODEC_NONE},       {"zstd", "", 6, SL_CODEC_ZSTD},
         {"zstd-lane", "release-42", 4, SL_CODEC_ZSTD},
     };
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
@@ -126,8 +126,10 @@ static void log_seed(const char *name, int nbatches, bool mixed, bool roll, sl_c
     sl_log_close(log);
     sl_buf all = SL_BUF_INIT;
     static const char *const parts[] = {
-        "00000000000000000000.log",   "00000000000000000000.index",
-        "00000000000000000000.timeindex", "00000000000000000000.lanes",
+        "00000000000000000000.log",
+        "00000000000000000000.index",
+        "00000000000000000000.timeindex",
+        "00000000000000000000.lanes",
     };
     for (size_t i = 0; i < 4; i++) {
         if (i)

@@ -12,10 +12,19 @@
  *   config     server { log_format = "json", log_level = "debug" } applies;
  *              --log-format logfmt wins over it; `sluice check` refuses a
  *              bad value
- *   level      --log-level warn leaves out the info lines; bad flag values
- *              exit 2 with a usage line
- *   5xx        at info, a 503 (max_connections reached) is logged at error
+ *   level      --log-level error leaves out a 503 (a warning) but keeps the
+ *              lifecycle lines (listening on, stopping, stopped cleanly);
+ *              bad flag values exit 2 with a usage line
+ *   5xx        at info, a 503 (max_connections reached) is logged at warn
  *              with its request id, which its body carries too
+ *   burst      many 503s in a burst: at most one line a second per (status,
+ *              code), and the "N more … answers" lines account for every
+ *              503 left out (lines + suppressed counts == 503s answered)
+ *   badurl     an error body quoting a URL with bytes that are not UTF-8
+ *              (%ff), C0 and C1 controls is valid JSON (U+FFFD for the bad
+ *              byte)
+ *   reload     SIGHUP re-applies the file's log_format/log_level; a
+ *              --log-format flag keeps winning over the reloaded file
  */
 #include "itest.h"
 
@@ -116,7 +125,9 @@ static bool is_hex24(const char *s)
 static char *read_log(const it_server *s)
 {
     size_t n;
-    return (char *)tu_read_file(s->log, &n); /* NUL-terminated by testutil */
+    char *t = (char *)tu_read_file(s->log, &n);
+    t[n] = '\0'; /* tu_read_file() leaves room for it, but does not write it */
+    return t;
 }
 
 /* Checks that every line of the log is a JSON object with the four fields;
@@ -315,15 +326,54 @@ static void test_config(void **state)
     s->passed = true;
 }
 
+/* Holds the only connection of a server with max_connections = 1 (fd in
+ * *fd, caller closes) and GETs /v1/sets (X-Request-Id "PREFIX-N") until an
+ * answer is 503, which it returns (id gets its request id). Fails the test
+ * when none comes. */
+static ans hold_and_503(const it_server *s, int *fd, const char *prefix, char *id, size_t cap)
+{
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(*fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ans a = {0};
+    /* The server counts the idle connection once it accepted it. */
+    for (int i = 0; i < 300 && a.status != 503; i++) {
+        free(a.body);
+        snprintf(id, cap, "%s-%d", prefix, i);
+        a = get(s, "/v1/sets", id);
+        if (a.status != 503)
+            it_sleep_ms(10);
+    }
+    if (a.status != 503)
+        fail_msg("no 503 with one connection held: %ld %s", a.status, a.body);
+    return a;
+}
+
 static void test_level(void **state)
 {
     it_server *s = *state;
-    it_srv_start(s, "--log-level", "warn", NULL);
-    ans a = get(s, "/v1/nope", "lvl-1");
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg, "server { max_connections = 1 }\n");
+    static char keep[PATH_MAX];
+    snprintf(keep, sizeof keep, "%s", cfg);
+    static const char *args[] = {"-c", keep, "--log-level", "error", NULL};
+    it_srv_start(s, args[0], args[1], args[2], args[3], NULL);
+    /* The readiness line is there at --log-level error. */
+    for (double end = it_mono() + WAIT_S; it_mono() < end && !it_log_contains(s, IT_READY_LINE);)
+        it_sleep_ms(20);
+    assert_true(it_log_contains(s, "level=info component=server msg=\"listening on http://"));
+    int fd;
+    char id[32];
+    ans a = hold_and_503(s, &fd, "lvl", id, sizeof id);
     free(a.body);
+    close(fd);
     it_srv_stop(s, SIGTERM, WAIT_S);
-    assert_false(it_log_contains(s, "listening on"));
-    assert_false(it_log_contains(s, "lvl-1"));
+    /* The 503 (a warning) is left out, the lifecycle lines are not. */
+    assert_false(it_log_contains(s, "TooManyConnections"));
+    assert_false(it_log_contains(s, id));
+    assert_true(it_log_contains(s, "msg=\"stopping: draining buffers\""));
+    assert_true(it_log_contains(s, "msg=\"stopped cleanly\""));
 
     const char *bad[][3] = {{"--log-format", "xml", "want logfmt or json"},
                             {"--log-level", "loud", "want debug, info, warn or error"}};
@@ -341,7 +391,8 @@ static void test_level(void **state)
 }
 
 /* At info, a 5xx answer is logged with its request id: a server allowing
- * one connection, held by an idle socket, answers the next one 503. */
+ * one connection, held by an idle socket, answers the next one 503 (an
+ * expected overload answer: a warning). */
 static void test_5xx(void **state)
 {
     it_server *s = *state;
@@ -350,23 +401,10 @@ static void test_5xx(void **state)
     static char keep[PATH_MAX];
     snprintf(keep, sizeof keep, "%s", cfg);
     it_start_config(s, keep, WAIT_S);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ans a = {0};
+    int fd;
     char id[32] = "";
-    /* The server counts the idle connection once it accepted it. */
-    for (int i = 0; i < 300 && a.status != 503; i++) {
-        free(a.body);
-        snprintf(id, sizeof id, "busy-%d", i);
-        a = get(s, "/v1/sets", id);
-        if (a.status != 503)
-            it_sleep_ms(10);
-    }
+    ans a = hold_and_503(s, &fd, "busy", id, sizeof id);
     close(fd);
-    if (a.status != 503)
-        fail_msg("no 503 with one connection held: %ld %s", a.status, a.body);
     char bid[128];
     body_id(&a, bid, sizeof bid);
     assert_string_equal(bid, id);
@@ -384,10 +422,150 @@ static void test_5xx(void **state)
     char *e = strchr(l, '\n');
     if (e)
         *e = '\0';
-    if (!strstr(l, "level=error component=http") || !strstr(l, "status=503") ||
+    if (!strstr(l, "level=warn component=http") || !strstr(l, "status=503") ||
         !strstr(l, "TooManyConnections"))
         fail_msg("the 503's log line: %s", l);
     free(log);
+    s->passed = true;
+}
+
+/* Many 503s in a burst: the log holds few "answered 503" lines, and the
+ * "N more 503 TooManyConnections answers" lines (the last written at
+ * shutdown) account for every other one. */
+static void test_burst(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg, "server { max_connections = 1 }\n");
+    static char keep[PATH_MAX];
+    snprintf(keep, sizeof keep, "%s", cfg);
+    it_start_config(s, keep, WAIT_S);
+    int fd;
+    char id[32];
+    double t0 = it_mono();
+    ans a = hold_and_503(s, &fd, "first", id, sizeof id);
+    free(a.body);
+    int n503 = 1;
+    for (int i = 0; i < 200; i++) {
+        snprintf(id, sizeof id, "burst-%d", i);
+        ans b = get(s, "/v1/sets", id);
+        n503 += b.status == 503;
+        free(b.body);
+    }
+    double secs = it_mono() - t0;
+    close(fd);
+    assert_true(n503 > 100);
+    assert_int_equal(it_srv_stop(s, SIGTERM, WAIT_S) >= 0, 1);
+    int lines = it_log_count(s, "answered 503");
+    /* One line a second at most (plus the first): not one per answer. */
+    if (lines > (int)secs + 2)
+        fail_msg("%d lines for %d 503s in %.1f s", lines, n503, secs);
+    /* Every 503 left out is counted in a "N more" line. */
+    char *log = read_log(s);
+    long suppressed = 0;
+    int more_lines = 0;
+    for (char *save = NULL, *l = strtok_r(log, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(l, " more 503 TooManyConnections answers since the last message"))
+            continue;
+        more_lines++;
+        const char *v = strstr(l, " suppressed=");
+        if (!v || !strstr(l, "level=warn component=http"))
+            fail_msg("bad \"more\" line: %s", l);
+        suppressed += atol(v + 12);
+    }
+    free(log);
+    assert_true(more_lines >= 1);
+    assert_int_equal(lines + suppressed, n503);
+    s->passed = true;
+}
+
+/* An error body quoting a URL with a byte that is not UTF-8 (%ff) and
+ * control characters (C0 %01, C1 %c2%85) is valid JSON. */
+static void test_badurl(void **state)
+{
+    it_server *s = *state;
+    it_srv_start(s, NULL);
+    ans a = get(s, "/v1/sets/nope%ff%01%c2%85x/events", NULL);
+    assert_true(a.status >= 400 && a.status < 500);
+    json_error_t je;
+    json_t *j = json_loads(a.body, 0, &je);
+    if (!j)
+        fail_msg("error body is not JSON (%s): %s", je.text, a.body);
+    const char *m = json_string_value(json_object_get(j, "message"));
+    assert_non_null(m);
+    assert_non_null(strstr(m, "nope\xef\xbf\xbd\x01\xc2\x85x")); /* U+FFFD U+0001 U+0085 */
+    assert_non_null(strstr(a.body, "\\ufffd\\u0001\\u0085x"));   /* escaped, not raw */
+    json_decref(j);
+    free(a.body);
+    /* The same for a route that does not exist. */
+    a = get(s, "/v1/nope%ff", NULL);
+    assert_int_equal(a.status, 404);
+    j = json_loads(a.body, 0, &je);
+    if (!j)
+        fail_msg("error body is not JSON (%s): %s", je.text, a.body);
+    json_decref(j);
+    free(a.body);
+    s->passed = true;
+}
+
+/* Waits until the log holds text. */
+static void wait_log(const it_server *s, const char *text)
+{
+    for (double end = it_mono() + WAIT_S; it_mono() < end && !it_log_contains(s, text);)
+        it_sleep_ms(20);
+    if (!it_log_contains(s, text))
+        fail_msg("the log never held %s", text);
+}
+
+/* SIGHUP applies the reloaded file's log_format and log_level; a
+ * --log-format flag keeps winning. */
+static void test_reload(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg, "server { log_format = \"logfmt\", log_level = \"info\" }\n");
+    static char keep[PATH_MAX];
+    snprintf(keep, sizeof keep, "%s", cfg);
+    it_start_config(s, keep, WAIT_S);
+    ans a = get(s, "/v1/nope", "before-1");
+    free(a.body);
+    it_write_config(s, cfg, "server { log_format = \"json\", log_level = \"debug\" }\n");
+    kill(s->pid, SIGHUP);
+    wait_log(s, "{\"ts\":"); /* the "reloaded" line, in JSON */
+    assert_true(it_log_contains(s, "\"msg\":\"reloaded "));
+    a = get(s, "/v1/nope", "after-1");
+    free(a.body);
+    wait_log(s, "\"request_id\":\"after-1\"");    /* debug, JSON */
+    assert_false(it_log_contains(s, "before-1")); /* it was info then */
+    /* Back to the defaults when the file names none. */
+    it_write_config(s, cfg, "set \"x\" { partitions = 1 }\n");
+    kill(s->pid, SIGHUP);
+    wait_log(s, "level=info component=server msg=\"reloaded ");
+    a = get(s, "/v1/nope", "after-2");
+    free(a.body);
+    it_srv_stop(s, SIGTERM, WAIT_S);
+    assert_false(it_log_contains(s, "after-2"));
+
+    /* --log-format logfmt wins over a reloaded json; the level still
+     * follows the file. */
+    it_write_config(s, cfg, "server { log_level = \"info\" }\n");
+    static const char *args[] = {"--log-format", "logfmt", NULL};
+    for (int i = 0; args[i]; i++)
+        s->args[2 + i] = args[i]; /* after "-c FILE" */
+    s->args[4] = NULL;
+    it_restart(s, WAIT_S);
+    it_write_config(s, cfg, "server { log_format = \"json\", log_level = \"debug\" }\n");
+    int before = it_log_count(s, "msg=\"reloaded ");
+    kill(s->pid, SIGHUP);
+    for (double end = it_mono() + WAIT_S;
+         it_mono() < end && it_log_count(s, "msg=\"reloaded ") == before;)
+        it_sleep_ms(20);
+    assert_int_equal(it_log_count(s, "msg=\"reloaded "), before + 1);
+    a = get(s, "/v1/nope", "after-3");
+    free(a.body);
+    wait_log(s, "request_id=after-3");
+    it_srv_stop(s, SIGTERM, WAIT_S);
+    assert_false(it_log_contains(s, "\"request_id\":\"after-3\""));
     s->passed = true;
 }
 
@@ -401,6 +579,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_config, it_setup, it_teardown),
         cmocka_unit_test_setup_teardown(test_level, it_setup, it_teardown),
         cmocka_unit_test_setup_teardown(test_5xx, it_setup, it_teardown),
+        cmocka_unit_test_setup_teardown(test_burst, it_setup, it_teardown),
+        cmocka_unit_test_setup_teardown(test_badurl, it_setup, it_teardown),
+        cmocka_unit_test_setup_teardown(test_reload, it_setup, it_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

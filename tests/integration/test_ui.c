@@ -12,7 +12,10 @@
  *            with its event count, both rules with their lag as /v1/rules
  *            says, and the lane; then /ui/#tail=orders shows the set's
  *            events, and an event posted after the page loaded appears in
- *            the tail (the long-poll).
+ *            the tail (the long-poll); switching the tail between sets
+ *            five times aborts the old long-polls, so the new set's next
+ *            event shows within 10 s (stale ones would hold every
+ *            connection Chromium allows for 20 s).
  *   key      a server with API keys: the page asks for a key, says a wrong
  *            one is refused, keeps the right one in sessionStorage and shows
  *            the sets with it
@@ -29,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -230,9 +234,14 @@ static void cdp_start(cdp *c, const it_server *s, const char *exe)
     it_path(profile, s, "chromium-profile");
     it_path(logp, s, "chromium.log");
     snprintf(prof_arg, sizeof prof_arg, "--user-data-dir=%s", profile);
+    pid_t parent = getpid();
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* A test killed outright (no teardown) leaves no browser behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) /* it died before the prctl */
+            _exit(127);
         /* fd 3 reads commands, fd 4 writes answers. */
         int in = dup(a[0]), out = dup(b[1]);
         dup2(in, 3);
@@ -380,10 +389,11 @@ static char *cdp_eval(cdp *c, const char *expr)
 
 /* Polls expr every 100 ms until it yields want; fails the test after secs
  * showing the last value and the page's text. */
-static void wait_dom(cdp *c, const char *what, const char *expr, const char *want)
+static void wait_dom_within(cdp *c, const char *what, const char *expr, const char *want,
+                            double secs)
 {
     char *got = NULL;
-    for (double end = it_mono() + WAIT_S; it_mono() < end; it_sleep_ms(100)) {
+    for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(100)) {
         free(got);
         got = cdp_eval(c, expr);
         if (strcmp(got, want) == 0) {
@@ -394,6 +404,11 @@ static void wait_dom(cdp *c, const char *what, const char *expr, const char *wan
     char *text = cdp_eval(c, "document.body.innerText");
     fail_msg("the console does not show %s: want \"%s\", got \"%s\"; the page says:\n%s", what,
              want, got, text);
+}
+
+static void wait_dom(cdp *c, const char *what, const char *expr, const char *want)
+{
+    wait_dom_within(c, what, expr, want, WAIT_S);
 }
 
 /* The text of the cell class cls in the row data-name=name of table. */
@@ -519,6 +534,28 @@ static void test_page(void **state)
     expect_cell(&c, "tail", "<b>ui-9</b>", "ev-id", "<b>ui-9</b>");
     wait_dom(&c, "no element made from an event",
              "String(document.querySelectorAll('#tail b').length)", "0");
+
+    /* Switching the tail between sets aborts the old tail's long-polls.
+     * Five switches leave 2+2 (orders) and 1+1 (audit) old long-polls, on
+     * top of the first tail's 2: were they not aborted they would hold all
+     * of Chromium's 6 connections to the host for up to 20 s (TAIL_WAIT_MS),
+     * and the next tail (or event) would wait about that long. So each step
+     * must show within 10 s, half that (it takes milliseconds). */
+    static const char *const sets[] = {"audit", "orders", "audit", "orders", "audit"};
+    static const char *const shown[] = {"4", "9", "4", "9", "4"};
+    for (int i = 0; i < 5; i++) {
+        char js[128];
+        snprintf(js, sizeof js, "location.hash = 'tail=%s'; 'ok'", sets[i]);
+        free(cdp_eval(&c, js));
+        wait_dom_within(&c, "the tail's set", "document.getElementById('tail-set').textContent",
+                        sets[i], 10.0);
+        wait_dom_within(&c, "the backlog of the tail's set",
+                        "String(document.querySelectorAll('#tail .ev-id').length)", shown[i], 10.0);
+    }
+    it_sleep_ms(300); /* the long-polls of the last tail are sent */
+    post_ev(s, "audit", "au-5");
+    wait_dom_within(&c, "the event posted after switching the tail", TAIL_IDS,
+                    "au-1,au-2,au-3,au-4,au-5", 10.0);
     cdp_stop(&c);
     g_live = NULL;
     s->passed = true;

@@ -2,6 +2,8 @@
  * tests/unit/test_slog.c — the structured logger (core/slog.h): exact
  * logfmt and JSON lines, escaping of quotes, newlines, control characters
  * and bytes that are not UTF-8 (every JSON line parsed back with jansson),
+ * \u-escapes of C1 controls, U+2028/2029 and bidi overrides, lifecycle
+ * records written at any level,
  * key clean-up, level filtering, parsing of the flag values, and lines
  * from many threads at once never interleaving.
  */
@@ -201,6 +203,72 @@ static void test_levels_and_fd(void **state)
     close(p[1]);
 }
 
+/* C1 controls, U+2028/2029 and the bidi overrides/isolates are valid UTF-8
+ * but are \u-escaped in both formats; their neighbours (U+00A0, U+202F,
+ * U+2065, U+206A) are kept raw. */
+static void test_unsafe_codepoints(void **state)
+{
+    (void)state;
+    /* U+0085 (NEL), U+009B (CSI), U+2028, U+2029, U+202A, U+202E, U+2066,
+     * U+2069, then the kept neighbours U+00A0, U+202F, U+2065, U+206A. */
+    const char *msg = "a\xc2\x85"
+                      "b\xc2\x9b\xe2\x80\xa8\xe2\x80\xa9\xe2\x80\xaa\xe2\x80\xae"
+                      "\xe2\x81\xa6\xe2\x81\xa9|\xc2\xa0\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa";
+    const char *esc = "a\\u0085b\\u009b\\u2028\\u2029\\u202a\\u202e\\u2066\\u2069|"
+                      "\xc2\xa0\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa";
+    char want[256];
+    char *s = line(SL_SLOG_LOGFMT, SL_SLOG_INFO, "t", msg, NULL, 0);
+    snprintf(want, sizeof want, "ts=2026-11-29T20:05:12.123Z level=info component=t msg=\"%s\"\n",
+             esc);
+    assert_string_equal(s, want);
+    free(s);
+    /* A value holding only one of them gets quoted (a bare one would not
+     * be escaped). */
+    sl_slog_field kv[] = {SL_SLOG_S("v", "x\xe2\x80\xaey")};
+    s = line(SL_SLOG_LOGFMT, SL_SLOG_INFO, "t", "m", kv, 1);
+    assert_non_null(strstr(s, " v=\"x\\u202ey\"\n"));
+    free(s);
+    s = line(SL_SLOG_JSON, SL_SLOG_INFO, "t", msg, kv, 1);
+    snprintf(want, sizeof want, "\"msg\":\"%s\"", esc);
+    assert_non_null(strstr(s, want));
+    assert_non_null(strstr(s, "\"v\":\"x\\u202ey\""));
+    /* jansson reads the escapes back as the original code points. */
+    json_t *j = json_loads(s, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "msg")), msg);
+    json_decref(j);
+    free(s);
+    /* No raw byte of any of them is left in either line. */
+    for (int f = 0; f < 2; f++) {
+        s = line(f ? SL_SLOG_JSON : SL_SLOG_LOGFMT, SL_SLOG_INFO, "t", msg, kv, 1);
+        assert_null(strstr(s, "\xc2\x85"));
+        assert_null(strstr(s, "\xe2\x80\xa8"));
+        assert_null(strstr(s, "\xe2\x80\xae"));
+        assert_null(strstr(s, "\xe2\x81\xa9"));
+        free(s);
+    }
+}
+
+/* Lifecycle records are written whatever the minimum level. */
+static void test_lifecycle(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe2(p, O_NONBLOCK), 0);
+    sl_slog_set_fd(p[1]);
+    sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_ERROR);
+    sl_slog(SL_SLOG_INFO, "server", "hidden");
+    sl_slog_lifecycle("server", "listening on %s", "http://x:1");
+    char *s = drain(p[0]);
+    assert_null(strstr(s, "hidden"));
+    assert_non_null(strstr(s, "level=info component=server msg=\"listening on http://x:1\"\n"));
+    free(s);
+    sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_INFO);
+    sl_slog_set_fd(2);
+    close(p[0]);
+    close(p[1]);
+}
+
 #define THREADS 8
 #define LINES 500
 
@@ -261,7 +329,8 @@ int main(void)
         cmocka_unit_test(test_logfmt_exact), cmocka_unit_test(test_logfmt_escaping),
         cmocka_unit_test(test_json_exact),   cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_parse),        cmocka_unit_test(test_levels_and_fd),
-        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_threads),      cmocka_unit_test(test_unsafe_codepoints),
+        cmocka_unit_test(test_lifecycle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

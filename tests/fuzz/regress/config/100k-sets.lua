@@ -1,0 +1,1 @@
+for i = 1, 100000 do set ("s" .. i) { partitions = 4 } end

@@ -223,11 +223,12 @@ bench: $(BENCH_BIN) bin/sluice build/rel/tools/kafka_mock
 # integration suites in VALGRIND_ITESTS again with every server they start under
 # valgrind --error-exitcode=1 --leak-check=full (SLUICE_VALGRIND=1, itest.h;
 # docs/testing.md says which suites are left out and why: their own unscaled
-# waits or latency checks, or Lua loops valgrind makes minutes long). About 16
+# waits or latency checks, or Lua loops valgrind makes minutes long). About 18
 # minutes on 2 cores; VALGRIND_ITESTS="$(notdir $(ITEST_BIN))" runs them all.
 VALGRIND_ITESTS ?= test_server_api test_delivery test_target_http test_target_kafka test_redrive \
                    test_source_webhook test_sandbox_escape test_security test_lanes_reload \
-                   test_plugins test_lanes test_logging test_cli_status test_client test_faults
+                   test_plugins test_lanes test_logging test_cli_status test_client test_agent \
+                   test_faults
 soak: bin/sluice $(TEST_BIN) itests
 	@rc=0; SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests build/rel/itests || rc=1; \
 	rm -rf build/rel/valgrind; mkdir -p build/rel/valgrind; \

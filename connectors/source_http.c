@@ -17,13 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Connections libmicrohttpd accepts beyond max_connections, so that those get
- * a 503 answer instead of a closed socket. */
-#define CONN_HEADROOM 256
 
 /* ---- request ids ---------------------------------------------------------- */
 
@@ -270,7 +268,7 @@ static size_t utf8_len(const unsigned char *p)
  * escaped, control characters (C0, DEL and C1) as \u00XX, well-formed
  * UTF-8 kept, and every byte that is not UTF-8 (a %ff in a URL decodes to
  * one) as U+FFFD, so the body is always valid JSON. */
-static void put_json_text(sl_buf *b, const char *s)
+void sl__http_put_json_text(sl_buf *b, const char *s)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         unsigned char c = *p;
@@ -303,7 +301,7 @@ enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code
     /* Messages carry user input (set names, attribute names): escape them. */
     sl_buf b = SL_BUF_INIT;
     sl_buf_printf(&b, "{\"error\":\"%s\",\"message\":\"", code);
-    put_json_text(&b, msg);
+    sl__http_put_json_text(&b, msg);
     sl_buf_append(&b, "\"}\n", 3);
     return sl__http_reply(r, status, &b, "application/json", status == 503 ? 1 : 0);
 }
@@ -323,6 +321,8 @@ void sl__http_req_release(sl_http_req *r)
     if (atomic_fetch_sub(&r->refs, 1) != 1)
         return;
     atomic_fetch_sub(&r->h->body_bytes, r->body.len);
+    if (r->open_body)
+        atomic_fetch_sub(&r->h->open_body_bytes, r->body.len);
     sl_buf_free(&r->body);
     sl_buf_free(&r->resp);
     pthread_mutex_destroy(&r->lock);
@@ -504,8 +504,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_init(&r->lock, NULL);
         *con_cls = r;
         atomic_fetch_add(&h->active, 1);
-        /* With the headers: a refused request's body is not kept. */
-        sl__http_auth_begin(r, method, url);
+        /* With the headers: a refused request is answered now and its
+         * body never read (connection limits, Host, API key, key-free
+         * routes: source_http_auth.c). */
+        enum MHD_Result ret;
+        if (sl__http_admit(r, method, url, &ret))
+            return ret;
         if (r->post) {
             const char *cl =
                 MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -519,10 +523,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * and then: the whole body has a deadline too. */
         if (sl_clock_mono_ns() - r->start_ns > (int64_t)h->opts.request_timeout_s * 1000000000)
             return MHD_NO; /* closes the connection; nothing was stored */
-        if (r->deny_status) { /* 401/403: the body is read and dropped */
-            *upload_size = 0;
-            return MHD_YES;
-        }
         if (!r->too_big && r->body.len + *upload_size > h->opts.max_request_bytes)
             r->too_big = true;
         /* Bodies are bounded server-wide too: many large uploads at once get
@@ -533,8 +533,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             atomic_fetch_sub(&h->body_bytes, *upload_size);
             r->overloaded = true;
         }
+        /* Requests without a key on a server with keys (webhooks) share a
+         * quarter of that: strangers cannot starve key holders. */
+        if (r->open_body && !r->too_big && !r->overloaded &&
+            atomic_fetch_add(&h->open_body_bytes, *upload_size) + *upload_size >
+                h->opts.max_body_memory / 4) {
+            atomic_fetch_sub(&h->open_body_bytes, *upload_size);
+            atomic_fetch_sub(&h->body_bytes, *upload_size);
+            r->overloaded = true;
+        }
         if (!r->too_big && !r->overloaded && sl_buf_append(&r->body, upload_data, *upload_size)) {
             atomic_fetch_sub(&h->body_bytes, *upload_size);
+            if (r->open_body)
+                atomic_fetch_sub(&h->open_body_bytes, *upload_size);
             return MHD_NO;
         }
         *upload_size = 0;
@@ -555,18 +566,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   sl_strerror(r->wait_status));
         return sl__http_reply(r, (unsigned)r->resp_status, &r->resp, "application/json", 0);
     }
-    if (atomic_load(&h->conns) > (int)h->opts.max_connections) {
-        r->close = true; /* answer, then free the connection slot */
-        return sl__http_error(r, 503, "TooManyConnections",
-                              "the server has %u connections "
-                              "open, its limit; retry after a second",
-                              h->opts.max_connections);
-    }
-    enum MHD_Result denied;
-    if (sl__http_conn_over(r, &denied)) /* server.max_connections_per_ip */
-        return denied;
-    if (sl__http_auth_end(r, url, &denied)) /* 401/403 before any limit */
-        return denied;
     if (r->too_big)
         return sl__http_error(r, 413, "RequestTooLarge",
                               "the request body is over the limit "
@@ -712,7 +711,9 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     pthread_cond_init(&h->poll_cond, &ca);
     pthread_condattr_destroy(&ca);
 
-    /* An IPv4 address, or an IPv6 one (bare or in brackets: "::", "[::1]"). */
+    /* An IPv4 address, or an IPv6 one (bare or in brackets: "::", "[::1]");
+     * "localhost" is 127.0.0.1 (no resolver: it is loopback by the listen
+     * policy's definition, and IPv4 is what clients try first). */
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(opts->port)};
     struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6, .sin6_port = htons(opts->port)};
     char host6[64] = "";
@@ -722,7 +723,8 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     else
         snprintf(host6, sizeof host6, "%s", opts->host);
     bool v6 = false;
-    if (inet_pton(AF_INET, opts->host, &sa.sin_addr) != 1) {
+    const char *host4 = strcasecmp(opts->host, "localhost") == 0 ? "127.0.0.1" : opts->host;
+    if (inet_pton(AF_INET, host4, &sa.sin_addr) != 1) {
         if (inet_pton(AF_INET6, host6, &sa6.sin6_addr) != 1) {
             sl_http_stop(h);
             return sl_error_set(err, SL_EINVAL,
@@ -731,6 +733,8 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         }
         v6 = true;
     }
+    h->loopback = v6 ? IN6_IS_ADDR_LOOPBACK(&sa6.sin6_addr)
+                     : (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     /* The options that depend on the configuration go through an array. */
@@ -757,11 +761,11 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     }
     const struct sockaddr *addr = v6 ? (const struct sockaddr *)&sa6 : (const struct sockaddr *)&sa;
     h->d =
-        MHD_start_daemon(flags, opts->port, NULL, NULL, on_request, h,
+        MHD_start_daemon(flags, opts->port, sl__http_accept_policy, h, on_request, h,
                          /* first, or libmicrohttpd warns on stderr */
                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, addr,
                          MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
-                         h->opts.max_connections + CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
+                         h->opts.max_connections + SL_HTTP_CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
                          h->opts.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                          MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_NOTIFY_CONNECTION,
                          on_connection, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),

@@ -53,6 +53,10 @@ typedef struct sl_http_hooks {
      * that name. */
     int (*webhook)(void *ctx, const char *name, sl_webhook_header_fn *get, void *hctx,
                    const char *body, size_t len, sl_webhook_result *res);
+    /* Whether a source.webhook is named name: asked with the headers of
+     * POST /v1/webhooks/{name}, so that a request to no webhook is answered
+     * 404 before its body is read. NULL: every name may be one. */
+    bool (*webhook_known)(void *ctx, const char *name);
     /* After a STORE: whether the event was stored (its delivery id is then
      * remembered for dedupe) or not. */
     void (*webhook_stored)(void *ctx, const char *name, const sl_webhook_result *res,

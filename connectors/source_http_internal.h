@@ -17,6 +17,9 @@
 #include <stdbool.h>
 
 #define SL_HTTP_STATUS_MAX 600
+/* Connections accepted beyond max_connections, so that those get a 503
+ * answer instead of a closed socket (source_http.c, the accept policy). */
+#define SL_HTTP_CONN_HEADROOM 256
 /* Longest X-Request-Id taken from a client; longer ones are replaced. */
 #define SL_HTTP_REQUEST_ID_MAX 64
 
@@ -32,6 +35,11 @@ struct sl_http {
     _Atomic int active;          /* requests not yet completed */
     _Atomic int conns;           /* open connections */
     _Atomic uint64_t body_bytes; /* request bodies held in memory right now */
+    /* the part of body_bytes held by requests without an API key on a server
+     * with keys (webhooks): at most a quarter of max_body_memory, so that
+     * strangers cannot starve key holders (docs/security.md) */
+    _Atomic uint64_t open_body_bytes;
+    bool loopback; /* the listen address is loopback (Host/Origin checks without keys) */
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
     _Atomic uint64_t rejected[16]; /* per sl_event_status (source_http_ingest.c) */
     sl_http_hooks hooks;
@@ -59,15 +67,15 @@ struct sl_http_req {
     bool too_big;
     bool overloaded;      /* the server-wide body memory cap was reached */
     bool close;           /* close the connection after the answer */
+    bool open_body;       /* no key on a server with keys: body counts in open_body_bytes */
     int64_t start_ns;     /* when the headers were complete */
     /* Authorization (source_http_auth.c), decided with the headers: the
      * key used (NULL: none needed or none configured) and, for a refused
-     * request, its answer, sent once the body has been discarded. */
+     * request, its answer, sent at once without reading the body. */
     const sl_auth_key *key;
     unsigned deny_status;
     char deny_code[32];
     char deny_msg[320];
-    bool check_redrive_to; /* a non-admin redrive: publish on `to` checked with the body */
     /* The request id: the client's valid X-Request-Id, else one made up;
      * echoed in X-Request-Id, put in JSON error bodies and log lines.
      * method and url are libmicrohttpd's (valid until the request ends). */
@@ -103,6 +111,11 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
 enum MHD_Result sl__http_reply_hdrs(sl_http_req *r, unsigned status, sl_buf *body,
                                     const char *content_type, const char *const *hdrs);
 
+/* Appends s as the inside of a JSON string, always valid JSON: quotes,
+ * backslashes and control characters escaped, bytes that are not UTF-8 as
+ * U+FFFD (source_http.c). */
+void sl__http_put_json_text(sl_buf *b, const char *s);
+
 /* Queues {"error":code,"message":msg,"request_id":id} with status. */
 enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code, const char *fmt,
                                ...) __attribute__((format(printf, 4, 5)));
@@ -111,15 +124,18 @@ enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code
  * after "/ui" ("" or "/…"). */
 enum MHD_Result sl__http_ui(sl_http_req *r, const char *rest);
 
-/* Authorization of a request (source_http_auth.c), on its first call
- * (headers only): fills r->key, or r->deny_* for a refusal (401 without a
- * valid key, 403 when the key lacks the right). Never answers. */
-void sl__http_auth_begin(sl_http_req *r, const char *method, const char *url);
+/* Admission of a request on its first call, from the headers alone and
+ * before any body is read (source_http_auth.c): the connection limits
+ * (503), the Host/Origin checks of an open loopback server (403), the API
+ * key (401/403, fills r->key), and the key-free routes' method and webhook
+ * name (405/404). A refused request is answered at once (true, with *ret)
+ * and its connection closed, so its body is never read. */
+bool sl__http_admit(sl_http_req *r, const char *method, const char *url, enum MHD_Result *ret);
 
-/* On the last call (body complete): answers a refused request (true, with
- * *ret), including a redrive into a set the key may not publish to; false
- * lets the request go on to its route. */
-bool sl__http_auth_end(sl_http_req *r, const char *url, enum MHD_Result *ret);
+/* libmicrohttpd's accept policy: refuses (closes at accept) a connection
+ * from an address that already has max_connections_per_ip open, or past
+ * the server-wide cap. */
+enum MHD_Result sl__http_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 
 /* The per-client publish rate: admits n events (true), or answers 429
  * TooManyRequests with Retry-After (false, with *ret). Always true when no
@@ -132,10 +148,6 @@ bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret);
  * work at all). */
 void sl__http_conn_opened(sl_http *h, struct MHD_Connection *c, void **socket_context);
 void sl__http_conn_closed(sl_http *h, void **socket_context);
-
-/* Whether r's connection is past max_connections_per_ip: then answers 503
- * TooManyConnections (closing the connection) into *ret and returns true. */
-bool sl__http_conn_over(sl_http_req *r, enum MHD_Result *ret);
 
 /* Reads and checks a PEM certificate (chain) and its private key with
  * libcrypto: both parse, and the key belongs to the certificate. Returns 0
@@ -164,6 +176,11 @@ typedef void sl__http_published_fn(void *ctx, int status);
  * before the answer is queued. */
 enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, const char *json,
                                       size_t len, sl__http_published_fn *done, void *done_ctx);
+
+/* Whether r, a redrive into set `to`, may proceed: true, or false with a
+ * 403 answered into *ret when r's key lacks publish on `to`
+ * (source_http_auth.c). Always true without keys. */
+bool sl__http_redrive_allowed(sl_http_req *r, const char *to, enum MHD_Result *ret);
 
 /* POST /v1/webhooks/{name} (source_http_webhook.c). */
 enum MHD_Result sl__http_webhook(sl_http_req *r, const char *name);

@@ -181,15 +181,29 @@ enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name)
             return sl__http_error(r, 400, "InvalidRequest", "want {\"to\": \"SET\", \"max\": N}");
         sl_json_iter it;
         sl_json_iter_init(&it, &body);
+        bool have_max = false;
         while (sl_json_iter_member(&it, &k, &v)) {
-            if (k.len == 4 && memcmp(k.p, "\"to\"", 4) == 0) {
+            /* Members by their unescaped names ("t\u006f" is "to"); a name
+             * given twice is refused, not resolved: a check that read one
+             * and a use that read the other would disagree. */
+            char name[8];
+            size_t kn = 0;
+            if (sl_json_unescape(&k, name, sizeof name - 1, &kn))
+                continue; /* long or odd: not one of ours */
+            name[kn] = '\0';
+            bool is_to = strcmp(name, "to") == 0, is_max = strcmp(name, "max") == 0;
+            if ((is_to && have_to) || (is_max && have_max))
+                return sl__http_error(r, 400, "InvalidRequest",
+                                      "the body gives \"%s\" more than once", name);
+            if (is_to) {
                 size_t n = 0;
                 if (v.type != SL_JSON_STRING || sl_json_unescape(&v, to, sizeof to - 1, &n))
                     return sl__http_error(r, 400, "InvalidParameter",
                                           "to must be the name of a set ([A-Za-z0-9._-]{1,128})");
                 to[n] = '\0';
                 have_to = true;
-            } else if (k.len == 5 && memcmp(k.p, "\"max\"", 5) == 0) {
+            } else if (is_max) {
+                have_max = true;
                 char num[32];
                 if (v.type != SL_JSON_NUMBER || !(v.flags & SL_JSON_INTEGER) || v.len >= sizeof num)
                     return sl__http_error(r, 400, "InvalidParameter",
@@ -224,6 +238,11 @@ enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name)
     if (!sl_set_name_valid(set_name))
         return sl__http_error(r, 400, "InvalidSetName",
                               "\"%s\" is not a set name ([A-Za-z0-9._-]{1,128})", set_name);
+    /* The key needs publish on the destination actually used (publish on
+     * the DLQ was checked with the headers). */
+    enum MHD_Result denied;
+    if (!sl__http_redrive_allowed(r, to, &denied))
+        return denied;
 
     return start_job(r, set_name, to, max);
 }

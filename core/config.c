@@ -112,8 +112,11 @@ static const key server_keys[] = {
     {"max_connections", K_INT, FIELD(sl_config, max_connections), 1, 1000000, "4096",
      "open HTTP connections; past it 503 `TooManyConnections`"},
     {"max_connections_per_ip", K_INT, FIELD(sl_config, max_connections_per_ip), 0, 1000000,
-     "0 (unlimited)", "open HTTP connections from one IP address; past it 503 "
-     "`TooManyConnections`"},
+     "0 (unlimited)", "open HTTP connections from one IP address; past it new ones are closed "
+     "at accept"},
+    {"max_body_memory", K_SIZE, FIELD(sl_config, max_body_memory), 65536, INT64_MAX, "\"256MiB\"",
+     "request bodies held in memory at once, server-wide; past it 503 `Backpressure` (requests "
+     "without an API key, on a server with keys, get a quarter of it)"},
     {"log_format", K_STRING, FIELD(sl_config, log_format), 0, 0, "\"logfmt\"",
      "server log lines: \"logfmt\" or \"json\" (the `--log-format` flag wins over it)"},
     {"log_level", K_STRING, FIELD(sl_config, log_level), 0, 0, "\"info\"",
@@ -471,12 +474,13 @@ static void problem(loader *ld, int line, const char *fmt, ...)
  * back to the block's line. */
 static int key_line(loader *ld, int block_line, const char *keyname)
 {
-    /* Every look-up used to scan the file from its start, and check_block()
-     * looks up every key of every block: a big file with many blocks took
-     * hours (found by fuzzing: tests/fuzz/regress/config/). Now the start of
-     * block_line is found from the previous look-up (blocks are read in file
-     * order), the key is looked for in at most KEY_LINE_SPAN bytes, and not
- * at all once problem() stopped showing messages. */
+    /* Every look-up (one per mistake) used to scan the file from its
+     * start: a 10 MB file with 10,000 mistakes took hours (found with the
+     * hostile configs of the config fuzzer: tests/fuzz/regress/config/).
+     * Now the start of block_line is found from the previous look-up
+     * (blocks are read in file order), the key is looked for in at most
+     * KEY_LINE_SPAN bytes, and not at all once problem() stopped showing
+     * messages. */
     const char *s = ld->cfg->source, *end = s + ld->cfg->source_len, *p = s;
     int line = 1;
     if (ld->nerrors >= CONFIG_MAX_PROBLEMS) /* the message will not be shown */
@@ -2058,8 +2062,8 @@ static int walk(lua_State *L)
     /* A budget the instruction budget cannot give: reading a declaration
      * costs C time that grows with those read before it (duplicate look-ups,
      * arrays grown one element at a time), so a one-line loop declaring
-     * 100,000 sets kept `sluice check` busy for two minutes (found by
-     * fuzzing: tests/fuzz/regress/config/). */
+     * 100,000 sets kept `sluice check` busy for two minutes (found with the
+     * hostile configs of the config fuzzer: tests/fuzz/regress/config/). */
     if (luaL_len(L, decls) > CONFIG_MAX_DECLS) {
         lua_geti(L, decls, CONFIG_MAX_DECLS + 1);
         lua_getfield(L, -1, "line");

@@ -116,8 +116,10 @@ int64_t sl_ratelimit_take(sl_ratelimit *rl, const char *client, double n, int64_
     if (n < 1)
         n = 1;
     pthread_mutex_lock(&rl->lock);
-    /* Sweep at most once per refill period of a whole bucket, or when full. */
-    if (rl->n >= rl->max ||
+    /* Sweep once per refill period of a whole bucket, and when the table is
+     * full, but then at most once a second: a sweep scans every slot under
+     * the lock, and a flood of new clients must not make each call do it. */
+    if ((rl->n >= rl->max && now_ns - rl->swept_ns >= 1000000000) ||
         now_ns - rl->swept_ns > (int64_t)(rl->burst / rl->rate * 1e9) + 1000000000) {
         sweep(rl, now_ns);
         rl->swept_ns = now_ns;
@@ -132,9 +134,10 @@ int64_t sl_ratelimit_take(sl_ratelimit *rl, const char *client, double n, int64_
         j = (j + 1) & (rl->cap - 1);
     }
     if (!b) {
-        if (rl->n >= rl->max) { /* too many clients at once: wait for a sweep */
+        if (rl->n >= rl->max) { /* too many clients at once: wait for the next sweep */
+            int64_t wait_ms = (rl->swept_ns + 1000000000 - now_ns) / 1000000 + 1;
             pthread_mutex_unlock(&rl->lock);
-            return 1000;
+            return wait_ms > 0 ? wait_ms : 1;
         }
         b = &rl->v[j];
         b->used = true;

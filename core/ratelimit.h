@@ -13,7 +13,8 @@
  * Buckets of clients gone quiet are forgotten once full again, so the table
  * stays as small as the set of clients active in the last burst/rate
  * seconds (at most max_clients; past that, new clients are refused until
- * old ones are forgotten).
+ * old ones are forgotten: a full table is swept at most once a second, and
+ * a refused new client is told to wait until the next sweep).
  *
  * Thread safety: every function may be called from any thread (one mutex).
  */

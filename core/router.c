@@ -328,6 +328,15 @@ static int webhook(void *ctx, const char *name, sl_webhook_header_fn *get, void 
     return w ? 0 : SL_ENOENT;
 }
 
+static bool webhook_known(void *ctx, const char *name)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    bool known = sl_sources_webhook(r->sources, name) != NULL;
+    pthread_rwlock_unlock(&r->lock);
+    return known;
+}
+
 static void webhook_stored(void *ctx, const char *name, const sl_webhook_result *res, bool stored)
 {
     sl_router *r = ctx;
@@ -355,6 +364,7 @@ void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
                            .replay = replay,
                            .replays_json = replays_json,
                            .webhook = webhook,
+                           .webhook_known = webhook_known,
                            .webhook_stored = webhook_stored,
                            .sources_json = sources_json,
                            .lanes_json = lanes_json,

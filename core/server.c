@@ -277,6 +277,7 @@ int sl_cli_serve_main(int argc, char **argv)
         ho.burst = (double)cfg->burst;
         ho.max_connections = (unsigned)cfg->max_connections;
         ho.max_connections_per_ip = (unsigned)cfg->max_connections_per_ip;
+        ho.max_body_memory = cfg->max_body_memory;
         sl_error aerr = {0};
         if (cfg->napi_keys && sl_auth_new(cfg->api_keys, cfg->napi_keys, &auth, &aerr)) {
             fprintf(stderr, "sluice serve: %s: %s\n", cfg->path, aerr.msg);

@@ -324,9 +324,17 @@ static void test_rate_forgets(void **state)
         assert_int_equal(sl_ratelimit_take(rl, name, 50, t), 0);
     }
     assert_int_equal(sl_ratelimit_clients(rl), 4);
-    /* A fifth client while the four are still busy: told to wait. */
-    assert_true(sl_ratelimit_take(rl, "c4", 1, t) > 0);
-    /* Once their buckets are full again they are forgotten. */
+    /* A fifth client while the four are still busy: told to wait (a full
+     * table was swept now, freeing nothing). */
+    int64_t w = sl_ratelimit_take(rl, "c4", 1, t);
+    assert_true(w > 0 && w <= 1001);
+    /* Their buckets are full again after 0.5 s, but a full table is swept
+     * at most once a second: still waiting, told until when. */
+    w = sl_ratelimit_take(rl, "c4", 1, t + 6 * SEC / 10);
+    assert_true(w > 0 && w <= 401);
+    assert_int_equal(sl_ratelimit_clients(rl), 4);
+    /* At the next sweep they are forgotten. */
+    assert_int_equal(sl_ratelimit_take(rl, "c4", 1, t + 6 * SEC / 10 + w * 1000000), 0);
     assert_int_equal(sl_ratelimit_take(rl, "c4", 1, t + 3 * SEC), 0);
     assert_int_equal(sl_ratelimit_clients(rl), 1);
     /* And many clients over time never grow the table past its bound. */

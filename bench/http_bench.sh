@@ -400,10 +400,12 @@ bs_conns() { # bs_conns B: connections for B events per POST, even, 2-32
 if has_row batchsize; then
     note "throughput against events per POST (ndjson, ack=buffer)"
     for b in $BATCHES; do
-        start_server refb "$TMP/refb.log" "$REF_BIN" --listen 127.0.0.1:0 --batch "$b"
+        # A log of its own: start_server reads the port from it, and the
+        # previous server's log may not be truncated yet when it looks.
+        start_server refb "$TMP/refb$b.log" "$REF_BIN" --listen 127.0.0.1:0 --batch "$b"
         # shellcheck disable=SC2154 # both set by start_server
         { PORT[refb]=$PORT_refb; PID[refb]=$PID_refb; }
-        LOG[refb]=$TMP/refb.log
+        LOG[refb]=$TMP/refb$b.log
         for side in buffer refb; do
             run_wrk "$side" bench/http/post.lua "$(bs_conns "$b")" "$THREADS" "ndjson, $b per POST" \
                 ndjson "bs$b" "$b" "$EVENT_BYTES" 0 "${TAG}z$b" "$THREADS"

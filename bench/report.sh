@@ -42,6 +42,8 @@ md=$OUT/latest.md
     echo "- total run time: $((total / 60)) min $((total % 60)) s; per benchmark (1-min load average at its start):" \
         "$(awk -F '\t' '$1 == "bench" {printf "%s%s %d s%s%s", n++ ? ", " : "", $2, $3, $5 != "" ? " at load " $5 : "", $4 == "ok" ? "" : " (" $4 ")"}' "$META")"
     echo "- sizes: \`$(meta sizes)\`"
+    # "note" lines: anything a person added to META about this run.
+    awk -F '\t' '$1 == "note" {print "- note: " $2}' "$META"
     echo
     awk -F '\t' '
     # Numbers by unit: rates as k/M, times and ratios with 2-3 decimals.

@@ -358,7 +358,9 @@ void sl_http_set_auth(sl_http *h, const sl_auth *auth)
 
 /* ---- the per-client publish rate --------------------------------------------- */
 
-/* "key:NAME" for a request made with a key, else "ip:ADDRESS". */
+/* "key:NAME" for a request made with a key, else "ip:ADDRESS", where an
+ * IPv6 address (not v4-mapped) stands for its /64: a host usually has a
+ * whole /64 and could otherwise take a bucket per address. */
 static void client_of(sl_http_req *r, char *out, size_t cap)
 {
     if (r->key) {
@@ -368,16 +370,22 @@ static void client_of(sl_http_req *r, char *out, size_t cap)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char ip[INET6_ADDRSTRLEN] = "?";
+    const char *suffix = "";
     if (ci && ci->client_addr) {
         const struct sockaddr *sa = ci->client_addr;
-        if (sa->sa_family == AF_INET)
+        if (sa->sa_family == AF_INET) {
             inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, ip,
                       sizeof ip);
-        else if (sa->sa_family == AF_INET6)
-            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, ip,
-                      sizeof ip);
+        } else if (sa->sa_family == AF_INET6) {
+            struct in6_addr a = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+            if (!IN6_IS_ADDR_V4MAPPED(&a)) {
+                memset(a.s6_addr + 8, 0, 8);
+                suffix = "/64";
+            }
+            inet_ntop(AF_INET6, &a, ip, sizeof ip);
+        }
     }
-    snprintf(out, cap, "ip:%s", ip);
+    snprintf(out, cap, "ip:%s%s", ip, suffix);
 }
 
 bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret)

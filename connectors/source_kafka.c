@@ -49,6 +49,27 @@
 #define PROBE_INTERVAL_MS 3000          /* brokers down: ask for metadata this often */
 #define MAX_CE_HEADERS SL_EVENT_MAX_MEMBERS
 #define COMMIT_WAIT_MS 5000             /* a synchronous commit waits at most this long */
+#define SETTLE_WAIT_MS 10000            /* closing waits this long for a first assignment (below) */
+
+/* librdkafka before 2.3.0 (issue #4312, fixed by its PR #4381) aborts the
+ * process (`Assertion 'assignor_state' failed` in
+ * rd_kafka_sticky_assignor_state_destroy) when a consumer is destroyed after
+ * its group chose the cooperative-sticky assignor and before its first
+ * assignment: the group's assignor is set when the JoinGroup answer arrives,
+ * the sticky assignor's state only when a SyncGroup answer does, and
+ * destroying the group handle destroyed that state without checking it.
+ * The window is not short: it lasts as long as the group rebalances (a
+ * member slow to rejoin holds it for up to max.poll.interval.ms; SyncGroup
+ * errors make the member join again and again), and in 2.0.2 a JoinGroup
+ * answer arriving while the consumer closes is still applied. No wait at
+ * close can therefore make a stop or reload safe, so with such a librdkafka
+ * sluice uses the eager assignors (range, roundrobin), which keep no state
+ * and are immune; cooperative-sticky is used from 2.3.0 on. A
+ * partition.assignment.strategy in properties still wins: with
+ * cooperative-sticky on an old librdkafka, closing first waits (at most
+ * SETTLE_WAIT_MS) for the first assignment, which covers the common case of
+ * a stop right after the start (docs/sources.md). */
+#define COOP_SAFE_VERSION 0x020300ff
 
 /* One event made by the consumer thread, waiting in a chunk for the emit
  * thread: its JSON at arena[off, off + len), its lane (NUL-terminated) at
@@ -92,6 +113,8 @@ typedef struct kafka_source {
     bool started, emitting;
     atomic_bool stop;
     bool in_loop; /* the consumer thread runs the loop: revocations are deferred to it */
+    bool coop_risk; /* cooperative-sticky on a librdkafka < 2.3.0: close() waits (above) */
+    atomic_bool assigned_once; /* an assignment (maybe empty) came: the assignor has its state */
 
     /* Consumer thread. */
     rd_kafka_topic_partition_list_t *revoking; /* revoked, to unassign after the commit */
@@ -139,6 +162,13 @@ static int64_t mono_ms(void)
 /* ---- configuration ------------------------------------------------------------ */
 
 /* Properties sluice must own for its delivery guarantee. */
+/* Whether the librdkafka in use (at run time, not the headers') can close
+ * a cooperative-sticky consumer at any moment (above). */
+static bool coop_safe(void)
+{
+    return rd_kafka_version() >= COOP_SAFE_VERSION;
+}
+
 static bool reserved(const char *name)
 {
     return strcmp(name, "enable.auto.commit") == 0 || strcmp(name, "enable.auto.offset.store") == 0;
@@ -167,7 +197,8 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, cons
     if (!rc)
         rc = sl_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (!rc)
-        rc = sl_kafka_conf_set(conf, "partition.assignment.strategy", "cooperative-sticky", err);
+        rc = sl_kafka_conf_set(conf, "partition.assignment.strategy",
+                               coop_safe() ? "cooperative-sticky" : "range,roundrobin", err);
     if (!rc)
         rc = sl_kafka_conf_set(conf, "auto.offset.reset", cfg->from_beginning ? "earliest" : "latest", err);
     /* librdkafka's default (100000) makes its fetcher pause whenever the
@@ -298,6 +329,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         else
             rd_kafka_assign(rk, parts);
         assignment_update(k, parts, true);
+        atomic_store(&k->assigned_once, true);
         break;
     case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
         if (k->in_loop) {
@@ -1236,6 +1268,21 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
         rd_kafka_conf_destroy(conf);
         return NULL;
     }
+    if (!coop_safe()) {
+        char strat[256];
+        size_t sz = sizeof strat;
+        if (rd_kafka_conf_get(conf, "partition.assignment.strategy", strat, &sz) ==
+                RD_KAFKA_CONF_OK &&
+            strstr(strat, "cooperative-sticky")) {
+            k->coop_risk = true;
+            k->host->log(k->host->ctx,
+                         "source.kafka: librdkafka %s aborts when a cooperative-sticky "
+                         "consumer closes before its first assignment (fixed in 2.3.0): a "
+                         "stop or reload waits up to %d s for it; an eager "
+                         "partition.assignment.strategy avoids this",
+                         rd_kafka_version_str(), SETTLE_WAIT_MS / 1000);
+        }
+    }
     rd_kafka_conf_set_opaque(conf, k);
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
     rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
@@ -1359,6 +1406,30 @@ static int kafka_open(const sl_source_config *cfg, const sl_source_host *host, v
     return 0;
 }
 
+/* Only with coop_risk (see SETTLE_WAIT_MS): before closing, polls the
+ * consumer until its first assignment arrives (served by on_rebalance;
+ * records polled meanwhile are dropped without storing their offsets: they
+ * are read again), at most SETTLE_WAIT_MS, and not while every broker is
+ * known down (no JoinGroup answer can come then). */
+static void settle_group(kafka_source *k)
+{
+    if (!k->coop_risk || atomic_load(&k->assigned_once))
+        return;
+    rd_kafka_message_t *msgs[64];
+    int64_t end = mono_ms() + SETTLE_WAIT_MS;
+    while (!atomic_load(&k->assigned_once) && !atomic_load(&k->brokers_down) &&
+           !atomic_load(&k->fatal) && mono_ms() < end) {
+        ssize_t n = rd_kafka_consume_batch_queue(k->q, POLL_MS, msgs, 64);
+        for (ssize_t i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+    }
+    if (!atomic_load(&k->assigned_once) && !atomic_load(&k->brokers_down))
+        k->host->log(k->host->ctx,
+                     "source.kafka: closing before the group's first assignment "
+                     "(librdkafka %s may abort here: see docs/sources.md)",
+                     rd_kafka_version_str());
+}
+
 static void kafka_close(void *impl)
 {
     kafka_source *k = impl;
@@ -1374,6 +1445,7 @@ static void kafka_close(void *impl)
      * (bounded, and skipped while every broker is down: a stop or reload
      * is not held for the session timeout). */
     commit_sync(k, "final");
+    settle_group(k);
     rd_kafka_queue_destroy(k->q);
     rd_kafka_consumer_close(k->rk); /* leaves the group (its revocation is applied at once) */
     rd_kafka_destroy(k->rk);

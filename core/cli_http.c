@@ -3,6 +3,7 @@
  * `sluice tail` (see core/cli_http.h).
  */
 #include "core/cli_http.h"
+#include "core/auth.h"
 #include "core/clock.h"
 
 #include <curl/curl.h>
@@ -202,6 +203,36 @@ static bool add_header(struct curl_slist **list, const char *name, const char *v
     return true;
 }
 
+/* An API key sent over plain HTTP to another machine can be read on the
+ * way: said once per process on stderr (the request still goes: a trusted
+ * network or a tunnel may make it fine). */
+static void warn_cleartext(const char *url)
+{
+    static bool warned;
+    if (warned || strncasecmp(url, "http://", 7) != 0)
+        return;
+    const char *p = url + 7, *end = p + strcspn(p, "/?#");
+    const char *at = memchr(p, '@', (size_t)(end - p));
+    if (at)
+        p = at + 1;
+    char host[256];
+    size_t n = (size_t)(end - p);
+    if (n >= sizeof host)
+        n = sizeof host - 1;
+    memcpy(host, p, n);
+    host[n] = '\0';
+    char *colon = host[0] == '[' ? strstr(host, "]:") : strrchr(host, ':');
+    if (colon)
+        colon[host[0] == '[' ? 1 : 0] = '\0';
+    if (sl_auth_host_loopback(host))
+        return;
+    warned = true;
+    fprintf(stderr,
+            "sluice: warning: sending an API key over plain http:// to %s: anyone on the "
+            "path can read it; use https:// (docs/security.md)\n",
+            host);
+}
+
 int sl_cli_http_prepare(sl_cli_http *h, const char *method, const char *url,
                         const char *content_type, const char *lane, const void *body, size_t len,
                         long timeout_ms)
@@ -221,6 +252,8 @@ int sl_cli_http_prepare(sl_cli_http *h, const char *method, const char *url,
     if (ok && lane && *lane)
         ok = add_header(&h->headers, "X-Sluice-Lane", lane);
     const char *key = api_key();
+    if (key)
+        warn_cleartext(url);
     if (ok && key && strlen(key) < 900) { /* longer cannot be a key: the server says 401 */
         char v[920];
         snprintf(v, sizeof v, "Bearer %s", key);

@@ -118,9 +118,11 @@ static const key server_keys[] = {
      "request bodies held in memory at once, server-wide; past it 503 `Backpressure` (requests "
      "without an API key, on a server with keys, get a quarter of it)"},
     {"log_format", K_STRING, FIELD(sl_config, log_format), 0, 0, "\"logfmt\"",
-     "server log lines: \"logfmt\" or \"json\" (the `--log-format` flag wins over it)"},
+     "server log lines: \"logfmt\" or \"json\" (the `--log-format` flag wins over it); "
+     "re-applied on reload"},
     {"log_level", K_STRING, FIELD(sl_config, log_level), 0, 0, "\"info\"",
-     "lowest level logged: \"debug\", \"info\", \"warn\" or \"error\" (`--log-level` wins)"},
+     "lowest level logged: \"debug\", \"info\", \"warn\" or \"error\" (`--log-level` wins); "
+     "re-applied on reload"},
 };
 
 /* server.api_keys.NAME { … } (core/auth.h). */
@@ -128,7 +130,8 @@ static const key api_key_keys[] = {
     {"sha256", K_STRING, FIELD(sl_auth_key_config, sha256), 0, 0, "required",
      "SHA-256 of the token, 64 hex digits (`sluice key new` prints it; never the token)"},
     {"publish", K_STRINGS, FIELD(sl_auth_key_config, publish), 0, 0, "none",
-     "set names or globs (`\"audit.*\"`, `\"*\"`) the key may publish to (and redrive into)"},
+     "set names or globs (`\"audit.*\"`, `\"*\"`) the key may publish to (and redrive into "
+     "and out of)"},
     {"read", K_STRINGS, FIELD(sl_auth_key_config, read), 0, 0, "none",
      "set names or globs whose events and details the key may read"},
     {"admin", K_BOOL, FIELD(sl_auth_key_config, admin), 0, 0, "false",

@@ -389,6 +389,12 @@ int sl_cli_serve_main(int argc, char **argv)
                 "insecure: no API keys on %s, beyond loopback; every client that reaches the "
                 "port may use the whole API",
                 host);
+    if (!loopback && sl_auth_count(auth) && !tls_cert[0])
+        sl_slog(SL_SLOG_WARN, "server",
+                "API keys travel in cleartext: %s is beyond loopback and served over plain "
+                "HTTP, so anyone on the path can read a token and use it; serve HTTPS "
+                "(server.tls_cert and tls_key) or put a TLS proxy in front (docs/security.md)",
+                host);
     ho.auth = auth;
     ho.tls_cert = tls_cert[0] ? tls_cert : NULL;
     ho.tls_key = tls_key[0] ? tls_key : NULL;

@@ -23,6 +23,17 @@
  *   rate         429 with Retry-After past `rate`, per client; the same
  *                request passes after waiting what Retry-After said; keys
  *                have separate buckets
+ *   host         without keys on loopback: a Host that is not a loopback
+ *                name (DNS rebinding) and, on writes, a foreign Origin get
+ *                403; loopback names, the server's own Origin and none pass
+ *   body_share   stalled webhook uploads (no key) cannot take the body
+ *                memory a key holder's publish needs
+ * Also in rights/limits: requests refused from their headers (401, 403,
+ * 405 on /healthz and /ui, unknown webhooks) are answered at once without
+ * waiting for their body; redrive needs publish on the DLQ and on the `to`
+ * it uses (a `to` given twice is 400); connections past
+ * max_connections_per_ip are closed at accept; 403 bodies stay JSON for
+ * names that are not UTF-8; the cleartext-key warnings; --listen localhost.
  */
 #include "itest.h"
 #include "receiver.h"
@@ -785,9 +796,43 @@ static void test_listen(void **state)
                     addr, h);
     assert_true(start_raw(s, (const char *const[]){"-c", cfg, "--data", s->data, NULL}, &status));
     assert_true(it_log_contains(s, "1 API key required"));
+    /* Keys without TLS beyond loopback: tokens travel in cleartext, said. */
+    assert_true(it_log_contains(s, "API keys travel in cleartext"));
     s->port = port;
     expect(call(s, "GET", "/v1/sets", NULL, NULL, NULL), 401, "Unauthorized", NULL);
     expect(call(s, "GET", "/v1/sets", T_OPS, NULL, NULL), 200, NULL);
+    /* The CLI says so too, once, when it sends a key over http:// to a
+     * host that is not loopback (0.0.0.0 reaches this machine); not to
+     * 127.0.0.1. */
+    {
+        char srv[64], lo[64];
+        snprintf(srv, sizeof srv, "http://0.0.0.0:%d", port);
+        snprintf(lo, sizeof lo, "http://127.0.0.1:%d", port);
+        char *out = NULL, *err = NULL;
+        int rc = it_run(s, NULL, &out, &err,
+                        (const char *const[]){"status", "--server", srv, "--api-key", T_OPS, NULL},
+                        WAIT_S);
+        if (rc != 0 || !strstr(err, "warning: sending an API key over plain http:// to 0.0.0.0"))
+            fail_msg("status over http:// to 0.0.0.0: exit %d, stderr: %s", rc, err);
+        assert_null(strstr(strstr(err, "warning: sending") + 1, "warning: sending"));
+        free(out);
+        free(err);
+        rc = it_run(s, NULL, &out, &err,
+                    (const char *const[]){"status", "--server", lo, "--api-key", T_OPS, NULL},
+                    WAIT_S);
+        assert_int_equal(rc, 0);
+        assert_null(strstr(err, "warning"));
+        free(out);
+        free(err);
+    }
+    it_srv_stop(s, SIGTERM, WAIT_S);
+
+    /* --listen localhost:PORT is 127.0.0.1 (loopback, no keys needed). */
+    char lh[64];
+    snprintf(lh, sizeof lh, "localhost:%d", port);
+    assert_true(start_raw(s, (const char *const[]){"--data", s->data, "--listen", lh, NULL},
+                          &status));
+    assert_int_equal(it_status_of(port, "/healthz"), 200);
     it_srv_stop(s, SIGTERM, WAIT_S);
 
     /* The embedded default: loopback, and it says so. */

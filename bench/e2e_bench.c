@@ -835,7 +835,7 @@ static int send_run(send_job *j)
 /* ---- results -------------------------------------------------------------------------- */
 
 typedef struct {
-    double eps;           /* delivered events/s */
+    double eps;                      /* delivered events/s */
     double p50, p90, p99, p999, max; /* ms */
     long dups, retries;
     double cpu, cpu_mock;   /* cores used during the run: sluice (or kcat), the mock */
@@ -1375,7 +1375,8 @@ static void tsv_latency(const char *key, const char *ack, double rate, const res
 {
     static const char *name[] = {"p50", "p90", "p99", "p99.9"};
     static const char *id[] = {"p50", "p90", "p99", "p999"};
-    double v[] = {s->p50, s->p90, s->p99, s->p999}, rv[] = {ref->p50, ref->p90, ref->p99, ref->p999};
+    double v[] = {s->p50, s->p90, s->p99, s->p999};
+    double rv[] = {ref->p50, ref->p90, ref->p99, ref->p999};
     for (int i = 0; i < 4; i++) {
         char k[64], fig[160];
         snprintf(k, sizeof k, "e2e.lat_%s_%s", key, id[i]);
@@ -1713,7 +1714,8 @@ out:
         fmt_rate(b, sizeof b, paced_ref.eps);
         printf("| 1c … delivered (achieved rate) | %s ev/s | %s ev/s | %.2f | - | - | | |\n", a, b,
                paced_ref.eps > 0 ? paced.eps / paced_ref.eps : 0);
-        snprintf(fig, sizeof fig, "1c target.http, paced %.0fk ev/s, ack=buffer: achieved delivery rate",
+        snprintf(fig, sizeof fig,
+                 "1c target.http, paced %.0fk ev/s, ack=buffer: achieved delivery rate",
                  rate / 1000);
         sl_bench_tsv_row("e2e.http_paced_eps", fig, "ev/s", paced.eps, REF_DIRECT, paced_ref.eps,
                          paced_ref.eps > 0 ? paced.eps / paced_ref.eps : NAN, NULL,

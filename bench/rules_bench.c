@@ -1148,12 +1148,8 @@ static int parse_groups(unsigned *out, sl_error *err)
     static const struct {
         const char *name;
         unsigned bit;
-    } groups[] = {{"match", G_MATCH},
-                  {"ruleset", G_RULESET},
-                  {"transform", G_TRANSFORM},
-                  {"filter", G_FILTER},
-                  {"proxy", G_PROXY},
-                  {"diag", G_DIAG}};
+    } groups[] = {{"match", G_MATCH},   {"ruleset", G_RULESET}, {"transform", G_TRANSFORM},
+                  {"filter", G_FILTER}, {"proxy", G_PROXY},     {"diag", G_DIAG}};
     const char *s = getenv("SLUICE_BENCH_ROWS");
     if (!s || !*s) {
         *out = G_MATCH | G_RULESET | G_TRANSFORM | G_FILTER | G_PROXY | G_DIAG;

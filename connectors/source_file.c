@@ -71,16 +71,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define READ_BUF (1u << 20)         /* one read(2) at most */
-#define ROUND_BYTES (4u << 20)      /* read from one file per round, for fairness */
-#define FP_MAX 256                  /* fingerprint: CRC-32C of the first bytes */
-#define MAX_OPEN 256                /* open descriptors per instance */
-#define FLUSH_EVENTS 8192           /* a batch ends at this many events … */
-#define FLUSH_BYTES (1u << 20)      /* … or this many line bytes */
-#define ROTATE_GRACE_MS 1000        /* a gone file is kept this long after its last data */
-#define SYNC_EVERY_MS 1000          /* fdatasync of the positions at most this often */
-#define TOMBSTONES 1024             /* positions of forgotten files kept (in memory) */
-#define RETRY_MS 200                /* a failed flush is tried again after this long */
+#define READ_BUF (1u << 20)    /* one read(2) at most */
+#define ROUND_BYTES (4u << 20) /* read from one file per round, for fairness */
+#define FP_MAX 256             /* fingerprint: CRC-32C of the first bytes */
+#define MAX_OPEN 256           /* open descriptors per instance */
+#define FLUSH_EVENTS 8192      /* a batch ends at this many events … */
+#define FLUSH_BYTES (1u << 20) /* … or this many line bytes */
+#define ROTATE_GRACE_MS 1000   /* a gone file is kept this long after its last data */
+#define SYNC_EVERY_MS 1000     /* fdatasync of the positions at most this often */
+#define TOMBSTONES 1024        /* positions of forgotten files kept (in memory) */
+#define RETRY_MS 200           /* a failed flush is tried again after this long */
 #define DEFAULT_TYPE "sluice.file.line"
 #define POSITIONS "positions"
 #define POSITIONS_HEADER "# sluice source.file positions v1\n"
@@ -91,7 +91,7 @@ typedef struct sf_file {
     char *src; /* CloudEvent source of its lines: "file://PATH" (NULL: cfg->source) */
     dev_t dev;
     ino_t ino;
-    int fd; /* -1 when closed (not opened yet, or recycled) */
+    int fd;             /* -1 when closed (not opened yet, or recycled) */
     uint64_t off;       /* the next byte read(2) gives */
     uint64_t done;      /* bytes before it became events or were dropped */
     uint64_t committed; /* acknowledged: what the positions file says */
@@ -139,9 +139,9 @@ typedef struct sf {
     const sl_source_host *host;
     pthread_t thread;
     bool started;
-    int wake_fd;     /* eventfd: stop() wakes the thread's poll(2) */
-    int ino_fd;      /* inotify, or -1: polling only */
-    atomic_bool halt; /* stop() was called, or flush() said SL_ESHUTDOWN */
+    int wake_fd;            /* eventfd: stop() wakes the thread's poll(2) */
+    int ino_fd;             /* inotify, or -1: polling only */
+    atomic_bool halt;       /* stop() was called, or flush() said SL_ESHUTDOWN */
     atomic_bool stop_asked; /* stop() was called */
     regex_t re;
     bool has_re;
@@ -152,20 +152,20 @@ typedef struct sf {
     size_t nopen;
     sf_pos *stored; /* positions of files not followed: from the last run, tombstones */
     size_t nstored;
-    sl_buf rebuf;   /* a NUL-terminated copy of a line for regexec */
+    sl_buf rebuf; /* a NUL-terminated copy of a line for regexec */
     sf_watch *watches;
     size_t nwatches;
-    char *rbuf;     /* READ_BUF bytes */
-    sl_buf out;     /* what parse functions return */
-    sl_buf posbuf;  /* the positions file being written */
+    char *rbuf;    /* READ_BUF bytes */
+    sl_buf out;    /* what parse functions return */
+    sl_buf posbuf; /* the positions file being written */
     char *pos_path, *pos_tmp;
-    char *dir;      /* the pattern's literal folder (for health) */
+    char *dir; /* the pattern's literal folder (for health) */
     size_t batch_events, batch_bytes;
-    bool dirty;     /* positions to write even without a batch */
+    bool dirty; /* positions to write even without a batch */
     int64_t synced_ms;
-    int64_t now;    /* monotonic ms, refreshed per round */
-    bool initial;   /* the first scan of this instance */
-    bool first;     /* no positions file existed: the source's first start, `start` applies */
+    int64_t now;  /* monotonic ms, refreshed per round */
+    bool initial; /* the first scan of this instance */
+    bool first;   /* no positions file existed: the source's first start, `start` applies */
     /* counters (read by metrics() from other threads) */
     atomic_uint_fast64_t n_files, n_lines, n_bytes, n_rotations, n_truncations, n_parse_errors,
         n_skipped, n_refused;
@@ -418,8 +418,8 @@ static void load_positions(sf *s)
             path++;
         path[strcspn(path, "\n")] = 0;
         stored_add(s,
-                   (sf_pos){(dev_t)dev, (ino_t)ino, (uint64_t)off,
-                            fplen > FP_MAX ? FP_MAX : fplen, crc, NULL, true},
+                   (sf_pos){(dev_t)dev, (ino_t)ino, (uint64_t)off, fplen > FP_MAX ? FP_MAX : fplen,
+                            crc, NULL, true},
                    *path ? path : NULL);
     }
     fclose(fp);
@@ -560,7 +560,8 @@ static void consume(sf *s, sf_file *f, const char *data, size_t n, uint64_t base
         }
         /* The line's content, a trailing '\r' left out. */
         size_t have = f->line.len + seg;
-        bool cr = nl && (seg ? p[seg - 1] == '\r' : (f->line.len && f->line.data[f->line.len - 1] == '\r'));
+        bool cr = nl && (seg ? p[seg - 1] == '\r'
+                             : (f->line.len && f->line.data[f->line.len - 1] == '\r'));
         size_t content = have - (cr ? 1 : 0);
         if (content > max || (!nl && have > max)) {
             if (s->cfg->split_long) {
@@ -581,8 +582,10 @@ static void consume(sf *s, sf_file *f, const char *data, size_t n, uint64_t base
                 p += take;
             } else {
                 atomic_fetch_add(&s->n_skipped, 1);
-                s->host->log(s->host->ctx, "%s: a line at byte %" PRIu64 " is longer than %" PRIu64
-                             " bytes: skipped", f->path, f->done, max);
+                s->host->log(s->host->ctx,
+                             "%s: a line at byte %" PRIu64 " is longer than %" PRIu64
+                             " bytes: skipped",
+                             f->path, f->done, max);
                 f->line.len = 0;
                 f->split_cont = false;
                 if (nl) {
@@ -882,8 +885,10 @@ static void file_add(sf *s, const char *path, const struct stat *st)
             f->fp = p->fp;
             f->fp_len = p->fp_len;
         } else {
-            s->host->log(s->host->ctx, "%s changed since its position was stored: reading it "
-                         "from the start", path);
+            s->host->log(s->host->ctx,
+                         "%s changed since its position was stored: reading it "
+                         "from the start",
+                         path);
         }
         stored_remove(s, (size_t)k);
     } else {
@@ -965,20 +970,23 @@ static void resume_rotated(sf *s)
         struct stat st;
         int fd = find_stored(p, path, sizeof path, &st);
         if (fd < 0 && p->path && !parent_ok(p->path)) {
-            s->host->log(s->host->ctx, "%s: its folder cannot be read now; it is read from byte "
-                         "%" PRIu64 " if it comes back", p->path, p->off);
+            s->host->log(s->host->ctx,
+                         "%s: its folder cannot be read now; it is read from byte "
+                         "%" PRIu64 " if it comes back",
+                         p->path, p->off);
             continue;
         }
         if (fd < 0) {
-            s->host->log(s->host->ctx, "%s (inode %llu) went away while sluice was stopped and "
-                         "was not found: what was written to it after byte %" PRIu64
-                         " is not read", p->path ? p->path : "a file",
-                         (unsigned long long)p->ino, p->off);
+            s->host->log(s->host->ctx,
+                         "%s (inode %llu) went away while sluice was stopped and "
+                         "was not found: what was written to it after byte %" PRIu64 " is not read",
+                         p->path ? p->path : "a file", (unsigned long long)p->ino, p->off);
             continue;
         }
         if (!pos_holds(fd, p, (uint64_t)st.st_size)) {
             close(fd);
-            s->host->log(s->host->ctx, "%s went away while sluice was stopped and was replaced: "
+            s->host->log(s->host->ctx,
+                         "%s went away while sluice was stopped and was replaced: "
                          "what was written to it after byte %" PRIu64 " is not read",
                          p->path, p->off);
             stored_remove(s, i);
@@ -986,8 +994,10 @@ static void resume_rotated(sf *s)
         }
         if (!make_room(s) || lseek(fd, (off_t)p->off, SEEK_SET) < 0) {
             close(fd);
-            s->host->log(s->host->ctx, "%s: too many files open: what was written to it after "
-                         "byte %" PRIu64 " is not read", path, p->off);
+            s->host->log(s->host->ctx,
+                         "%s: too many files open: what was written to it after "
+                         "byte %" PRIu64 " is not read",
+                         path, p->off);
             continue;
         }
         sf_file *f = file_new(s, path, &st);
@@ -1005,8 +1015,10 @@ static void resume_rotated(sf *s)
         f->gone_ms = s->now;
         f->seen = false;
         atomic_fetch_add(&s->n_rotations, 1);
-        s->host->log(s->host->ctx, "%s was rotated while sluice was stopped: reading it from byte "
-                     "%" PRIu64 " to its end", path, p->off);
+        s->host->log(s->host->ctx,
+                     "%s was rotated while sluice was stopped: reading it from byte "
+                     "%" PRIu64 " to its end",
+                     path, p->off);
         stored_remove(s, i);
         /* Read before the files that replaced them. */
         memmove(&s->files[1], &s->files[0], (s->nfiles - 1) * sizeof *s->files);
@@ -1128,7 +1140,8 @@ static void scan(sf *s)
             f->gone_ms = s->now;
             atomic_fetch_add(&s->n_rotations, 1);
             if (f->fd < 0)
-                s->host->log(s->host->ctx, "%s went away while it was closed (too many files "
+                s->host->log(s->host->ctx,
+                             "%s went away while it was closed (too many files "
                              "open): what was written to it after byte %" PRIu64 " is not read",
                              f->path, f->off);
         }
@@ -1503,20 +1516,19 @@ static size_t metrics_(void *impl, char *out, size_t cap)
 {
     sf *s = impl;
     const char *n = s->host->name;
-    int w = snprintf(
-        out, cap,
-        "sluice_source_file_files{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_bytes_total{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_rotations_total{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_truncations_total{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_parse_errors_total{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_skipped_long_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
-        "sluice_source_file_refused_total{source=\"%s\"} %" PRIuFAST64 "\n",
-        n, atomic_load(&s->n_files), n, atomic_load(&s->n_lines), n, atomic_load(&s->n_bytes), n,
-        atomic_load(&s->n_rotations), n, atomic_load(&s->n_truncations), n,
-        atomic_load(&s->n_parse_errors), n, atomic_load(&s->n_skipped), n,
-        atomic_load(&s->n_refused));
+    int w = snprintf(out, cap,
+                     "sluice_source_file_files{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_bytes_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_rotations_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_truncations_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_parse_errors_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_skipped_long_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                     "sluice_source_file_refused_total{source=\"%s\"} %" PRIuFAST64 "\n",
+                     n, atomic_load(&s->n_files), n, atomic_load(&s->n_lines), n,
+                     atomic_load(&s->n_bytes), n, atomic_load(&s->n_rotations), n,
+                     atomic_load(&s->n_truncations), n, atomic_load(&s->n_parse_errors), n,
+                     atomic_load(&s->n_skipped), n, atomic_load(&s->n_refused));
     if (w < 0)
         return 0;
     return (size_t)w < cap ? (size_t)w : 0;

@@ -22,7 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 /* ---- request ids ---------------------------------------------------------- */
 
 /* Takes the client's X-Request-Id when it is 1..SL_HTTP_REQUEST_ID_MAX of
@@ -65,8 +64,7 @@ static void add_request_id(sl_http_req *r, sl_buf *body)
     size_t end = body->len;
     while (end && (body->data[end - 1] == '\n' || body->data[end - 1] == ' '))
         end--;
-    if (!end || body->data[end - 1] != '}' ||
-        memmem(body->data, body->len, "\"request_id\"", 12))
+    if (!end || body->data[end - 1] != '}' || memmem(body->data, body->len, "\"request_id\"", 12))
         return;
     char ins[SL_HTTP_REQUEST_ID_MAX + 24];
     int n = snprintf(ins, sizeof ins, ",\"request_id\":\"%s\"", r->request_id);
@@ -728,21 +726,20 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         if (inet_pton(AF_INET6, host6, &sa6.sin6_addr) != 1) {
             sl_http_stop(h);
             return sl_error_set(err, SL_EINVAL,
-                                "listen address \"%s\" is not an IPv4 or IPv6 address",
-                                opts->host);
+                                "listen address \"%s\" is not an IPv4 or IPv6 address", opts->host);
         }
         v6 = true;
     }
-    h->loopback = v6 ? IN6_IS_ADDR_LOOPBACK(&sa6.sin6_addr)
-                     : (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
+    h->loopback =
+        v6 ? IN6_IS_ADDR_LOOPBACK(&sa6.sin6_addr) : (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     /* The options that depend on the configuration go through an array. */
     struct MHD_OptionItem extra[3];
     size_t nx = 0;
     if (opts->tls_cert || opts->tls_key) {
-        int rc = sl__http_tls_load(opts->tls_cert, opts->tls_key, &h->tls_cert_pem,
-                                   &h->tls_key_pem, err);
+        int rc = sl__http_tls_load(opts->tls_cert, opts->tls_key, &h->tls_cert_pem, &h->tls_key_pem,
+                                   err);
         if (!rc && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
             rc = sl_error_set(err, SL_EINVAL,
                               "this libmicrohttpd was built without TLS: cannot serve HTTPS");
@@ -760,17 +757,16 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         return SL_ENOMEM;
     }
     const struct sockaddr *addr = v6 ? (const struct sockaddr *)&sa6 : (const struct sockaddr *)&sa;
-    h->d =
-        MHD_start_daemon(flags, opts->port, sl__http_accept_policy, h, on_request, h,
-                         /* first, or libmicrohttpd warns on stderr */
-                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, addr,
-                         MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
-                         h->opts.max_connections + SL_HTTP_CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
-                         h->opts.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                         MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_NOTIFY_CONNECTION,
-                         on_connection, h, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),
-                         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, MHD_OPTION_ARRAY, extra,
-                         MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        flags, opts->port, sl__http_accept_policy, h, on_request, h,
+        /* first, or libmicrohttpd warns on stderr */
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_THREAD_POOL_SIZE, h->opts.threads, MHD_OPTION_CONNECTION_LIMIT,
+        h->opts.max_connections + SL_HTTP_CONN_HEADROOM, MHD_OPTION_CONNECTION_TIMEOUT,
+        h->opts.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10), MHD_OPTION_LISTEN_BACKLOG_SIZE,
+        1024, MHD_OPTION_ARRAY, extra, MHD_OPTION_END);
     if (!h->d) {
         int e = errno;
         sl_http_stop(h);

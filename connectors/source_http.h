@@ -59,8 +59,7 @@ typedef struct sl_http_hooks {
     bool (*webhook_known)(void *ctx, const char *name);
     /* After a STORE: whether the event was stored (its delivery id is then
      * remembered for dedupe) or not. */
-    void (*webhook_stored)(void *ctx, const char *name, const sl_webhook_result *res,
-                           bool stored);
+    void (*webhook_stored)(void *ctx, const char *name, const sl_webhook_result *res, bool stored);
     /* The body of GET /v1/sources. */
     int (*sources_json)(void *ctx, sl_buf *out);
     /* The body of GET /v1/lanes. */
@@ -80,19 +79,18 @@ typedef struct sl_http_options {
     unsigned request_timeout_s; /* a body must arrive within this; default 60 */
     uint64_t max_body_memory;   /* all request bodies in memory at once; default 256 MiB */
     /* Security (docs/security.md). */
-    const struct sl_auth *auth; /* API keys (core/auth.h), borrowed: must outlive the server;
-                                 * NULL or none: every request is allowed */
-    const char *tls_cert;       /* PEM certificate file: serve HTTPS (with tls_key) */
-    const char *tls_key;        /* PEM private key file of tls_cert */
-    unsigned max_connections_per_ip; /* 0: unlimited */
-    uint64_t max_batch;         /* events in one publish request; default 10000 (413) */
-    double rate;                /* events a second per client (key, or IP); 0: unlimited */
-    double burst;               /* bucket size; 0: rate */
+    const struct sl_auth *auth;        /* API keys (core/auth.h), borrowed: must outlive the server;
+                                        * NULL or none: every request is allowed */
+    const char *tls_cert;              /* PEM certificate file: serve HTTPS (with tls_key) */
+    const char *tls_key;               /* PEM private key file of tls_cert */
+    unsigned max_connections_per_ip;   /* 0: unlimited */
+    uint64_t max_batch;                /* events in one publish request; default 10000 (413) */
+    double rate;                       /* events a second per client (key, or IP); 0: unlimited */
+    double burst;                      /* bucket size; 0: rate */
     const struct sl_http_hooks *hooks; /* may be NULL; copied, in place before the port opens */
 } sl_http_options;
 
 typedef struct sl_http sl_http;
-
 
 /* Starts listening. Returns 0 or an SL_E… code with err (e.g. the port is
  * taken). sets and bus must outlive the server. */

@@ -236,7 +236,9 @@ static bool host_origin_refused(sl_http_req *r, const char *method)
     bool tls = hp == origin + 8;
     unsigned want = r->h->port, got = 0;
     if (hp && !strchr(hp, '/') && loopback_hostport(hp, &got) &&
-        (got ? got : tls ? 443u : 80u) == want)
+        (got   ? got
+         : tls ? 443u
+               : 80u) == want)
         return false;
     deny(r, 403, "Forbidden",
          "Origin \"%.200s\" is not this server's own (http://127.0.0.1:%u or another loopback "
@@ -416,7 +418,6 @@ bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret)
 }
 
 /* ---- connections per client address ------------------------------------------ */
-
 
 #define IP_BUCKETS (sizeof((sl_http *)0)->ips / sizeof *((sl_http *)0)->ips)
 

@@ -104,8 +104,7 @@ static int add_event(ingest *in, const char *json, size_t len)
     int vs = hk->validate ? hk->validate(hk->ctx, in->set, &in->ev, &err) : 0;
     if (vs) {
         in->arena.len = e->off;
-        st = vs > 0 && vs < SL_EVENT_STATUS_COUNT ? (sl_event_status)vs
-                                                  : SL_EVENT_SCHEMA_VIOLATION;
+        st = vs > 0 && vs < SL_EVENT_STATUS_COUNT ? (sl_event_status)vs : SL_EVENT_SCHEMA_VIOLATION;
         fail_entry(in, e, st, err.msg[0] ? err.msg : sl_event_status_name(st));
         return 0;
     }

@@ -65,10 +65,10 @@ struct sl_http_req {
     bool post;
     sl_buf body;
     bool too_big;
-    bool overloaded;      /* the server-wide body memory cap was reached */
-    bool close;           /* close the connection after the answer */
-    bool open_body;       /* no key on a server with keys: body counts in open_body_bytes */
-    int64_t start_ns;     /* when the headers were complete */
+    bool overloaded;  /* the server-wide body memory cap was reached */
+    bool close;       /* close the connection after the answer */
+    bool open_body;   /* no key on a server with keys: body counts in open_body_bytes */
+    int64_t start_ns; /* when the headers were complete */
     /* Authorization (source_http_auth.c), decided with the headers: the
      * key used (NULL: none needed or none configured) and, for a refused
      * request, its answer, sent at once without reading the body. */

@@ -31,9 +31,8 @@ enum MHD_Result sl__http_lanes(sl_http_req *r)
     sl_buf b = SL_BUF_INIT;
     /* Without a config there is no registry: only the base lane, any lane
      * accepted. */
-    int rc = h->hooks.lanes_json
-                 ? h->hooks.lanes_json(h->hooks.ctx, &b)
-                 : sl_buf_printf(&b, "{\"auto\":true,\"lanes\":[]}\n");
+    int rc = h->hooks.lanes_json ? h->hooks.lanes_json(h->hooks.ctx, &b)
+                                 : sl_buf_printf(&b, "{\"auto\":true,\"lanes\":[]}\n");
     if (rc) {
         sl_buf_free(&b);
         return sl__http_error(r, 500, "Internal", "listing the lanes: %s", sl_strerror(rc));
@@ -47,7 +46,8 @@ enum MHD_Result sl__http_lane_drop(sl_http_req *r, const char *lane)
     if (!h->hooks.lane_drop)
         return sl__http_error(r, 404, "NoSuchLane",
                               "lane \"%.40s\": this server runs without a config, it has no "
-                              "lanes to drop", lane);
+                              "lanes to drop",
+                              lane);
     sl_error err = {0};
     int rc = h->hooks.lane_drop(h->hooks.ctx, lane, &err);
     if (rc == SL_ENOENT)
@@ -98,8 +98,7 @@ enum MHD_Result sl__http_pattern_test(sl_http_req *r)
     if (sl_json_validate(p, r->body.len, 128, &body, &err))
         return sl__http_error(r, 400, "InvalidJson", "the body is not JSON: %s", err.msg);
     if (body.type != SL_JSON_OBJECT)
-        return sl__http_error(r, 400, "InvalidRequest",
-                              "want {\"pattern\": …, \"event\": …}");
+        return sl__http_error(r, 400, "InvalidRequest", "want {\"pattern\": …, \"event\": …}");
     sl_json_iter it;
     sl_json_iter_init(&it, &body);
     while (sl_json_iter_member(&it, &key, &val)) {
@@ -122,8 +121,8 @@ enum MHD_Result sl__http_pattern_test(sl_http_req *r)
     enum MHD_Result res;
     int rc = sl_pattern_compile(pp, pl, &cp, &err);
     if (rc) {
-        res = sl__http_error(r, 400, "InvalidPattern", "%s",
-                             err.msg[0] ? err.msg : sl_strerror(rc));
+        res =
+            sl__http_error(r, 400, "InvalidPattern", "%s", err.msg[0] ? err.msg : sl_strerror(rc));
     } else if ((rc = sl_pattern_match(cp, ep, el, &matched, &err))) {
         res = sl__http_error(r, 400, "InvalidEvent", "the event: %s",
                              err.msg[0] ? err.msg : sl_strerror(rc));
@@ -175,8 +174,8 @@ enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule)
         sl_json_iter_init(&it, &body);
         while (sl_json_iter_member(&it, &key, &val)) {
             char *dst = key.len == 6 && memcmp(key.p, "\"from\"", 6) == 0 ? fb
-                        : key.len == 4 && memcmp(key.p, "\"to\"", 4) == 0  ? tb
-                                                                            : NULL;
+                        : key.len == 4 && memcmp(key.p, "\"to\"", 4) == 0 ? tb
+                                                                          : NULL;
             size_t n = 0;
             if (!dst)
                 continue;
@@ -206,10 +205,7 @@ enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule)
     int rc = h->hooks.replay(h->hooks.ctx, rule, from_ms, to_ms, &b, &err);
     if (rc) {
         sl_buf_free(&b);
-        unsigned st = rc == SL_ENOENT   ? 404
-                      : rc == SL_EINVAL ? 400
-                      : rc == SL_EFULL  ? 429
-                                        : 500;
+        unsigned st = rc == SL_ENOENT ? 404 : rc == SL_EINVAL ? 400 : rc == SL_EFULL ? 429 : 500;
         const char *code = st == 404   ? "NotFound"
                            : st == 400 ? "InvalidRequest"
                            : st == 429 ? "TooManyReplays"

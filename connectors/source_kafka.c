@@ -48,8 +48,8 @@
 #define LAG_INTERVAL_MS 1000            /* the lag is computed at most this often */
 #define PROBE_INTERVAL_MS 3000          /* brokers down: ask for metadata this often */
 #define MAX_CE_HEADERS SL_EVENT_MAX_MEMBERS
-#define COMMIT_WAIT_MS 5000             /* a synchronous commit waits at most this long */
-#define SETTLE_WAIT_MS 10000            /* closing waits this long for a first assignment (below) */
+#define COMMIT_WAIT_MS 5000  /* a synchronous commit waits at most this long */
+#define SETTLE_WAIT_MS 10000 /* close() waits this long for an assignment */
 
 /* librdkafka before 2.3.0 (issue #4312, fixed by its PR #4381) aborts the
  * process (`Assertion 'assignor_state' failed` in
@@ -112,18 +112,19 @@ typedef struct kafka_source {
     pthread_t thread, emitter;
     bool started, emitting;
     atomic_bool stop;
-    bool in_loop; /* the consumer thread runs the loop: revocations are deferred to it */
+    bool in_loop;   /* the consumer thread runs the loop: revocations are deferred to it */
     bool coop_risk; /* cooperative-sticky on a librdkafka < 2.3.0: close() waits (above) */
-    atomic_bool assigned_once; /* an assignment (maybe empty) came: the assignor has its state */
+    atomic_bool assigned_once; /* an assignment came: the assignor has its state (it is made
+                                * when the SyncGroup answer arrives, before the callback) */
 
     /* Consumer thread. */
     rd_kafka_topic_partition_list_t *revoking; /* revoked, to unassign after the commit */
     bool revoke_coop;
     char *type_json, *source_json; /* the configured type and source as JSON strings */
     size_t type_json_len, source_json_len;
-    sl_event ev; /* scratch for structured records */
-    sl_buf esc;  /* scratch: escaped header values */
-    sl_buf ctb;  /* scratch: the content-type header, NUL-terminated */
+    sl_event ev;          /* scratch for structured records */
+    sl_buf esc;           /* scratch: escaped header values */
+    sl_buf ctb;           /* scratch: the content-type header, NUL-terminated */
     const char *why_code; /* a record refused here: its status name … */
     char why[512];        /* … and the reason */
     int64_t probe_at_ms;
@@ -200,7 +201,8 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, cons
         rc = sl_kafka_conf_set(conf, "partition.assignment.strategy",
                                coop_safe() ? "cooperative-sticky" : "range,roundrobin", err);
     if (!rc)
-        rc = sl_kafka_conf_set(conf, "auto.offset.reset", cfg->from_beginning ? "earliest" : "latest", err);
+        rc = sl_kafka_conf_set(conf, "auto.offset.reset",
+                               cfg->from_beginning ? "earliest" : "latest", err);
     /* librdkafka's default (100000) makes its fetcher pause whenever the
      * one consumer queue all partitions feed holds that many records: a
      * source catching up on a backlog then stalls for 100 ms at a time
@@ -378,11 +380,11 @@ static size_t escape_value(kafka_source *k, const char *v, size_t len, size_t *a
         return len;
     *at = k->esc.len;
     for (size_t i = 0; i < len; i++) {
-        int rc = v[i] == '%'                                 ? sl_buf_append(&k->esc, "%25", 3)
-                 : v[i] == '"'                               ? sl_buf_append(&k->esc, "%22", 3)
-                 : (i < lead || i >= trail) && v[i] == ' '   ? sl_buf_append(&k->esc, "%20", 3)
+        int rc = v[i] == '%'                                ? sl_buf_append(&k->esc, "%25", 3)
+                 : v[i] == '"'                              ? sl_buf_append(&k->esc, "%22", 3)
+                 : (i < lead || i >= trail) && v[i] == ' '  ? sl_buf_append(&k->esc, "%20", 3)
                  : (i < lead || i >= trail) && v[i] == '\t' ? sl_buf_append(&k->esc, "%09", 3)
-                                                             : sl_buf_append(&k->esc, &v[i], 1);
+                                                            : sl_buf_append(&k->esc, &v[i], 1);
         if (rc)
             return (size_t)-1;
     }
@@ -415,13 +417,14 @@ static bool ce_string_ok(const char *s, size_t len)
 /* Refuses record m in the consumer thread: code (an sl_event_status name)
  * and the reason go with its item to the emit thread, which hands them to
  * host->refused(). Returns SL_EINVAL. */
-static int refuse(kafka_source *k, const rd_kafka_message_t *m, const char *code,
-                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int refuse(kafka_source *k, const rd_kafka_message_t *m, const char *code,
-                  const char *fmt, ...)
+static int refuse(kafka_source *k, const rd_kafka_message_t *m, const char *code, const char *fmt,
+                  ...) __attribute__((format(printf, 4, 5)));
+static int refuse(kafka_source *k, const rd_kafka_message_t *m, const char *code, const char *fmt,
+                  ...)
 {
-    int n = snprintf(k->why, sizeof k->why, "source.kafka: record %s/%d/%lld: ",
-                     rd_kafka_topic_name(m->rkt), (int)m->partition, (long long)m->offset);
+    int n = snprintf(k->why, sizeof k->why,
+                     "source.kafka: record %s/%d/%lld: ", rd_kafka_topic_name(m->rkt),
+                     (int)m->partition, (long long)m->offset);
     if (n > 0 && (size_t)n < sizeof k->why) {
         va_list ap;
         va_start(ap, fmt);
@@ -696,9 +699,8 @@ static int build_wrapped(kafka_source *k, const rd_kafka_message_t *m, const rec
     else if (!rc && text)
         rc = PUT(",\"data\":") ? SL_ENOMEM : sl_json_put_string(b, v, m->len);
     else if (!rc)
-        rc = PUT(",\"data_base64\":") || put_base64(b, (const unsigned char *)v, m->len)
-                 ? SL_ENOMEM
-                 : 0;
+        rc = PUT(",\"data_base64\":") || put_base64(b, (const unsigned char *)v, m->len) ? SL_ENOMEM
+                                                                                         : 0;
     if (!rc)
         rc = PUT("}") ? SL_ENOMEM : 0;
     return rc;
@@ -885,8 +887,7 @@ static int lane_check(kafka_source *k, const rd_kafka_message_t *m, rec_headers 
     if (h->lane[0] && strcmp(h->lane, lane) != 0)
         return refuse(k, m, "LaneConflict",
                       "its lane header \"%s\" is not the source's lane \"%s\"",
-                      sl_json_utf8_valid(h->lane, strlen(h->lane)) ? h->lane : "(not UTF-8)",
-                      lane);
+                      sl_json_utf8_valid(h->lane, strlen(h->lane)) ? h->lane : "(not UTF-8)", lane);
     h->lane = NULL;
     return 0;
 }
@@ -1206,8 +1207,8 @@ static void *emit_thread(void *arg)
             if (rc)
                 break;
         }
-        if ((bar || (k->uncommitted && (idle || k->uncommitted >= FLUSH_RECORDS ||
-                                        k->pbytes >= FLUSH_BYTES))) &&
+        if ((bar || (k->uncommitted &&
+                     (idle || k->uncommitted >= FLUSH_RECORDS || k->pbytes >= FLUSH_BYTES))) &&
             flush_commit(k, bar))
             break;
         if (bar) {

@@ -35,7 +35,7 @@ typedef struct sl_webhook_result {
     sl_buf body;
     const char *content_type; /* ANSWER: of body (static) */
     sl_buf event;             /* STORE: the CloudEvent JSON (structured mode, with lane) */
-    size_t event_len;   /* STORE: its length in bytes (kept when event is not) */
+    size_t event_len;         /* STORE: its length in bytes (kept when event is not) */
     char set[129];            /* STORE: the set */
     /* STORE: the delivery id claimed for dedupe ("" none): pass res to
      * sl_webhook_source_stored() once the publish succeeded or failed. */

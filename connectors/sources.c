@@ -76,7 +76,7 @@ typedef struct src {
     sl_buf wrap; /* emit_data's CloudEvent */
     sl_event ev;
     const sl_set_decl *decl; /* the set in the source's config (its schemas) */
-    bool schemas; /* the set has schemas: every event takes the checked path */
+    bool schemas;            /* the set has schemas: every event takes the checked path */
     attr_cache type_cache, source_cache;
     int64_t time_ms; /* the last "time" formatted, and its text */
     char time_text[SL_TIME_RFC3339_MAX];
@@ -199,8 +199,7 @@ static int grow_batch(src *s)
     return 0;
 }
 
-static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane,
-                           sl_error *err)
+static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane, sl_error *err)
 {
     src *s = ctx;
     sl_event_limits lim = {.max_bytes = s->set->cfg.max_event_bytes,
@@ -227,8 +226,9 @@ static int host_emit_event(void *ctx, const char *json, size_t len, const char *
     if (p->len > s->set->cfg.max_event_bytes) {
         s->arena.len = mark;
         char msg[160];
-        snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's max_event of %u",
-                 p->len, s->set->cfg.max_event_bytes);
+        snprintf(msg, sizeof msg,
+                 "the event takes %zu bytes stored, over the set's max_event of %u", p->len,
+                 s->set->cfg.max_event_bytes);
         return refuse(s, SL_EVENT_TOO_LARGE, err, msg);
     }
     /* The lane last: admitted (a new one registered) only for an event
@@ -272,7 +272,6 @@ static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
     b->data[b->len++] = '"';
     return 0;
 }
-
 
 /* Whether s[0..len) is a string attribute value the CloudEvents String type
  * allows: non-empty UTF-8 without controls (U+0000–U+001F, U+007F–U+009F) or
@@ -319,8 +318,7 @@ static const sl_buf *attr_json(attr_cache *c, const char *v)
  * store for the same attributes (compact, id and time present). Returns 1
  * when the payload needs the checked path instead, else 0 or an error. */
 static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m, bool json,
-                     bool text, const char *type, const char *source, const char *ct,
-                     sl_error *err)
+                     bool text, const char *type, const char *source, const char *ct, sl_error *err)
 {
     const char *lane = m->lane ? m->lane : s->cfg->lane ? s->cfg->lane : "";
     const sl_buf *tj = attr_json(&s->type_cache, type);
@@ -353,7 +351,8 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
              sl_json_put_string(a, ct, strlen(ct)) || sl_buf_append(a, ",\"time\":\"", 9) ||
              sl_buf_append(a, s->time_text, s->time_len) || sl_buf_append(a, "\"", 1);
     if (!rc && m->key)
-        rc = sl_buf_append(a, ",\"partitionkey\":", 16) || sl_json_put_string(a, m->key, m->key_len);
+        rc =
+            sl_buf_append(a, ",\"partitionkey\":", 16) || sl_json_put_string(a, m->key, m->key_len);
     if (!rc && *lane)
         rc = sl_buf_append(a, ",\"lane\":\"", 9) || sl_buf_append(a, lane, strlen(lane)) ||
              sl_buf_append(a, "\"", 1);
@@ -371,8 +370,9 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
     if (p->len > s->set->cfg.max_event_bytes) {
         a->len = mark;
         char msg[160];
-        snprintf(msg, sizeof msg, "the event takes %zu bytes stored, over the set's max_event of %u",
-                 p->len, s->set->cfg.max_event_bytes);
+        snprintf(msg, sizeof msg,
+                 "the event takes %zu bytes stored, over the set's max_event of %u", p->len,
+                 s->set->cfg.max_event_bytes);
         return refuse(s, SL_EVENT_TOO_LARGE, err, msg);
     }
     if (s->owner->opts.lanes) { /* last, as in host_emit_event() */
@@ -492,8 +492,9 @@ static int wait_durable(src *s, waiter *w, sl_error *err)
     int rc = w->done ? w->status : SL_ESHUTDOWN;
     pthread_mutex_unlock(&w->lock);
     waiter_release(w);
-    return rc ? sl_error_set(err, SL_ESHUTDOWN, "the server stopped before the batch was "
-                                                "acknowledged")
+    return rc ? sl_error_set(err, SL_ESHUTDOWN,
+                             "the server stopped before the batch was "
+                             "acknowledged")
               : 0;
 }
 
@@ -653,8 +654,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
         if (!s->ops)
             rc = sl_error_set(err, SL_EINVAL, "source.%s: no such connector", c->kind_name);
         else if (mkdirs(s->state_dir))
-            rc = sl_error_set(err, SL_EIO, "source %s: cannot create %s: %s", c->name,
-                              s->state_dir, strerror(errno));
+            rc = sl_error_set(err, SL_EIO, "source %s: cannot create %s: %s", c->name, s->state_dir,
+                              strerror(errno));
     }
     if (!rc && s->ops) {
         s->host = (sl_source_host){.abi_version = SL_CONNECTOR_ABI_VERSION,
@@ -754,15 +755,15 @@ int sl_sources_json(sl_sources *o, sl_buf *out)
              sl_json_put_string(out, s->cfg->name, strlen(s->cfg->name)) ||
              sl_buf_printf(out, ",\"kind\":\"%s\",\"set\":", s->cfg->kind_name) ||
              sl_json_put_string(out, s->cfg->set, strlen(s->cfg->set)) ||
-             sl_buf_printf(out,
-                           ",\"events\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"refused\":%" PRIu64
-                           ",\"batches\":%" PRIu64 ",\"backpressure_waits\":%" PRIu64
-                           ",\"healthy\":%s",
-                           atomic_load(&s->events), atomic_load(&s->bytes),
-                           atomic_load(&s->refused), atomic_load(&s->batches),
-                           atomic_load(&s->full_waits), ok ? "true" : "false");
+             sl_buf_printf(
+                 out,
+                 ",\"events\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"refused\":%" PRIu64
+                 ",\"batches\":%" PRIu64 ",\"backpressure_waits\":%" PRIu64 ",\"healthy\":%s",
+                 atomic_load(&s->events), atomic_load(&s->bytes), atomic_load(&s->refused),
+                 atomic_load(&s->batches), atomic_load(&s->full_waits), ok ? "true" : "false");
         if (!rc && !ok)
-            rc = sl_buf_append(out, ",\"health\":", 10) || sl_json_put_string(out, msg, strlen(msg));
+            rc =
+                sl_buf_append(out, ",\"health\":", 10) || sl_json_put_string(out, msg, strlen(msg));
         if (!rc)
             rc = sl_buf_append(out, "}", 1);
     }
@@ -778,7 +779,8 @@ static int shared_metrics(sl_sources *o, sl_buf *out)
     } fam[] = {
         {"sluice_source_events_total", "counter", "events the source stored"},
         {"sluice_source_bytes_total", "counter", "bytes of the events the source stored"},
-        {"sluice_source_refused_total", "counter", "payloads refused (invalid, schema, lane, size)"},
+        {"sluice_source_refused_total", "counter",
+         "payloads refused (invalid, schema, lane, size)"},
         {"sluice_source_backpressure_waits_total", "counter",
          "publishes that found the set's buffers full and waited"},
         {"sluice_source_healthy", "gauge", "1 when the source is healthy"},

@@ -693,9 +693,9 @@ static void *http_thread(void *arg)
             while ((c = ready_pop(t)))
                 finish_call(c, c->cur, SL_ESHUTDOWN, "target.http: shutting down");
             if (deadline < 0)
-                deadline = now + (t->hurry && t->cfg->timeout_ms > CANCEL_GRACE_MS
-                                      ? CANCEL_GRACE_MS
-                                      : t->cfg->timeout_ms);
+                deadline =
+                    now + (t->hurry && t->cfg->timeout_ms > CANCEL_GRACE_MS ? CANCEL_GRACE_MS
+                                                                            : t->cfg->timeout_ms);
             if (!t->inflight || now >= deadline)
                 break;
         }

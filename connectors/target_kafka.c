@@ -54,8 +54,9 @@
 #define TOPIC_MAX 249           /* Kafka's longest topic name */
 #define PURGE_LIMIT_MS 30000    /* drain(): reports missing this long after a purge are given up */
 #define PROBE_INTERVAL_MS 3000  /* brokers down and idle: ask for metadata this often */
-#define COPY_MAX_BYTES 1000000  /* message.copy.max.bytes: librdkafka's message.max.bytes default  \
-                                 */
+#define COPY_MAX_BYTES                                                                             \
+    1000000 /* message.copy.max.bytes: librdkafka's message.max.bytes default                      \
+             */
 
 typedef struct kafka_target kafka_target;
 typedef struct kcall kcall;
@@ -394,7 +395,8 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_e
         rc = sl_kafka_conf_set(conf, "message.copy.max.bytes", num, err);
     }
     if (!rc)
-        rc = sl_kafka_conf_set(conf, "compression.type", cfg->compression ? cfg->compression : "zstd", err);
+        rc = sl_kafka_conf_set(conf, "compression.type",
+                               cfg->compression ? cfg->compression : "zstd", err);
     snprintf(num, sizeof num, "%lld", (long long)cfg->timeout_ms);
     if (!rc && cfg->timeout_ms > 0)
         rc = sl_kafka_conf_set(conf, "message.timeout.ms", num, err);

@@ -156,8 +156,8 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
                 for (int waited = 0; r1 == SL_EFULL && waited < FULL_WAIT_MS; waited++) {
                     nanosleep(&(struct timespec){0, 1000000}, NULL);
                     e1.msg[0] = '\0';
-                    r1 = sl_databus_publish(t->bus, t->set, &evs[g], 1, res, publish_done, one,
-                                            &e1);
+                    r1 =
+                        sl_databus_publish(t->bus, t->set, &evs[g], 1, res, publish_done, one, &e1);
                 }
             }
             if (r1 == 1)

@@ -90,8 +90,7 @@ int sl_baggage_get(const char *h, size_t len, const char *key, char *out, size_t
         while (i < len && ows(h[i]))
             i++;
         if (ke == ks || i == len || h[i] != '=')
-            return sl_error_set(err, SL_EINVAL, "byte %zu: a baggage member must be key=value",
-                                i);
+            return sl_error_set(err, SL_EINVAL, "byte %zu: a baggage member must be key=value", i);
         i++;
         while (i < len && ows(h[i]))
             i++;

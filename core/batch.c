@@ -271,7 +271,7 @@ static int decompress_records(sl_batch_reader *r, const uint8_t *src, size_t len
     }
     ZSTD_DCtx_reset(r->dctx, ZSTD_reset_session_only);
     unsigned long long hint = ZSTD_getFrameContentSize(src, len);
-    size_t want = hint <= SL_BATCH_MAX_BYTES                ? (size_t)hint
+    size_t want = hint <= SL_BATCH_MAX_BYTES           ? (size_t)hint
                   : len < (SL_BATCH_MAX_BYTES + 1) / 4 ? len * 4
                                                        : SL_BATCH_MAX_BYTES + 1;
     r->plain.len = 0;

@@ -58,8 +58,8 @@ static int print_lanes(const sl_buf *body)
         return 1;
     }
     bool autolanes = sl_cli_http_json_get(&doc, "auto", &v) && v.type == SL_JSON_TRUE;
-    printf("%-34s %-5s %-9s %-8s %12s %12s %12s\n", "LANE", "ENV", "FALLBACK", "STATE",
-           "EVENTS IN", "DELIVERED", "UNROUTED");
+    printf("%-34s %-5s %-9s %-8s %12s %12s %12s\n", "LANE", "ENV", "FALLBACK", "STATE", "EVENTS IN",
+           "DELIVERED", "UNROUTED");
     sl_json_iter it;
     sl_json_iter_init(&it, &list);
     while (sl_json_iter_elem(&it, &el)) {
@@ -71,8 +71,11 @@ static int print_lanes(const sl_buf *body)
         bool isauto = sl_cli_http_json_get(&el, "auto", &v) && v.type == SL_JSON_TRUE;
         printf("%-34s %-5s %-9s %-8s %12" PRId64 " %12" PRId64 " %12" PRId64 "\n",
                name[0] ? name : "(base)", env, fallback[0] ? fallback : "-",
-               dropped ? "dropped" : isauto ? "auto" : "declared", member_i64(&el, "events_in"),
-               member_i64(&el, "delivered"), member_i64(&el, "unrouted"));
+               dropped  ? "dropped"
+               : isauto ? "auto"
+                        : "declared",
+               member_i64(&el, "events_in"), member_i64(&el, "delivered"),
+               member_i64(&el, "unrouted"));
     }
     printf("lanes.auto is %s\n", autolanes ? "on" : "off");
     return 0;

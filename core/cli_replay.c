@@ -197,8 +197,10 @@ int sl_cli_replay_main(int argc, char **argv)
                                     sizeof msg);
             if (f != SL_CLI_HTTP_OK || h.status != 200 || !find_replay(&h.body, id, &p)) {
                 if (f == SL_CLI_HTTP_OK)
-                    snprintf(msg, sizeof msg, "replay %s is gone (the server restarted or "
-                                              "reloaded its rules)", id);
+                    snprintf(msg, sizeof msg,
+                             "replay %s is gone (the server restarted or "
+                             "reloaded its rules)",
+                             id);
                 fprintf(stderr, "%ssluice replay: %s\n", tty ? "\n" : "", msg);
                 rc = 1;
                 break;

@@ -46,20 +46,21 @@ typedef enum key_type {
     K_SCHEMAS,  /* { ["type"] = "file.json" | { … } } */
     K_SETBODY,  /* a table of set keys (server.set_defaults) */
     K_HEADERS,  /* { ["Name"] = "value" } -> "Name: value" lines */
-    K_AUTH,     /* { bearer = s } | { basic = { user = s, password = s } } | { api_key = { header = s, value = s } } */
-    K_BODY,     /* "structured" | "binary" | "data" */
-    K_RETRY,    /* a table of retry_keys (rule.retry) */
-    K_BACKOFF,  /* "exponential" | "fixed" */
-    K_PROPS,    /* { ["name"] = string | number | boolean } -> "name=value" lines
-                 * (the field is a char ** followed by its size_t count) */
-    K_STRINGS,  /* a string or a list of strings (char ** followed by its size_t count) */
-    K_PARSE,    /* "json" | "text" | a function -> sl_source_parse */
+    K_AUTH,  /* { bearer = s } | { basic = { user = s, password = s } } | { api_key = { header = s,
+                value = s } } */
+    K_BODY,  /* "structured" | "binary" | "data" */
+    K_RETRY, /* a table of retry_keys (rule.retry) */
+    K_BACKOFF,   /* "exponential" | "fixed" */
+    K_PROPS,     /* { ["name"] = string | number | boolean } -> "name=value" lines
+                  * (the field is a char ** followed by its size_t count) */
+    K_STRINGS,   /* a string or a list of strings (char ** followed by its size_t count) */
+    K_PARSE,     /* "json" | "text" | a function -> sl_source_parse */
     K_LONGLINES, /* "split" | "skip" -> bool split_long */
-    K_ENCODING, /* "hex" | "base64" -> bool base64 */
-    K_LANES,    /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
-    K_LANEENV,  /* "boe" | "ppe" -> sl_lane_env */
-    K_FALLBACK, /* "base" | "none" -> bool fallback_base */
-    K_APIKEYS,  /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
+    K_ENCODING,  /* "hex" | "base64" -> bool base64 */
+    K_LANES,     /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
+    K_LANEENV,   /* "boe" | "ppe" -> sl_lane_env */
+    K_FALLBACK,  /* "base" | "none" -> bool fallback_base */
+    K_APIKEYS,   /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
 } key_type;
 
 typedef struct key {
@@ -112,7 +113,8 @@ static const key server_keys[] = {
     {"max_connections", K_INT, FIELD(sl_config, max_connections), 1, 1000000, "4096",
      "open HTTP connections; past it 503 `TooManyConnections`"},
     {"max_connections_per_ip", K_INT, FIELD(sl_config, max_connections_per_ip), 0, 1000000,
-     "0 (unlimited)", "open HTTP connections from one IP address; past it new ones are closed "
+     "0 (unlimited)",
+     "open HTTP connections from one IP address; past it new ones are closed "
      "at accept"},
     {"max_body_memory", K_SIZE, FIELD(sl_config, max_body_memory), 65536, INT64_MAX, "\"256MiB\"",
      "request bodies held in memory at once, server-wide; past it 503 `Backpressure` (requests "
@@ -183,7 +185,8 @@ static const key rule_keys[] = {
      "`function(events) return {…} end`: one call per batch instead of per event"},
     {"input", K_INPUT, FIELD(sl_rule_config, input), 0, 0, "the event",
      "`\"$.data\"` or `{ paths = { name = \"$.x\" }, template = [[…<name>…]] }`"},
-    {"target", K_TARGETS, 0, 0, 0, 0, "", "where matched events go (`target.file`, `target.set`, `target.http`)"},
+    {"target", K_TARGETS, 0, 0, 0, 0, "",
+     "where matched events go (`target.file`, `target.set`, `target.http`)"},
     {"targets", K_TARGETS, 0, 0, 0, 0, "", "a list of targets; each gets every event"},
     {"start", K_START, FIELD(sl_rule_config, from_beginning), 0, 0, "\"end\"",
      "where a new rule starts reading: \"end\" or \"beginning\""},
@@ -208,9 +211,8 @@ static const key rule_keys[] = {
 };
 
 /* The keys a lane override may give (rule.lanes["LANE"]). */
-static const char *const override_keys[] = {"match",           "filter", "transform",
-                                            "transform_batch", "input",  "target",
-                                            "targets"};
+static const char *const override_keys[] = {"match", "filter", "transform", "transform_batch",
+                                            "input", "target", "targets"};
 
 static const key lane_keys[] = {
     {"env", K_LANEENV, FIELD(sl_lane_decl, env), 0, 0, "\"boe\"",
@@ -240,8 +242,7 @@ static const key retry_keys[] = {
      "jitter on both"},
     {"initial", K_DURATION, FIELD(sl_retry_config, initial_ms), 1, 86400000, "\"100ms\"",
      "first back-off"},
-    {"max", K_DURATION, FIELD(sl_retry_config, max_ms), 1, 86400000, "\"5m\"",
-     "longest back-off"},
+    {"max", K_DURATION, FIELD(sl_retry_config, max_ms), 1, 86400000, "\"5m\"", "longest back-off"},
 };
 
 static const key file_target_keys[] = {
@@ -311,20 +312,44 @@ static const key kafka_target_keys[] = {
 
 /* Keys every source block takes. */
 #define SOURCE_COMMON_KEYS                                                                         \
-    {"name", K_STRING, FIELD(sl_source_config, name), 0, 0, "KIND-SET",                           \
+    {"name",                                                                                       \
+     K_STRING,                                                                                     \
+     FIELD(sl_source_config, name),                                                                \
+     0,                                                                                            \
+     0,                                                                                            \
+     "KIND-SET",                                                                                   \
      "unique among sources; its state lives in DATA/sources/NAME"},                                \
-        {"set", K_STRING, FIELD(sl_source_config, set), 0, 0, "required",                          \
+        {"set",                                                                                    \
+         K_STRING,                                                                                 \
+         FIELD(sl_source_config, set),                                                             \
+         0,                                                                                        \
+         0,                                                                                        \
+         "required",                                                                               \
          "the event set the events go to (declared with `set`)"},                                  \
-        {"lane", K_STRING, FIELD(sl_source_config, lane), 0, 0, "base",                            \
+        {"lane",                                                                                   \
+         K_STRING,                                                                                 \
+         FIELD(sl_source_config, lane),                                                            \
+         0,                                                                                        \
+         0,                                                                                        \
+         "base",                                                                                   \
          "lane stamped on every event (an event naming another lane is refused)"},                 \
-        {"type", K_STRING, FIELD(sl_source_config, type), 0, 0, "per kind",                        \
+        {"type",                                                                                   \
+         K_STRING,                                                                                 \
+         FIELD(sl_source_config, type),                                                            \
+         0,                                                                                        \
+         0,                                                                                        \
+         "per kind",                                                                               \
          "CloudEvent `type` of payloads that are not CloudEvents"},                                \
-        {"source", K_STRING, FIELD(sl_source_config, source), 0, 0, "per kind",                    \
-         "CloudEvent `source` of payloads that are not CloudEvents"}
+    {                                                                                              \
+        "source", K_STRING, FIELD(sl_source_config, source), 0, 0, "per kind",                     \
+            "CloudEvent `source` of payloads that are not CloudEvents"                             \
+    }
 
 #define SOURCE_START_KEY                                                                           \
-    {"start", K_START, FIELD(sl_source_config, from_beginning), 0, 0, "\"end\"",                  \
-     "where a source without a stored position starts: \"beginning\" or \"end\""}
+    {                                                                                              \
+        "start", K_START, FIELD(sl_source_config, from_beginning), 0, 0, "\"end\"",                \
+            "where a source without a stored position starts: \"beginning\" or \"end\""            \
+    }
 
 static const key file_source_keys[] = {
     SOURCE_COMMON_KEYS,
@@ -338,8 +363,8 @@ static const key file_source_keys[] = {
     {"multiline", K_STRING, FIELD(sl_source_config, multiline), 0, 0, "off",
      "an extended regex (POSIX) a line must match to start a new event; other lines join "
      "the event before them"},
-    {"multiline_timeout", K_DURATION, FIELD(sl_source_config, multiline_timeout_ms), 1,
-     3600000, "\"1s\"", "a multi-line event is complete after this long without a new line"},
+    {"multiline_timeout", K_DURATION, FIELD(sl_source_config, multiline_timeout_ms), 1, 3600000,
+     "\"1s\"", "a multi-line event is complete after this long without a new line"},
     {"max_line", K_SIZE, FIELD(sl_source_config, max_line), 16, 64 << 20, "\"256KiB\"",
      "longest line (or multi-line event) kept whole; keep it below the set's `max_event` "
      "(a piece and its envelope must fit)"},
@@ -367,12 +392,12 @@ static const key webhook_source_keys[] = {
      "generic: text before the signature, e.g. \"sha256=\""},
     {"timestamp_header", K_STRING, FIELD(sl_source_config, timestamp_header), 0, 0, "none",
      "generic: a header with the Unix time; the signed content is then TIMESTAMP.BODY"},
-    {"tolerance", K_DURATION, FIELD(sl_source_config, tolerance_ms), 1000, 86400000,
-     "\"5m\"", "how far a signed timestamp may be from now (stripe, slack, generic)"},
+    {"tolerance", K_DURATION, FIELD(sl_source_config, tolerance_ms), 1000, 86400000, "\"5m\"",
+     "how far a signed timestamp may be from now (stripe, slack, generic)"},
     {"id_header", K_STRING, FIELD(sl_source_config, id_header), 0, 0, "none",
      "generic: the header with the delivery id used as event id and for dedupe"},
-    {"dedupe", K_DURATION, FIELD(sl_source_config, dedupe_ms), 1000, 30LL * 86400000,
-     "\"24h\"", "how long a delivery id is remembered: a repeat within it is not stored again"},
+    {"dedupe", K_DURATION, FIELD(sl_source_config, dedupe_ms), 1000, 30LL * 86400000, "\"24h\"",
+     "how long a delivery id is remembered: a repeat within it is not stored again"},
 };
 
 static const key kafka_source_keys[] = {
@@ -415,7 +440,8 @@ static const source_kind source_kinds[] = {
     {"webhook", SL_SOURCE_WEBHOOK, KEYS(webhook_source_keys),
      "SaaS webhooks on `POST /v1/webhooks/NAME`, signature verified before anything is stored"},
     {"kafka", SL_SOURCE_KAFKA, KEYS(kafka_source_keys),
-     "consume topics of an external Kafka cluster (consumer group, cooperative-sticky)"},
+     "consume topics of an external Kafka cluster (consumer group; cooperative-sticky with "
+     "librdkafka 2.3 or later, see docs/sources.md)"},
 };
 
 static const target_kind target_kinds[] = {
@@ -438,7 +464,7 @@ typedef struct loader {
     const char *name; /* the file name in messages */
     int nerrors;
     int oom;
-    bool ran; /* the file ran to its end: its declarations are complete */
+    bool ran;           /* the file ran to its end: its declarations are complete */
     const char *kl_pos; /* key_line(): start of line kl_line in the source */
     int kl_line;
 } loader;
@@ -448,7 +474,8 @@ typedef struct loader {
 /* Mistakes reported in full (problem()). */
 #define CONFIG_MAX_PROBLEMS 1000
 
-static void problem(loader *ld, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void problem(loader *ld, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void problem(loader *ld, int line, const char *fmt, ...)
 {
     ld->nerrors++;
@@ -458,8 +485,8 @@ static void problem(loader *ld, int line, const char *fmt, ...)
      * generated table can hold any number of unknown keys. */
     if (ld->nerrors > CONFIG_MAX_PROBLEMS) {
         if (ld->nerrors == CONFIG_MAX_PROBLEMS + 1 &&
-            sl_buf_printf(ld->diag, "%s: more than %d mistakes; the rest are not shown\n",
-                          ld->name, CONFIG_MAX_PROBLEMS))
+            sl_buf_printf(ld->diag, "%s: more than %d mistakes; the rest are not shown\n", ld->name,
+                          CONFIG_MAX_PROBLEMS))
             ld->oom = 1;
         return;
     }
@@ -619,8 +646,10 @@ static void read_input(loader *ld, int idx, const key *k, const block *b, sl_rul
         return;
     }
     if (!lua_istable(L, idx)) {
-        problem(ld, line, "%s: input must be a path string like \"$.data\" or "
-                          "{ paths = {…}, template = \"…\" }", b->what);
+        problem(ld, line,
+                "%s: input must be a path string like \"$.data\" or "
+                "{ paths = {…}, template = \"…\" }",
+                b->what);
         return;
     }
     const char *names[64], *paths[64];
@@ -839,7 +868,8 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     bool is = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (!is) {
-        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http, kafka)",
+        problem(ld, line,
+                "%s: a target must be made with target.KIND { … } (file, set, http, kafka)",
                 b->what);
         return;
     }
@@ -906,7 +936,8 @@ static void read_targets(loader *ld, int idx, const key *k, const block *b, sl_r
     lua_Integer n = luaL_len(L, idx);
     if (n == 0 && (lua_pushnil(L), lua_next(L, idx))) { /* neither a target nor a list */
         lua_pop(L, 2);
-        problem(ld, line, "%s: a target must be made with target.KIND { … } (file, set, http, kafka)",
+        problem(ld, line,
+                "%s: a target must be made with target.KIND { … } (file, set, http, kafka)",
                 b->what);
         return;
     }
@@ -1061,8 +1092,10 @@ static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_targ
         }
     }
     if (n != 1) {
-        problem(ld, line, "%s: auth takes one of { bearer = … }, { basic = { user = …, "
-                          "password = … } }, { api_key = { header = …, value = … } }", b->what);
+        problem(ld, line,
+                "%s: auth takes one of { bearer = … }, { basic = { user = …, "
+                "password = … } }, { api_key = { header = …, value = … } }",
+                b->what);
         return;
     }
     lua_getfield(L, idx, "bearer");
@@ -1098,8 +1131,10 @@ static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_targ
         return;
     }
     lua_pop(L, 1);
-    problem(ld, line, "%s: auth takes one of { bearer = … }, { basic = { user = …, "
-                      "password = … } }, { api_key = { header = …, value = … } }", b->what);
+    problem(ld, line,
+            "%s: auth takes one of { bearer = … }, { basic = { user = …, "
+            "password = … } }, { api_key = { header = …, value = … } }",
+            b->what);
 }
 
 /* properties = { ["name"] = value }: librdkafka's names are dotted words. */
@@ -1133,8 +1168,10 @@ static void read_props(loader *ld, int idx, const key *k, const block *b, char *
             problem(ld, line, "%s: properties: \"%s\" is not a property name", b->what,
                     name ? name : "?");
         else if (vt == LUA_TNONE)
-            problem(ld, line, "%s: properties: %s must be a string, number or boolean (under "
-                              "1024 bytes)", b->what, name);
+            problem(ld, line,
+                    "%s: properties: %s must be a string, number or boolean (under "
+                    "1024 bytes)",
+                    b->what, name);
         else
             add_line(ld, (char ***)field, (size_t *)(field + sizeof(char **)), name, "=", val);
         lua_pop(L, 1);
@@ -1215,8 +1252,8 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
             v = (int64_t)u;
         } else if (t == LUA_TSTRING && k->type == K_DURATION) {
             const char *s = lua_tostring(L, idx);
-            ok = strcmp(s, "forever") == 0 ? (v = -1, k->min < 0)
-                                           : sl_parse_duration_ms(s, &v) == 0;
+            ok =
+                strcmp(s, "forever") == 0 ? (v = -1, k->min < 0) : sl_parse_duration_ms(s, &v) == 0;
         }
         static const char *const want[] = {[K_INT] = "an integer",
                                            [K_SIZE] = "a size like \"128MiB\" or a number of bytes",
@@ -1286,8 +1323,7 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
         else if (strcmp(s, "data") == 0)
             *bd = SL_HTTP_BODY_DATA;
         else
-            problem(ld, line, "%s: body must be \"structured\", \"binary\" or \"data\"",
-                    b->what);
+            problem(ld, line, "%s: body must be \"structured\", \"binary\" or \"data\"", b->what);
         return;
     }
     case K_HEADERS:
@@ -1315,8 +1351,7 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
         else if (strcmp(s, "text") == 0)
             *pp = SL_PARSE_TEXT;
         else
-            problem(ld, line, "%s: parse must be \"json\", \"text\" or a function(line)",
-                    b->what);
+            problem(ld, line, "%s: parse must be \"json\", \"text\" or a function(line)", b->what);
         return;
     }
     case K_LONGLINES:
@@ -1346,8 +1381,8 @@ static void read_key(loader *ld, const key *k, const block *b, void *extra)
     case K_LANES:
         /* The overrides are read after the rule's own keys (read_overrides). */
         if (t != LUA_TTABLE)
-            problem(ld, line, "%s: lanes must be a table { [\"LANE\"] = { … } }, not a %s",
-                    b->what, luaL_typename(L, idx));
+            problem(ld, line, "%s: lanes must be a table { [\"LANE\"] = { … } }, not a %s", b->what,
+                    luaL_typename(L, idx));
         return;
     case K_LANEENV:
     case K_FALLBACK: {
@@ -1382,8 +1417,10 @@ static void check_block(loader *ld, int idx, const key *keys, size_t nkeys, cons
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         if (lua_type(L, -2) != LUA_TSTRING) {
-            problem(ld, b->line, "%s: every entry needs a name (name = value); found a "
-                                 "positional %s", b->what, luaL_typename(L, -1));
+            problem(ld, b->line,
+                    "%s: every entry needs a name (name = value); found a "
+                    "positional %s",
+                    b->what, luaL_typename(L, -1));
             lua_pop(L, 1);
             continue;
         }
@@ -1398,8 +1435,8 @@ static void check_block(loader *ld, int idx, const key *keys, size_t nkeys, cons
             for (size_t i = 0; i < nkeys && o < sizeof known; i++)
                 o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "",
                                       keys[i].name);
-            problem(ld, key_line(ld, b->line, name), "%s: unknown key \"%s\" (known: %s)",
-                    b->what, name, known);
+            problem(ld, key_line(ld, b->line, name), "%s: unknown key \"%s\" (known: %s)", b->what,
+                    name, known);
         } else {
             read_key(ld, k, b, extra);
         }
@@ -1429,8 +1466,7 @@ static void read_api_keys(loader *ld, int idx, const key *k, const block *b)
     sl_config *cfg = b->obj;
     int line = key_line(ld, b->line, k->name);
     if (lua_type(L, idx) != LUA_TTABLE) {
-        problem(ld, line, "%s: api_keys must be a table { NAME = { sha256 = \"…\", … } }",
-                b->what);
+        problem(ld, line, "%s: api_keys must be a table { NAME = { sha256 = \"…\", … } }", b->what);
         return;
     }
     lua_pushnil(L);
@@ -1715,12 +1751,15 @@ static void read_overrides(loader *ld, int body, size_t ri)
         const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &len) : NULL;
         char **gn;
         if (!k)
-            problem(ld, line, "rule \"%s\": lanes: the keys are lane names, as in "
-                              "lanes = { [\"feature-x\"] = { … } }; found a %s key", rname,
-                    luaL_typename(L, -2));
+            problem(ld, line,
+                    "rule \"%s\": lanes: the keys are lane names, as in "
+                    "lanes = { [\"feature-x\"] = { … } }; found a %s key",
+                    rname, luaL_typename(L, -2));
         else if (!len || !sl_lane_valid(k, len) || strlen(k) != len)
-            problem(ld, line, "rule \"%s\": lanes: \"%s\" is not a lane name "
-                              "([a-z0-9-]{1,32}; base events use the rule itself)", rname, k);
+            problem(ld, line,
+                    "rule \"%s\": lanes: \"%s\" is not a lane name "
+                    "([a-z0-9-]{1,32}; base events use the rule itself)",
+                    rname, k);
         else if (!(gn = realloc(names, (n + 1) * sizeof *gn)))
             ld->oom = 1;
         else if (!((names = gn)[n] = dup_string(ld, k, len)))
@@ -1761,8 +1800,9 @@ static void read_decl(loader *ld, int idx)
         if (cfg->log_format && sl_slog_parse_format(cfg->log_format, &(sl_slog_format){0}))
             problem(ld, line, "server: log_format must be \"logfmt\" or \"json\"");
         if (cfg->log_level && sl_slog_parse_level(cfg->log_level, &(sl_slog_level){0}))
-            problem(ld, line, "server: log_level must be \"debug\", \"info\", \"warn\" or "
-                              "\"error\"");
+            problem(ld, line,
+                    "server: log_level must be \"debug\", \"info\", \"warn\" or "
+                    "\"error\"");
     } else if (strcmp(kind, "set") == 0) {
         snprintf(what, sizeof what, "set \"%s\"", name);
         if (!sl_set_name_valid(name))
@@ -1782,8 +1822,7 @@ static void read_decl(loader *ld, int idx)
     } else if (strcmp(kind, "rule") == 0) {
         snprintf(what, sizeof what, "rule \"%s\"", name);
         if (!sl_set_name_valid(name))
-            problem(ld, line, "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)",
-                    what);
+            problem(ld, line, "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
         else if (sl_config_rule(cfg, name))
             problem(ld, line, "%s is declared twice", what);
         sl_rule_config *g = grow(ld, cfg->rules, cfg->nrules, sizeof *g);
@@ -1801,8 +1840,7 @@ static void read_decl(loader *ld, int idx)
         snprintf(what, sizeof what, "lane \"%s\"", name);
         const sl_lane_decl *prev = NULL;
         if (!*name)
-            problem(ld, line, "%s: the base lane (\"\") is not declared: it always exists",
-                    what);
+            problem(ld, line, "%s: the base lane (\"\") is not declared: it always exists", what);
         else if (!sl_lane_valid(name, strlen(name)))
             problem(ld, line, "%s: a lane name is 1-32 of a-z 0-9 -", what);
         else if ((prev = sl_config_lane(cfg, name)))
@@ -1846,14 +1884,12 @@ static void check_rule(loader *ld, sl_rule_config *r, const char *who)
             problem(ld, tc->line, "%s: target.http needs a url", who);
         else if (tc->kind == SL_TARGET_HTTP && strncmp(tc->url, "http://", 7) &&
                  strncmp(tc->url, "https://", 8))
-            problem(ld, tc->line, "%s: target.http url must start with http:// or https://",
-                    who);
+            problem(ld, tc->line, "%s: target.http url must start with http:// or https://", who);
         if (tc->kind == SL_TARGET_SET && !tc->set)
             problem(ld, tc->line, "%s: target.set needs a set", who);
         else if (tc->kind == SL_TARGET_SET && !find_set(cfg, tc->set))
-            problem(ld, tc->line,
-                    "%s: target.set: set \"%s\" is not declared (add set \"%s\" { })", who,
-                    tc->set, tc->set);
+            problem(ld, tc->line, "%s: target.set: set \"%s\" is not declared (add set \"%s\" { })",
+                    who, tc->set, tc->set);
         else if (tc->kind == SL_TARGET_SET && r->set && strcmp(tc->set, r->set) == 0)
             problem(ld, tc->line, "%s: target.set into the set it reads would loop forever", who);
         if (tc->kind == SL_TARGET_KAFKA && (!tc->brokers || !tc->topic))
@@ -1881,7 +1917,8 @@ static void check_base_rule(loader *ld, sl_rule_config *r, const char *who)
     else if (r->dlq && r->set && strcmp(r->dlq, r->set) == 0)
         problem(ld, key_line(ld, r->line, "dlq"),
                 "%s: the dlq cannot be the set the rule reads (failed events would come back "
-                "to it forever)", who);
+                "to it forever)",
+                who);
     if (r->retry.initial_ms > r->retry.max_ms)
         problem(ld, key_line(ld, r->line, "retry"),
                 "%s: retry.initial (%lld ms) is longer than retry.max (%lld ms)", who,
@@ -1898,7 +1935,8 @@ static void check_override_lane(loader *ld, const sl_rule_config *o, const char 
     if (!cfg->lanes_auto) {
         problem(ld, o->line,
                 "%s: lane \"%s\" is not declared (add lane \"%s\" { env = \"boe\" }, or "
-                "lanes.auto = true)", who, o->lane, o->lane);
+                "lanes.auto = true)",
+                who, o->lane, o->lane);
         return;
     }
     sl_lane_decl *g = grow(ld, cfg->lanes, cfg->nlanes, sizeof *g);
@@ -1943,8 +1981,7 @@ static void check_sources(loader *ld)
             problem(ld, sc->line, "%s: set is required (the event set its events go to)", what);
         else if (!find_set(cfg, sc->set))
             problem(ld, key_line(ld, sc->line, "set"),
-                    "%s: set \"%s\" is not declared (add set \"%s\" { })", what, sc->set,
-                    sc->set);
+                    "%s: set \"%s\" is not declared (add set \"%s\" { })", what, sc->set, sc->set);
         if (sc->name && !sl_set_name_valid(sc->name))
             problem(ld, key_line(ld, sc->line, "name"),
                     "%s: a source name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
@@ -1983,7 +2020,8 @@ static void check_sources(loader *ld)
             if (!sc->name || !sc->preset || !sc->secret)
                 problem(ld, sc->line,
                         "%s: name, preset and secret are required (the URL is "
-                        "/v1/webhooks/NAME)", what);
+                        "/v1/webhooks/NAME)",
+                        what);
             else if (sl_webhook_source_check(sc, &werr))
                 problem(ld, sc->line, "%s: %s", what, werr.msg);
         } else if (sc->kind == SL_SOURCE_KAFKA) {
@@ -2270,34 +2308,53 @@ int sl_config_check_event(const sl_set_decl *set, const struct sl_event *ev, sl_
     if (!s)
         return 0;
     if (ev->data_base64.type != SL_JSON_NONE)
-        return sl_error_set(err, SL_EINVAL, "/data: binary data (data_base64) cannot be "
-                                            "checked against the schema of its type");
+        return sl_error_set(err, SL_EINVAL,
+                            "/data: binary data (data_base64) cannot be "
+                            "checked against the schema of its type");
     if (ev->data.type == SL_JSON_NONE)
         return sl_error_set(err, SL_EINVAL, "/data: missing, and the event's type has a schema");
     return sl_schema_validate(s, ev->data.p, ev->data.len, err);
 }
 
 static const char *const type_names[] = {
-    [K_STRING] = "string",      [K_BOOL] = "boolean",      [K_TRISTATE] = "boolean",
-    [K_INT] = "integer",        [K_SIZE] = "size",         [K_DURATION] = "duration",
-    [K_ACK] = "string",         [K_CODEC] = "string",      [K_START] = "string",
-    [K_FUNCTION] = "function",  [K_PATTERN] = "pattern",   [K_INPUT] = "string or table",
-    [K_TARGETS] = "target(s)",  [K_SCHEMAS] = "table",     [K_SETBODY] = "table",
-    [K_HEADERS] = "table",      [K_AUTH] = "table",        [K_BODY] = "string",
-    [K_RETRY] = "table",        [K_BACKOFF] = "string",    [K_PROPS] = "table",
-    [K_STRINGS] = "string(s)",  [K_PARSE] = "string or function", [K_LONGLINES] = "string",
-    [K_ENCODING] = "string",    [K_LANES] = "table",       [K_LANEENV] = "string",
-    [K_FALLBACK] = "string",    [K_APIKEYS] = "table",
+    [K_STRING] = "string",
+    [K_BOOL] = "boolean",
+    [K_TRISTATE] = "boolean",
+    [K_INT] = "integer",
+    [K_SIZE] = "size",
+    [K_DURATION] = "duration",
+    [K_ACK] = "string",
+    [K_CODEC] = "string",
+    [K_START] = "string",
+    [K_FUNCTION] = "function",
+    [K_PATTERN] = "pattern",
+    [K_INPUT] = "string or table",
+    [K_TARGETS] = "target(s)",
+    [K_SCHEMAS] = "table",
+    [K_SETBODY] = "table",
+    [K_HEADERS] = "table",
+    [K_AUTH] = "table",
+    [K_BODY] = "string",
+    [K_RETRY] = "table",
+    [K_BACKOFF] = "string",
+    [K_PROPS] = "table",
+    [K_STRINGS] = "string(s)",
+    [K_PARSE] = "string or function",
+    [K_LONGLINES] = "string",
+    [K_ENCODING] = "string",
+    [K_LANES] = "table",
+    [K_LANEENV] = "string",
+    [K_FALLBACK] = "string",
+    [K_APIKEYS] = "table",
 };
 
 static int keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
 {
-    int rc = sl_buf_printf(out, "\n### %s\n\n| key | type | default | meaning |\n|---|---|---|---|\n",
-                           title);
+    int rc = sl_buf_printf(
+        out, "\n### %s\n\n| key | type | default | meaning |\n|---|---|---|---|\n", title);
     for (size_t i = 0; !rc && i < n; i++)
-        rc = sl_buf_printf(out, "| `%s` | %s | %s | %s |\n", keys[i].name,
-                           type_names[keys[i].type], keys[i].dflt[0] ? keys[i].dflt : "—",
-                           keys[i].doc);
+        rc = sl_buf_printf(out, "| `%s` | %s | %s | %s |\n", keys[i].name, type_names[keys[i].type],
+                           keys[i].dflt[0] ? keys[i].dflt : "—", keys[i].doc);
     return rc;
 }
 

@@ -30,10 +30,10 @@
 #include <stdint.h>
 
 typedef enum sl_target_kind {
-    SL_TARGET_FILE, /* NDJSON lines appended to a file */
-    SL_TARGET_SET,  /* events appended to another event set */
-    SL_TARGET_HTTP, /* requests to an HTTP endpoint (libcurl) */
-    SL_TARGET_KAFKA, /* records produced to an external Kafka topic (librdkafka) */
+    SL_TARGET_FILE,   /* NDJSON lines appended to a file */
+    SL_TARGET_SET,    /* events appended to another event set */
+    SL_TARGET_HTTP,   /* requests to an HTTP endpoint (libcurl) */
+    SL_TARGET_KAFKA,  /* records produced to an external Kafka topic (librdkafka) */
     SL_TARGET_PLUGIN, /* a kind a loadable plugin registered (core/plugin.h) */
 } sl_target_kind;
 
@@ -55,21 +55,21 @@ typedef struct sl_target_config {
     int64_t keep;          /* file: rotated files kept */
     char *set;             /* set: the event set to append to */
     /* http */
-    char *url;    /* template: {attribute} is replaced from the event */
-    char *method; /* default POST */
+    char *url;      /* template: {attribute} is replaced from the event */
+    char *method;   /* default POST */
     char **headers; /* "Name: value" lines */
     size_t nheaders;
-    char *bearer;                  /* auth.bearer */
-    char *basic_user, *basic_pass; /* auth.basic */
+    char *bearer;                   /* auth.bearer */
+    char *basic_user, *basic_pass;  /* auth.basic */
     char *api_key_header, *api_key; /* auth.api_key */
-    bool tls_verify;               /* default true */
+    bool tls_verify;                /* default true */
     char *ca_file;
     int64_t connect_timeout_ms; /* default 5 s */
     int64_t timeout_ms;         /* whole request; default 30 s */
     int64_t concurrency;        /* requests in flight per rule; default 8 */
     int64_t rate;               /* requests per second; 0 unlimited */
-    sl_http_body body; /* http: default structured; kafka: default binary */
-    int64_t batch; /* payloads per request (a JSON array); default 1 */
+    sl_http_body body;          /* http: default structured; kafka: default binary */
+    int64_t batch;              /* payloads per request (a JSON array); default 1 */
     /* kafka (timeout_ms: message.timeout.ms; headers: record headers; body) */
     char *brokers;     /* bootstrap.servers */
     char *topic;       /* template: {attribute} is replaced from the event */
@@ -105,22 +105,22 @@ typedef struct sl_source_config {
     sl_source_kind kind;
     const char *kind_name; /* "file", "webhook", "kafka" or the plugin's name */
     int line;
-    size_t index;  /* among the config's sources (rule VMs find parse functions by it) */
-    char *name;    /* unique among sources; state lives in DATA/sources/NAME */
-    char *set;     /* required: where the events go */
-    char *lane;    /* stamped on every event; NULL: base (or what the event says) */
-    char *type;    /* CloudEvent type of wrapped payloads; NULL: the kind's default */
-    char *source;  /* CloudEvent source of wrapped payloads; NULL: the kind's default */
+    size_t index;        /* among the config's sources (rule VMs find parse functions by it) */
+    char *name;          /* unique among sources; state lives in DATA/sources/NAME */
+    char *set;           /* required: where the events go */
+    char *lane;          /* stamped on every event; NULL: base (or what the event says) */
+    char *type;          /* CloudEvent type of wrapped payloads; NULL: the kind's default */
+    char *source;        /* CloudEvent source of wrapped payloads; NULL: the kind's default */
     bool from_beginning; /* start = "beginning" (file, kafka); default "end" */
     /* file */
     char *path; /* glob pattern, resolved against the config's folder */
     sl_source_parse parse;
-    char *multiline;             /* ERE a line must match to start a new event; NULL: off */
+    char *multiline;              /* ERE a line must match to start a new event; NULL: off */
     int64_t multiline_timeout_ms; /* a pending group is emitted after this quiet time; 1 s */
-    uint64_t max_line;           /* bytes; default 256 KiB */
-    bool split_long;             /* long_lines = "split" (default) or "skip" */
-    int64_t poll_ms;             /* file check / glob rescan interval; default 250 ms */
-    bool inotify;                /* use inotify when it works; default true */
+    uint64_t max_line;            /* bytes; default 256 KiB */
+    bool split_long;              /* long_lines = "split" (default) or "skip" */
+    int64_t poll_ms;              /* file check / glob rescan interval; default 250 ms */
+    bool inotify;                 /* use inotify when it works; default true */
     /* webhook */
     char *preset;           /* "github" | "stripe" | "slack" | "generic" */
     char *secret;           /* one, or several comma-separated (rotation) */
@@ -165,8 +165,8 @@ typedef struct sl_rule_config {
     int line;
     char *set;
     char *description;
-    char *match_json;    /* the pattern as JSON text; NULL matches everything */
-    sl_pattern *pattern; /* compiled match_json */
+    char *match_json;                        /* the pattern as JSON text; NULL matches everything */
+    sl_pattern *pattern;                     /* compiled match_json */
     bool filter, transform, transform_batch; /* which Lua functions it has */
     sl_input *input;                         /* input transformer; NULL none */
     sl_target_config *targets;
@@ -183,9 +183,9 @@ typedef struct sl_rule_config {
      * transform_batch, input, target/targets) on top, same name and set
      * (transform or transform_batch replaces both, target or targets both).
      * An override's line is that of its ["L"] = { … } entry. */
-    char *lane;              /* override: the lane it serves; NULL: a base rule */
-    size_t base;             /* override: index of its base rule in cfg->rules */
-    bool targets_from_base;  /* override: target(s) not overridden (it may share the base's) */
+    char *lane;             /* override: the lane it serves; NULL: a base rule */
+    size_t base;            /* override: index of its base rule in cfg->rules */
+    bool targets_from_base; /* override: target(s) not overridden (it may share the base's) */
 } sl_rule_config;
 
 /* lane "NAME" { env = "boe"|"ppe", fallback = "base"|"none" } (ARCHITECTURE.md §7). */
@@ -221,9 +221,9 @@ typedef struct sl_config {
     char *source; /* its text, run again by every rule worker */
     size_t source_len;
     /* server { … } */
-    char *listen;   /* "HOST:PORT"; NULL: the command line or default */
-    char *data_dir; /* NULL: the command line or default */
-    int auto_create; /* -1 unset, else 0/1 */
+    char *listen;               /* "HOST:PORT"; NULL: the command line or default */
+    char *data_dir;             /* NULL: the command line or default */
+    int auto_create;            /* -1 unset, else 0/1 */
     uint64_t max_request_bytes; /* 0 unset */
     char *log_format;           /* "logfmt" | "json" (checked); NULL unset */
     char *log_level;            /* "debug" | "info" | "warn" | "error" (checked); NULL unset */
@@ -233,25 +233,26 @@ typedef struct sl_config {
     /* server security and limits (docs/security.md) */
     sl_auth_key_config *api_keys; /* server.api_keys, in file order */
     size_t napi_keys;
-    bool insecure;          /* allow a non-loopback listen without keys */
-    char *tls_cert, *tls_key; /* PEM files, resolved against the config's folder; NULL: plain HTTP */
-    int64_t max_batch;      /* events per request; 0 unset */
-    int64_t rate;           /* events a second per client; 0 unlimited */
-    int64_t burst;          /* bucket size; 0: rate */
+    bool insecure; /* allow a non-loopback listen without keys */
+    char *tls_cert,
+        *tls_key;            /* PEM files, resolved against the config's folder; NULL: plain HTTP */
+    int64_t max_batch;       /* events per request; 0 unset */
+    int64_t rate;            /* events a second per client; 0 unlimited */
+    int64_t burst;           /* bucket size; 0: rate */
     int64_t max_connections; /* 0 unset */
     int64_t max_connections_per_ip; /* 0 unlimited */
     uint64_t max_body_memory;       /* 0 unset */
-    sl_set_config set_defaults; /* what sets created on first use get */
+    sl_set_config set_defaults;     /* what sets created on first use get */
     sl_set_decl *sets;
     size_t nsets;
     sl_rule_config *rules;
     size_t nrules;
     sl_source_config *sources;
     size_t nsources;
-    char *plugin_dir; /* server.plugin_dir, resolved; NULL: no plugins */
+    char *plugin_dir;    /* server.plugin_dir, resolved; NULL: no plugins */
     sl_lane_decl *lanes; /* declared lanes, file order */
     size_t nlanes;
-    bool lanes_auto; /* lanes.auto = true: an undeclared lane is accepted as a boe lane */
+    bool lanes_auto;           /* lanes.auto = true: an undeclared lane is accepted as a boe lane */
     sl_rule_config *overrides; /* every rule's lane overrides (see sl_rule_config.lane) */
     size_t noverrides;
 } sl_config;

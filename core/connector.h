@@ -56,8 +56,8 @@ typedef struct sl_plugin_key {
 
 /* What a target instance may use from the server. */
 typedef struct sl_target_env {
-    sl_sets *sets;   /* the event sets (target.set), NULL in `sluice test` */
-    sl_databus *bus; /* the write path into them */
+    sl_sets *sets;    /* the event sets (target.set), NULL in `sluice test` */
+    sl_databus *bus;  /* the write path into them */
     const char *rule; /* the owning rule's name, for messages */
 } sl_target_env;
 
@@ -77,8 +77,7 @@ typedef struct sl_target_ops {
     const char *name;     /* "file", "set", … as in target.NAME { … } */
     /* Creates an instance from its checked config. Returns 0 and *impl, or an
      * SL_E… code with err (nothing left allocated). */
-    int (*open)(const sl_target_config *cfg, const sl_target_env *env, void **impl,
-                sl_error *err);
+    int (*open)(const sl_target_config *cfg, const sl_target_env *env, void **impl, sl_error *err);
     /* Delivers d[0..n); see the completion contract above. d and the bytes
      * it points to are valid until every payload completed. */
     void (*deliver)(void *impl, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
@@ -136,15 +135,15 @@ typedef enum sl_source_data {
 
 /* Attributes of a wrapped payload; NULL / 0 fields take the defaults. */
 typedef struct sl_source_meta {
-    const char *type;    /* NULL: the source's `type` */
-    const char *source;  /* NULL: the source's `source` */
-    const char *id;      /* NULL: a UUIDv7 */
+    const char *type;   /* NULL: the source's `type` */
+    const char *source; /* NULL: the source's `source` */
+    const char *id;     /* NULL: a UUIDv7 */
     size_t id_len;
     const char *subject; /* NULL: none */
     const char *key;     /* partitionkey; NULL: none */
     size_t key_len;
-    const char *lane;    /* NULL: the source's `lane` */
-    int64_t time_ms;     /* 0: now */
+    const char *lane; /* NULL: the source's `lane` */
+    int64_t time_ms;  /* 0: now */
     sl_source_data data;
     const char *content_type; /* datacontenttype; NULL: application/json or text/plain */
 } sl_source_meta;

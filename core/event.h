@@ -61,8 +61,8 @@
     XX(TOO_LARGE, "TooLarge")                 /* over sl_event_limits.max_bytes */                 \
     XX(INVALID_LANE, "InvalidLane")           /* lane not "" or [a-z0-9-]{1,32} */                 \
     XX(LANE_CONFLICT, "LaneConflict")         /* event lane differs from the request's */          \
-    XX(NO_MEMORY, "NoMemory")                 /* allocation failed (binary mode only) */       \
-    XX(SCHEMA_VIOLATION, "SchemaViolation")   /* data does not fit its type's schema */          \
+    XX(NO_MEMORY, "NoMemory")                 /* allocation failed (binary mode only) */           \
+    XX(SCHEMA_VIOLATION, "SchemaViolation")   /* data does not fit its type's schema */            \
     XX(UNKNOWN_LANE, "UnknownLane")           /* lane not declared (core/lanes.h) */               \
     XX(LANE_DROPPED, "LaneDropped")           /* lane dropped by `sluice lane drop` */
 

@@ -29,17 +29,17 @@
 #define HASH_SLOTS (SL_LANES_MAX * 2) /* open addressing, power of two */
 
 typedef enum lane_state {
-    LANE_GONE,     /* a forgotten auto lane: the entry waits to be reused */
-    LANE_ACTIVE,   /* carries events */
-    LANE_DROPPED,  /* declared, dropped: refused until no longer declared */
+    LANE_GONE,    /* a forgotten auto lane: the entry waits to be reused */
+    LANE_ACTIVE,  /* carries events */
+    LANE_DROPPED, /* declared, dropped: refused until no longer declared */
 } lane_state;
 
 typedef struct lane {
     sl_lane_info info; /* auto_: registered by lanes.auto (remembered in the state file) */
     lane_state state;  /* ACTIVE: declared, or auto; DROPPED: refused */
-    bool declared;   /* by the current config */
-    bool ready;      /* the added hook ran (declared lanes: the runner made them) */
-    int64_t since_ms; /* auto: registered; dropped: when */
+    bool declared;     /* by the current config */
+    bool ready;        /* the added hook ran (declared lanes: the runner made them) */
+    int64_t since_ms;  /* auto: registered; dropped: when */
     _Atomic uint64_t in;
 } lane;
 
@@ -224,7 +224,7 @@ void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
     for (size_t i = 0; i < l->n; i++) {
         lane *e = &l->v[i];
         if (e->declared || e->state != LANE_ACTIVE)
-            continue; /* a drop mark stays until sl_lanes_commit() */
+            continue;        /* a drop mark stays until sl_lanes_commit() */
         if (e->info.auto_) { /* no longer declared: an auto lane as it was */
             e->info.env = SL_LANE_BOE;
             e->info.fallback_base = true;
@@ -338,7 +338,8 @@ sl_event_status sl_lanes_admit(sl_lanes *l, const char *name, sl_error *err)
     lane_state st = e ? e->state : LANE_GONE;
     bool ready = e && e->ready;
     bool autolanes = l->autolanes;
-    if (st == LANE_ACTIVE && ready) { /* the usual case: counted under the lock (entries are reused) */
+    if (st == LANE_ACTIVE &&
+        ready) { /* the usual case: counted under the lock (entries are reused) */
         atomic_fetch_add_explicit(&e->in, 1, memory_order_relaxed);
         pthread_rwlock_unlock(&l->lock);
         return SL_EVENT_OK;
@@ -408,8 +409,7 @@ int sl_lanes_drop(sl_lanes *l, const char *name, sl_error *err)
     lane *e = find(l, name);
     if (!e || e->state != LANE_ACTIVE) {
         pthread_rwlock_unlock(&l->lock);
-        return sl_error_set(err, SL_ENOENT, "lane \"%s\" is not known (or already dropped)",
-                            name);
+        return sl_error_set(err, SL_ENOENT, "lane \"%s\" is not known (or already dropped)", name);
     }
     e->state = LANE_DROPPED;
     e->ready = false;
@@ -478,13 +478,13 @@ int sl_lanes_json(sl_lanes *l, int (*extra)(void *ctx, const char *lane, sl_buf 
         pthread_rwlock_unlock(&l->lock);
         if (e.state == LANE_GONE)
             continue;
-        rc = sl_buf_printf(out,
-                           ",{\"name\":\"%s\",\"env\":\"%s\",\"fallback\":\"%s\",\"auto\":%s,"
-                           "\"declared\":%s,\"dropped\":%s,\"events_in\":%" PRIu64,
-                           e.info.name, env_name(e.info.env),
-                           e.info.fallback_base ? "base" : "none", e.info.auto_ ? "true" : "false",
-                           e.declared ? "true" : "false",
-                           e.state == LANE_DROPPED ? "true" : "false", in);
+        rc =
+            sl_buf_printf(out,
+                          ",{\"name\":\"%s\",\"env\":\"%s\",\"fallback\":\"%s\",\"auto\":%s,"
+                          "\"declared\":%s,\"dropped\":%s,\"events_in\":%" PRIu64,
+                          e.info.name, env_name(e.info.env), e.info.fallback_base ? "base" : "none",
+                          e.info.auto_ ? "true" : "false", e.declared ? "true" : "false",
+                          e.state == LANE_DROPPED ? "true" : "false", in);
         if (!rc && extra && e.state == LANE_ACTIVE)
             rc = extra(ctx, e.info.name, out);
         if (!rc)

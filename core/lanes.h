@@ -44,7 +44,7 @@ typedef struct sl_lane_info {
     char name[SL_EVENT_LANE_MAX + 1];
     sl_lane_env env;
     bool fallback_base;
-    bool auto_;     /* registered by lanes.auto, not declared */
+    bool auto_; /* registered by lanes.auto, not declared */
 } sl_lane_info;
 
 typedef struct sl_lanes_hooks {

@@ -46,8 +46,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     /* The commands that talk to a server share --api-key and --cacert. */
-    static const char *const clients[] = {"put",     "tail",   "redrive", "lane",
-                                          "status",  "replay", "schema"};
+    static const char *const clients[] = {"put",    "tail",   "redrive", "lane",
+                                          "status", "replay", "schema"};
     for (size_t i = 0; i < sizeof clients / sizeof *clients; i++) {
         if (strcmp(cmd, clients[i]) == 0) {
             int sub_argc = argc - 1;

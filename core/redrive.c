@@ -152,8 +152,8 @@ typedef struct redrive {
     sl_set *dlq, *to;
     sl_databus *bus;
     sl_lanes *lanes; /* admits each event's lane; NULL: any lane */
-    sl_buf tmp;   /* one event with the failure attributes stripped */
-    sl_buf arena; /* the encoded events of the chunk, and their keys */
+    sl_buf tmp;      /* one event with the failure attributes stripped */
+    sl_buf arena;    /* the encoded events of the chunk, and their keys */
     staged sv[CHUNK_EVENTS];
     size_t nsv;
     sl_databus_event evs[CHUNK_EVENTS];

@@ -249,8 +249,8 @@ static int lanes_json(void *ctx, sl_buf *out)
 {
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);
-    int rc = sl_buf_printf(out, "{\"auto\":%s,\"lanes\":[",
-                           sl_lanes_auto(r->lanes) ? "true" : "false");
+    int rc =
+        sl_buf_printf(out, "{\"auto\":%s,\"lanes\":[", sl_lanes_auto(r->lanes) ? "true" : "false");
     rc = rc ? rc : sl_lanes_json(r->lanes, lane_extra, r, out);
     rc = rc ? rc : sl_buf_printf(out, "]}\n");
     pthread_rwlock_unlock(&r->lock);
@@ -371,8 +371,7 @@ void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
                            .lane_drop = lane_drop};
 }
 
-void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
-                         const char *lane)
+void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
 {
     sl_router *r = ctx;
     pthread_rwlock_rdlock(&r->lock);

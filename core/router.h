@@ -36,8 +36,7 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err);
 void sl_router_http_hooks(sl_router *r, sl_http_hooks *out);
 
 /* Wakes the rules reading (set, partition); fits sl_databus_append_fn. */
-void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
-                         const char *lane);
+void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane);
 
 /* Stops the rules (batches in progress finish). The router stays valid for
  * the HTTP hooks and the Databus callback, which may still run: free it

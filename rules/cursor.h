@@ -29,9 +29,9 @@
 typedef struct sl_cursor {
     int fd;
     uint64_t seq;
-    int64_t offset;       /* the committed position */
-    int64_t synced_ns;    /* monotonic time of the last fdatasync */
-    bool dirty;           /* written since the last fdatasync */
+    int64_t offset;    /* the committed position */
+    int64_t synced_ns; /* monotonic time of the last fdatasync */
+    bool dirty;        /* written since the last fdatasync */
 } sl_cursor;
 
 /* Opens (creating the folders and the file) the cursor of rule/set/partition

@@ -1053,8 +1053,8 @@ static uint32_t pe_new(sl_pattern_event *ev)
 {
     if (ev->n == ev->cap) {
         size_t cap = ev->cap * 2;
-        sl_pattern_value *g = ev->v == ev->inline_v ? malloc(cap * sizeof *g)
-                                                    : realloc(ev->v, cap * sizeof *g);
+        sl_pattern_value *g =
+            ev->v == ev->inline_v ? malloc(cap * sizeof *g) : realloc(ev->v, cap * sizeof *g);
         if (!g) {
             ev->oom = true;
             return NONE;
@@ -1101,8 +1101,8 @@ static const char *quote_or_backslash(const char *p, const char *end)
     return p;
 }
 
-static const char *pe_string(sl_pattern_event *ev, const char *p, const char *end,
-                             const char **s, uint32_t *len)
+static const char *pe_string(sl_pattern_event *ev, const char *p, const char *end, const char **s,
+                             uint32_t *len)
 {
     const char *body = p + 1;
     const char *q = quote_or_backslash(body, end);

@@ -226,8 +226,8 @@ static int out_close(sl_rule_out *o)
 }
 
 /* Adds one payload: the event JSON as is, or through the input transformer. */
-static int out_add(const sl_rule_config *rc, const char *json, size_t len,
-                   const sl_input_ctx *ictx, sl_rule_out *o, sl_error *err)
+static int out_add(const sl_rule_config *rc, const char *json, size_t len, const sl_input_ctx *ictx,
+                   sl_rule_out *o, sl_error *err)
 {
     int rc2 = rc->input ? sl_input_apply(rc->input, json, len, ictx, &o->data, err)
                         : sl_buf_append(&o->data, json, len);
@@ -241,8 +241,10 @@ static int out_add_lua(sl_rule_vm *vm, const sl_rule_config *rc, int idx, const 
     sl_buf *tmp = &vm->enc;
     lua_State *L = vm->L;
     if (!lua_istable(L, idx) && !sl_luaproxy_kind(L, vm->px, idx))
-        return sl_error_set(err, SL_EINVAL, "rule \"%s\": transform returned a %s, not an event "
-                                            "table", rc->name, luaL_typename(L, idx));
+        return sl_error_set(err, SL_EINVAL,
+                            "rule \"%s\": transform returned a %s, not an event "
+                            "table",
+                            rc->name, luaL_typename(L, idx));
     tmp->len = 0;
     int r = sl_luajson_encode(L, idx, tmp, err);
     if (!r)
@@ -254,8 +256,8 @@ static int out_add_lua(sl_rule_vm *vm, const sl_rule_config *rc, int idx, const 
 
 /* Adds what a transform returned (at the top of the stack): an event, a
  * list of events, or nil. */
-static int take_transformed_raw(sl_rule_vm *vm, const sl_rule_config *rc,
-                                const sl_input_ctx *ictx, sl_rule_out *o, sl_error *err)
+static int take_transformed_raw(sl_rule_vm *vm, const sl_rule_config *rc, const sl_input_ctx *ictx,
+                                sl_rule_out *o, sl_error *err)
 {
     lua_State *L = vm->L;
     int top = lua_gettop(L);
@@ -276,9 +278,10 @@ static int take_transformed_raw(sl_rule_vm *vm, const sl_rule_config *rc,
             return r;
     }
     if (!lua_istable(L, top))
-        return sl_error_set(err, SL_EINVAL, "rule \"%s\": transform returned a %s; want an "
-                                            "event, a list of events or nil", rc->name,
-                            luaL_typename(L, top));
+        return sl_error_set(err, SL_EINVAL,
+                            "rule \"%s\": transform returned a %s; want an "
+                            "event, a list of events or nil",
+                            rc->name, luaL_typename(L, top));
     int r = 0;
     lua_rawgeti(L, top, 1);
     bool list = !lua_isnil(L, -1);
@@ -536,9 +539,9 @@ static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const ru
     return r;
 }
 
-int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
-                       const size_t *lens, size_t n, const sl_input_ctx *ictx, sl_rule_out *out,
-                       size_t *passed, sl_error *err)
+int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, const size_t *lens,
+                       size_t n, const sl_input_ctx *ictx, sl_rule_out *out, size_t *passed,
+                       sl_error *err)
 {
     const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
     const rule_refs *refs = &vm->refs[rule];
@@ -637,7 +640,8 @@ int sl_rule_vm_parse(sl_rule_vm *vm, size_t source, const char *line, size_t len
     } else {
         r = sl_error_set(err, SL_EINVAL,
                          "source \"%s\": parse returned a %s; want nil, false, a string or a "
-                         "table", source_name(vm, source), luaL_typename(L, -1));
+                         "table",
+                         source_name(vm, source), luaL_typename(L, -1));
     }
     lua_settop(L, top);
     if (r)

@@ -72,9 +72,9 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
  * transform_batch call with the list of events that passed (skipped when
  * none did). *passed gets how many passed. Errors as for sl_rule_eval; on
  * error nothing is appended and the whole batch failed. */
-int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events,
-                       const size_t *lens, size_t n, const sl_input_ctx *ictx, sl_rule_out *out,
-                       size_t *passed, sl_error *err);
+int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, const size_t *lens,
+                       size_t n, const sl_input_ctx *ictx, sl_rule_out *out, size_t *passed,
+                       sl_error *err);
 
 /* ---- source.file's parse = function(line) ------------------------------------ */
 

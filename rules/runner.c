@@ -31,23 +31,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH_RECORDS 512          /* records per turn of one consumer, by default */
-#define BATCH_RECORDS_MAX 8192     /* when its targets ask for more (batch_hint) */
-#define BATCH_EVENT_BYTES 2048     /* bytes of events per record of the limit */
-#define CURSOR_SYNC_NS 1000000000  /* fdatasync cursors at most once a second */
-#define BACKOFF_MIN_MS 1000        /* read and cursor errors: 1 s doubling … */
-#define BACKOFF_MAX_MS 30000       /* … up to 30 s */
-#define POOL_MAX 4096              /* ordered = false: payloads set aside per partition */
-#define RULE_BIT 63                /* in a dead mask: the evaluation itself failed */
-#define REASON_MAX 1024            /* bytes of a reason kept in sluiceerror */
-#define REPLAYS_KEPT 32            /* finished replays still shown */
-#define REPLAYS_RUNNING_MAX 16     /* replays running at once */
-#define SCAN_NS 20000000           /* periodic(): retry times and missed wake-ups */
-#define SCAN_BUSY_NS 100000000     /* … at least this often when the queue is never empty */
-#define WAIT_CHECK_NS 50000000     /* a worker waiting for a target looks around this often */
+#define BATCH_RECORDS 512         /* records per turn of one consumer, by default */
+#define BATCH_RECORDS_MAX 8192    /* when its targets ask for more (batch_hint) */
+#define BATCH_EVENT_BYTES 2048    /* bytes of events per record of the limit */
+#define CURSOR_SYNC_NS 1000000000 /* fdatasync cursors at most once a second */
+#define BACKOFF_MIN_MS 1000       /* read and cursor errors: 1 s doubling … */
+#define BACKOFF_MAX_MS 30000      /* … up to 30 s */
+#define POOL_MAX 4096             /* ordered = false: payloads set aside per partition */
+#define RULE_BIT 63               /* in a dead mask: the evaluation itself failed */
+#define REASON_MAX 1024           /* bytes of a reason kept in sluiceerror */
+#define REPLAYS_KEPT 32           /* finished replays still shown */
+#define REPLAYS_RUNNING_MAX 16    /* replays running at once */
+#define SCAN_NS 20000000          /* periodic(): retry times and missed wake-ups */
+#define SCAN_BUSY_NS 100000000    /* … at least this often when the queue is never empty */
+#define WAIT_CHECK_NS 50000000    /* a worker waiting for a target looks around this often */
 
-#define RUN_CHUNK 1024 /* runs per chunk of sl_runner.chunks */
-#define RUN_CHUNKS 1024 /* at most RUN_CHUNK * RUN_CHUNKS runs per runner */
+#define RUN_CHUNK 1024                /* runs per chunk of sl_runner.chunks */
+#define RUN_CHUNKS 1024               /* at most RUN_CHUNK * RUN_CHUNKS runs per runner */
 #define LANE_NAMES (2 * SL_LANES_MAX) /* distinct lanes one runner sums up */
 #define RUN(r, i) ((r)->chunks[(i) / RUN_CHUNK][(i) % RUN_CHUNK])
 
@@ -68,14 +68,14 @@ typedef struct item {
     char *source; /* the source event (decorated JSON), NULL if not known */
     size_t source_len;
     char lane[SL_EVENT_LANE_MAX + 1];
-    int64_t offset;     /* of the source event */
-    uint64_t todo;      /* targets still to deliver to (bit t) */
-    uint64_t dead;      /* targets that gave up: to the dead-letter set */
-    uint32_t attempts;  /* deliveries that failed */
-    uint32_t tries;     /* rounds, deferred ones too: drives the back-off */
+    int64_t offset;        /* of the source event */
+    uint64_t todo;         /* targets still to deliver to (bit t) */
+    uint64_t dead;         /* targets that gave up: to the dead-letter set */
+    uint32_t attempts;     /* deliveries that failed */
+    uint32_t tries;        /* rounds, deferred ones too: drives the back-off */
     int64_t first_fail_ms; /* monotonic (mono_ms) */
     int64_t retry_at_ns;   /* 0: to be scheduled */
-    char *reason;        /* the last failure */
+    char *reason;          /* the last failure */
 } item;
 
 typedef struct consumer {
@@ -95,9 +95,9 @@ typedef struct consumer {
     _Atomic bool done; /* replay: reached its end with an empty pool */
     /* under the runner's lock */
     bool queued, running, again;
-    bool hold;           /* run only at retry_at_ns (back-off, or a pool that blocks) */
-    int64_t retry_at_ns; /* 0: nothing timed */
-    int backoff_ms;      /* read and cursor errors */
+    bool hold;            /* run only at retry_at_ns (back-off, or a pool that blocks) */
+    int64_t retry_at_ns;  /* 0: nothing timed */
+    int backoff_ms;       /* read and cursor errors */
     int64_t lag_check_ns; /* lane runs: when periodic() last queued it for lag */
     struct consumer *next;
 } consumer;
@@ -130,19 +130,19 @@ struct rule_run {
     size_t idx; /* the rule number the VMs evaluate (sl_config_rule_at) */
     const sl_rule_config *rc;
     char lane[SL_EVENT_LANE_MAX + 1];
-    char label[SL_EVENT_LANE_MAX + 160]; /* "billing", "billing (lane feature-x)" */
+    char label[SL_EVENT_LANE_MAX + 160];      /* "billing", "billing (lane feature-x)" */
     char cursor_set[SL_EVENT_LANE_MAX + 160]; /* "orders", "orders/lanes/feature-x" */
-    rule_run *base_run; /* lane runs: the base rule's run (targets, dlq) */
-    int lane_idx;       /* in sl_runner.lane_names, -1 if it did not fit */
-    bool unrouted;      /* lane without override nor fallback: events are only counted */
-    bool was_new;       /* its cursors were created at this start */
-    bool borrowed;      /* targets and dlq are base_run's */
+    rule_run *base_run;                       /* lane runs: the base rule's run (targets, dlq) */
+    int lane_idx;                             /* in sl_runner.lane_names, -1 if it did not fit */
+    bool unrouted;        /* lane without override nor fallback: events are only counted */
+    bool was_new;         /* its cursors were created at this start */
+    bool borrowed;        /* targets and dlq are base_run's */
     _Atomic bool dropped; /* `sluice lane drop`: consumers stopped, never queued again */
     _Atomic uint64_t unrouted_n;
     sl_set *set;
     target_inst *targets;
     size_t ntargets;
-    target_inst dlq; /* impl NULL: no dead-letter set */
+    target_inst dlq;          /* impl NULL: no dead-letter set */
     sl_target_config dlq_cfg; /* target.set { set = rc->dlq }: outlives its instance */
     consumer *cons;
     int32_t nparts;
@@ -162,9 +162,9 @@ typedef struct worker {
     sl_rule_vm *vm;
     uint64_t rng;
     /* the events of a batch */
-    sl_buf ev;         /* decorated events, back to back */
-    size_t *ev_ends;   /* end of event i in ev */
-    const char **evp;  /* pointers into ev, for transform_batch */
+    sl_buf ev;        /* decorated events, back to back */
+    size_t *ev_ends;  /* end of event i in ev */
+    const char **evp; /* pointers into ev, for transform_batch */
     size_t *evl;
     int64_t *offs;                        /* offset of event i */
     char (*lanes)[SL_EVENT_LANE_MAX + 1]; /* lane of event i */
@@ -218,7 +218,7 @@ struct sl_runner {
     unsigned max_workers; /* the pool's limit (workers' size) */
     unsigned waiting;     /* workers waiting for a target */
     bool growing;         /* maybe_grow() is building a worker */
-    replay *replays; /* newest first; under lock */
+    replay *replays;      /* newest first; under lock */
     unsigned replay_seq;
 };
 
@@ -280,8 +280,7 @@ static void periodic(sl_runner *r, int64_t now)
             check_consumer(r, &rp->cons[p], now);
 }
 
-void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
-                         const char *lane)
+void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
 {
     (void)end;
     sl_runner *r = ctx;
@@ -605,9 +604,7 @@ static void note_retries(worker *w, consumer *c, size_t n, bool fresh)
         if (!w->todo[i] || w->reason[i] == SIZE_MAX || k++)
             continue;
         first = w->reason[i];
-        off = !fresh               ? w->its[i]->offset
-              : w->out_src[i] >= 0 ? w->offs[w->out_src[i]]
-                                   : w->offs[0];
+        off = !fresh ? w->its[i]->offset : w->out_src[i] >= 0 ? w->offs[w->out_src[i]] : w->offs[0];
     }
     if (!k)
         return;
@@ -642,9 +639,9 @@ static void clean_reason(const char *in, char *out, size_t len)
 /* Whether an event member is one a dead letter drops or sets itself. */
 static bool replaced_member(const sl_json_tok *key)
 {
-    static const char *const names[] = {"sluiceset",      "sluicepartition", "sluiceoffset",
-                                        "sluiceerror",    "sluiceattempts",  "sluicerule",
-                                        "sluicetarget",   "sluicefailedat"};
+    static const char *const names[] = {"sluiceset",    "sluicepartition", "sluiceoffset",
+                                        "sluiceerror",  "sluiceattempts",  "sluicerule",
+                                        "sluicetarget", "sluicefailedat"};
     char k[32];
     size_t kl = 0;
     if (sl_json_unescape(key, k, sizeof k, &kl))
@@ -686,8 +683,9 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
             first = false;
         }
     } else {
-        rc = sl_buf_printf(out, "\"specversion\":\"1.0\",\"id\":\"%s-%d-%" PRId64 "-%" PRIu64
-                                "\",\"source\":\"/sluice/rules/%s\",\"type\":\"sluice.deadletter\"",
+        rc = sl_buf_printf(out,
+                           "\"specversion\":\"1.0\",\"id\":\"%s-%d-%" PRId64 "-%" PRIu64
+                           "\",\"source\":\"/sluice/rules/%s\",\"type\":\"sluice.deadletter\"",
                            rr->rc->name, c->part, it->offset, atomic_fetch_add(&rr->wrapped, 1),
                            rr->rc->name);
         if (!rc && json) {
@@ -698,8 +696,7 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
             rc = sl_buf_printf(out, ",\"data_base64\":\"");
             rc = rc ? rc : sl_buf_reserve(out, 4 * ((len + 2) / 3) + 2);
             if (!rc) {
-                int n = EVP_EncodeBlock(out->data + out->len, (const unsigned char *)src,
-                                        (int)len);
+                int n = EVP_EncodeBlock(out->data + out->len, (const unsigned char *)src, (int)len);
                 out->len += (size_t)n;
                 rc = sl_buf_append(out, "\"", 1);
             }
@@ -712,7 +709,8 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
     target_names(rr, it->dead, targets, sizeof targets);
     sl_time_format_rfc3339(sl_clock_now_ms(), at);
     rc = rc ? rc : sl_buf_printf(out, ",\"sluiceerror\":");
-    rc = rc ? rc : sl_json_put_string(out, why[0] ? why : "unknown", strlen(why[0] ? why : "unknown"));
+    rc = rc ? rc
+            : sl_json_put_string(out, why[0] ? why : "unknown", strlen(why[0] ? why : "unknown"));
     rc = rc ? rc
             : sl_buf_printf(out,
                             ",\"sluiceattempts\":%u,\"sluicerule\":\"%s\",\"sluicetarget\":\"%s\","
@@ -806,8 +804,8 @@ static void dead_letters(worker *w, consumer *c)
             it->dead = 0;
         } else {
             char msg[SL_ERROR_MAX];
-            snprintf(msg, sizeof msg, "writing to the dlq set %s: %s (trying again)",
-                     rr->rc->dlq, reason_at(w, w->rsub[j]));
+            snprintf(msg, sizeof msg, "writing to the dlq set %s: %s (trying again)", rr->rc->dlq,
+                     reason_at(w, w->rsub[j]));
             rule_failure(rr, it->offset, c->part, msg);
             it->retry_at_ns = 0;
         }
@@ -981,17 +979,21 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
         char msg[200];
         if (c->pos < start) {
             /* A replay only lost what its window held. */
-            int64_t lost = (c->rp && atomic_load(&c->end) < start ? atomic_load(&c->end) : start) -
-                           c->pos;
-            snprintf(msg, sizeof msg, "retention deleted %" PRId64 " events before the rule "
-                     "delivered them; going on at offset %" PRId64, lost, start);
+            int64_t lost =
+                (c->rp && atomic_load(&c->end) < start ? atomic_load(&c->end) : start) - c->pos;
+            snprintf(msg, sizeof msg,
+                     "retention deleted %" PRId64 " events before the rule "
+                     "delivered them; going on at offset %" PRId64,
+                     lost, start);
             atomic_fetch_add(&c->ctr->failed, (uint64_t)lost);
             set_pos(c, start);
         } else {
             /* The log lost its unsynced tail in a crash (ack = "buffer"):
              * the offsets past its end will be given to new events. */
-            snprintf(msg, sizeof msg, "the cursor is past the end of the partition (%" PRId64
-                     "), which lost its unsynced tail in a crash; going on at the end", end);
+            snprintf(msg, sizeof msg,
+                     "the cursor is past the end of the partition (%" PRId64
+                     "), which lost its unsynced tail in a crash; going on at the end",
+                     end);
             set_pos(c, end);
         }
         rule_loss(rr, c->pos, c->part, msg);
@@ -1125,8 +1127,8 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
             w->evp[i] = (const char *)w->ev.data + (i ? w->ev_ends[i - 1] : 0);
         size_t passed = 0;
         sl_error e = {0};
-        int r = sl_rule_eval_batch(w->vm, rr->idx, w->evp, w->evl, nev, &ictx, &w->out, &passed,
-                                   &e);
+        int r =
+            sl_rule_eval_batch(w->vm, rr->idx, w->evp, w->evl, nev, &ictx, &w->out, &passed, &e);
         if (r) {
             rule_failure(rr, c->pos, c->part, e.msg);
             for (size_t i = 0; !rc && i < nev; i++)
@@ -1371,9 +1373,9 @@ static void free_runner(sl_runner *r)
         sl_rule_vm_free(w->vm);
         sl_buf_free(&w->ev);
         sl_rule_out_free(&w->out);
-        void *arrays[] = {w->ev_ends, w->evp,  w->evl, w->offs,   w->lanes, w->out_lanes,
-                          w->out_src, w->dl,   w->sub, w->todo,   w->dead,  w->failed,
-                          w->map,     w->st,   w->rsub, w->reason, w->its,  w->dlq_ends};
+        void *arrays[] = {w->ev_ends, w->evp, w->evl,  w->offs,   w->lanes, w->out_lanes,
+                          w->out_src, w->dl,  w->sub,  w->todo,   w->dead,  w->failed,
+                          w->map,     w->st,  w->rsub, w->reason, w->its,   w->dlq_ends};
         for (size_t k = 0; k < sizeof arrays / sizeof *arrays; k++)
             free(arrays[k]);
         sl_buf_free(&w->reasons);
@@ -1478,8 +1480,7 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
         bool found;
         sl_error cerr = {0};
         bool damaged = false;
-        rc2 = sl_cursor_open(&c->cur, r->opts.data_dir, rc->name, rr->cursor_set, p, &found,
-                             &cerr);
+        rc2 = sl_cursor_open(&c->cur, r->opts.data_dir, rc->name, rr->cursor_set, p, &found, &cerr);
         if (rc2 == SL_ECORRUPT) {
             /* Its position is lost: deliver again from the oldest event kept
              * rather than skip what it had not delivered (at least once). */
@@ -1495,8 +1496,8 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
             /* A new lane of a rule that ran before starts at the end: no
              * event of the lane was admitted before its runs existed
              * (core/lanes.h); a lane of a new rule starts where the rule does. */
-            bool from_start = rr->base_run ? rr->base_run->was_new && rc->from_beginning
-                                           : rc->from_beginning;
+            bool from_start =
+                rr->base_run ? rr->base_run->was_new && rc->from_beginning : rc->from_beginning;
             rr->was_new = true;
             int64_t start = from_start || damaged ? sl_store_start_offset(&rr->set->parts[p])
                                                   : sl_databus_next_offset(rr->set, p);
@@ -1552,8 +1553,9 @@ static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error
     const sl_config *cfg = r->opts.cfg;
     size_t n = atomic_load(&r->nruns);
     if (n == (size_t)RUN_CHUNK * RUN_CHUNKS)
-        return sl_error_set(err, SL_ENOMEM, "rule runner: no room for another lane (reload to "
-                                            "reclaim the runs of dropped lanes)");
+        return sl_error_set(err, SL_ENOMEM,
+                            "rule runner: no room for another lane (reload to "
+                            "reclaim the runs of dropped lanes)");
     if (!r->chunks[n / RUN_CHUNK] &&
         !(r->chunks[n / RUN_CHUNK] = calloc(RUN_CHUNK, sizeof **r->chunks)))
         return sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
@@ -1819,16 +1821,15 @@ static int put_text(sl_buf *out, const char *s)
 
 static int counters_json(sl_buf *out, const counters *k)
 {
-    return sl_buf_printf(out,
-                         "\"read\":%" PRIu64 ",\"matched\":%" PRIu64 ",\"filtered\":%" PRIu64
-                         ",\"dropped\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"delivered\":%" PRIu64
-                         ",\"retries\":%" PRIu64 ",\"dead_lettered\":%" PRIu64
-                         ",\"discarded\":%" PRIu64 ",\"retrying\":%" PRId64,
-                         atomic_load(&k->read), atomic_load(&k->matched),
-                         atomic_load(&k->filtered), atomic_load(&k->dropped),
-                         atomic_load(&k->failed), atomic_load(&k->delivered),
-                         atomic_load(&k->retries), atomic_load(&k->dead_lettered),
-                         atomic_load(&k->discarded), atomic_load(&k->retrying));
+    return sl_buf_printf(
+        out,
+        "\"read\":%" PRIu64 ",\"matched\":%" PRIu64 ",\"filtered\":%" PRIu64 ",\"dropped\":%" PRIu64
+        ",\"failed\":%" PRIu64 ",\"delivered\":%" PRIu64 ",\"retries\":%" PRIu64
+        ",\"dead_lettered\":%" PRIu64 ",\"discarded\":%" PRIu64 ",\"retrying\":%" PRId64,
+        atomic_load(&k->read), atomic_load(&k->matched), atomic_load(&k->filtered),
+        atomic_load(&k->dropped), atomic_load(&k->failed), atomic_load(&k->delivered),
+        atomic_load(&k->retries), atomic_load(&k->dead_lettered), atomic_load(&k->discarded),
+        atomic_load(&k->retrying));
 }
 
 /* The counters of base run rr and of every run of its lanes, added up. */
@@ -1841,16 +1842,16 @@ static void sum_counters(sl_runner *r, const rule_run *rr, counters *sum)
         if (x != rr && x->base_run != rr)
             continue;
         const counters *k = &x->ctr;
-        const _Atomic uint64_t *f[] = {&k->read,      &k->matched, &k->filtered,
-                                       &k->dropped,   &k->failed,  &k->delivered,
-                                       &k->retries,   &k->dead_lettered, &k->discarded};
+        const _Atomic uint64_t *f[] = {&k->read,    &k->matched,       &k->filtered,
+                                       &k->dropped, &k->failed,        &k->delivered,
+                                       &k->retries, &k->dead_lettered, &k->discarded};
         for (size_t j = 0; j < 9; j++)
             v[j] += atomic_load(f[j]);
         if (!atomic_load(&x->dropped)) /* a dropped lane's pool waits for nothing */
             retrying += atomic_load(&k->retrying);
     }
-    _Atomic uint64_t *t[] = {&sum->read,    &sum->matched, &sum->filtered,
-                             &sum->dropped, &sum->failed,  &sum->delivered,
+    _Atomic uint64_t *t[] = {&sum->read,    &sum->matched,       &sum->filtered,
+                             &sum->dropped, &sum->failed,        &sum->delivered,
                              &sum->retries, &sum->dead_lettered, &sum->discarded};
     for (size_t j = 0; j < 9; j++)
         atomic_init(t[j], v[j]);
@@ -1864,10 +1865,10 @@ static int replay_json(sl_buf *out, replay *rp)
     sl_time_format_rfc3339(rp->to_ms, to);
     sl_time_format_rfc3339(rp->started_ms, started);
     int64_t fin = atomic_load(&rp->finished_ms);
-    int rc = sl_buf_printf(out, "{\"id\":\"%s\",\"rule\":\"%s\",\"from\":\"%s\",\"to\":\"%s\","
-                                "\"state\":\"%s\",\"started\":\"%s\",",
-                           rp->id, rp->rule->rc->name, from, to, fin ? "done" : "running",
-                           started);
+    int rc = sl_buf_printf(out,
+                           "{\"id\":\"%s\",\"rule\":\"%s\",\"from\":\"%s\",\"to\":\"%s\","
+                           "\"state\":\"%s\",\"started\":\"%s\",",
+                           rp->id, rp->rule->rc->name, from, to, fin ? "done" : "running", started);
     if (!rc && fin) {
         char f[SL_TIME_RFC3339_MAX];
         sl_time_format_rfc3339(fin, f);
@@ -1880,8 +1881,8 @@ static int replay_json(sl_buf *out, replay *rp)
         rc = sl_buf_printf(out,
                            "%s{\"partition\":%d,\"start\":%" PRId64 ",\"end\":%" PRId64
                            ",\"position\":%" PRId64 ",\"done\":%s}",
-                           p ? "," : "", p, c->start, atomic_load(&c->end), atomic_load(&c->committed),
-                           atomic_load(&c->done) ? "true" : "false");
+                           p ? "," : "", p, c->start, atomic_load(&c->end),
+                           atomic_load(&c->committed), atomic_load(&c->done) ? "true" : "false");
     }
     return rc ? rc : sl_buf_printf(out, "]}");
 }
@@ -1917,16 +1918,19 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
     if (to_ms <= 0 || to_ms > now)
         to_ms = now;
     if (from_ms >= to_ms)
-        return sl_error_set(err, SL_EINVAL, "the window is empty: from must be before to (and "
-                                            "before now)");
+        return sl_error_set(err, SL_EINVAL,
+                            "the window is empty: from must be before to (and "
+                            "before now)");
     pthread_mutex_lock(&r->lock);
     unsigned running = 0;
     for (replay *q = r->replays; q; q = q->next)
         running += !atomic_load(&q->finished_ms);
     pthread_mutex_unlock(&r->lock);
     if (running >= REPLAYS_RUNNING_MAX)
-        return sl_error_set(err, SL_EFULL, "%u replays are running, the limit; wait for one to "
-                                           "finish", running);
+        return sl_error_set(err, SL_EFULL,
+                            "%u replays are running, the limit; wait for one to "
+                            "finish",
+                            running);
     replay *rp = calloc(1, sizeof *rp);
     if (!rp || !(rp->cons = calloc((size_t)rr->nparts, sizeof *rp->cons))) {
         free(rp);
@@ -2012,8 +2016,8 @@ static int health_json(sl_buf *out, const rule_run *rr)
         const target_inst *ti = &rr->targets[t];
         char msg[SL_ERROR_MAX] = "";
         int bad = ti->ops->health ? ti->ops->health(ti->impl, msg, sizeof msg) : 0;
-        rc = sl_buf_printf(out, "%s{\"target\":\"%s\",\"healthy\":%s", first ? "" : ",",
-                           ti->label, bad ? "false" : "true");
+        rc = sl_buf_printf(out, "%s{\"target\":\"%s\",\"healthy\":%s", first ? "" : ",", ti->label,
+                           bad ? "false" : "true");
         if (!rc && bad) {
             rc = sl_buf_printf(out, ",\"reason\":");
             rc = rc ? rc : put_text(out, msg);
@@ -2046,10 +2050,10 @@ static int lane_run_json(sl_buf *out, rule_run *lr, bool first)
     const counters *c = &lr->ctr;
     int rc = sl_buf_printf(
         out,
-        "%s{\"lane\":\"%s\",\"rule\":\"%s\",\"mode\":\"%s\",\"lag\":%" PRId64
-        ",\"read\":%" PRIu64 ",\"matched\":%" PRIu64 ",\"delivered\":%" PRIu64
-        ",\"failed\":%" PRIu64 ",\"dead_lettered\":%" PRIu64 ",\"retrying\":%" PRId64
-        ",\"unrouted\":%" PRIu64 ",\"last_error\":",
+        "%s{\"lane\":\"%s\",\"rule\":\"%s\",\"mode\":\"%s\",\"lag\":%" PRId64 ",\"read\":%" PRIu64
+        ",\"matched\":%" PRIu64 ",\"delivered\":%" PRIu64 ",\"failed\":%" PRIu64
+        ",\"dead_lettered\":%" PRIu64 ",\"retrying\":%" PRId64 ",\"unrouted\":%" PRIu64
+        ",\"last_error\":",
         first ? "" : ",", lr->lane, lr->rc->name, run_mode(lr), run_lag(lr), atomic_load(&c->read),
         atomic_load(&c->matched), atomic_load(&c->delivered), atomic_load(&c->failed),
         atomic_load(&c->dead_lettered), atomic_load(&c->retrying), atomic_load(&lr->unrouted_n));
@@ -2090,8 +2094,9 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
     int rc = sl_buf_printf(out, "{\"rules\":[");
     for (size_t i = 0; !rc && i < r->nbase; i++) {
         rule_run *rr = RUN(r, i);
-        rc = sl_buf_printf(out, "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,"
-                                "\"ordered\":%s,\"dlq\":",
+        rc = sl_buf_printf(out,
+                           "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,"
+                           "\"ordered\":%s,\"dlq\":",
                            i ? "," : "", rr->rc->name, rr->set->name,
                            rr->rc->enabled ? "true" : "false", rr->rc->ordered ? "true" : "false");
         if (!rc && rr->rc->dlq)
@@ -2141,15 +2146,15 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
 /* The labels of a run: rule="R", and ,lane="L" for a lane run. */
 static int run_labels(char *buf, size_t cap, const rule_run *rr)
 {
-    return snprintf(buf, cap, rr->lane[0] ? "rule=\"%s\",lane=\"%s\"" : "rule=\"%s\"",
-                    rr->rc->name, rr->lane);
+    return snprintf(buf, cap, rr->lane[0] ? "rule=\"%s\",lane=\"%s\"" : "rule=\"%s\"", rr->rc->name,
+                    rr->lane);
 }
 
 int sl_runner_metrics(sl_runner *r, sl_buf *out)
 {
-    static const char *const names[] = {"read",      "matched",   "filtered",
-                                        "dropped",   "failed",    "delivered",
-                                        "retries",   "dead_lettered", "discarded"};
+    static const char *const names[] = {"read",    "matched",       "filtered",
+                                        "dropped", "failed",        "delivered",
+                                        "retries", "dead_lettered", "discarded"};
     size_t n = atomic_load(&r->nruns);
     char lb[SL_EVENT_LANE_MAX + 300];
     int rc = 0;
@@ -2160,8 +2165,8 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
             if (atomic_load(&rr->dropped) || rr->unrouted)
                 continue;
             counters *c = &rr->ctr;
-            _Atomic uint64_t *v[] = {&c->read,   &c->matched,   &c->filtered,
-                                     &c->dropped, &c->failed,   &c->delivered,
+            _Atomic uint64_t *v[] = {&c->read,    &c->matched,       &c->filtered,
+                                     &c->dropped, &c->failed,        &c->delivered,
                                      &c->retries, &c->dead_lettered, &c->discarded};
             run_labels(lb, sizeof lb, rr);
             rc = sl_buf_printf(out, "sluice_rule_%s_total{%s} %" PRIu64 "\n", names[k], lb,
@@ -2183,18 +2188,19 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
         rc = sl_buf_printf(out, "sluice_rule_retrying{%s} %" PRId64 "\n", lb,
                            atomic_load(&RUN(r, i)->ctr.retrying));
     }
-    rc = rc ? rc : sl_buf_printf(out, "# HELP sluice_lane_unrouted_total Events of a lane that "
-                                      "reached a rule with no override for it and no fallback.\n"
-                                      "# TYPE sluice_lane_unrouted_total counter\n");
+    rc = rc ? rc
+            : sl_buf_printf(out, "# HELP sluice_lane_unrouted_total Events of a lane that "
+                                 "reached a rule with no override for it and no fallback.\n"
+                                 "# TYPE sluice_lane_unrouted_total counter\n");
     for (size_t i = 0; !rc && i < n; i++)
         if (RUN(r, i)->unrouted && !atomic_load(&RUN(r, i)->dropped))
-            rc = sl_buf_printf(out, "sluice_lane_unrouted_total{rule=\"%s\",lane=\"%s\"} %" PRIu64
-                                    "\n",
-                               RUN(r, i)->rc->name, RUN(r, i)->lane,
-                               atomic_load(&RUN(r, i)->unrouted_n));
-    rc = rc ? rc : sl_buf_printf(out, "# HELP sluice_lane_delivered_total Payloads the rules "
-                                      "delivered per lane (\"\" is the base lane).\n"
-                                      "# TYPE sluice_lane_delivered_total counter\n");
+            rc = sl_buf_printf(
+                out, "sluice_lane_unrouted_total{rule=\"%s\",lane=\"%s\"} %" PRIu64 "\n",
+                RUN(r, i)->rc->name, RUN(r, i)->lane, atomic_load(&RUN(r, i)->unrouted_n));
+    rc = rc ? rc
+            : sl_buf_printf(out, "# HELP sluice_lane_delivered_total Payloads the rules "
+                                 "delivered per lane (\"\" is the base lane).\n"
+                                 "# TYPE sluice_lane_delivered_total counter\n");
     uint64_t *sum = rc ? NULL : calloc(LANE_NAMES, sizeof *sum);
     bool *live = rc ? NULL : calloc(LANE_NAMES, sizeof *live);
     if (!rc && (!sum || !live))

@@ -71,8 +71,7 @@ int sl_runner_lane_json(sl_runner *r, const char *lane, sl_buf *out);
 
 /* Wakes the rules reading (set, partition) in lane (NULL: every lane); fits
  * sl_databus_append_fn. */
-void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
-                         const char *lane);
+void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane);
 
 /* GET /v1/rules: {"rules":[{name, set, enabled, ordered, dlq, targets,
  * health:[{target, healthy, reason}], partitions:[{partition, cursor, end,

@@ -338,7 +338,7 @@ static void wait_all_accepted(rx_receiver *rx, const char *prefix, int n, double
 /* ---- tests ----------------------------------------------------------------------- */
 
 static const char one_part_cfg[] = "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                                   "set \"in\" { partitions = 1 }\n"
                                    "set \"in-dlq\" { partitions = 1 }\n"
                                    "rule \"r\" {\n"
                                    "  set = \"in\",\n"
@@ -446,7 +446,7 @@ static void test_retry_after(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -538,7 +538,7 @@ static void test_max_age_to_dlq(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+        "set \"in\" { partitions = 1 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -634,7 +634,7 @@ static void test_no_dlq_discards(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+        "set \"in\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/hook\", timeout = \"2s\" },\n" RETRY
@@ -743,7 +743,7 @@ static void test_target_down(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -816,7 +816,7 @@ static void test_sigkill_mid_delivery(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -896,7 +896,7 @@ static void test_slow_target_isolated(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "rule \"slow\" { set = \"in\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"10s\" },\n" RETRY
         "}\n"
@@ -959,7 +959,7 @@ static void test_ordered_holds_one_partition(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" { set = \"in\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/r\", timeout = \"2s\" },\n" RETRY
@@ -1041,7 +1041,7 @@ static void test_unordered_poison(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+        "set \"in\" { partitions = 1 }\n"
         "set \"in-dlq\" { partitions = 1 }\n"
         "rule \"r\" {\n"
         "  set = \"in\",\n"
@@ -1105,7 +1105,7 @@ static void test_two_targets_no_resend(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "set \"in-dlq\" { partitions = 1 }\n"
                     "rule \"r\" {\n"
                     "  set = \"in\",\n"
@@ -1156,7 +1156,7 @@ static void test_one_letter_per_event(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "set \"in-dlq\" { partitions = 1 }\n"
                     "rule \"r\" {\n"
                     "  set = \"in\",\n"

@@ -63,10 +63,11 @@ static void test_hostile_names(void **state)
 {
     it_server *s = *state;
     char cfg[PATH_MAX];
-    it_write_config(s, cfg,
-                    "lanes.auto = true\n"
-                    "set \"ok\" { partitions = 1 }\n"
-                    "rule \"r\" { set = \"ok\", target = target.file { path = \"out.ndjson\" } }\n");
+    it_write_config(
+        s, cfg,
+        "lanes.auto = true\n"
+        "set \"ok\" { partitions = 1 }\n"
+        "rule \"r\" { set = \"ok\", target = target.file { path = \"out.ndjson\" } }\n");
     it_start_config(s, cfg, WAIT_S);
     int part;
     int64_t off;
@@ -142,8 +143,7 @@ static void test_hostile_names(void **state)
     }
 
     /* A redrive naming a bad destination. */
-    st = call(s, "POST", "/v1/sets/ok/redrive", NULL, "{\"to\":\"../escaped\"}", body,
-              sizeof body);
+    st = call(s, "POST", "/v1/sets/ok/redrive", NULL, "{\"to\":\"../escaped\"}", body, sizeof body);
     if (st < 400 || st >= 500)
         fail_msg("redrive to ../escaped answered %ld: %s", st, body);
 

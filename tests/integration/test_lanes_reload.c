@@ -82,7 +82,7 @@ static ids read_ids(const char *path)
 #define CFG_V2                                                                                     \
     "set \"orders\" { partitions = 2 }\n"                                                          \
     "lane \"fx\" { env = \"boe\" }\n"                                                              \
-    "rule \"r\" { set = \"orders\", target = target.file { path = \"base.ndjson\" },\n"           \
+    "rule \"r\" { set = \"orders\", target = target.file { path = \"base.ndjson\" },\n"            \
     "  lanes = { [\"fx\"] = { target = target.file { path = \"fx.ndjson\" } } } }\n"
 
 /* CFG_V2 without the override: fx falls back to the base rule. */
@@ -117,8 +117,11 @@ static void *writer_main(void *arg)
         snprintf(id, sizeof id, "%s-%d", w->prefix, i);
         snprintf(body, sizeof body,
                  "{\"specversion\":\"1.0\",\"id\":\"%s\",\"source\":\"/t\",\"type\":\"t\"}", id);
-        it_call k = {.path = "/v1/sets/orders/events", .ctype = IT_CT_CE, .hdrs = hdrs,
-                     .body = body, .len = strlen(body)};
+        it_call k = {.path = "/v1/sets/orders/events",
+                     .ctype = IT_CT_CE,
+                     .hdrs = hdrs,
+                     .body = body,
+                     .len = strlen(body)};
         it_resp r;
         int rc = it_http(c, w->port, &k, &r);
         /* 200 whenever the body was read; the entry says what became of it. */
@@ -156,8 +159,11 @@ static void post_fx(it_server *s, const char *prefix, int n)
     const char *hdrs[] = {"X-Sluice-Lane: fx", NULL};
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < n; i++)
-        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"%s%d\",\"source\":"
-                                           "\"/t\",\"type\":\"t\"}\n", prefix, i), 0);
+        assert_int_equal(sl_buf_printf(&b,
+                                       "{\"specversion\":\"1.0\",\"id\":\"%s%d\",\"source\":"
+                                       "\"/t\",\"type\":\"t\"}\n",
+                                       prefix, i),
+                         0);
     json_decref(it_post_all(s, "orders", hdrs, &b, (size_t)n));
     sl_buf_free(&b);
 }
@@ -251,8 +257,8 @@ static void test_restart_and_override_removed(void **state)
         fail_msg("the fx target holds %zu distinct events after the restart, want 80", fx.n);
     for (size_t i = 0; i < fx.n; i++)
         if (fx.v[i].n != 1)
-            fail_msg("%s reached the fx target %d times (a restart delivered it again)",
-                     fx.v[i].id, fx.v[i].n);
+            fail_msg("%s reached the fx target %d times (a restart delivered it again)", fx.v[i].id,
+                     fx.v[i].n);
     ids_free(&fx);
 
     /* The override goes: fx falls back to base, from where it was. */
@@ -268,7 +274,8 @@ static void test_restart_and_override_removed(void **state)
     fx = read_ids(fx_path);
     if (base.n != 10 || fx.n != 80)
         fail_msg("after the override went: base target %zu events (want the 10 new fx ones), fx "
-                 "target %zu (want 80)", base.n, fx.n);
+                 "target %zu (want 80)",
+                 base.n, fx.n);
     for (int i = 0; i < 10; i++) {
         char id[32];
         snprintf(id, sizeof id, "fx-c%d", i);
@@ -293,10 +300,12 @@ static void test_mixed_request_results(void **state)
     enum { N = sizeof lanes / sizeof *lanes };
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < N; i++)
-        assert_int_equal(sl_buf_printf(&b, "{\"specversion\":\"1.0\",\"id\":\"m%d\",\"source\":"
-                                           "\"/t\",\"type\":\"t\"%s%s%s}\n", i,
-                                       *lanes[i] ? ",\"lane\":\"" : "", lanes[i],
-                                       *lanes[i] ? "\"" : ""), 0);
+        assert_int_equal(sl_buf_printf(&b,
+                                       "{\"specversion\":\"1.0\",\"id\":\"m%d\",\"source\":"
+                                       "\"/t\",\"type\":\"t\"%s%s%s}\n",
+                                       i, *lanes[i] ? ",\"lane\":\"" : "", lanes[i],
+                                       *lanes[i] ? "\"" : ""),
+                         0);
     json_t *ans = it_post_all(s, "orders", NULL, &b, N);
     sl_buf_free(&b);
     it_evs all = it_read_events(s, "orders", 0, "offset=0&max=100&lane=*");
@@ -311,8 +320,8 @@ static void test_mixed_request_results(void **state)
             if (all.v[j].offset == off)
                 ev = &all.v[j];
         if (!ev || strcmp(ev->id, id) || strcmp(ev->lane, lanes[i]))
-            fail_msg("entry %d (%s, lane \"%s\") says offset %lld, which holds %s", i, id,
-                     lanes[i], (long long)off, ev ? ev->id : "nothing");
+            fail_msg("entry %d (%s, lane \"%s\") says offset %lld, which holds %s", i, id, lanes[i],
+                     (long long)off, ev ? ev->id : "nothing");
         int l = !*lanes[i] ? 0 : strcmp(lanes[i], "fx") == 0 ? 1 : 2;
         if (off <= last_of[l])
             fail_msg("lane \"%s\" lost its order: %s at %lld after %lld", lanes[i], id,

@@ -314,7 +314,7 @@ static void test_redrive_config(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"dead\" { partitions = 2 }\n"
+                    "set \"dead\" { partitions = 2 }\n"
                     "set \"live\" { partitions = 3 }\n");
     it_srv_start(s, "-c", cfg, NULL);
     post_dlq(s, "dead", 0, 30, NULL);
@@ -380,7 +380,7 @@ static void test_redrive_from_rule(void **state)
     /* Port 1 refuses connections: one attempt, then the dead-letter set. */
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"orders\" { partitions = 2 }\n"
+                    "set \"orders\" { partitions = 2 }\n"
                     "set \"orders-dlq\" { partitions = 2 }\n"
                     "rule \"ship\" {\n"
                     "  set = \"orders\",\n"
@@ -550,7 +550,7 @@ static void test_redrive_stop(void **state)
      * fsync) at a time, so that it runs for a while. */
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"dlq\" { partitions = 1 }\n"
+                    "set \"dlq\" { partitions = 1 }\n"
                     "set \"slow\" { partitions = 1, buffer_bytes = \"4KiB\" }\n");
     it_srv_start(s, "-c", cfg, NULL);
     for (int i = 0; i < BIG; i += 500)

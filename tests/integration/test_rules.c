@@ -295,7 +295,7 @@ static void test_fanout_drop_filter(void **state)
     it_path(batch, s, "batch.ndjson");
     it_write_file(
         cfg, "lanes.auto = true\n"
-    "set \"s\" { partitions = 2 }\n"
+             "set \"s\" { partitions = 2 }\n"
              "rule \"fan\" {\n"
              "  set = \"s\",\n"
              "  transform = function(e)\n"
@@ -476,7 +476,7 @@ static void test_rules_api(void **state)
     char cfg[PATH_MAX];
     it_path(cfg, s, "sluice.lua");
     it_write_file(cfg, "lanes.auto = true\n"
-    "set \"orders\" { partitions = 2 }\n"
+                       "set \"orders\" { partitions = 2 }\n"
                        "rule \"created\" {\n"
                        "  set = \"orders\",\n"
                        "  match = [[{\"type\": [\"order.created\"]}]],\n"
@@ -578,7 +578,7 @@ static void test_target_set_small_buffer(void **state)
     it_path(cfg, s, "sluice.lua");
     it_write_file(cfg,
                   "lanes.auto = true\n"
-    "set \"orders\" { partitions = 1 }\n"
+                  "set \"orders\" { partitions = 1 }\n"
                   "set \"audit\" { partitions = 1, buffer_bytes = \"1KiB\" }\n"
                   "rule \"copy\" { set = \"orders\", target = target.set { set = \"audit\" } }\n");
     it_start_config(s, cfg, WAIT_S);
@@ -610,7 +610,7 @@ static void test_target_set(void **state)
     char cfg[PATH_MAX];
     it_path(cfg, s, "sluice.lua");
     it_write_file(cfg, "lanes.auto = true\n"
-    "set \"orders\" { partitions = 2 }\n"
+                       "set \"orders\" { partitions = 2 }\n"
                        "set \"audit\" { partitions = 1 }\n"
                        "rule \"copy\" {\n"
                        "  set = \"orders\",\n"
@@ -699,7 +699,7 @@ static void test_input_transformer(void **state)
     it_path(tmpl, s, "tmpl.ndjson");
     it_path(multi, s, "multi.ndjson");
     it_write_file(cfg, "lanes.auto = true\n"
-    "set \"s\" { partitions = 1 }\n"
+                       "set \"s\" { partitions = 1 }\n"
                        "rule \"data\" { set = \"s\", input = \"$.data\",\n"
                        "  target = target.file { path = \"data.ndjson\" } }\n"
                        "rule \"tmpl\" {\n"
@@ -825,7 +825,7 @@ static void test_start_beginning(void **state)
     it_path(fb, s, "b.ndjson");
     it_path(fc, s, "c.ndjson");
     static const char rule_a[] = "lanes.auto = true\n"
-    "set \"s\" { partitions = 2 }\n"
+                                 "set \"s\" { partitions = 2 }\n"
                                  "rule \"a\" { set = \"s\", target = target.file { path = "
                                  "\"a.ndjson\" } }\n";
     it_write_file(cfg, "%s", rule_a);
@@ -900,7 +900,7 @@ static void test_cursor_kill9(void **state)
     /* A transform that takes about a millisecond, so the crash lands while
      * the rule is still delivering. */
     it_write_file(cfg, "lanes.auto = true\n"
-    "set \"s\" { partitions = 2 }\n"
+                       "set \"s\" { partitions = 2 }\n"
                        "rule \"all\" {\n"
                        "  set = \"s\",\n"
                        "  transform = function(e) local x = 0; for i = 1, 100000 do x = x + i end; "
@@ -1045,7 +1045,7 @@ static void test_schemas(void **state)
                   "{\"type\": \"object\", \"required\": [\"amount\"],\n"
                   " \"properties\": {\"amount\": {\"type\": \"number\", \"minimum\": 0}}}\n");
     it_write_file(cfg, "lanes.auto = true\n"
-    "set \"orders\" {\n"
+                       "set \"orders\" {\n"
                        "  partitions = 1,\n"
                        "  schemas = { [\"order.created\"] = \"schemas/order.json\" },\n"
                        "}\n");
@@ -1385,7 +1385,10 @@ static long start_replay(it_server *s, const char *rule, const char *body, json_
     CURL *c = curl_easy_init();
     char path[256];
     snprintf(path, sizeof path, "/v1/rules/%s/replay", rule);
-    it_call k = {.method = "POST", .path = path, .ctype = "application/json", .body = body,
+    it_call k = {.method = "POST",
+                 .path = path,
+                 .ctype = "application/json",
+                 .body = body,
                  .len = strlen(body)};
     it_resp r = {0};
     if (it_http(c, s->port, &k, &r))
@@ -1498,8 +1501,8 @@ static void test_replay(void **state)
     assert_int_equal(count_out(copy, "b", id), 20);
     assert_int_equal(count_out(copy, "a", id), 0);
     assert_int_equal(count_out(copy, "c", id), 0);
-    assert_int_equal(count_out(copy, "a", id2) + count_out(copy, "b", id2) +
-                         count_out(copy, "c", id2), 60);
+    assert_int_equal(
+        count_out(copy, "a", id2) + count_out(copy, "b", id2) + count_out(copy, "c", id2), 60);
     assert_int_equal(count_out(copy, "", NULL), 60);
     /* The live cursor did not move, and the live counters did not count it. */
     json_t *after = it_rules(s);
@@ -1582,8 +1585,8 @@ static void test_failed_eval_dead_letters(void **state)
     it_resp m = it_get(s, "/metrics");
     assert_int_equal((int)it_metric(it_body(&m), "sluice_rule_discarded_total{rule=\"careless\"}"),
                      3);
-    assert_int_equal(
-        (int)it_metric(it_body(&m), "sluice_rule_dead_lettered_total{rule=\"picky\"}"), 3);
+    assert_int_equal((int)it_metric(it_body(&m), "sluice_rule_dead_lettered_total{rule=\"picky\"}"),
+                     3);
     it_resp_free(&m);
     assert_true(it_log_contains(s, "dropped (the rule has no dlq)"));
     s->passed = true;
@@ -1613,7 +1616,7 @@ static void test_ready_means_wired(void **state)
         it_path(data, s, name);
         it_write_file(cfg,
                       "lanes.auto = true\n"
-    "set \"orders\" { partitions = 1,\n"
+                      "set \"orders\" { partitions = 1,\n"
                       "  schemas = { [\"order.created\"] = \"schemas/order.json\" } }\n"
                       "rule \"all\" { set = \"orders\", target = target.file { path = "
                       "\"race%d.ndjson\" } }\n",
@@ -1685,7 +1688,8 @@ int main(void)
         T(test_fanout_drop_filter),
         T(test_sandbox_holds),
         T(test_rules_api),
-        T(test_target_set), T(test_target_set_small_buffer),
+        T(test_target_set),
+        T(test_target_set_small_buffer),
         T(test_input_transformer),
         T(test_start_beginning),
         T(test_cursor_kill9),

@@ -42,7 +42,8 @@ static const attack rule_attacks[] = {
      "local f, m = load(string.char(27) .. 'LuaT' .. string.rep('\\0', 40)); "
      "if f then f() end; error('load said: ' .. tostring(m))",
      "binary"},
-    {"load-mode-b", "transform", "assert(load('return 1', 'x', 'b')); return e", "only text chunks"},
+    {"load-mode-b", "transform", "assert(load('return 1', 'x', 'b')); return e",
+     "only text chunks"},
     {"string-meta", "transform", "getmetatable('').__index = { upper = os.exit }; return e",
      "boolean"},
     {"string-meta-set", "transform", "setmetatable('', {}); return e", "table expected"},
@@ -59,8 +60,7 @@ static const attack rule_attacks[] = {
     {"co-bomb", "transform", "local function b() coroutine.wrap(b)() end; b(); return e",
      "nested calls) "},
     {"co-many", "transform",
-     "local t = {}; for i = 1, 10000000 do t[i] = coroutine.create(print) end; return e",
-     "memory"},
+     "local t = {}; for i = 1, 10000000 do t[i] = coroutine.create(print) end; return e", "memory"},
     {"co-spin", "transform",
      "local co = coroutine.wrap(function() while true do coroutine.yield() end end); "
      "while true do co() end",
@@ -78,8 +78,7 @@ static const attack rule_attacks[] = {
      "instruction budget"},
     {"cycle", "transform", "local t = {}; t.x = t; return t", "nesting"},
     {"deep", "transform",
-     "local t = {}; local c = t; for i = 1, 100000 do c.x = {}; c = c.x end; return t",
-     "nesting"},
+     "local t = {}; local c = t; for i = 1, 100000 do c.x = {}; c = c.x end; return t", "nesting"},
     {"pcall-spin", "transform", "pcall(function() while true do end end); return e",
      "instruction budget"},
     {"xpcall-spin", "transform",
@@ -194,8 +193,8 @@ static void test_rule_attacks(void **state)
         if (count_lines(p))
             fail_msg("attack %s delivered %zu lines", a->name, count_lines(p));
         const char *why = strstr(le, "at rule: "); /* past "dropped … after 1 attempt(s)" */
-        printf("refused: %-15s %lld/%lld events: %.150s\n", a->name,
-               (long long)jint(r, "failed"), (long long)total, why ? why + 9 : le);
+        printf("refused: %-15s %lld/%lld events: %.150s\n", a->name, (long long)jint(r, "failed"),
+               (long long)total, why ? why + 9 : le);
     }
     if (bad)
         fail_msg("%d attacks were not refused as expected", bad);
@@ -252,9 +251,10 @@ static void test_config_attacks(void **state)
         {"local t = {} for i = 1, 1e8 do t[i] = coroutine.create(print) end", "memory cap"},
     };
     char cfg[PATH_MAX], badcfg[PATH_MAX], pwned[PATH_MAX];
-    it_write_config(s, cfg, "set \"s\" { partitions = 1 }\n"
-                            "rule \"r\" { set = \"s\", target = target.file { path = "
-                            "\"out.ndjson\" } }\n");
+    it_write_config(s, cfg,
+                    "set \"s\" { partitions = 1 }\n"
+                    "rule \"r\" { set = \"s\", target = target.file { path = "
+                    "\"out.ndjson\" } }\n");
     it_start_config(s, cfg, WAIT_S);
     it_path(badcfg, s, "bad.lua");
     it_path(pwned, s, "PWNED");
@@ -271,9 +271,8 @@ static void test_config_attacks(void **state)
     }
     /* The server reloads the same kind of file: refused, still serving
      * the old rule. */
-    it_write_file(cfg,
-                  "set \"s\" { partitions = 1 }\nos.exit(3)\n"
-                  "rule \"r2\" { set = \"s\", target = target.file { path = \"x\" } }\n");
+    it_write_file(cfg, "set \"s\" { partitions = 1 }\nos.exit(3)\n"
+                       "rule \"r2\" { set = \"s\", target = target.file { path = \"x\" } }\n");
     int before = it_log_count(s, "reload");
     kill(s->pid, SIGHUP);
     for (double end = it_mono() + WAIT_S; it_mono() < end && it_log_count(s, "reload") == before;)

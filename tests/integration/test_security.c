@@ -200,8 +200,8 @@ static long raw_exchange(int fd, const char *req, char *text, size_t cap)
 /* Sends the head of a request whose body (Content-Length: 10 MB) never
  * comes, and returns the answer's status (raw_exchange()): a request
  * refused from its headers must be answered without waiting for it. */
-static long head_only(int port, const char *method, const char *path, const char *extra,
-                      char *text, size_t cap)
+static long head_only(int port, const char *method, const char *path, const char *extra, char *text,
+                      size_t cap)
 {
     int fd = conn_from(port, NULL);
     assert_true(fd >= 0);
@@ -426,8 +426,8 @@ static void test_rights(void **state)
         for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
             long st = head_only(s->port, c[i].method, c[i].path, c[i].extra, text, sizeof text);
             if (st != c[i].status)
-                fail_msg("%s %s with a pending body: want %ld at once, got %ld:\n%s",
-                         c[i].method, c[i].path, c[i].status, st, text);
+                fail_msg("%s %s with a pending body: want %ld at once, got %ld:\n%s", c[i].method,
+                         c[i].path, c[i].status, st, text);
             if (!strcasestr(text, "\r\nConnection: close"))
                 fail_msg("%s %s: no Connection: close:\n%s", c[i].method, c[i].path, text);
         }
@@ -474,8 +474,8 @@ static void test_rights(void **state)
     expect(call(s, "POST", "/v1/sets/orders/redrive", T_PUB, "application/json",
                 "{\"to\":\"billing\"}"),
            403, "Forbidden", "\\\"billing\\\"", NULL);
-    expect(call(s, "POST", "/v1/sets/zzz/redrive?to=orders", T_PUB, NULL, NULL), 403,
-           "Forbidden", "publish", "\\\"zzz\\\"", NULL);
+    expect(call(s, "POST", "/v1/sets/zzz/redrive?to=orders", T_PUB, NULL, NULL), 403, "Forbidden",
+           "publish", "\\\"zzz\\\"", NULL);
     /* A `to` given twice is refused whole: the allowed one first does not
      * carry the other past the check, nor does an invalid first one. */
     expect(call(s, "POST", "/v1/sets/orders/redrive", T_PUB, "application/json",
@@ -830,8 +830,8 @@ static void test_listen(void **state)
     /* --listen localhost:PORT is 127.0.0.1 (loopback, no keys needed). */
     char lh[64];
     snprintf(lh, sizeof lh, "localhost:%d", port);
-    assert_true(start_raw(s, (const char *const[]){"--data", s->data, "--listen", lh, NULL},
-                          &status));
+    assert_true(
+        start_raw(s, (const char *const[]){"--data", s->data, "--listen", lh, NULL}, &status));
     assert_int_equal(it_status_of(port, "/healthz"), 200);
     it_srv_stop(s, SIGTERM, WAIT_S);
 
@@ -1305,9 +1305,9 @@ static void test_host(void **state)
     snprintf(other_port, sizeof other_port, "Origin: http://127.0.0.1:%d", s->port == 1 ? 2 : 1);
     /* DNS rebinding: a page of evil.example whose name now resolves to
      * 127.0.0.1 sends Host: evil.example. */
-    expect(call_h(s, "GET", "/v1/sets", (const char *const[]){"Host: evil.example:8080", NULL},
-                  NULL),
-           403, "Forbidden", "evil.example:8080", "loopback", NULL);
+    expect(
+        call_h(s, "GET", "/v1/sets", (const char *const[]){"Host: evil.example:8080", NULL}, NULL),
+        403, "Forbidden", "evil.example:8080", "loopback", NULL);
     expect(call_h(s, "POST", "/v1/sets/h/events",
                   (const char *const[]){"Host: 127.0.0.1.evil.example", NULL}, EV("x0")),
            403, "Forbidden", NULL);
@@ -1328,24 +1328,24 @@ static void test_host(void **state)
     expect(call_h(s, "POST", "/v1/sets/h/events", (const char *const[]){"Origin: null", NULL},
                   EV("x2")),
            403, "Forbidden", NULL);
-    expect(call_h(s, "POST", "/v1/sets/h/events", (const char *const[]){other_port, NULL},
-                  EV("x3")),
-           403, "Forbidden", NULL);
+    expect(
+        call_h(s, "POST", "/v1/sets/h/events", (const char *const[]){other_port, NULL}, EV("x3")),
+        403, "Forbidden", NULL);
     expect(call_h(s, "POST", "/v1/sets/h/events", (const char *const[]){origin, NULL}, EV("ok1")),
            200, NULL);
     expect(call_h(s, "POST", "/v1/sets/h/events", NULL, EV("ok2")), 200, NULL);
     /* A GET with a foreign Origin is answered (the browser keeps the
      * answer from the page: no CORS headers). */
-    expect(call_h(s, "GET", "/v1/sets/h", (const char *const[]){"Origin: http://evil.example", NULL},
-                  NULL),
+    expect(call_h(s, "GET", "/v1/sets/h",
+                  (const char *const[]){"Origin: http://evil.example", NULL}, NULL),
            200, NULL);
     /* Only the allowed ones were stored; the CLI still works. */
     assert_int_equal(events_in(s, "h", NULL), 2);
     char server[64];
     snprintf(server, sizeof server, "http://127.0.0.1:%d", s->port);
     char *out = NULL, *err = NULL;
-    int rc = it_run(s, NULL, &out, &err,
-                    (const char *const[]){"status", "--server", server, NULL}, WAIT_S);
+    int rc = it_run(s, NULL, &out, &err, (const char *const[]){"status", "--server", server, NULL},
+                    WAIT_S);
     if (rc != 0)
         fail_msg("sluice status: exit %d: %s", rc, err);
     free(out);

@@ -220,14 +220,15 @@ static void test_parse(void **state)
     log_path(t, s, "text.txt");
     log_path(l, s, "fn.in");
     it_path(dir, s, "logs");
-    append_str(a, "{\"a\":1}\r\n"
-                  "\n"
-                  "not json {\n"
-                  "{\"specversion\":\"1.0\",\"id\":\"ce-1\",\"source\":\"/me\",\"type\":\"my.type\","
-                  "\"data\":{\"x\":2}}\n"
-                  "[1,2,3]\n"
-                  "\"str\"\n"
-                  "held back, no newline yet");
+    append_str(a,
+               "{\"a\":1}\r\n"
+               "\n"
+               "not json {\n"
+               "{\"specversion\":\"1.0\",\"id\":\"ce-1\",\"source\":\"/me\",\"type\":\"my.type\","
+               "\"data\":{\"x\":2}}\n"
+               "[1,2,3]\n"
+               "\"str\"\n"
+               "held back, no newline yet");
     append_str(t, "{\"a\":1}\nplain text\n");
     append_str(l, "# comment\nk=v\nhello\nboom\nce\n");
     sl_buf cfg = SL_BUF_INIT;
@@ -279,8 +280,7 @@ static void test_parse(void **state)
         switch (found++) {
         case 0:
             assert_int_equal(json_integer_value(json_object_get(d, "a")), 1);
-            assert_string_equal(json_string_value(json_object_get(ev, "type")),
-                                "sluice.file.line");
+            assert_string_equal(json_string_value(json_object_get(ev, "type")), "sluice.file.line");
             assert_string_equal(json_string_value(json_object_get(ev, "datacontenttype")),
                                 "application/json");
             break;
@@ -559,8 +559,7 @@ static void test_long_line(void **state)
     size_t pieces = big / max + (big % max != 0);
     expect_count(s, "split", (long)pieces + 2, 300);
     json_t *e = read_set(s, "split");
-    assert_string_equal(json_string_value(json_object_get(json_array_get(e, 0), "data")),
-                        "before");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(e, 0), "data")), "before");
     size_t at = 0;
     for (size_t i = 1; i <= pieces; i++) {
         const char *d = json_string_value(json_object_get(json_array_get(e, i), "data"));
@@ -571,13 +570,12 @@ static void test_long_line(void **state)
         at += len;
     }
     assert_int_equal(at, big);
-    assert_string_equal(
-        json_string_value(json_object_get(json_array_get(e, pieces + 1), "data")), "after");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(e, pieces + 1), "data")),
+                        "after");
     json_decref(e);
     expect_count(s, "skip", 2, 300);
     e = read_set(s, "skip");
-    assert_string_equal(json_string_value(json_object_get(json_array_get(e, 0), "data")),
-                        "before");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(e, 0), "data")), "before");
     assert_string_equal(json_string_value(json_object_get(json_array_get(e, 1), "data")), "after");
     json_decref(e);
     assert_int_equal(metric(s, "sluice_source_file_skipped_long_lines_total{source=\"skip\"}"), 1);
@@ -669,8 +667,7 @@ static void test_many_files(void **state)
     expect_count(s, "logs", want, 500);
     json_t *e = read_set(s, "logs");
     for (int i = 0; i < OLD + NEW; i++) {
-        snprintf(name, sizeof name, i < OLD ? "old%03d.log" : "new%03d.log",
-                 i < OLD ? i : i - OLD);
+        snprintf(name, sizeof name, i < OLD ? "old%03d.log" : "new%03d.log", i < OLD ? i : i - OLD);
         expect_once(e, name, i < OLD ? LINES + 1 : LINES);
     }
     json_decref(e);
@@ -929,11 +926,13 @@ int main(void)
     if (it_init("test_source_file"))
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_parse),          T(test_start_end),      T(test_rotate_rename),
-        T(test_rotate_copytruncate), T(test_truncate),  T(test_restart_middle),
-        T(test_long_line),      T(test_deleted_while_open), T(test_many_files),
-        T(test_multiline_poll), T(test_restart_rotated), T(test_reload_new_file),
-        T(test_folder_missing), T(test_json_depth),
+        T(test_parse),           T(test_start_end),
+        T(test_rotate_rename),   T(test_rotate_copytruncate),
+        T(test_truncate),        T(test_restart_middle),
+        T(test_long_line),       T(test_deleted_while_open),
+        T(test_many_files),      T(test_multiline_poll),
+        T(test_restart_rotated), T(test_reload_new_file),
+        T(test_folder_missing),  T(test_json_depth),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -631,7 +631,7 @@ static void test_refused_publish(void **state)
     it_write_file(schema, "{\"type\":\"object\",\"required\":[\"ref\"]}");
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"gh\" { partitions = 1, schemas = { [\"com.github.push\"] = \"%s\" } }\n"
+                    "set \"gh\" { partitions = 1, schemas = { [\"com.github.push\"] = \"%s\" } }\n"
                     "source.webhook { name = \"gh\", preset = \"github\", secret = \"k\", "
                     "set = \"gh\" }\n",
                     schema);

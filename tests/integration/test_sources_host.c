@@ -50,7 +50,7 @@ static void test_backpressure(void **state)
     fclose(f);
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"logs\" { partitions = 1, ack = \"buffer\", buffer_bytes = 1024 }\n"
+                    "set \"logs\" { partitions = 1, ack = \"buffer\", buffer_bytes = 1024 }\n"
                     "source.file { path = \"%s\", set = \"logs\", start = \"beginning\" }\n",
                     logf);
     it_start_config(s, cfg, WAIT_S);
@@ -64,9 +64,11 @@ static void test_backpressure(void **state)
         json_decref(j);
     }
     it_evs_free(&e);
-    assert_true(metric(s, "sluice_source_backpressure_waits_total{source=\"file-logs\",kind=\"file\"}") >
-                0);
-    assert_true(metric(s, "sluice_source_events_total{source=\"file-logs\",kind=\"file\"}") == 20000);
+    assert_true(
+        metric(s, "sluice_source_backpressure_waits_total{source=\"file-logs\",kind=\"file\"}") >
+        0);
+    assert_true(metric(s, "sluice_source_events_total{source=\"file-logs\",kind=\"file\"}") ==
+                20000);
     it_resp r = it_get(s, "/metrics");
     const char *m = it_body(&r), *t = strstr(m, "# TYPE sluice_source_events_total counter\n");
     assert_non_null(t);
@@ -97,13 +99,14 @@ static void test_checks(void **state)
                   "%s\n"
                   "{\"n\":2}\n",
                   deep);
-    it_write_config(s, cfg,
-                    "lanes.auto = true\n"
-    "set \"logs\" { partitions = 1, schemas = { order = { type = \"object\",\n"
-                    "  properties = { amount = { type = \"number\" } } } } }\n"
-                    "source.file { name = \"f\", path = \"%s\", set = \"logs\", lane = \"feature-x\",\n"
-                    "  start = \"beginning\" }\n",
-                    logf);
+    it_write_config(
+        s, cfg,
+        "lanes.auto = true\n"
+        "set \"logs\" { partitions = 1, schemas = { order = { type = \"object\",\n"
+        "  properties = { amount = { type = \"number\" } } } } }\n"
+        "source.file { name = \"f\", path = \"%s\", set = \"logs\", lane = \"feature-x\",\n"
+        "  start = \"beginning\" }\n",
+        logf);
     it_start_config(s, cfg, WAIT_S);
     it_evs e = wait_events(s, "logs", 3);
     it_sleep_ms(300); /* nothing more comes */

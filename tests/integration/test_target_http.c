@@ -97,7 +97,7 @@ static void test_structured(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"orders\" { partitions = 2 }\n"
+                    "set \"orders\" { partitions = 2 }\n"
                     "rule \"hook\" {\n"
                     "  set = \"orders\",\n"
                     "  match = { type = { \"order.created\" } },\n"
@@ -198,7 +198,7 @@ static void test_binary_base64_escapes(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"orders\" { partitions = 1 }\n"
+        "set \"orders\" { partitions = 1 }\n"
         "rule \"bin\" { set = \"orders\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/b64\", body = \"binary\" } }\n",
         rx_port(g_rx));
@@ -226,7 +226,7 @@ static void test_binary_and_batch(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"orders\" { partitions = 1 }\n"
+        "set \"orders\" { partitions = 1 }\n"
         "rule \"bin\" { set = \"orders\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/bin/{id}\", body = "
         "\"binary\", method = \"PUT\",\n"
@@ -410,7 +410,7 @@ static void test_timeout(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"orders\" { partitions = 1 }\n"
+        "set \"orders\" { partitions = 1 }\n"
         "rule \"hook\" { set = \"orders\",\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/slow\", timeout = \"300ms\" "
         "} }\n",
@@ -439,7 +439,7 @@ static void test_rate(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"orders\" { partitions = 2 }\n"
+                    "set \"orders\" { partitions = 2 }\n"
                     "rule \"hook\" { set = \"orders\",\n"
                     "  target = target.http { url = \"http://127.0.0.1:%d/r\", rate = 5 } }\n",
                     rx_port(g_rx));
@@ -615,7 +615,7 @@ static void test_unordered_concurrent(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"orders\" { partitions = 1 }\n"
+        "set \"orders\" { partitions = 1 }\n"
         "rule \"fast\" { set = \"orders\", ordered = false,\n"
         "  target = target.http { url = \"http://127.0.0.1:%d/u\", concurrency = 4 } }\n",
         rx_port(g_rx));
@@ -859,13 +859,15 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         T(test_structured),
-        T(test_binary_and_batch), T(test_binary_base64_escapes),
+        T(test_binary_and_batch),
+        T(test_binary_base64_escapes),
         T(test_500_then_success),
         T(test_429_retry_after),
         T(test_503_retry_after_date),
         T(test_timeout),
         T(test_rate),
-        T(test_shutdown_inflight), T(test_shutdown_hung_endpoint),
+        T(test_shutdown_inflight),
+        T(test_shutdown_hung_endpoint),
         T(test_400_permanent),
         T(test_receiver_down),
         T(test_unordered_concurrent),

@@ -256,7 +256,7 @@ static void test_binary(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+                    "set \"in\" { partitions = 2 }\n"
                     "rule \"bin\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
                     "  topic = \"bin-{type}\", properties = { [\"linger.ms\"] = 1 } } }\n",
                     g_mk.boot);
@@ -375,7 +375,7 @@ static void test_structured_and_data(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "rule \"st\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
         "\"st\",\n"
         "  body = \"structured\", key = \"{subject}/{type}\", headers = { [\"X-Origin\"] = "
@@ -436,7 +436,7 @@ static void test_outage_order(void **state)
     it_write_config(
         s, cfg,
         "lanes.auto = true\n"
-    "set \"in\" { partitions = 2 }\n"
+        "set \"in\" { partitions = 2 }\n"
         "rule \"ord\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
         "\"ord\",\n"
         "  timeout = \"2s\", properties = { [\"linger.ms\"] = 1 } } }\n",
@@ -529,7 +529,7 @@ static void test_permanent(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "rule \"perm\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
                     "  topic = \"p-{region}\", properties = { [\"message.max.bytes\"] = 10000,\n"
                     "  [\"linger.ms\"] = 1 } } }\n"
@@ -593,7 +593,7 @@ static void test_shutdown_brokers_down(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "rule \"sd\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"sd\" } }\n",
                     g_mk.boot);
@@ -642,7 +642,7 @@ static void test_unknown_topic(void **state)
     mock_cmd("topicerror later 3"); /* UNKNOWN_TOPIC_OR_PART */
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "rule \"un\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"later\",\n"
                     "  properties = { [\"topic.metadata.propagation.max.ms\"] = 1000 } } }\n",
@@ -691,7 +691,7 @@ static void test_fatal_recreate(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "rule \"fa\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"fa\",\n"
                     "  properties = { [\"linger.ms\"] = 1 } } }\n",
@@ -810,7 +810,7 @@ static void test_ordered_hold(void **state)
     mock_cmd("topicerror h-gone 3"); /* UNKNOWN_TOPIC_OR_PART */
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "set \"dead\" { partitions = 1 }\n"
                     "rule \"ho\" { set = \"in\", ordered = true, dlq = \"dead\",\n"
                     "  retry = { attempts = 1, initial = \"100ms\", max = \"200ms\" },\n"
@@ -857,7 +857,7 @@ static void test_invalid_timestamp(void **state)
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "rule \"ts\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"ts\",\n"
                     "  properties = { [\"linger.ms\"] = 1 } } }\n",
@@ -892,7 +892,7 @@ static void test_health_back(void **state)
     char cfg[PATH_MAX], why[SL_ERROR_MAX] = "";
     it_write_config(s, cfg,
                     "lanes.auto = true\n"
-    "set \"in\" { partitions = 1 }\n"
+                    "set \"in\" { partitions = 1 }\n"
                     "rule \"hb\" { set = \"in\", target = target.kafka { brokers = \"%s\", topic = "
                     "\"hb\" } }\n",
                     g_mk.boot);
@@ -917,7 +917,6 @@ static void test_health_back(void **state)
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-
 
 int main(void)
 {

@@ -25,9 +25,8 @@ static void test_members(void **state)
     assert_int_equal(get("lane=feature-x", "lane", v, sizeof v, &err), 0);
     assert_string_equal(v, "feature-x");
     /* OWS around members and '=', properties, empty members, other keys */
-    assert_int_equal(get(" userId=alice , ,lane = qa-1 ;ttl=30;flag , x=y", "lane", v, sizeof v,
-                         &err),
-                     0);
+    assert_int_equal(
+        get(" userId=alice , ,lane = qa-1 ;ttl=30;flag , x=y", "lane", v, sizeof v, &err), 0);
     assert_string_equal(v, "qa-1");
     assert_int_equal(get("userId=alice,serverNode=DF%2028", "serverNode", v, sizeof v, &err), 0);
     assert_string_equal(v, "DF 28");

@@ -77,31 +77,33 @@ static void test_full_config(void **state)
     fixture *f = *state;
     sl_config *cfg = NULL;
     char *diag;
-    int rc = load(f,
-                  "server { listen = \"127.0.0.1:9999\", data_dir = \"data\", workers = 3,\n"
-                  "         lua_memory = \"16MiB\", lua_instructions = 50000, auto_create = false,\n"
-                  "         max_request = \"2MiB\", set_defaults = { partitions = 2 } }\n"
-                  "set \"orders\" { partitions = 8, retention = \"2d\", ack = \"buffer\",\n"
-                  "  compression = \"zstd\", retention_bytes = \"1GiB\", segment_bytes = 65536,\n"
-                  "  segment_age = \"1h\", max_event = \"64KiB\", generate_ids = true,\n"
-                  "  linger = \"5ms\", batch_bytes = \"256KiB\", buffer_bytes = \"4MiB\",\n"
-                  "  schemas = { ['order.created'] = { type = 'object', required = { 'amount' } } } }\n"
-                  "set \"copy\" { retention = \"forever\" }\n"
-                  "rule \"r1\" {\n"
-                  "  set = \"orders\", description = \"big ones\",\n"
-                  "  match = { type = { \"order.created\" } },\n"
-                  "  filter = function(e) return true end,\n"
-                  "  transform = function(e) return e end,\n"
-                  "  input = \"$.data\",\n"
-                  "  start = \"beginning\", enabled = false,\n"
-                  "  targets = { target.file { path = \"out/a.ndjson\", rotate_bytes = \"1MiB\", "
-                  "keep = 3 },\n"
-                  "              target.set { set = \"copy\" } },\n"
-                  "}\n"
-                  "rule \"r2\" { set = \"orders\", match = [[{\"source\": [{\"prefix\": \"/s\"}]}]],\n"
-                  "  transform_batch = function(es) return es end,\n"
-                  "  input = { paths = { who = \"$.data.who\" }, template = [[{\"w\": <who>}]] },\n" GOOD_RULE_TAIL,
-                  &cfg, &diag);
+    int rc =
+        load(f,
+             "server { listen = \"127.0.0.1:9999\", data_dir = \"data\", workers = 3,\n"
+             "         lua_memory = \"16MiB\", lua_instructions = 50000, auto_create = false,\n"
+             "         max_request = \"2MiB\", set_defaults = { partitions = 2 } }\n"
+             "set \"orders\" { partitions = 8, retention = \"2d\", ack = \"buffer\",\n"
+             "  compression = \"zstd\", retention_bytes = \"1GiB\", segment_bytes = 65536,\n"
+             "  segment_age = \"1h\", max_event = \"64KiB\", generate_ids = true,\n"
+             "  linger = \"5ms\", batch_bytes = \"256KiB\", buffer_bytes = \"4MiB\",\n"
+             "  schemas = { ['order.created'] = { type = 'object', required = { 'amount' } } } }\n"
+             "set \"copy\" { retention = \"forever\" }\n"
+             "rule \"r1\" {\n"
+             "  set = \"orders\", description = \"big ones\",\n"
+             "  match = { type = { \"order.created\" } },\n"
+             "  filter = function(e) return true end,\n"
+             "  transform = function(e) return e end,\n"
+             "  input = \"$.data\",\n"
+             "  start = \"beginning\", enabled = false,\n"
+             "  targets = { target.file { path = \"out/a.ndjson\", rotate_bytes = \"1MiB\", "
+             "keep = 3 },\n"
+             "              target.set { set = \"copy\" } },\n"
+             "}\n"
+             "rule \"r2\" { set = \"orders\", match = [[{\"source\": [{\"prefix\": \"/s\"}]}]],\n"
+             "  transform_batch = function(es) return es end,\n"
+             "  input = { paths = { who = \"$.data.who\" }, template = [[{\"w\": <who>}]] "
+             "},\n" GOOD_RULE_TAIL,
+             &cfg, &diag);
     if (rc)
         fail_msg("%s", diag);
     free(diag);
@@ -212,7 +214,8 @@ static void test_wrong_types(void **state)
     expect_mistake(f, "server { listen = 8080 }\n", 1, "listen must be a string, not a number");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\", filter = true,\n" GOOD_RULE_TAIL, 2,
                    "filter must be a function, not a boolean");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\", start = \"middle\",\n" GOOD_RULE_TAIL,
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\", start = \"middle\",\n" GOOD_RULE_TAIL,
                    2, "\"beginning\" or \"end\"");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\", match = 42,\n" GOOD_RULE_TAIL, 2,
                    "match must be a table or a JSON string");
@@ -224,10 +227,12 @@ static void test_wrong_types(void **state)
 static void test_rule_mistakes(void **state)
 {
     fixture *f = *state;
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  match = { a = \"b\" },\n" GOOD_RULE_TAIL,
-                   3, "match:");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  match = [[{nope]],\n" GOOD_RULE_TAIL,
-                   3, "match:");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  match = { a = \"b\" },\n" GOOD_RULE_TAIL, 3,
+        "match:");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  match = [[{nope]],\n" GOOD_RULE_TAIL, 3,
+        "match:");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" {\n  set = \"y\",\n" GOOD_RULE_TAIL, 3,
                    "set \"y\" is not declared");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\" }\n", 2, "a target is required");
@@ -237,19 +242,22 @@ static void test_rule_mistakes(void **state)
                    "unknown target kind target.nope");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = { path = \"o\" } }\n",
                    3, "a target must be made with target.KIND");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.file { } }\n",
-                   3, "target.file needs a path");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"x\" } }\n",
-                   3, "would loop forever");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"z\" } }\n",
-                   3, "set \"z\" is not declared");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.file { } }\n", 3,
+                   "target.file needs a path");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"x\" } }\n", 3,
+        "would loop forever");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.set { set = \"z\" } }\n", 3,
+        "set \"z\" is not declared");
     expect_mistake(f,
                    "set \"x\" { }\nrule \"r\" { set = \"x\", transform = function() end,\n"
                    "  transform_batch = function() end,\n" GOOD_RULE_TAIL,
                    2, "not both");
     expect_mistake(f, "set \"x\" { }\nset \"x\" { }\n", 2, "declared twice");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL
-                      "rule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL,
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL
+                   "rule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL,
                    5, "rule \"r\" is declared twice");
     expect_mistake(f, "set \"../etc\" { }\n", 1, "a set name is");
     expect_mistake(f, "set \"x\" { }\nrule \"a/b\" { set = \"x\",\n" GOOD_RULE_TAIL, 2,
@@ -259,8 +267,9 @@ static void test_rule_mistakes(void **state)
                    "set \"x\" { }\nrule \"r\" { set = \"x\",\n  input = { paths = { a = \"$.a\" }, "
                    "template = \"<b>\" },\n" GOOD_RULE_TAIL,
                    3, "input:");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  input = { paths = {} },\n" GOOD_RULE_TAIL,
-                   3, "a template string is required");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  input = { paths = {} },\n" GOOD_RULE_TAIL,
+        3, "a template string is required");
 }
 
 static void test_http_target(void **state)
@@ -269,17 +278,20 @@ static void test_http_target(void **state)
     setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
     sl_config *cfg = NULL;
     char *diag;
-    int rc = load(f,
-                  "set \"x\" { }\n"
-                  "rule \"r\" { set = \"x\", targets = {\n"
-                  "  target.http { url = \"https://h/{subject}\", method = \"PUT\",\n"
-                  "    headers = { [\"X-A\"] = \"1\" }, auth = { bearer = env \"SLUICE_TEST_TOKEN\" },\n"
-                  "    tls_verify = false, ca_file = \"/etc/ca.pem\", connect_timeout = \"2s\",\n"
-                  "    timeout = \"10s\", concurrency = 4, rate = 100, body = \"binary\", batch = 10 },\n"
-                  "  target.http { url = \"http://h/\", auth = { basic = { user = \"u\", password = \"p\" } } },\n"
-                  "  target.http { url = \"http://h/\", auth = { api_key = { header = \"X-Key\", value = \"k\" } } },\n"
-                  "} }\n",
-                  &cfg, &diag);
+    int rc = load(
+        f,
+        "set \"x\" { }\n"
+        "rule \"r\" { set = \"x\", targets = {\n"
+        "  target.http { url = \"https://h/{subject}\", method = \"PUT\",\n"
+        "    headers = { [\"X-A\"] = \"1\" }, auth = { bearer = env \"SLUICE_TEST_TOKEN\" },\n"
+        "    tls_verify = false, ca_file = \"/etc/ca.pem\", connect_timeout = \"2s\",\n"
+        "    timeout = \"10s\", concurrency = 4, rate = 100, body = \"binary\", batch = 10 },\n"
+        "  target.http { url = \"http://h/\", auth = { basic = { user = \"u\", password = \"p\" } "
+        "} },\n"
+        "  target.http { url = \"http://h/\", auth = { api_key = { header = \"X-Key\", value = "
+        "\"k\" } } },\n"
+        "} }\n",
+        &cfg, &diag);
     if (rc)
         fail_msg("%s", diag);
     free(diag);
@@ -313,7 +325,8 @@ static void test_http_target(void **state)
     assert_string_equal(r->targets[2].api_key, "k");
     sl_config_free(cfg);
 
-#define HTTP_RULE(body) "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.http { " body " } }\n"
+#define HTTP_RULE(body)                                                                            \
+    "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.http { " body " } }\n"
     expect_mistake(f, HTTP_RULE("method = \"POST\""), 3, "target.http needs a url");
     expect_mistake(f, HTTP_RULE("url = \"ftp://h/\""), 3, "must start with http:// or https://");
     expect_mistake(f, HTTP_RULE("url = \"http://h/\", body = \"xml\""), 3,
@@ -342,14 +355,13 @@ static void test_schema_mistakes(void **state)
     expect_mistake(f, "set \"x\" {\n  schemas = { t = \"bad.json\" } }\n", 2, "propertees");
     expect_mistake(f, "set \"x\" {\n  schemas = { t = 42 } }\n", 2,
                    "want a file name or a schema table");
-    expect_mistake(f, "server { set_defaults = { schemas = {} } }\n", 1,
-                   "unknown key \"schemas\"");
+    expect_mistake(f, "server { set_defaults = { schemas = {} } }\n", 1, "unknown key \"schemas\"");
 }
 
 static void test_lua_errors(void **state)
 {
     fixture *f = *state;
-    expect_mistake(f, "set \"x\" { }\n\nrule \"r\" {\n  set = \n", 5, "");  /* syntax, at EOF */
+    expect_mistake(f, "set \"x\" { }\n\nrule \"r\" {\n  set = \n", 5, ""); /* syntax, at EOF */
     expect_mistake(f, "local t = nil\nset \"x\" { }\nprint(t.x)\n", 3, "attempt to index");
     expect_mistake(f, "io.open(\"/etc/passwd\")\n", 1, "io");
     expect_mistake(f, "while true do end\n", 1, "");
@@ -520,24 +532,30 @@ static void test_delivery_keys(void **state)
     assert_int_equal(b->retry.max_ms, 300000);
     sl_config_free(cfg);
 
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  dlq = \"nope\",\n" GOOD_RULE_TAIL,
-                   3, "dlq set \"nope\" is not declared");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  dlq = \"x\",\n" GOOD_RULE_TAIL, 3,
-                   "the dlq cannot be the set the rule reads");
     expect_mistake(f,
-                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { attemps = 3 },\n"
-                   GOOD_RULE_TAIL,
-                   3, "retry: unknown key \"attemps\" (known: attempts, max_age");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { attempts = 0 },\n"
-                   GOOD_RULE_TAIL, 3, "attempts = 0 is out of range");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { backoff = \"linear\" },\n"
-                   GOOD_RULE_TAIL, 3, "backoff must be \"exponential\" or \"fixed\"");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { initial = \"10s\", max = \"1s\" },\n"
-                   GOOD_RULE_TAIL, 3, "retry.initial (10000 ms) is longer than retry.max (1000 ms)");
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  dlq = \"nope\",\n" GOOD_RULE_TAIL,
+                   3, "dlq set \"nope\" is not declared");
+    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  dlq = \"x\",\n" GOOD_RULE_TAIL,
+                   3, "the dlq cannot be the set the rule reads");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { attemps = 3 },\n" GOOD_RULE_TAIL,
+        3, "retry: unknown key \"attemps\" (known: attempts, max_age");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { attempts = 0 },\n" GOOD_RULE_TAIL,
+        3, "attempts = 0 is out of range");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { backoff = \"linear\" "
+                   "},\n" GOOD_RULE_TAIL,
+                   3, "backoff must be \"exponential\" or \"fixed\"");
+    expect_mistake(f,
+                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = { initial = \"10s\", max = "
+                   "\"1s\" },\n" GOOD_RULE_TAIL,
+                   3, "retry.initial (10000 ms) is longer than retry.max (1000 ms)");
     expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  retry = 5,\n" GOOD_RULE_TAIL, 3,
                    "retry must be a table");
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  ordered = \"yes\",\n" GOOD_RULE_TAIL,
-                   3, "ordered must be true or false");
+    expect_mistake(
+        f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  ordered = \"yes\",\n" GOOD_RULE_TAIL, 3,
+        "ordered must be true or false");
 }
 
 /* target.kafka: keys, defaults, and what librdkafka itself refuses. */
@@ -546,13 +564,14 @@ static void test_kafka_target(void **state)
     fixture *f = *state;
     sl_config *cfg = NULL;
     char *diag;
-    int rc = load(f,
-                  "set \"x\" { }\n"
-                  "rule \"k\" { set = \"x\", target = target.kafka { brokers = \"127.0.0.1:9\",\n"
-                  "  topic = \"t-{type}\", key = \"{subject}\", body = \"structured\",\n"
-                  "  properties = { [\"linger.ms\"] = 7, [\"enable.idempotence\"] = true } } }\n"
-                  "rule \"d\" { set = \"x\", target = target.kafka { brokers = \"b:1\", topic = \"t\" } }\n",
-                  &cfg, &diag);
+    int rc = load(
+        f,
+        "set \"x\" { }\n"
+        "rule \"k\" { set = \"x\", target = target.kafka { brokers = \"127.0.0.1:9\",\n"
+        "  topic = \"t-{type}\", key = \"{subject}\", body = \"structured\",\n"
+        "  properties = { [\"linger.ms\"] = 7, [\"enable.idempotence\"] = true } } }\n"
+        "rule \"d\" { set = \"x\", target = target.kafka { brokers = \"b:1\", topic = \"t\" } }\n",
+        &cfg, &diag);
     if (rc)
         fail_msg("%s", diag);
     free(diag);
@@ -573,20 +592,25 @@ static void test_kafka_target(void **state)
     assert_int_equal(d->timeout_ms, 30000);
     sl_config_free(cfg);
 
-    expect_mistake(f, "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { topic = \"t\" } }\n",
-                   3, "target.kafka needs brokers and a topic");
-    expect_mistake(f,
-                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
-                   "topic = \"t\",\n  properties = { [\"no.such.property\"] = 1 } } }\n",
-                   3, "no.such.property");
-    expect_mistake(f,
-                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
-                   "topic = \"t\",\n  properties = { [\"bad name!\"] = 1 } } }\n",
-                   4, "is not a property name");
-    expect_mistake(f,
-                   "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
-                   "topic = \"t\", properties = { x = {} } } }\n",
-                   3, "must be a string, number or boolean");
+    expect_mistake(
+        f,
+        "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { topic = \"t\" } }\n",
+        3, "target.kafka needs brokers and a topic");
+    expect_mistake(
+        f,
+        "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
+        "topic = \"t\",\n  properties = { [\"no.such.property\"] = 1 } } }\n",
+        3, "no.such.property");
+    expect_mistake(
+        f,
+        "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
+        "topic = \"t\",\n  properties = { [\"bad name!\"] = 1 } } }\n",
+        4, "is not a property name");
+    expect_mistake(
+        f,
+        "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.kafka { brokers = \"b:1\", "
+        "topic = \"t\", properties = { x = {} } } }\n",
+        3, "must be a string, number or boolean");
 }
 
 static void test_sources(void **state)
@@ -594,19 +618,20 @@ static void test_sources(void **state)
     fixture *f = *state;
     sl_config *cfg = NULL;
     char *diag;
-    int rc = load(f,
-                  "set \"logs\" { }\nset \"gh\" { }\nlane \"feature-x\" { }\n"
-                  "source.file { path = \"logs/*.log\", set = \"logs\", type = \"app.log\",\n"
-                  "  parse = \"text\", multiline = \"^[0-9]{4}-\", max_line = \"64KiB\",\n"
-                  "  long_lines = \"skip\", start = \"beginning\", lane = \"feature-x\" }\n"
-                  "source.file { name = \"lua\", path = \"/abs/x.log\", set = \"logs\",\n"
-                  "  parse = function(line) return { l = line } end, inotify = false }\n"
-                  "source.webhook { name = \"gh\", preset = \"github\", secret = \"a, b\", set = \"gh\" }\n"
-                  "source.kafka { brokers = \"b:1\", topics = \"in\", set = \"logs\",\n"
-                  "  properties = { [\"fetch.min.bytes\"] = 1 } }\n"
-                  "source.kafka { name = \"k2\", brokers = \"b:1\", topics = { \"a\", \"^b.*\" },\n"
-                  "  group = \"g\", set = \"logs\" }\n",
-                  &cfg, &diag);
+    int rc = load(
+        f,
+        "set \"logs\" { }\nset \"gh\" { }\nlane \"feature-x\" { }\n"
+        "source.file { path = \"logs/*.log\", set = \"logs\", type = \"app.log\",\n"
+        "  parse = \"text\", multiline = \"^[0-9]{4}-\", max_line = \"64KiB\",\n"
+        "  long_lines = \"skip\", start = \"beginning\", lane = \"feature-x\" }\n"
+        "source.file { name = \"lua\", path = \"/abs/x.log\", set = \"logs\",\n"
+        "  parse = function(line) return { l = line } end, inotify = false }\n"
+        "source.webhook { name = \"gh\", preset = \"github\", secret = \"a, b\", set = \"gh\" }\n"
+        "source.kafka { brokers = \"b:1\", topics = \"in\", set = \"logs\",\n"
+        "  properties = { [\"fetch.min.bytes\"] = 1 } }\n"
+        "source.kafka { name = \"k2\", brokers = \"b:1\", topics = { \"a\", \"^b.*\" },\n"
+        "  group = \"g\", set = \"logs\" }\n",
+        &cfg, &diag);
     if (rc)
         fail_msg("%s", diag);
     free(diag);
@@ -652,18 +677,24 @@ static void test_sources(void **state)
     expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\" }\n", 2, "set is required");
     expect_mistake(f, "set \"x\" { }\nsource.file {\n path = \"a\", set = \"y\" }\n", 3,
                    "set \"y\" is not declared");
-    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\" }\n"
-                      "source.file { path = \"b\", set = \"x\" }\n",
+    expect_mistake(f,
+                   "set \"x\" { }\nsource.file { path = \"a\", set = \"x\" }\n"
+                   "source.file { path = \"b\", set = \"x\" }\n",
                    3, "the name is taken by the source at line 2");
-    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n multiline = \"(\" }\n",
-                   3, "multiline is not an extended regex");
-    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n parse = \"xml\" }\n",
+    expect_mistake(
+        f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n multiline = \"(\" }\n", 3,
+        "multiline is not an extended regex");
+    expect_mistake(f,
+                   "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n parse = \"xml\" }\n",
                    3, "parse must be \"json\", \"text\" or a function");
-    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n long_lines = 1 }\n",
+    expect_mistake(f,
+                   "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n long_lines = 1 }\n",
                    3, "long_lines must be \"split\" or \"skip\"");
-    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n lane = \"Prod\" }\n",
+    expect_mistake(f,
+                   "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n lane = \"Prod\" }\n",
                    3, "is not a lane name");
-    expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n name = \"../up\" }\n",
+    expect_mistake(f,
+                   "set \"x\" { }\nsource.file { path = \"a\", set = \"x\",\n name = \"../up\" }\n",
                    3, "a source name is");
     expect_mistake(f, "set \"x\" { }\nsource.file { path = \"a\", set = \"x\", tail = 1 }\n", 2,
                    "unknown key \"tail\"");
@@ -671,8 +702,9 @@ static void test_sources(void **state)
                    "name, preset and secret are required");
     expect_mistake(f, "set \"x\" { }\nsource.kafka { brokers = \"b:1\", set = \"x\" }\n", 2,
                    "brokers and topics are required");
-    expect_mistake(f, "set \"x\" { }\nsource.kafka { brokers = \"b:1\", set = \"x\",\n topics = {} }\n",
-                   3, "topics must be a string or a non-empty list");
+    expect_mistake(
+        f, "set \"x\" { }\nsource.kafka { brokers = \"b:1\", set = \"x\",\n topics = {} }\n", 3,
+        "topics must be a string or a non-empty list");
     expect_mistake(f, "set \"x\" { }\nsource.exec { set = \"x\" }\n", 2,
                    "unknown source kind source.exec (known: file, webhook, kafka)");
     expect_mistake(f, "set \"x\" { }\nsource.file \"x\"\n", 2, "the body must be a table");
@@ -733,7 +765,7 @@ static void test_lanes_auto(void **state)
 {
     fixture *f = *state;
     static const char *const ok[] = {"lanes.auto = true\n", "lanes { auto = true }\n",
-                                      "lanes.auto = false\nlanes.auto = true\n"};
+                                     "lanes.auto = false\nlanes.auto = true\n"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         sl_config *cfg = NULL;
         char *diag;
@@ -744,13 +776,15 @@ static void test_lanes_auto(void **state)
         assert_true(cfg->lanes_auto);
         sl_config_free(cfg);
     }
-    expect_mistake(f, "-- lanes\n\nlanes.autp = true\n", 3, "lanes: unknown key \"autp\" (known: auto)");
+    expect_mistake(f, "-- lanes\n\nlanes.autp = true\n", 3,
+                   "lanes: unknown key \"autp\" (known: auto)");
     expect_mistake(f, "lanes {\n  auto = true,\n  mode = 1 }\n", 3, "unknown key \"mode\"");
     expect_mistake(f, "lanes.auto = \"yes\"\n", 1, "auto must be true or false");
     expect_mistake(f, "lanes \"x\"\n", 1, "lanes: the body must be a table");
     /* A source's lane must be declared too, or every event of it would be refused. */
-    expect_mistake(f, "set \"logs\" { }\nsource.file { path = \"/tmp/x.log\", set = \"logs\",\n"
-                      "  lane = \"qa\" }\n",
+    expect_mistake(f,
+                   "set \"logs\" { }\nsource.file { path = \"/tmp/x.log\", set = \"logs\",\n"
+                   "  lane = \"qa\" }\n",
                    3, "source.file \"file-logs\": lane \"qa\" is not declared");
     static const char *const src_ok[] = {
         "set \"logs\" { }\nlane \"qa\" { }\nsource.file { path = \"/tmp/x.log\", set = \"logs\", "
@@ -767,10 +801,10 @@ static void test_lanes_auto(void **state)
     }
 }
 
-#define LANE_BASE                                                                                 \
-    "set \"orders\" { }\nset \"dead\" { }\n"                                                     \
+#define LANE_BASE                                                                                  \
+    "set \"orders\" { }\nset \"dead\" { }\n"                                                       \
     "rule \"billing\" {\n"                                                                         \
-    "  set = \"orders\", dlq = \"dead\", ordered = false,\n"                                      \
+    "  set = \"orders\", dlq = \"dead\", ordered = false,\n"                                       \
     "  match = { type = { \"order.created\" } },\n"                                                \
     "  filter = function(e) return true end,\n"                                                    \
     "  transform = function(e) return e end,\n"                                                    \
@@ -876,7 +910,8 @@ static void test_lane_override_mistakes(void **state)
     /* undeclared lane, refused without lanes.auto … */
     expect_mistake(f,
                    LANE_BASE "  lanes = {\n    [\"feature-x\"] = { target = target.file { path "
-                             "= \"x\" } } },\n}\n", 11, "rule \"billing\" lanes[\"feature-x\"]: lane \"feature-x\" is not declared");
+                             "= \"x\" } } },\n}\n",
+                   11, "rule \"billing\" lanes[\"feature-x\"]: lane \"feature-x\" is not declared");
     /* … and declared implicitly (boe, fallback base) with it */
     sl_config *cfg = NULL;
     char *diag;
@@ -906,28 +941,30 @@ static void test_lane_override_mistakes(void **state)
     /* only some keys can be overridden */
     expect_mistake(f,
                    "lane \"feature-x\" { }\n" LANE_BASE
-                   "  lanes = { [\"feature-x\"] = {\n      dlq = \"dead\" } },\n}\n", 12,
+                   "  lanes = { [\"feature-x\"] = {\n      dlq = \"dead\" } },\n}\n",
+                   12,
                    "rule \"billing\": lanes[\"feature-x\"]: \"dlq\" cannot be overridden per lane "
                    "(only match, filter, transform, transform_batch, input, target, targets)");
     expect_mistake(f,
                    "lane \"feature-x\" { }\n" LANE_BASE
-                   "  lanes = { [\"feature-x\"] = { colour = 1 } },\n}\n", 11, "\"colour\" cannot be overridden per lane");
+                   "  lanes = { [\"feature-x\"] = { colour = 1 } },\n}\n",
+                   11, "\"colour\" cannot be overridden per lane");
     /* the override's own values are checked, named by the lane */
+    expect_mistake(
+        f, "lane \"x\" { }\n" LANE_BASE "  lanes = { x = {\n    target = target.file { } } },\n}\n",
+        12, "rule \"billing\" lanes[\"x\"]: target.file needs a path");
     expect_mistake(f,
                    "lane \"x\" { }\n" LANE_BASE
-                   "  lanes = { x = {\n    target = target.file { } } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: target.file needs a path");
+                   "  lanes = { x = {\n    target = target.set { set = \"orders\" } } },\n}\n",
+                   12, "rule \"billing\" lanes[\"x\"]: target.set into the set it reads");
+    expect_mistake(f, "lane \"x\" { }\n" LANE_BASE "  lanes = { x = {\n    filter = 3 } },\n}\n",
+                   12, "rule \"billing\" lanes[\"x\"]: filter must be a function");
+    expect_mistake(f, "lane \"x\" { }\n" LANE_BASE "  lanes = {\n    x = { match = 42 } },\n}\n",
+                   12, "rule \"billing\" lanes[\"x\"]: match must be a table or a JSON string");
     expect_mistake(f,
-                   "lane \"x\" { }\n" LANE_BASE
-                   "  lanes = { x = {\n    target = target.set { set = \"orders\" } } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: target.set into the set it reads");
-    expect_mistake(f,
-                   "lane \"x\" { }\n" LANE_BASE
-                   "  lanes = { x = {\n    filter = 3 } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: filter must be a function");
-    expect_mistake(f,
-                   "lane \"x\" { }\n" LANE_BASE "  lanes = {\n    x = { match = 42 } },\n}\n", 12, "rule \"billing\" lanes[\"x\"]: match must be a table or a JSON string");
-    expect_mistake(f,
-                   "lane \"x\" { }\n" LANE_BASE
-                   "  lanes = { x = { transform = function() end,\n"
-                   "                  transform_batch = function() end } },\n}\n", 11, "rule \"billing\" lanes[\"x\"]: use transform or transform_batch, not both");
+                   "lane \"x\" { }\n" LANE_BASE "  lanes = { x = { transform = function() end,\n"
+                   "                  transform_batch = function() end } },\n}\n",
+                   11, "rule \"billing\" lanes[\"x\"]: use transform or transform_batch, not both");
     expect_mistake(f, LANE_BASE "  lanes = {\n    [\"Bad_Lane\"] = { } },\n}\n", 10,
                    "rule \"billing\": lanes: \"Bad_Lane\" is not a lane name");
     expect_mistake(f, LANE_BASE "  lanes = {\n    { } },\n}\n", 10,
@@ -952,14 +989,13 @@ int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_full_config),       T(test_defaults),      T(test_unknown_key_line),
-        T(test_wrong_types),       T(test_rule_mistakes), T(test_schema_mistakes),
-        T(test_http_target),
-        T(test_lua_errors),        T(test_env),           T(test_all_mistakes_at_once),
-        T(test_missing_file),      T(test_keys_markdown), T(test_cursor_roundtrip),
-        T(test_cursor_torn_slot),  T(test_delivery_keys), T(test_kafka_target),
-        T(test_sources),           T(test_lane_decls),    T(test_lanes_auto),
-        T(test_lane_overrides),    T(test_lane_override_mistakes),
+        T(test_full_config),          T(test_defaults),         T(test_unknown_key_line),
+        T(test_wrong_types),          T(test_rule_mistakes),    T(test_schema_mistakes),
+        T(test_http_target),          T(test_lua_errors),       T(test_env),
+        T(test_all_mistakes_at_once), T(test_missing_file),     T(test_keys_markdown),
+        T(test_cursor_roundtrip),     T(test_cursor_torn_slot), T(test_delivery_keys),
+        T(test_kafka_target),         T(test_sources),          T(test_lane_decls),
+        T(test_lanes_auto),           T(test_lane_overrides),   T(test_lane_override_mistakes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

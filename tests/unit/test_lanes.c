@@ -213,8 +213,7 @@ static void test_damaged_state(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_declared),
-                                       cmocka_unit_test(test_auto),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_declared), cmocka_unit_test(test_auto),
                                        cmocka_unit_test(test_damaged_state)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,7 +25,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-
 static tu_guard g_guard;
 
 /* sl_luajson_push() of [s, s + n) placed before the guard page; checks that

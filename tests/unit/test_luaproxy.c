@@ -32,7 +32,6 @@
 
 /* ---- fixture ---------------------------------------------------------------- */
 
-
 typedef struct fx {
     lua_State *L;
     sl_luaproxy *px;

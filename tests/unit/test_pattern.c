@@ -711,9 +711,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_table),    cmocka_unit_test(test_invalid_patterns),
         cmocka_unit_test(test_invalid_events), cmocka_unit_test(test_long_values),
-        cmocka_unit_test(test_no_alloc),
-        cmocka_unit_test(test_parse_error_at_capacity),       cmocka_unit_test(test_deep_arrays),
-        cmocka_unit_test(test_guard_page),
+        cmocka_unit_test(test_no_alloc),       cmocka_unit_test(test_parse_error_at_capacity),
+        cmocka_unit_test(test_deep_arrays),    cmocka_unit_test(test_guard_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,12 +262,16 @@ static void test_errors(void **state)
     define(f, "to", 1, SL_ACK_DURABLE, 0);
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "nope", "to", 0, &out, &err), SL_ENOENT);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "nope", "to", 0, &out, &err),
+                     SL_ENOENT);
     assert_non_null(strstr(err.msg, "nope"));
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "nope2", 0, &out, &err), SL_ENOENT);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "nope2", 0, &out, &err),
+                     SL_ENOENT);
     assert_non_null(strstr(err.msg, "nope2"));
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "dlq", 0, &out, &err), SL_EINVAL);
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "../x", 0, &out, &err), SL_EINVAL);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "dlq", 0, &out, &err),
+                     SL_EINVAL);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "../x", 0, &out, &err),
+                     SL_EINVAL);
     assert_int_equal(out.len, 0);
     /* Neither set was created by asking. */
     sl_set *s;
@@ -286,7 +290,8 @@ static void test_refused_keeps_position(void **state)
     sl_databus_stop(f->bus);
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err),
+                     SL_ESHUTDOWN);
     assert_int_equal(out.len, 0);
     fx_close(f);
     fx_open(f);
@@ -703,13 +708,15 @@ static void test_stop_and_single_commits(void **state)
     atomic_store(&g_stop, true);
     sl_buf out = SL_BUF_INIT;
     sl_error err = {0};
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err),
+                     SL_ESHUTDOWN);
     assert_int_equal(out.len, 0);
     assert_int_equal(sl_store_end_offset(&to->parts[0]), 0);
     /* Raised by the writer after the fifth event. */
     atomic_store(&g_stop, false);
     g_wrap.on_append = stop_after_five;
-    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err), SL_ESHUTDOWN);
+    assert_int_equal(sl_redrive(f->sets, f->bus, NULL, f->dir, "dlq", "to", 0, &out, &err),
+                     SL_ESHUTDOWN);
     g_wrap.on_append = NULL;
     assert_non_null(strstr(err.msg, "5 events were moved"));
     assert_int_equal(sl_store_end_offset(&to->parts[0]), 5);

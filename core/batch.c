@@ -296,8 +296,10 @@ static int decompress_records(sl_batch_reader *r, const uint8_t *src, size_t len
             return 0;
         if (in.pos == in.size && outb.pos < outb.size)
             return sl_error_set(err, SL_ECORRUPT, "zstd frame is truncated");
-        /* More room: double once zstd filled what there was, but never past
-         * one byte over the largest batch. It used to double or quadruple
+        /* More room: double once zstd filled what there was, asking for at
+         * most one byte over the largest batch (sl_buf rounds a reservation
+         * up to a power of two, so the buffer stays under twice the limit).
+         * It used to double or quadruple
          * on every pass, and a reused reader kept the buffer, so batches
          * that expand to a lot grew it to gigabytes (found by fuzzing:
          * tests/fuzz/regress/batch/). */

@@ -469,7 +469,9 @@ typedef struct loader {
     int kl_line;
 } loader;
 
-/* How far past a block's first line key_line() looks for a key. */
+/* How far past a block's first line key_line() looks for a key, once
+ * KEY_LINE_FULL mistakes were reported (before that: to the end). */
+#define KEY_LINE_FULL 50
 #define KEY_LINE_SPAN (64u << 10)
 /* Mistakes reported in full (problem()). */
 #define CONFIG_MAX_PROBLEMS 1000
@@ -522,7 +524,11 @@ static int key_line(loader *ld, int block_line, const char *keyname)
             line++;
     ld->kl_pos = p;
     ld->kl_line = line;
-    const char *stop = (size_t)(end - p) > KEY_LINE_SPAN ? p + KEY_LINE_SPAN : end;
+    /* The first mistakes (the usual case: one or a few) search to the end,
+     * so a key far below its block's first line still gets its own line;
+     * past that the span bounds the cost. */
+    const char *stop =
+        ld->nerrors < KEY_LINE_FULL || (size_t)(end - p) <= KEY_LINE_SPAN ? end : p + KEY_LINE_SPAN;
     size_t kl = strlen(keyname);
     for (; p < stop; p++) {
         if ((size_t)(end - p) > kl && memcmp(p, keyname, kl) == 0 &&

@@ -201,7 +201,8 @@ int sl_log_reader_next(sl_log_reader *r, sl_record *rec, sl_error *err)
          * must not hand out offsets past the segment's end (found by
          * fuzzing: tests/fuzz/regress/log/). The end is read after the size
          * the cursor used, so it covers every batch within it. */
-        if (in.base_offset + in.last_offset_delta >= sl_segment_next_offset(r->seg))
+        if (in.base_offset >=
+            sl_segment_next_offset(r->seg) - in.last_offset_delta) /* no overflow */
             return sl_error_set(err, SL_ECORRUPT,
                                 "%s.log: byte %" PRIu64 ": base offset %" PRId64
                                 " is past the segment's end",
@@ -262,7 +263,7 @@ int sl_log_slice_get(sl_log *log, int64_t offset, const char *lane, size_t max_b
                 goto done;
             /* As in sl_log_reader_next: a damaged baseOffset must not move
              * the caller past the end (found by fuzzing). */
-            if (in.base_offset + in.last_offset_delta >= sl_segment_next_offset(s)) {
+            if (in.base_offset >= sl_segment_next_offset(s) - in.last_offset_delta) {
                 rc = sl_error_set(err, SL_ECORRUPT,
                                   "%s.log: byte %" PRIu64 ": base offset %" PRId64
                                   " is past the segment's end",

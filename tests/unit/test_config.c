@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include "core/config.h"
+#include "core/metrics.h" /* sl_buf_printf() */
 #include "rules/cursor.h"
 
 #include <fcntl.h>
@@ -195,6 +196,24 @@ static void test_unknown_key_line(void **state)
                    "set \"x\" { }\nrule \"r\" { set = \"x\",\n  target = target.file {\n    path "
                    "= \"o\",\n    colour = 1 } }\n",
                    5, "target.file: unknown key \"colour\"");
+
+    /* A key far below its block's first line (a long transform before it)
+     * still gets its own line, and so does a top-level one. */
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "set \"x\" { }\nrule \"r\" {\n  set = \"x\",\n"
+                      "  transform = function(e)\n");
+    for (int i = 0; i < 3000; i++)
+        sl_buf_printf(&b, "    e.data.field_%04d = \"a fairly long value to pad the line\"\n", i);
+    sl_buf_printf(&b, "    return e\n  end,\n  colour = 1,\n" GOOD_RULE_TAIL);
+    sl_buf_append(&b, "", 1);
+    expect_mistake(f, (const char *)b.data, 3000 + 7, "unknown key \"colour\"");
+    b.len = 0;
+    for (int i = 0; i < 3000; i++)
+        sl_buf_printf(&b, "-- %04d a comment line to move the mistake far down the file\n", i);
+    sl_buf_printf(&b, "lanes = 5\n");
+    sl_buf_append(&b, "", 1);
+    expect_mistake(f, (const char *)b.data, 3001, "lanes");
+    sl_buf_free(&b);
 }
 
 static void test_wrong_types(void **state)

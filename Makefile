@@ -248,6 +248,8 @@ clean:
 # Fuzzing: `make fuzz` (clang + libFuzzer) and the replay of the committed fuzz
 # inputs, which runs with the sanitized unit tests.
 include tests/fuzz/fuzz.mk
+fuzz: fuzz-build
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run-fuzz.sh $(or $(FUZZ_ONLY),$(FUZZ_NAMES))
 ifdef SANITIZE
 unit: $(FUZZ_REPLAY_BIN)
 endif

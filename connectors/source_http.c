@@ -199,6 +199,9 @@ static void log_reply(sl_http_req *r, unsigned status, const sl_buf *body)
 
 /* ---- responses ------------------------------------------------------------ */
 
+static enum MHD_Result queue(sl_http_req *r, unsigned status, struct MHD_Response *resp,
+                             const char *content_type, const char *const *hdrs);
+
 enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
                                const char *content_type, unsigned retry_after)
 {
@@ -223,6 +226,22 @@ enum MHD_Result sl__http_reply_hdrs(sl_http_req *r, unsigned status, sl_buf *bod
     }
     body->data = NULL;
     body->len = body->cap = 0;
+    return queue(r, status, resp, content_type, hdrs);
+}
+
+enum MHD_Result sl__http_reply_stream(sl_http_req *r, unsigned status, struct MHD_Response *resp,
+                                      const char *content_type)
+{
+    sl_buf none = SL_BUF_INIT;
+    log_reply(r, status, &none);
+    return queue(r, status, resp, content_type, NULL);
+}
+
+/* Adds the headers every answer carries, queues resp and drops our
+ * reference to it. */
+static enum MHD_Result queue(sl_http_req *r, unsigned status, struct MHD_Response *resp,
+                             const char *content_type, const char *const *hdrs)
+{
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     if (r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");

@@ -111,6 +111,12 @@ enum MHD_Result sl__http_reply(sl_http_req *r, unsigned status, sl_buf *body,
 enum MHD_Result sl__http_reply_hdrs(sl_http_req *r, unsigned status, sl_buf *body,
                                     const char *content_type, const char *const *hdrs);
 
+/* Queues resp (a callback response: a body made while it is sent) with
+ * status and the headers every answer carries; logs it like
+ * sl__http_reply(). Drops the caller's reference to resp. */
+enum MHD_Result sl__http_reply_stream(sl_http_req *r, unsigned status, struct MHD_Response *resp,
+                                      const char *content_type);
+
 /* Appends s as the inside of a JSON string, always valid JSON: quotes,
  * backslashes and control characters escaped, bytes that are not UTF-8 as
  * U+FFFD (source_http.c). */

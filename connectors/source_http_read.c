@@ -13,9 +13,86 @@
 #include <string.h>
 
 #define READ_DEFAULT_MAX 100
-#define READ_LIMIT_MAX 10000
-#define READ_MAX_BYTES (8u << 20)
+#define READ_LIMIT_MAX 1000000
+/* A response is built in memory up to this size; a bigger one (a large
+ * `max`) is streamed: the rest is read from the log while it is sent, a
+ * chunk at a time, so a reader asking for a million events costs the
+ * server READ_CHUNK_BYTES, not the whole answer. */
+#define READ_MAX_BYTES (1u << 20)
+#define READ_CHUNK_BYTES (256u << 10)
 #define WAIT_MAX_MS 60000
+
+/* The state of a streamed read (one per response, used only by the thread
+ * sending it): the text not yet sent, and the open log reader. */
+typedef struct read_stream {
+    sl_buf text;
+    size_t sent;         /* bytes of text already handed to libmicrohttpd */
+    const sl_store *log; /* lives as long as the server */
+    void *rd;
+    sl_set *set;
+    int32_t part;
+    int64_t n, max;
+    bool done; /* the closing "]…}" is in text */
+} read_stream;
+
+/* Appends one stored record, decorated with its set, partition and offset,
+ * to b (with the separating comma after the first). */
+static void put_event(sl_buf *b, const sl_set *set, int32_t part, const sl_record *rec, bool first)
+{
+    if (!first)
+        sl_buf_append(b, ",", 1);
+    if (sl_event_decorate((const char *)rec->value, rec->value_len, set->name, part, rec->offset,
+                          b))
+        sl_buf_append(b, rec->value, rec->value_len);
+}
+
+/* Reads events into s->text until READ_CHUNK_BYTES, max or the end of the
+ * log; at the end closes the JSON with next_offset. A read error mid-way
+ * ends the answer there: next_offset points at the event that failed, so
+ * the client's next request gets the error. */
+static void stream_fill(read_stream *s)
+{
+    sl_record rec;
+    sl_error err = {0};
+    int rc = 0;
+    size_t start = s->text.len;
+    while (s->n < s->max && s->text.len - start < READ_CHUNK_BYTES &&
+           (rc = sl_store_reader_next(s->log, s->rd, &rec, &err)) == 0) {
+        put_event(&s->text, s->set, s->part, &rec, s->n == 0);
+        s->n++;
+    }
+    if (s->n >= s->max || rc != 0) { /* else the chunk is full: more later */
+        sl_buf_printf(&s->text, "],\"next_offset\":%" PRId64 "}\n",
+                      sl_store_reader_position(s->log, s->rd));
+        s->done = true;
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    read_stream *s = cls;
+    if (s->sent == s->text.len) {
+        if (s->done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        s->text.len = s->sent = 0;
+        stream_fill(s);
+        if (s->text.len == 0)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    size_t n = s->text.len - s->sent < max ? s->text.len - s->sent : max;
+    memcpy(buf, s->text.data + s->sent, n);
+    s->sent += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls)
+{
+    read_stream *s = cls;
+    sl_store_reader_close(s->log, s->rd);
+    sl_buf_free(&s->text);
+    free(s);
+}
 
 static const char *arg(sl_http_req *r, const char *name)
 {
@@ -141,12 +218,24 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         sl_record rec;
         while (n < max && b.len < READ_MAX_BYTES &&
                (rc = sl_store_reader_next(log, rd, &rec, &err)) == 0) {
-            if (n)
-                sl_buf_append(&b, ",", 1);
-            if (sl_event_decorate((const char *)rec.value, rec.value_len, set->name, (int32_t)part,
-                                  rec.offset, &b))
-                sl_buf_append(&b, rec.value, rec.value_len);
+            put_event(&b, set, (int32_t)part, &rec, n == 0);
             n++;
+        }
+        if (rc == 0 && n < max) { /* big: send the rest as it is read */
+            read_stream *st = calloc(1, sizeof *st);
+            struct MHD_Response *resp =
+                st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, stream_read,
+                                                       st, stream_free)
+                   : NULL;
+            if (!resp) {
+                free(st);
+                sl_store_reader_close(log, rd);
+                sl_buf_free(&b);
+                return sl__http_error(r, 500, "NoMemory", "out of memory for the answer");
+            }
+            *st = (read_stream){.text = b, .log = log, .rd = rd, .set = set,
+                                .part = (int32_t)part, .n = n, .max = max};
+            return sl__http_reply_stream(r, 200, resp, "application/json");
         }
         next = sl_store_reader_position(log, rd);
         sl_store_reader_close(log, rd);

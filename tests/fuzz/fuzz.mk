@@ -34,9 +34,6 @@ endif
 .PHONY: fuzz fuzz-build
 fuzz-build: $(FUZZ_BIN)
 
-fuzz: fuzz-build
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run-fuzz.sh $(or $(FUZZ_ONLY),$(FUZZ_NAMES))
-
 $(FZ)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<

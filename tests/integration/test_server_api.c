@@ -314,7 +314,7 @@ static void test_request_errors(void **state)
         it_resp_free(&r);
     }
     /* A max above what a response carries is read as that limit. */
-    r = it_get(s, "/v1/sets/errs/events?partition=%d&offset=0&max=100000", p);
+    r = it_get(s, "/v1/sets/errs/events?partition=%d&offset=0&max=100000000", p);
     assert_int_equal(r.status, 200);
     it_resp_free(&r);
     r = it_get(s, "/v1/sets/errs/events?lane=BAD");
@@ -1006,6 +1006,58 @@ static void test_sets_and_metrics(void **state)
 
 /* ---- main ------------------------------------------------------------------------ */
 
+/* A read with a large max answers every event asked for: past 1 MiB the
+ * answer is streamed from the log as it is sent (chunked), in order, with
+ * the right next_offset; small reads stay exact. */
+static void test_big_read(void **state)
+{
+    it_server *s = *state;
+    it_srv_start(s, "--partitions", "1", NULL);
+    enum { N = 30000, PER = 5000 };
+    char pad[301];
+    memset(pad, 'p', 300);
+    pad[300] = '\0';
+    for (int k = 0; k < N / PER; k++) {
+        sl_buf b = SL_BUF_INIT;
+        for (int i = 0; i < PER; i++)
+            sl_buf_printf(&b,
+                          "{\"specversion\":\"1.0\",\"id\":\"b%d\",\"source\":\"/t\","
+                          "\"type\":\"t\",\"data\":{\"pad\":\"%s\"}}\n",
+                          k * PER + i, pad);
+        json_decref(it_post_all(s, "big", NULL, &b, PER));
+        sl_buf_free(&b);
+    }
+    static const struct {
+        int64_t from, max, want;
+    } reads[] = {{0, 1000000, N}, {0, 10, 10}, {100, 25000, 25000}, {29990, 1000000, 10}};
+    for (size_t i = 0; i < sizeof reads / sizeof *reads; i++) {
+        it_resp r = it_get(s, "/v1/sets/big/events?partition=0&offset=%lld&max=%lld",
+                           (long long)reads[i].from, (long long)reads[i].max);
+        assert_int_equal(r.status, 200);
+        json_t *j = it_parse_json(&r);
+        json_t *evs = json_object_get(j, "events");
+        if (json_array_size(evs) != (size_t)reads[i].want)
+            fail_msg("offset %lld max %lld: %zu events (%zu bytes), want %lld",
+                     (long long)reads[i].from, (long long)reads[i].max, json_array_size(evs),
+                     r.body.len, (long long)reads[i].want);
+        for (size_t k = 0; k < json_array_size(evs); k++) {
+            json_t *e = json_array_get(evs, k);
+            char id[16];
+            snprintf(id, sizeof id, "b%lld", (long long)(reads[i].from + (int64_t)k));
+            if (json_integer_value(json_object_get(e, "sluiceoffset")) !=
+                    reads[i].from + (json_int_t)k ||
+                strcmp(json_string_value(json_object_get(e, "id")), id) != 0)
+                fail_msg("read %zu: event %zu is not %s at offset %lld", i, k, id,
+                         (long long)(reads[i].from + (int64_t)k));
+        }
+        assert_int_equal(json_integer_value(json_object_get(j, "next_offset")),
+                         reads[i].from + reads[i].want);
+        json_decref(j);
+        it_resp_free(&r);
+    }
+    s->passed = true;
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, it_setup, it_teardown)
 
 int main(void)
@@ -1027,6 +1079,7 @@ int main(void)
         T(test_long_poll_timeout),
         T(test_from),
         T(test_sets_and_metrics),
+        T(test_big_read),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();

@@ -573,9 +573,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* A full disk: the Databus dropped what it could not write. */
         if (r->wait_status == SL_ENOSPC)
             return sl__http_error(r, 507, "InsufficientStorage",
-                                  "no space left on device: the events were not stored (those "
-                                  "that went to other partitions may have been); retry once "
-                                  "space is freed");
+                                  "no space left on device: not all the events were stored "
+                                  "(some of them may have been, in any partition); retry "
+                                  "once space is freed, a retry may store some twice");
         if (r->wait_status) /* not 503: that would promise nothing was stored */
             return sl__http_error(r, 500, "NotConfirmed",
                                   "the events were queued but not "

@@ -475,7 +475,10 @@ static void durable_done(void *ctx, int status)
     waiter_release(w);
 }
 
-/* Waits for a durable publish; SL_ESHUTDOWN when the source stops first. */
+/* Waits for a durable publish; SL_ESHUTDOWN when the source stops first.
+ * SL_ENOSPC (the Databus dropped unwritten events on a full disk) is passed
+ * through so publish_range backs off and republishes the same batch: the
+ * source must keep it, not treat a full disk as the end of the server. */
 static int wait_durable(src *s, waiter *w, sl_error *err)
 {
     pthread_mutex_lock(&w->lock);
@@ -492,6 +495,8 @@ static int wait_durable(src *s, waiter *w, sl_error *err)
     int rc = w->done ? w->status : SL_ESHUTDOWN;
     pthread_mutex_unlock(&w->lock);
     waiter_release(w);
+    if (rc == SL_ENOSPC)
+        return sl_error_set(err, SL_ENOSPC, "the disk is full; events not stored");
     return rc ? sl_error_set(err, SL_ESHUTDOWN,
                              "the server stopped before the batch was "
                              "acknowledged")
@@ -530,10 +535,20 @@ static int publish_range(src *s, size_t from, size_t to, sl_databus_event *evs,
         atomic_init(&w->refs, 2);
         sl_error e = {0};
         int rc = sl_databus_publish(o->opts.bus, s->set, evs, n, res, durable_done, w, &e);
-        if (rc == 1)
-            return wait_durable(s, w, err);
-        atomic_store(&w->refs, 1);
-        waiter_release(w);
+        if (rc == 1) {
+            rc = wait_durable(s, w, &e);
+            if (rc != SL_ENOSPC) {
+                if (rc)
+                    *err = e;
+                return rc;
+            }
+            /* Some of these events may already be stored (a partition
+             * writes a batch in several appends): republishing them all is
+             * at-least-once, as documented for sources. */
+        } else {
+            atomic_store(&w->refs, 1);
+            waiter_release(w);
+        }
         if (rc == 0)
             return 0;
         if (rc == SL_ESHUTDOWN)

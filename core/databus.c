@@ -43,6 +43,13 @@ typedef struct bus_part {
     int sync_failing; /* error of the last sync, 0 when healthy */
     int64_t sync_retry_ns;
     bool gave_up; /* stopping with a failing disk: no more attempts */
+    /* End offset of the events last queued while the set was ack = "buffer":
+     * they were answered already, so drop_unwritten must never drop them.
+     * Defensive: today a set's ack only changes at start-up (a reload logs
+     * "changed settings apply on the next restart"), before any traffic; if
+     * it ever changes while events wait, a durable partition still holding
+     * buffer-acked events keeps retrying them instead of dropping. */
+    int64_t buffer_end;
 } bus_part;
 
 typedef struct bus_set {
@@ -278,6 +285,8 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
                 continue;
             bus_part *bp = &bs->parts[p];
             bp->buffered += need[p];
+            if (!durable)
+                bp->buffer_end = bp->next;
             signal |= bp->pending.len >= set->cfg.batch_bytes;
             if (w) {
                 w->t[k].part = p;
@@ -532,13 +541,18 @@ static void finish_waiters(waiter *w, int status);
 
 /* A durable set's partition could not append because the disk is full.
  * Other errors are retried while the publishers wait (they may pass in a
- * moment); a full disk may last hours, and publishes arriving meanwhile are
- * answered 507 at once, so the ones already waiting should not hang until a
- * client timeout either. Nobody has been answered for the unwritten events:
- * they are dropped (the rest of this round and everything queued behind it,
- * so offsets stay dense) and the waiters needing them are moved to *failed,
- * to be told SL_ENOSPC. The next publish tries the disk again. Called
- * locked, after bp->written was set. */
+ * moment); a full disk may last hours, so the publishers already waiting
+ * should not hang until a client timeout. Nobody has been answered for the
+ * unwritten events (the caller checks none was queued under ack = "buffer",
+ * bp->buffer_end): they are dropped (the rest of this round and everything
+ * queued behind it, so offsets stay dense: bp->next goes back to
+ * bp->written, and those offsets are handed out again) and the waiters
+ * needing them are moved to *failed, to be told SL_ENOSPC. The partition is
+ * left healthy: the next publish is queued and tries the disk again (and is
+ * answered 507 after that attempt if the disk is still full). Some events of
+ * a failed waiter may be stored already (written in an earlier batch), so
+ * the 507 does not mean "nothing stored". Called locked, after bp->written
+ * was set. */
 static void drop_unwritten(sl_databus *bus, bus_set *bs, int32_t part, work *w, waiter **failed)
 {
     bus_part *bp = &bs->parts[part];
@@ -611,7 +625,7 @@ static void *writer_main(void *arg)
             bp->written = w->first + (int64_t)w->done_n;
             want_sync |= w->done_n && w->bs->set->cfg.ack == SL_ACK_DURABLE;
             if (w->done_n < w->n && w->rc == SL_ENOSPC && !bus->stopping &&
-                w->bs->set->cfg.ack == SL_ACK_DURABLE) {
+                w->bs->set->cfg.ack == SL_ACK_DURABLE && bp->buffer_end <= bp->written) {
                 drop_unwritten(bus, w->bs, w->part, w, &failed);
                 failed_rc = w->rc;
             } else if (w->done_n < w->n) {

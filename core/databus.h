@@ -12,10 +12,16 @@
  * completes every durable waiter it covers (group commit), while the writer
  * goes on appending the next batches.
  *
- * Nothing accepted is dropped: a full buffer refuses new events (SL_EFULL,
- * which HTTP turns into 503 + Retry-After); a failing disk keeps the events
- * queued and retries, refusing new ones meanwhile (SL_ENOSPC / SL_EIO);
- * sl_databus_stop() drains everything to disk and syncs.
+ * A full buffer refuses new events (SL_EFULL, which HTTP turns into 503 +
+ * Retry-After). A failing disk: events already answered (ack = "buffer") are
+ * never dropped: they stay queued and are retried, new ones are refused
+ * meanwhile (SL_ENOSPC / SL_EIO). For ack = "durable", an append that fails
+ * with a full disk drops the partition's unwritten events (their publishers
+ * get done(ctx, SL_ENOSPC); some of a publish's events may already be
+ * stored, so a retry is at-least-once) and the partition's next offset goes
+ * back to the written end, to be handed out again; other disk errors keep
+ * the events queued and retried. sl_databus_stop() drains everything it can
+ * to disk and syncs.
  */
 #ifndef SL_DATABUS_H
 #define SL_DATABUS_H
@@ -101,7 +107,9 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
                        sl_error *err);
 
 /* The next offset the bus will assign in a partition: offsets below it and
- * at or above the log's end offset are accepted but not yet written. */
+ * at or above the log's end offset are accepted but not yet written. It can
+ * move back (to the log's end) when a durable partition drops its unwritten
+ * events on a full disk: never start reading past the log's end from it. */
 int64_t sl_databus_next_offset(sl_set *set, int32_t partition);
 
 /* Bytes buffered (queued or being written) for set, and the limit. */

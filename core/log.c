@@ -510,7 +510,9 @@ int sl_log_retain(sl_log *log, int64_t now_ms, int *deleted, sl_error *err)
     pthread_mutex_lock(&log->wlock);
     const sl_log_config *c = &log->cfg;
     sl_segment *a = sl__log_active(log);
-    /* An expired active segment is rolled so that it can go too. */
+    /* An expired active segment is rolled so that it can go too. If the
+     * roll fails (a full disk: a new segment cannot be created), the closed
+     * segments that are due are deleted all the same: that frees the space. */
     if (c->retention_ms >= 0 && sl_segment_size(a) && a->max_ts < now_ms - c->retention_ms)
         rc = roll(log, err);
     uint64_t total = 0;
@@ -518,7 +520,7 @@ int sl_log_retain(sl_log *log, int64_t now_ms, int *deleted, sl_error *err)
     for (size_t i = 0; i < log->n; i++)
         total += sl_segment_size(log->segs[i]);
     size_t drop = 0;
-    while (!rc && drop + 1 < log->n) {
+    while (drop + 1 < log->n) {
         sl_segment *s = log->segs[drop];
         uint64_t size = sl_segment_size(s);
         bool old = c->retention_ms >= 0 && s->max_ts < now_ms - c->retention_ms;

@@ -428,13 +428,18 @@ int sl_cli_serve_main(int argc, char **argv)
         so.ctx = bus;
         rc = sl_sets_open(&so, &sets, &err);
     }
+    /* Retention runs at start-up too, before the port opens, not only a
+     * minute later: a server restarted after a long stop deletes what
+     * expired meanwhile at once. Before the router starts the rules (with
+     * each set's stored config), so that a rule starting at "beginning"
+     * does not deliver expired events; once more after it, so that a
+     * retention the config changed applies at once too. */
+    if (!rc)
+        sl_sets_retain(sets, sl_clock_now_ms());
     if (!rc && cfg) { /* sets are declared before any traffic */
         rc = sl_router_start(cfg, sets, bus, data, &router, &err);
         cfg = NULL;
     }
-    /* Retention runs at start-up too, before the port opens, not only a
-     * minute later: a server restarted after a long stop deletes what
-     * expired meanwhile at once. */
     if (!rc)
         sl_sets_retain(sets, sl_clock_now_ms());
     /* The hooks are in place before the port opens: no request may slip

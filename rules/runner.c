@@ -1499,8 +1499,14 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
             bool from_start =
                 rr->base_run ? rr->base_run->was_new && rc->from_beginning : rc->from_beginning;
             rr->was_new = true;
+            /* "The end" is the store's end, not the bus's next offset: a
+             * durable partition on a full disk drops its unwritten events and
+             * hands their offsets out again (core/databus.h), so a start
+             * past the store's end could skip new events or look like a
+             * lost tail. Events queued but not yet written when the run
+             * appears are delivered too (at-least-once, never a gap). */
             int64_t start = from_start || damaged ? sl_store_start_offset(&rr->set->parts[p])
-                                                  : sl_databus_next_offset(rr->set, p);
+                                                  : sl_store_end_offset(&rr->set->parts[p]);
             if ((rc2 = sl_cursor_commit(&c->cur, start, 0, err)))
                 return rc2;
         }

@@ -852,6 +852,97 @@ static void test_disk_full(void **state)
     s->passed = true;
 }
 
+/* source.file into a durable set while the disk fills: the source's batch
+ * answered SL_ENOSPC is kept and published again (the source backs off and
+ * reads nothing meanwhile); once space is freed every line is stored, at
+ * least once (a batch cut by the full disk may have stored part of itself
+ * before), with dense offsets. The source must not stop. */
+static json_int_t set_events(it_server *s, const char *set);
+
+static void test_disk_full_source_file(void **state)
+{
+    it_server *s = *state;
+    if (mkdir(s->data, 0755) != 0)
+        fail_msg("mkdir %s: %s", s->data, strerror(errno));
+    if (mount("tmpfs", s->data, "tmpfs", 0, "size=4m") != 0) {
+        fprintf(stderr, "test_faults: SKIPPED the source.file disk-full test: cannot mount a "
+                        "tmpfs on %s (%s)\n",
+                s->data, strerror(errno));
+        s->passed = true;
+        skip();
+    }
+    snprintf(g_mnt, sizeof g_mnt, "%s", s->data);
+    char dir[PATH_MAX], in[PATH_MAX + 16], cfg[PATH_MAX];
+    it_path(dir, s, "in"); /* outside the tmpfs */
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        fail_msg("mkdir %s: %s", dir, strerror(errno));
+    snprintf(in, sizeof in, "%s/a.log", dir);
+    it_write_config(s, cfg,
+                    "set \"src\" { partitions = 1, ack = \"durable\", segment_bytes = \"16KiB\" }\n"
+                    "source.file { name = \"f\", path = \"%s/*.log\", set = \"src\" }\n",
+                    dir);
+    it_start_config(s, cfg, WAIT_S);
+    char filler[PATH_MAX];
+    snprintf(filler, sizeof filler, "%s/filler", s->data);
+    /* 500 lines stored on a healthy disk, then about 500 KiB more for 256
+     * KiB of space; the file is made after the start, so it is read from
+     * its beginning. */
+    enum { FIRST = 500, LINES = 3000 };
+    for (int part = 0; part < 2; part++) {
+        FILE *f = fopen(in, "a");
+        if (!f)
+            fail_msg("cannot open %s: %s", in, strerror(errno));
+        for (int i = part ? FIRST : 0; i < (part ? LINES : FIRST); i++)
+            fprintf(f, "{\"seq\":%d,\"pad\":\"%0180d\"}\n", i, i);
+        if (fclose(f) != 0)
+            fail_msg("write %s: %s", in, strerror(errno));
+        if (part)
+            break;
+        wait_events(s, "src", FIRST);
+        long long fill = free_bytes(s->data) - 256 * 1024;
+        fill_file(filler, fill > 0 ? fill : 0);
+    }
+    for (double end = it_mono() + OWN_WAIT; it_log_count(s, "cannot store events yet") == 0;
+         it_sleep_ms(50))
+        if (it_mono() > end)
+            fail_msg("the source never reported the full disk (set holds %lld events)",
+                     (long long)set_events(s, "src"));
+    /* The path under test: the Databus dropped the unwritten events and
+     * answered the source's durable publish SL_ENOSPC. */
+    if (it_log_count(s, "their publishers get the error") == 0)
+        fail_msg("the durable publish was not refused by the full disk");
+    json_int_t at_full = set_events(s, "src");
+    if (at_full >= LINES)
+        fail_msg("the disk did not fill: %lld events stored", (long long)at_full);
+    if (unlink(filler) != 0)
+        fail_msg("unlink %s: %s", filler, strerror(errno));
+    wait_events(s, "src", LINES);
+    it_evs e = it_read_all(s, "src", 0, "*");
+    int *seen = calloc(LINES, sizeof *seen);
+    size_t dup = 0;
+    for (size_t i = 0; i < e.n; i++) {
+        if (i && e.v[i].offset != e.v[i - 1].offset + 1)
+            fail_msg("src/0: event %zu is at offset %lld after %lld", i, (long long)e.v[i].offset,
+                     (long long)e.v[i - 1].offset);
+        json_t *j = json_loads(e.v[i].text, 0, NULL);
+        json_int_t q = j ? json_integer_value(json_object_get(json_object_get(j, "data"), "seq"))
+                         : -1;
+        json_decref(j);
+        if (q < 0 || q >= LINES)
+            fail_msg("event %zu is not a line of the file: %.200s", i, e.v[i].text);
+        dup += seen[q]++ > 0;
+    }
+    for (int i = 0; i < LINES; i++)
+        if (!seen[i])
+            fail_msg("line %d was never stored (%zu events stored)", i, e.n);
+    printf("source.file on a full disk: %lld events stored when it filled, then all %d lines "
+           "(%zu stored twice) after space was freed\n",
+           (long long)at_full, LINES, dup);
+    free(seen);
+    it_evs_free(&e);
+    s->passed = true;
+}
+
 /* ---- 3. target outages ----------------------------------------------------------------- */
 
 static void test_target_outage(void **state)
@@ -1184,6 +1275,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sigkill_mixed_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_full, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disk_full_source_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_target_outage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clock_jumps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reload_under_load, setup, teardown),

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -523,6 +524,38 @@ static void test_retention_time(void **state)
     log = tu_open_log(dir, &cfg);
     assert_int_equal(sl_log_start_offset(log), n);
     assert_int_equal(sl_log_end_offset(log), n + 300);
+    sl_log_close(log);
+}
+
+/* An expired active segment cannot be rolled (out of file descriptors here,
+ * a full disk in production): the expired closed segments are deleted all
+ * the same, since deleting them is what frees the space. */
+static void test_retention_roll_fails(void **state)
+{
+    char *dir = *state;
+    sl_log_config cfg = tu_config(64 << 10);
+    cfg.retention_ms = 1000;
+    sl_log *log = tu_open_log(dir, &cfg);
+    const int64_t n = 4000, t0 = 1700000000000;
+    tu_append(log, 0, n, 25, 100, t0, "", SL_CODEC_NONE);
+    size_t nsegs = sl_log_segment_count(log);
+    assert_true(nsegs > 2);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int fd = dup(0);
+    assert_true(fd >= 0);
+    close(fd);
+    lim = old;
+    lim.rlim_cur = (rlim_t)fd;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    int deleted = -1;
+    sl_error err = {0};
+    int rc = sl_log_retain(log, t0 + 100000000, &deleted, &err);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_not_equal(rc, 0);
+    assert_int_equal(deleted, (int)nsegs - 1);
+    assert_int_equal(sl_log_segment_count(log), 1);
+    assert_int_equal(sl_log_end_offset(log), n);
     sl_log_close(log);
 }
 
@@ -1095,6 +1128,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_time_lookup_unordered, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_retention_bytes, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_retention_time, tu_tmp_setup, tu_tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_retention_roll_fails, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_codecs, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_big_records, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_roll_and_counts, tu_tmp_setup, tu_tmp_teardown),

@@ -231,7 +231,7 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                 free(st);
                 sl_store_reader_close(log, rd);
                 sl_buf_free(&b);
-                return sl__http_error(r, 500, "NoMemory", "out of memory for the answer");
+                return sl__http_error(r, 503, "OutOfMemory", "no memory for the answer; retry");
             }
             *st = (read_stream){.text = b, .log = log, .rd = rd, .set = set,
                                 .part = (int32_t)part, .n = n, .max = max};

@@ -25,6 +25,9 @@ for dir in "$@"; do
     if [[ $rc -ne 0 && $f -eq 0 ]]; then
       f=1
       echo "---- $name exited with $rc; last output:"; tail -n 40 "$log"
+    elif ((f)); then # the failing test's own report and the server log it printed
+      echo "---- $name: $f failed; its output around the first failure:"
+      grep -n -m1 -B 20 -A 100 -E '^\[  (FAILED|  ERROR)|^ERROR' "$log" | tail -n 120
     fi
     passed=$((passed + p)); failed=$((failed + f))
     ((f)) && failed_names+=("$name")

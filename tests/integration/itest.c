@@ -1059,3 +1059,28 @@ void it_kmock_stop(it_kmock *m)
     }
     memset(m, 0, sizeof *m);
 }
+
+/* ---- acknowledged events ------------------------------------------------------ */
+
+void it_acks_add(it_acks *a, int part, int64_t off, const char *id)
+{
+    pthread_mutex_lock(&a->lock);
+    if (a->n == a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 1024;
+        a->v = realloc(a->v, a->cap * sizeof *a->v);
+        assert_non_null(a->v);
+    }
+    it_ack *k = &a->v[a->n++];
+    k->part = part;
+    k->offset = off;
+    snprintf(k->id, sizeof k->id, "%s", id);
+    pthread_mutex_unlock(&a->lock);
+}
+
+size_t it_acks_count(it_acks *a)
+{
+    pthread_mutex_lock(&a->lock);
+    size_t n = a->n;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}

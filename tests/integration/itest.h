@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -344,6 +345,27 @@ void it_kmock_cmd(it_kmock *m, const char *fmt, ...) __attribute__((format(print
 
 /* Stops the mock (end of stdin, SIGKILL after 5 s). Zeroes *m. */
 void it_kmock_stop(it_kmock *m);
+
+/* ---- acknowledged events (load writers record them, threads share them) ----- */
+
+typedef struct it_ack {
+    int part;
+    int64_t offset;
+    char id[48];
+} it_ack;
+
+/* Zero-initialise with a PTHREAD_MUTEX_INITIALIZER lock; the caller frees v. */
+typedef struct it_acks {
+    pthread_mutex_t lock;
+    it_ack *v;
+    size_t n, cap;
+} it_acks;
+
+/* Records that id was acknowledged at part/off (thread-safe). */
+void it_acks_add(it_acks *a, int part, int64_t off, const char *id);
+
+/* How many were recorded so far (thread-safe). */
+size_t it_acks_count(it_acks *a);
 
 /* The value of the Prometheus sample in text whose line starts with name
  * (labels included, e.g. "sluice_events_in_total{set=\"x\"}"), or -1. Never

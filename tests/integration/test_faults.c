@@ -75,39 +75,9 @@ static int teardown(void **state)
 
 /* ---- acknowledgements and load writers ----------------------------------------- */
 
-typedef struct ack {
-    int part;
-    int64_t offset;
-    char id[48];
-} ack;
-
-typedef struct acks {
-    pthread_mutex_t lock;
-    ack *v;
-    size_t n, cap;
-} acks;
-
-static void acks_add(acks *a, int part, int64_t off, const char *id)
-{
-    pthread_mutex_lock(&a->lock);
-    if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 1024;
-        a->v = realloc(a->v, a->cap * sizeof *a->v);
-    }
-    ack *k = &a->v[a->n++];
-    k->part = part;
-    k->offset = off;
-    snprintf(k->id, sizeof k->id, "%s", id);
-    pthread_mutex_unlock(&a->lock);
-}
-
-static size_t acks_count(acks *a)
-{
-    pthread_mutex_lock(&a->lock);
-    size_t n = a->n;
-    pthread_mutex_unlock(&a->lock);
-    return n;
-}
+/* it_ack/it_acks (itest.h) under the short names this file uses. */
+typedef it_ack ack;
+typedef it_acks acks;
 
 /* A writer thread: posts NDJSON batches with ids TAG-SEQ until told to stop
  * or the server has been gone for a while, and records every acknowledged
@@ -161,8 +131,8 @@ static void *writer_main(void *arg)
                 json_t *e = json_array_get(res, (size_t)i);
                 char id[48];
                 snprintf(id, sizeof id, "%s-%d", w->tag, seq + i);
-                acks_add(w->acks, (int)json_integer_value(json_object_get(e, "partition")),
-                         (int64_t)json_integer_value(json_object_get(e, "offset")), id);
+                it_acks_add(w->acks, (int)json_integer_value(json_object_get(e, "partition")),
+                            (int64_t)json_integer_value(json_object_get(e, "offset")), id);
             }
             w->ok++;
             last_ok = it_mono();
@@ -213,10 +183,10 @@ static void writers_join(writer *w, int n)
 /* Waits until at least want more events were acknowledged than before. */
 static void wait_acks(acks *a, size_t before, size_t want)
 {
-    for (double end = it_mono() + OWN_WAIT; acks_count(a) < before + want; it_sleep_ms(5))
+    for (double end = it_mono() + OWN_WAIT; it_acks_count(a) < before + want; it_sleep_ms(5))
         if (it_mono() > end)
             fail_msg("only %zu events were acknowledged within %.0f s, want %zu",
-                     acks_count(a) - before, OWN_WAIT, want);
+                     it_acks_count(a) - before, OWN_WAIT, want);
 }
 
 /* ---- what is stored ---------------------------------------------------------------- */
@@ -623,7 +593,7 @@ static void test_sigkill_mixed_load(void **state)
                        {.batch = 1, .pad = 20, .crashy = true}};
         char tag[16];
         snprintf(tag, sizeof tag, "k%d", c);
-        size_t before = acks_count(&a);
+        size_t before = it_acks_count(&a);
         writers_start(w, 3, s->port, "in", tag, &stop, &a);
         wait_acks(&a, before, 50);
         it_sleep_ms(200 + rand() % 800);
@@ -703,7 +673,7 @@ static long post_batch(it_server *s, const char *set, const char *tag, int seq, 
         for (int i = 0; i < n; i++) {
             char id[48];
             snprintf(id, sizeof id, "%s-%d", tag, seq + i);
-            acks_add(a, it_res_part(j, (size_t)i), it_res_off(j, (size_t)i), id);
+            it_acks_add(a, it_res_part(j, (size_t)i), it_res_off(j, (size_t)i), id);
         }
         json_decref(j);
     } else if (st == 507) {
@@ -865,8 +835,9 @@ static void test_disk_full_source_file(void **state)
     if (mkdir(s->data, 0755) != 0)
         fail_msg("mkdir %s: %s", s->data, strerror(errno));
     if (mount("tmpfs", s->data, "tmpfs", 0, "size=4m") != 0) {
-        fprintf(stderr, "test_faults: SKIPPED the source.file disk-full test: cannot mount a "
-                        "tmpfs on %s (%s)\n",
+        fprintf(stderr,
+                "test_faults: SKIPPED the source.file disk-full test: cannot mount a "
+                "tmpfs on %s (%s)\n",
                 s->data, strerror(errno));
         s->passed = true;
         skip();
@@ -925,8 +896,8 @@ static void test_disk_full_source_file(void **state)
             fail_msg("src/0: event %zu is at offset %lld after %lld", i, (long long)e.v[i].offset,
                      (long long)e.v[i - 1].offset);
         json_t *j = json_loads(e.v[i].text, 0, NULL);
-        json_int_t q = j ? json_integer_value(json_object_get(json_object_get(j, "data"), "seq"))
-                         : -1;
+        json_int_t q =
+            j ? json_integer_value(json_object_get(json_object_get(j, "data"), "seq")) : -1;
         json_decref(j);
         if (q < 0 || q >= LINES)
             fail_msg("event %zu is not a line of the file: %.200s", i, e.v[i].text);
@@ -962,7 +933,7 @@ static void test_target_outage(void **state)
     rx_stop(g_rx);
     for (int b = 1; b <= 3; b++)
         it_kmock_cmd(&g_mk, "down %d", b);
-    size_t at_down = acks_count(&a);
+    size_t at_down = it_acks_count(&a);
     double t0 = it_mono();
     json_int_t lag_http = 0, lag_kafka = 0;
     while (it_mono() - t0 < outage_s) {
@@ -975,7 +946,7 @@ static void test_target_outage(void **state)
         lag_kafka = json_integer_value(json_object_get(k, "lag"));
         json_decref(rules);
     }
-    size_t during = acks_count(&a) - at_down;
+    size_t during = it_acks_count(&a) - at_down;
     if (lag_http <= 0 || lag_kafka <= 0)
         fail_msg("after %.0f s of outage the rules' lag is %lld (http) and %lld (kafka), want > 0",
                  outage_s, (long long)lag_http, (long long)lag_kafka);
@@ -1031,7 +1002,7 @@ static void post_dated(it_server *s, const char *set, const char *tag, const cha
     for (int i = 0; i < n; i++) {
         char id[48];
         snprintf(id, sizeof id, "%s-%d", tag, i);
-        acks_add(a, it_res_part(j, (size_t)i), it_res_off(j, (size_t)i), id);
+        it_acks_add(a, it_res_part(j, (size_t)i), it_res_off(j, (size_t)i), id);
     }
     json_decref(j);
     sl_buf_free(&b);
@@ -1225,7 +1196,7 @@ static void test_reload_under_load(void **state)
              it_sleep_ms(10))
             if (it_mono() > end || it_log_contains(s, "reload of"))
                 fail_msg("reload %d was not done within %.0f s", k, OWN_WAIT);
-        size_t n = acks_count(&a);
+        size_t n = it_acks_count(&a);
         wait_acks(&a, n, 20); /* ingest goes on between reloads */
     }
     atomic_store(&stop, true);

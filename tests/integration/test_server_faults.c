@@ -27,39 +27,9 @@
 
 /* ---- load writers and acknowledgements ------------------------------------- */
 
-typedef struct ack {
-    int part;
-    int64_t offset;
-    char id[48];
-} ack;
-
-typedef struct acks {
-    pthread_mutex_t lock;
-    ack *v;
-    size_t n, cap;
-} acks;
-
-static void acks_add(acks *a, int part, int64_t off, const char *id)
-{
-    pthread_mutex_lock(&a->lock);
-    if (a->n == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 1024;
-        a->v = realloc(a->v, a->cap * sizeof *a->v);
-    }
-    ack *k = &a->v[a->n++];
-    k->part = part;
-    k->offset = off;
-    snprintf(k->id, sizeof k->id, "%s", id);
-    pthread_mutex_unlock(&a->lock);
-}
-
-static size_t acks_count(acks *a)
-{
-    pthread_mutex_lock(&a->lock);
-    size_t n = a->n;
-    pthread_mutex_unlock(&a->lock);
-    return n;
-}
+/* it_ack/it_acks (itest.h) under the short names this file uses. */
+typedef it_ack ack;
+typedef it_acks acks;
 
 /* A writer thread: posts NDJSON batches until told to stop, its request
  * budget is spent, or the server has been gone for a while; records every
@@ -94,8 +64,8 @@ static bool writer_answer(writer *w, const it_resp *r, int seq0)
                 json_t *e = json_array_get(res, (size_t)i);
                 char id[48];
                 snprintf(id, sizeof id, "%s-%d", w->tag, seq0 + i);
-                acks_add(w->acks, (int)json_integer_value(json_object_get(e, "partition")),
-                         (int64_t)json_integer_value(json_object_get(e, "offset")), id);
+                it_acks_add(w->acks, (int)json_integer_value(json_object_get(e, "partition")),
+                            (int64_t)json_integer_value(json_object_get(e, "offset")), id);
             }
             w->ok++;
         }
@@ -571,10 +541,10 @@ static void test_sigterm_under_load(void **state)
     writer w[3] = {{.batch = 50, .pad = 200}, {.batch = 50, .pad = 200}, {.batch = 50, .pad = 200}};
     writers_start(w, 3, s->port, "term", "term", &stop, &a);
     double t0 = it_mono();
-    while (acks_count(&a) < 2000 && it_mono() - t0 < 10)
+    while (it_acks_count(&a) < 2000 && it_mono() - t0 < 10)
         it_sleep_ms(10);
     it_sleep_ms(100 + rand() % 300);
-    size_t at_signal = acks_count(&a);
+    size_t at_signal = it_acks_count(&a);
     int st = it_srv_stop(s, SIGTERM, 20);
     atomic_store(&stop, true);
     writers_join(w, 3);
@@ -608,16 +578,16 @@ static void test_sigkill_durable_loop(void **state)
         writer w[2] = {{.batch = 20, .pad = 100}, {.batch = 5, .pad = 400}};
         char tag[16];
         snprintf(tag, sizeof tag, "c%d", c);
-        size_t before = acks_count(&a);
+        size_t before = it_acks_count(&a);
         writers_start(w, 2, s->port, "crash", tag, &stop, &a);
         double t0 = it_mono();
-        while (acks_count(&a) == before && it_mono() - t0 < 10)
+        while (it_acks_count(&a) == before && it_mono() - t0 < 10)
             it_sleep_ms(2);
         it_sleep_ms(rand() % 250);
         it_srv_stop(s, SIGKILL, 5);
         atomic_store(&stop, true);
         writers_join(w, 2);
-        if (acks_count(&a) == before)
+        if (it_acks_count(&a) == before)
             fail_msg("cycle %d: no publish was acknowledged", c);
     }
     it_srv_restart(s);

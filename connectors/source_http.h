@@ -109,7 +109,8 @@ uint16_t sl_http_port(const sl_http *h);
  * on_append (pass the server as ctx). */
 void sl_http_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end);
 
-/* Stops accepting connections (in-flight requests finish). */
+/* Stops accepting connections: new ones are closed at once, in-flight
+ * requests finish. */
 void sl_http_quiesce(sl_http *h);
 
 /* Answers every waiting request, stops the threads and frees the server.

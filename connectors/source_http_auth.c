@@ -463,6 +463,8 @@ enum MHD_Result sl__http_accept_policy(void *cls, const struct sockaddr *addr, s
 {
     (void)addrlen;
     sl_http *h = cls;
+    if (atomic_load(&h->stopping)) /* sl_http_quiesce(): no new connections */
+        return MHD_NO;
     /* Past the cap and its headroom (the band in which new requests get a
      * 503 answer) connections are closed at once. */
     if (atomic_load(&h->conns) >= (int)(h->opts.max_connections + SL_HTTP_CONN_HEADROOM))

@@ -16,7 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkfifo "$dir/ctl"
-"$mock" --brokers 3 --topic t:3 < "$dir/ctl" > "$dir/out" 2> "$dir/err" &
+"$mock" --commands --brokers 3 --topic t:3 < "$dir/ctl" > "$dir/out" 2> "$dir/err" &
 pid=$!
 exec 3> "$dir/ctl" # keeps the harness's stdin open
 i=0

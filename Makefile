@@ -54,7 +54,7 @@ TPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TPLUGIN_BIN := $(TPLUGIN_SRC:tests/plugins/%.c=build/rel/tests/plugins/%.so)
 
 .PRECIOUS: $(B)/tests/%.o
-.PHONY: all run test unit itests bench soak format clean lib install fuzz FORCE
+.PHONY: all run test unit itests bench soak format clean lib install fuzz kafka-mock FORCE
 all: bin/sluice $(PLUGIN_BIN) lib
 
 bin/sluice: $(B)/core/main.o $(B)/libsluice-core.a
@@ -214,6 +214,9 @@ itests: $(ITEST_BIN) $(TOOL_BIN) $(PLUGIN_BIN) $(TPLUGIN_BIN) lib
 build/rel/tools/%: tests/tools/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# The Kafka mock cluster alone (examples/kafka-bridge/README.md runs it).
+kafka-mock: build/rel/tools/kafka_mock
 
 # bench/run.sh runs them all and writes bench/results/latest.md and .svg.
 bench: $(BENCH_BIN) bin/sluice build/rel/tools/kafka_mock

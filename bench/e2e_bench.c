@@ -970,7 +970,7 @@ static int kmock_start(kmock *k)
     int in = -1, out = -1;
     char log[PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/kafka_mock.log", tmpdir);
-    const char *argv[] = {bin, "--brokers", "3", NULL};
+    const char *argv[] = {bin, "--commands", "--brokers", "3", NULL};
     if (access(bin, X_OK))
         return fail("%s is missing (make build/rel/tools/kafka_mock)", bin), -1;
     k->pid = mock_pid = spawn(argv, log, &in, &out);

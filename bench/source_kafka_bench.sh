@@ -76,7 +76,7 @@ cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # ---- the cluster and the data ------------------------------------------------------
 
 mkfifo "$TMP/mock.in" || die "mkfifo"
-"$MOCK" --brokers 1 --topic "bench:$PARTS" <"$TMP/mock.in" >"$TMP/mock.out" 2>"$TMP/mock.err" &
+"$MOCK" --commands --brokers 1 --topic "bench:$PARTS" <"$TMP/mock.in" >"$TMP/mock.out" 2>"$TMP/mock.err" &
 MOCK_PID=$!
 exec 3>"$TMP/mock.in" # keeps the mock's stdin open
 for _ in $(seq 100); do grep -q '^bootstrap ' "$TMP/mock.out" 2>/dev/null && break; sleep 0.05; done

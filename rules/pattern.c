@@ -836,6 +836,50 @@ done:
     return rc;
 }
 
+/* Combinations, counted as event-ruler expands a pattern (its
+ * JsonRuleCompiler turns every $or alternative into a sub-rule, copying the
+ * fields around it): the fields of an object multiply (a leaf counts its
+ * values: ["a", "b", {"prefix": "c"}] is 3; an operator with a list, such as
+ * anything-but or a numeric range, is one value), the alternatives of a $or
+ * add up, and that sum multiplies the rest of its object, so nested $or
+ * multiply too. {"a": [1, 2], "$or": [{"b": [1, 2, 3]}, {"c": [1]}]} has
+ * 2 * (3 + 1) = 8. Saturates at UINT64_MAX (a pattern of 64 fields of 64
+ * values nested 64 deep would overflow). */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+static uint64_t combinations(const node *n)
+{
+    uint64_t c = 1;
+    for (size_t i = 0; i < n->nf; i++)
+        c = mul_sat(c, n->f[i].child ? combinations(n->f[i].child) : n->f[i].nm);
+    if (n->nors) {
+        uint64_t alts = 0;
+        for (size_t i = 0; i < n->nors; i++) {
+            uint64_t a = combinations(&n->ors[i]);
+            alts = a > UINT64_MAX - alts ? UINT64_MAX : alts + a;
+        }
+        c = mul_sat(c, alts);
+    }
+    return c;
+}
+
+/* 1234567 as "1,234,567", as the message and docs write counts. */
+static void thousands(uint64_t v, char *buf, size_t cap)
+{
+    char digits[24];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    size_t o = 0;
+    for (int i = 0; i < n && o + 2 < cap; i++) {
+        if (i && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+}
+
 int sl_pattern_compile(const char *json, size_t len, sl_pattern **out, sl_error *err)
 {
     sl_json_tok root;
@@ -850,6 +894,16 @@ int sl_pattern_compile(const char *json, size_t len, sl_pattern **out, sl_error 
         return nomem(err);
     char path[PATH_MAX_LEN] = "";
     rc = compile_node(&p->root, &root, path, 0, 0, false, err);
+    uint64_t combos = rc ? 0 : combinations(&p->root);
+    if (combos > SL_PATTERN_MAX_COMBINATIONS) {
+        char n[32];
+        thousands(combos, n, sizeof n);
+        rc = sl_error_set(err, SL_EINVAL,
+                          "the pattern has %s%s combinations of values, more than EventBridge's "
+                          "limit of 1,000 (each $or alternative and each value of a list is one "
+                          "more way to match; the values of fields multiply)",
+                          combos == UINT64_MAX ? "more than " : "", n);
+    }
     if (rc) {
         sl_pattern_free(p);
         return rc == SL_ENOMEM ? nomem(err) : rc;

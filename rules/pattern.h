@@ -86,7 +86,9 @@
  *    value is not an object or an array ({"source": "x"}); empty arrays;
  *    arrays nested in a leaf array; operator objects with zero or several
  *    keys; unknown operators; operands of the wrong type; more than 64
- *    fields in one object; nesting deeper than 64 objects.
+ *    fields in one object; nesting deeper than 64 objects; more than
+ *    SL_PATTERN_MAX_COMBINATIONS (1,000) combinations, EventBridge's limit
+ *    (counted as below).
  *  - Duplicate keys in the pattern text: "if you include a key more than
  *    once the last reference will be the one used to evaluate events" — the
  *    last occurrence replaces the earlier ones whole (ruler merges duplicate
@@ -117,6 +119,13 @@ typedef struct sl_pattern sl_pattern;
  * "detail.amount: numeric needs an operator and a number"), or SL_ENOMEM;
  * *out is left untouched on error. */
 int sl_pattern_compile(const char *json, size_t len, sl_pattern **out, sl_error *err);
+
+/* The most combinations a pattern may have (EventBridge's limit): the values
+ * of its fields multiply, the alternatives of a "$or" add up (and multiply
+ * the fields beside it), so {"a": [1, 2], "$or": [{"b": [1, 2, 3]}, {"c":
+ * [1]}]} has 2 * (3 + 1) = 8. More is refused with SL_EINVAL and the count
+ * in the message. */
+#define SL_PATTERN_MAX_COMBINATIONS 1000
 
 /* Matches the event given as JSON text [event_json, event_json + len) (a
  * JSON object, typically a CloudEvent). Returns 0 and sets *matched. Returns

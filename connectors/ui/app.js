@@ -209,9 +209,33 @@ function tailSet() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Where an event sorts in the tail: by its time attribute (every stored
+// event has one: the producer's, or when sluice stored it), newest first;
+// the same millisecond by partition, then newest offset first. Each
+// partition is read on its own, so without this the backlog would come out
+// grouped by partition, in whatever order their answers arrived.
+function tailKey(ev) {
+  const t = Date.parse(ev.time);
+  return { t: Number.isNaN(t) ? -Infinity : t, p: ev.sluicepartition, o: ev.sluiceoffset };
+}
+
+// Whether a sorts above (is newer than) b.
+function newer(a, b) {
+  if (a.t !== b.t) return a.t > b.t;
+  if (a.p !== b.p) return a.p < b.p;
+  return a.o > b.o;
+}
+
 function addEvent(ev, isNew) {
   const tb = $('tail').tBodies[0];
   if (tb.querySelector('td.empty')) tb.replaceChildren();
+  const key = tailKey(ev);
+  // New events are mostly the newest: look from the top.
+  let before = null;
+  for (const r of tb.rows) {
+    if (newer(key, r.tailKey)) { before = r; break; }
+  }
+  if (!before && tb.rows.length >= TAIL_KEEP) return; // older than all that is kept
   let data = ev.data === undefined ? (ev.data_base64 !== undefined ? '(base64) ' + ev.data_base64 : '')
     : typeof ev.data === 'string' ? ev.data : JSON.stringify(ev.data);
   if (data.length > 300) data = data.slice(0, 300) + '…';
@@ -219,9 +243,10 @@ function addEvent(ev, isNew) {
     el('td', ev.id, 'ev-id'), ev.type, ev.source, el('td', ev.lane || '', 'ev-lane'),
     el('td', data, 'data')], ev.id);
   tr.className = 'ev' + (isNew ? ' new' : '');
-  tb.prepend(tr);
+  tr.tailKey = key;
+  tb.insertBefore(tr, before);
   while (tb.rows.length > TAIL_KEEP) tb.deleteRow(tb.rows.length - 1);
-  $('tail-info').textContent = tb.rows.length + ' events shown, newest first';
+  $('tail-info').textContent = tb.rows.length + ' events shown, newest first by time';
 }
 
 // Follows partition p of set from offset until the tail changes (gen is

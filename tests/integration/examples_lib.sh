@@ -121,7 +121,7 @@ ex_kafka_mock() {
   [[ -x $mock ]] || fail "$mock is not built (make itests)"
   for t in "$@"; do args+=(--topic "$t"); done
   mkfifo "$ex_tmp/kafka.ctl"
-  "$mock" --brokers 3 "${args[@]}" <"$ex_tmp/kafka.ctl" >"$ex_tmp/kafka.out" 2>"$ex_tmp/kafka.err" &
+  "$mock" --commands --brokers 3 "${args[@]}" <"$ex_tmp/kafka.ctl" >"$ex_tmp/kafka.out" 2>"$ex_tmp/kafka.err" &
   ex_pids+=("$!")
   exec 3>"$ex_tmp/kafka.ctl" # keeps the mock's stdin open
   ex_kafka_fd_open=1

@@ -1000,10 +1000,10 @@ void it_kmock_start(it_kmock *m, const char *const *args)
     char *slash = strrchr(exe, '/');
     if (slash && slash - exe >= 4 && strncmp(slash - 4, "/bin", 4) == 0)
         strcpy(slash - 4, "/build/rel/tools/kafka_mock");
-    const char *argv[64] = {exe};
-    size_t n = 1;
-    for (; args && args[n - 1] && n < 63; n++)
-        argv[n] = args[n - 1];
+    const char *argv[64] = {exe, "--commands"}; /* steered through its stdin */
+    size_t n = 2;
+    for (; args && args[n - 2] && n < 63; n++)
+        argv[n] = args[n - 2];
     argv[n] = NULL;
     int to[2], from[2];
     if (pipe(to) || pipe(from))

@@ -16,7 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkfifo "$dir/ctl"
-"$mock" --brokers 3 --topic t:3 < "$dir/ctl" > "$dir/out" 2> "$dir/err" &
+"$mock" --commands --brokers 3 --topic t:3 < "$dir/ctl" > "$dir/out" 2> "$dir/err" &
 pid=$!
 exec 3> "$dir/ctl" # keeps the harness's stdin open
 i=0
@@ -47,4 +47,51 @@ echo "quit" >&3
 exec 3>&-
 wait "$pid" || { echo "FAIL: kafka_mock did not exit cleanly"; exit 1; }
 pid=
-echo "ok: kafka_mock (3 brokers on $bs): 2000 messages produced and read back with kcat, across a broker outage"
+# Without --commands it reads stdin only when that is a pipe: with /dev/null
+# (a script's `kafka_mock &`) or a terminal it runs until SIGTERM/SIGINT
+# (exit 0), and a "quit" typed on the terminal is not read; a pipe's end
+# stops it, as before.
+python3 - "$mock" <<'PY' || exit 1
+import os, pty, signal, subprocess, sys, time
+mock = sys.argv[1]
+def started(p):
+    line = p.stdout.readline()
+    if not line.startswith(b"bootstrap "):
+        sys.exit("FAIL: kafka_mock printed %r" % line)
+def stop(p, what):
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        sys.exit("FAIL: kafka_mock with %s did not stop on SIGTERM" % what)
+    if rc != 0:
+        sys.exit("FAIL: kafka_mock with %s exited %d on SIGTERM, not 0" % (what, rc))
+p = subprocess.Popen([mock, "--brokers", "1"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+started(p)
+time.sleep(1)
+if p.poll() is not None:
+    sys.exit("FAIL: kafka_mock with stdin /dev/null exited (%d) instead of running" % p.returncode)
+stop(p, "stdin /dev/null")
+m, s = pty.openpty()
+p = subprocess.Popen([mock, "--brokers", "1"], stdin=s, stdout=subprocess.PIPE)
+os.close(s)
+started(p)
+os.write(m, b"quit\n")
+time.sleep(1)
+if p.poll() is not None:
+    sys.exit("FAIL: kafka_mock read its terminal (exit %d after a typed quit)" % p.returncode)
+stop(p, "a terminal")
+os.close(m)
+p = subprocess.Popen([mock, "--brokers", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+started(p)
+p.stdin.close()
+try:
+    rc = p.wait(10)
+except subprocess.TimeoutExpired:
+    p.kill()
+    sys.exit("FAIL: kafka_mock did not stop at the end of a piped stdin")
+if rc != 0:
+    sys.exit("FAIL: kafka_mock exited %d at the end of a piped stdin" % rc)
+PY
+echo "ok: kafka_mock (3 brokers on $bs): 2000 messages produced and read back with kcat, across a broker outage; runs until signalled with /dev/null or a terminal as stdin"

@@ -15,7 +15,10 @@
  *            the tail (the long-poll); switching the tail between sets
  *            five times aborts the old long-polls, so the new set's next
  *            event shows within 10 s (stale ones would hold every
- *            connection Chromium allows for 20 s).
+ *            connection Chromium allows for 20 s); the tail of a set of 3
+ *            partitions shows events newest first by time, not grouped by
+ *            partition, and places a late event with an older time among
+ *            them.
  *   key      a server with API keys: the page asks for a key, says a wrong
  *            one is refused, keeps the right one in sessionStorage and shows
  *            the sets with it
@@ -448,6 +451,25 @@ static void post_ev(it_server *s, const char *set, const char *id)
     free(ev);
 }
 
+/* The ids shown in the tail, in page order. */
+#define TAIL_ORDER                                                                                 \
+    "[...document.querySelectorAll('#tail .ev-id')].map(function(e){return e.textContent})"        \
+    ".join(',')"
+
+/* Posts event id to the set "timed" with time 2026-01-01T10:00:SECS Z;
+ * returns its partition. */
+static int post_timed(it_server *s, const char *id, const char *secs)
+{
+    char extra[64];
+    snprintf(extra, sizeof extra, ",\"time\":\"2026-01-01T10:00:%sZ\"", secs);
+    char *ev = it_event(id, extra);
+    int part;
+    int64_t off;
+    it_post_one(s, "timed", ev, &part, &off);
+    free(ev);
+    return part;
+}
+
 static void test_page(void **state)
 {
     it_server *s = *state;
@@ -464,6 +486,7 @@ static void test_page(void **state)
         s, cfg,
         "set \"orders\" { partitions = 2 }\n"
         "set \"audit\" { partitions = 1 }\n"
+        "set \"timed\" { partitions = 3 }\n"
         "lane \"feature-x\" { env = \"boe\" }\n"
         "rule \"ship\" { set = \"orders\", target = target.file { path = \"ship.ndjson\" } }\n"
         "rule \"stuck\" { set = \"orders\",\n"
@@ -556,6 +579,28 @@ static void test_page(void **state)
     post_ev(s, "audit", "au-5");
     wait_dom_within(&c, "the event posted after switching the tail", TAIL_IDS,
                     "au-1,au-2,au-3,au-4,au-5", 10.0);
+
+    /* Newest first means by time across partitions: events spread over 3
+     * partitions with times out of their offset order show sorted by time,
+     * not grouped by partition; a late event with an older time lands
+     * among them, a newer one on top. */
+    static const char *const timed[][2] = {
+        {"t-a", "05"}, {"t-b", "01"}, {"t-c", "09"}, {"t-d", "03"}, {"t-e", "07"}, {"t-f", "02.5"},
+    };
+    unsigned parts = 0;
+    for (size_t i = 0; i < sizeof timed / sizeof timed[0]; i++)
+        parts |= 1u << post_timed(s, timed[i][0], timed[i][1]);
+    assert_true(__builtin_popcount(parts) >= 2); /* they really are in several partitions */
+    free(cdp_eval(&c, "location.hash = 'tail=timed'; 'ok'"));
+    wait_dom(&c, "the tail of timed, newest first by time", TAIL_ORDER, "t-c,t-e,t-a,t-d,t-f,t-b");
+    char *info = cdp_eval(&c, "document.getElementById('tail-info').textContent");
+    assert_non_null(strstr(info, "newest first by time"));
+    free(info);
+    it_sleep_ms(300); /* the long-polls are sent */
+    post_timed(s, "t-g", "04");
+    wait_dom(&c, "a late event with an older time", TAIL_ORDER, "t-c,t-e,t-a,t-g,t-d,t-f,t-b");
+    post_timed(s, "t-h", "10");
+    wait_dom(&c, "a newer event", TAIL_ORDER, "t-h,t-c,t-e,t-a,t-g,t-d,t-f,t-b");
     cdp_stop(&c);
     g_live = NULL;
     s->passed = true;

@@ -4,10 +4,18 @@
  * program that tests and benchmarks start and steer.
  *
  *   build/rel/tools/kafka_mock [--brokers N] [--topic NAME:PARTITIONS]…
+ *                              [--commands | --no-commands]
  *
- * Prints one line "bootstrap HOST:PORT,…" on stdout once the cluster is up,
- * then reads commands from stdin, one per line, answering "ok" or
- * "error: …" to each:
+ * (`make kafka-mock` builds it.) Prints one line "bootstrap HOST:PORT,…" on
+ * stdout once the cluster is up, then runs until SIGINT, SIGTERM or SIGHUP
+ * (exit 0) — unless it reads commands: with --commands, or by default when
+ * stdin is a pipe, a FIFO or a socket (a program or test steering it). A
+ * terminal, /dev/null (what a script's `… &` gets) or a file is never read,
+ * so `kafka_mock &` neither quits at once in a script nor stops on "tty
+ * input" in a shell; --no-commands ignores stdin whatever it is.
+ *
+ * Commands come one per line, each answered "ok" or "error: …"; the end of
+ * stdin quits, as does `quit`:
  *
  *   down ID     take broker ID (1..N) down: its connections fail
  *   up ID       bring it back
@@ -26,14 +34,18 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: kafka_mock [--brokers N] [--topic NAME:PARTITIONS]...\n");
+    fprintf(stderr, "usage: kafka_mock [--brokers N] [--topic NAME:PARTITIONS]... "
+                    "[--commands | --no-commands]\n");
     return 2;
 }
 
@@ -58,10 +70,29 @@ static int api_key(const char *s)
     return *end || end == s || v < 0 || v > 100 ? -1 : (int)v;
 }
 
+/* Whether stdin is something a program writes commands into. */
+static bool stdin_is_channel(void)
+{
+    struct stat st;
+    return fstat(0, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
+/* Reads and answers commands until `quit` or the end of stdin. */
+static void serve_commands(rd_kafka_mock_cluster_t *mc, int brokers);
+
 int main(int argc, char **argv)
 {
     int brokers = 3;
+    int commands = -1; /* -1: decide from what stdin is */
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--commands") == 0) {
+            commands = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-commands") == 0) {
+            commands = 0;
+            continue;
+        }
         if (strcmp(argv[i], "--brokers") == 0 && i + 1 < argc) {
             brokers = atoi(argv[++i]);
             if (brokers < 1 || brokers > 16)
@@ -72,7 +103,19 @@ int main(int argc, char **argv)
             return usage();
         }
     }
+    if (commands < 0)
+        commands = stdin_is_channel();
     signal(SIGPIPE, SIG_IGN);
+    /* Blocked before librdkafka starts its threads, which inherit the mask:
+     * the signals that end the mock then reach only this thread, in
+     * sigwait() below (or, with commands, by their default action once
+     * unblocked here). */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
     char errstr[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     /* The mock cluster needs a handle for its bookkeeping; a producer that
@@ -114,8 +157,22 @@ int main(int argc, char **argv)
     printf("bootstrap %s\n", rd_kafka_mock_cluster_bootstraps(mc));
     fflush(stdout);
 
-    /* Commands until stdin ends; SIGTERM/SIGINT end fgets with EINTR-free
-     * default handling (the process exits), which is fine: nothing to save. */
+    if (commands) {
+        /* A signal's default action ends the process in the middle of fgets,
+         * which is fine: nothing to save. */
+        pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+        serve_commands(mc, brokers);
+    } else {
+        int sig;
+        sigwait(&stop, &sig);
+    }
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(rk);
+    return 0;
+}
+
+static void serve_commands(rd_kafka_mock_cluster_t *mc, int brokers)
+{
     char line[512];
     while (fgets(line, sizeof line, stdin)) {
         char cmd[32], arg[256];
@@ -154,7 +211,4 @@ int main(int argc, char **argv)
         printf(rc ? "error: %s" : "ok\n", line);
         fflush(stdout);
     }
-    rd_kafka_mock_cluster_destroy(mc);
-    rd_kafka_destroy(rk);
-    return 0;
 }

@@ -7,6 +7,7 @@
  */
 #include "testutil.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,6 +509,83 @@ static void test_invalid_patterns(void **state)
     assert_int_equal(failures, 0);
 }
 
+/* "[0,1,…,n-1]" appended to b (values of one field). */
+static void values(char *b, size_t cap, int n)
+{
+    size_t o = strlen(b);
+    o += (size_t)snprintf(b + o, cap - o, "[");
+    for (int i = 0; i < n; i++)
+        o += (size_t)snprintf(b + o, cap - o, "%s%d", i ? "," : "", i);
+    snprintf(b + o, cap - o, "]");
+}
+
+/* Compiles the pattern fmt, where each "#" stands for a value list whose
+ * length is the next argument; returns the compile result, err filled. */
+static int compile_n(sl_error *err, const char *fmt, ...)
+{
+    static char b[1 << 16];
+    va_list ap;
+    va_start(ap, fmt);
+    b[0] = '\0';
+    for (const char *f = fmt; *f; f++) {
+        if (*f == '#') {
+            values(b, sizeof b, va_arg(ap, int));
+        } else {
+            size_t o = strlen(b);
+            b[o] = *f;
+            b[o + 1] = '\0';
+        }
+    }
+    va_end(ap);
+    sl_pattern *p = NULL;
+    int rc = sl_pattern_compile(b, strlen(b), &p, err);
+    sl_pattern_free(p);
+    return rc;
+}
+
+/* EventBridge's limit of 1,000 combinations: values of fields multiply,
+ * $or alternatives add up and multiply the fields beside them. */
+static void test_combinations(void **state)
+{
+    (void)state;
+    sl_error err = {0};
+    /* 10 * 10 * 10 = 1,000: at the limit, accepted */
+    assert_int_equal(compile_n(&err, "{\"a\":#,\"b\":#,\"c\":{\"d\":#}}", 10, 10, 10), 0);
+    /* 1,001 */
+    assert_int_equal(compile_n(&err, "{\"a\":#,\"b\":#,\"c\":{\"d\":#}}", 7, 11, 13), SL_EINVAL);
+    assert_non_null(strstr(err.msg, "1,001 combinations"));
+    assert_non_null(strstr(err.msg, "limit of 1,000"));
+    /* $or: 999 + 1 = 1,000 is fine, 1,000 + 1 is not */
+    assert_int_equal(compile_n(&err, "{\"$or\":[{\"a\":#},{\"b\":#}]}", 999, 1), 0);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(compile_n(&err, "{\"$or\":[{\"a\":#},{\"b\":#}]}", 1000, 1), SL_EINVAL);
+    assert_non_null(strstr(err.msg, "1,001 combinations"));
+    /* nested $or: 4 * (5 + 10 * (20 + 4)) = 980 and 4 * (5 + 10 * (20 + 5)) = 1,020 */
+    const char *nested = "{\"x\":#,\"$or\":[{\"y\":#},{\"v\":#,\"$or\":[{\"z\":#},{\"w\":#}]}]}";
+    assert_int_equal(compile_n(&err, nested, 4, 5, 10, 20, 4), 0);
+    assert_int_equal(compile_n(&err, nested, 4, 5, 10, 20, 5), SL_EINVAL);
+    assert_non_null(strstr(err.msg, "1,020 combinations"));
+    /* $or in two sibling objects multiply: (20 + 11) * (16 + 16) = 992, (20 + 12) * 32 = 1,024 */
+    const char *two =
+        "{\"d\":{\"$or\":[{\"a\":#},{\"b\":#}]},\"e\":{\"$or\":[{\"c\":#},{\"f\":#}]}}";
+    assert_int_equal(compile_n(&err, two, 20, 11, 16, 16), 0);
+    assert_int_equal(compile_n(&err, two, 20, 12, 16, 16), SL_EINVAL);
+    assert_non_null(strstr(err.msg, "1,024 combinations"));
+    /* an operator with a list is one value: 999 numbers excluded, times 1 */
+    assert_int_equal(compile_n(&err, "{\"a\":[{\"anything-but\":#}],\"b\":#}", 999, 1000), 0);
+    /* 20 fields of 20 values: 20^20 overflows 64 bits and still gets a message */
+    char many[4096] = "{";
+    for (int i = 0; i < 20; i++) {
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"f%d\":", i ? "," : "", i);
+        values(many, sizeof many, 20);
+    }
+    strcat(many, "}");
+    sl_pattern *p = NULL;
+    assert_int_equal(sl_pattern_compile(many, strlen(many), &p, &err), SL_EINVAL);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "more than 18,446,744,073,709,551,615 combinations"));
+}
+
 static void test_invalid_events(void **state)
 {
     (void)state;
@@ -713,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_invalid_events), cmocka_unit_test(test_long_values),
         cmocka_unit_test(test_no_alloc),       cmocka_unit_test(test_parse_error_at_capacity),
         cmocka_unit_test(test_deep_arrays),    cmocka_unit_test(test_guard_page),
+        cmocka_unit_test(test_combinations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,6 +148,12 @@ enum MHD_Result sl__http_accept_policy(void *cls, const struct sockaddr *addr, s
  * rate is configured. */
 bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret);
 
+/* The client r counts as for the publish rate and the sets it may create
+ * on first use (server.rate, server.max_auto_sets_per_client): "key:NAME"
+ * with an API key, else "ip:ADDRESS", an IPv6 address standing for its /64
+ * ("ip:2001:db8::/64"). */
+void sl__http_client_of(sl_http_req *r, char *out, size_t cap);
+
 /* Connection accounting per client address (MHD's NOTIFY_CONNECTION):
  * counts c under its IP address, keeping the count's entry in
  * *socket_context; closed() uncounts it. Cheap when no limit is set (no

@@ -1818,7 +1818,8 @@ static void read_decl(loader *ld, int idx)
     } else if (strcmp(kind, "set") == 0) {
         snprintf(what, sizeof what, "set \"%s\"", name);
         if (!sl_set_name_valid(name))
-            problem(ld, line, "%s: a set name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+            problem(ld, line, "%s: a set name is 1-128 of A-Z a-z 0-9 . _ - , not beginning with .",
+                    what);
         else if (find_set(cfg, name))
             problem(ld, line, "%s is declared twice", what);
         sl_set_decl *g = grow(ld, cfg->sets, cfg->nsets, sizeof *g);
@@ -1834,7 +1835,8 @@ static void read_decl(loader *ld, int idx)
     } else if (strcmp(kind, "rule") == 0) {
         snprintf(what, sizeof what, "rule \"%s\"", name);
         if (!sl_set_name_valid(name))
-            problem(ld, line, "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+            problem(ld, line,
+                    "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - , not beginning with .", what);
         else if (sl_config_rule(cfg, name))
             problem(ld, line, "%s is declared twice", what);
         sl_rule_config *g = grow(ld, cfg->rules, cfg->nrules, sizeof *g);
@@ -1996,7 +1998,7 @@ static void check_sources(loader *ld)
                     "%s: set \"%s\" is not declared (add set \"%s\" { })", what, sc->set, sc->set);
         if (sc->name && !sl_set_name_valid(sc->name))
             problem(ld, key_line(ld, sc->line, "name"),
-                    "%s: a source name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+                    "%s: a source name is 1-128 of A-Z a-z 0-9 . _ - , not beginning with .", what);
         for (size_t j = 0; j < i && sc->name; j++)
             if (cfg->sources[j].name && strcmp(cfg->sources[j].name, sc->name) == 0) {
                 problem(ld, sc->line,

@@ -105,7 +105,7 @@ for p in "base-1:" "fx-1:X-Sluice-Lane: feature-x" "fy-1:baggage: lane=feature-y
   [[ $r == 200*'"accepted":1'* ]] || fail "lanes: publish $id: $r"
 done
 r=$(post "$port" orders "$(order x-1)" "X-Sluice-Lane: nobody")
-[[ $r == 200*UnknownLane* ]] || fail "lanes: an undeclared lane: $r"
+[[ $r == 422*UnknownLane* ]] || fail "lanes: an undeclared lane: $r"
 ex_wait 10 "lanes: 4 requests at the receiver" ex_lines "$rx" 4
 ex_wait 10 "lanes: 3 events in audit.ndjson" ex_lines "$d/audit.ndjson" 3
 ex_wait 10 "lanes: the rules caught up" ex_caught_up "$port"

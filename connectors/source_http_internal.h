@@ -177,13 +177,14 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
 typedef void sl__http_published_fn(void *ctx, int status);
 
 /* Publishes one structured-mode CloudEvent json[0..len) (borrowed) into
- * set_name through ingest's path: the set looked up (or auto-created) as
- * ingest does, the event parsed, validated (the validate hook), encoded and
- * published, waiting for the sync of a durable set with the request
- * suspended. Answers the request: 200 {"id","set","partition","offset"}
- * once stored; 400/413 with the event's status name (InvalidEvent,
- * SchemaViolation, TooLarge, …) when the event is refused; ingest's
- * whole-request errors (404 NoSuchSet, 503 Backpressure, 500 NotConfirmed,
+ * set_name through ingest's path: the set looked up as ingest does (a
+ * missing one auto-created only once the event passed its checks), the
+ * event parsed, validated (the validate hook), encoded and published,
+ * waiting for the sync of a durable set with the request suspended. Answers
+ * the request: 200 {"id","set","partition","offset"} once stored;
+ * 400/413/422 with the event's status name (InvalidEvent, TooLarge,
+ * SchemaViolation, …) when the event is refused; ingest's whole-request
+ * errors (404 NoSuchSet, 507 SetLimit, 503 Backpressure, 500 NotConfirmed,
  * …) otherwise. done (may be NULL) is called exactly once with the outcome,
  * before the answer is queued. */
 enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, const char *json,

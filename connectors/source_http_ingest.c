@@ -131,6 +131,15 @@ static int add_event(ingest *in, const char *json, size_t len)
 
 /* ---- the set ------------------------------------------------------------------ */
 
+/* Tells sl__http_publish_json()'s caller a refusal, once, before the answer
+ * is queued (a sender that gets it and retries must find it recorded). */
+static void tell_done(ingest *in, int status)
+{
+    if (in->done)
+        in->done(in->done_ctx, status);
+    in->done = NULL;
+}
+
 /* Finds set_name for in: the set, or (when it is missing and may be created
  * on first use) a stand-in with the defaults a new set gets, so the body can
  * be parsed and checked before anything is made. Answers the request and
@@ -147,6 +156,8 @@ static bool resolve_set(ingest *in, const char *set_name, enum MHD_Result *ret)
         in->missing = true;
         rc = 0;
     }
+    if (rc)
+        tell_done(in, rc);
     if (rc == SL_EINVAL)
         *ret = sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
     else if (rc == SL_ENOENT)
@@ -178,6 +189,8 @@ static bool create_set(ingest *in, bool *again, enum MHD_Result *ret)
     sl_error err = {0};
     int rc = sl_sets_create_auto(r->h->sets, in->proto.name, client, &set, &err);
     *again = false;
+    if (rc)
+        tell_done(in, rc);
     if (rc == SL_ELIMIT)
         *ret =
             sl__http_error(r, 507, "SetLimit", "%s; nothing from this request was stored", err.msg);
@@ -227,6 +240,7 @@ static unsigned refused_status(sl_event_status st)
  * modes and webhooks). */
 static enum MHD_Result refuse_single(ingest *in, const entry *e)
 {
+    tell_done(in, SL_EINVAL);
     return sl__http_error(in->r, refused_status(e->status), sl_event_status_name(e->status),
                           "%s; nothing was stored", (const char *)in->msgs.data + e->msg_off);
 }
@@ -787,28 +801,24 @@ enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, cons
     in->done = done;
     in->done_ctx = done_ctx;
     enum MHD_Result ret = MHD_YES;
+    /* Every refusal below tells done (tell_done()) before it answers. */
     bool go = resolve_set(in, set_name, &ret), again = true;
-    int status = go ? 0 : SL_ENOENT;
     for (int pass = 0; go && again && pass < 2; pass++) {
         in->n = in->arena.len = in->msgs.len = 0;
         again = false;
         if (add_event(in, json, len)) {
-            status = SL_ENOMEM;
+            tell_done(in, SL_ENOMEM);
             ret = sl__http_error(r, 500, "Internal", "out of memory");
             go = false;
         } else if (in->v[0].status != SL_EVENT_OK) {
-            status = SL_EINVAL;
             ret = refuse_single(in, &in->v[0]);
             go = false;
-        } else if (in->missing && !create_set(in, &again, &ret)) {
-            status = SL_ELIMIT;
-            go = false;
+        } else if (in->missing) {
+            go = create_set(in, &again, &ret);
         }
     }
     if (go)
         ret = publish(in); /* tells done */
-    else if (done)
-        done(done_ctx, status);
     sl_buf_free(&in->arena);
     sl_buf_free(&in->msgs);
     free(in->v);

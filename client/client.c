@@ -164,8 +164,9 @@ static bool valid_set(const char *s)
         if (!ok || n == SL_CLIENT_SET_MAX)
             return false;
     }
-    /* "." and ".." would be path segments, never a set (docs/http-api.md). */
-    return n > 0 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+    /* A leading "." (so "." and "..", path segments) is never a set: the
+     * server refuses it (docs/http-api.md). */
+    return n > 0 && s[0] != '.';
 }
 
 /* A lane name; "" (base) is accepted. */

@@ -288,6 +288,17 @@ static void deliver_results(http *h, hreq *r)
     }
 }
 
+/* Whether the answer is 507 SetLimit: the set cannot be created on first
+ * use, and retrying does not help (unlike 507 InsufficientStorage). */
+static bool set_limit(const hreq *r, long status)
+{
+    if (status != 507 || !r->answer)
+        return false;
+    char code[64] = "", msg[8];
+    error_of(r->answer, r->answer + r->alen, code, sizeof code, msg, sizeof msg);
+    return strcmp(code, "SetLimit") == 0;
+}
+
 /* A request ended: deliver, fail or put back its messages. */
 static void finish(http *h, hreq *r, CURLcode rc)
 {
@@ -312,7 +323,7 @@ static void finish(http *h, hreq *r, CURLcode rc)
         k->max_bytes = len / 2 ? len / 2 : 1;
         sl_client__q_prepend(&k->pending, &r->msgs);
         k->since_ms = 0;
-    } else if (status == 408 || status == 429 || status >= 500) {
+    } else if ((status == 408 || status == 429 || status >= 500) && !set_limit(r, status)) {
         /* RequestTimeout (the body came too slowly: nothing was stored),
          * Backpressure, ShuttingDown, a disk error: all passing. */
         retry = true;

@@ -363,7 +363,7 @@ void sl_http_set_auth(sl_http *h, const sl_auth *auth)
 /* "key:NAME" for a request made with a key, else "ip:ADDRESS", where an
  * IPv6 address (not v4-mapped) stands for its /64: a host usually has a
  * whole /64 and could otherwise take a bucket per address. */
-static void client_of(sl_http_req *r, char *out, size_t cap)
+void sl__http_client_of(sl_http_req *r, char *out, size_t cap)
 {
     if (r->key) {
         snprintf(out, cap, "key:%s", sl_auth_key_name(r->key));
@@ -396,7 +396,7 @@ bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret)
     if (!h->rl)
         return true;
     char client[96];
-    client_of(r, client, sizeof client);
+    sl__http_client_of(r, client, sizeof client);
     int64_t wait_ms = sl_ratelimit_take(h->rl, client, (double)(n ? n : 1), sl_clock_mono_ns());
     if (wait_ms <= 0)
         return true;

@@ -4,7 +4,10 @@
  * validation, one all-or-nothing Databus publish per request, and the
  * durable wait (suspended, answered from the Databus writer's callback).
  * sl__http_publish_json() runs one event built by another route (webhooks)
- * through the same path.
+ * through the same path. A missing set is created only for a request with an
+ * event about to be stored: the body is parsed against a stand-in with the
+ * settings the new set would get, and the set made after (resolve_set(),
+ * create_set()), so that junk never leaves a set behind.
  */
 #include "connectors/source_http_internal.h"
 #include "core/baggage.h"
@@ -30,7 +33,9 @@ typedef struct entry {
 
 typedef struct ingest {
     sl_http_req *r;
-    sl_set *set;
+    sl_set *set;      /* the set, or &proto while it does not exist yet */
+    sl_set proto;     /* stand-in for a missing set: its name and the defaults */
+    bool missing;     /* set is the stand-in: create_set() makes the real one */
     const char *lane; /* X-Sluice-Lane, or "" */
     sl_event_limits lim;
     int64_t now_ms;
@@ -122,6 +127,122 @@ static int add_event(ingest *in, const char *json, size_t len)
     e->ts = in->now_ms;
     e->status = SL_EVENT_OK;
     return 0;
+}
+
+/* ---- the set ------------------------------------------------------------------ */
+
+/* Tells sl__http_publish_json()'s caller a refusal, once, before the answer
+ * is queued (a sender that gets it and retries must find it recorded). */
+static void tell_done(ingest *in, int status)
+{
+    if (in->done)
+        in->done(in->done_ctx, status);
+    in->done = NULL;
+}
+
+/* Finds set_name for in: the set, or (when it is missing and may be created
+ * on first use) a stand-in with the defaults a new set gets, so the body can
+ * be parsed and checked before anything is made. Answers the request and
+ * returns false when it cannot go on. */
+static bool resolve_set(ingest *in, const char *set_name, enum MHD_Result *ret)
+{
+    sl_http_req *r = in->r;
+    sl_error err = {0};
+    int rc = sl_sets_get(r->h->sets, set_name, false, &in->set, &err);
+    if (rc == SL_ENOENT && sl_sets_auto_creates(r->h->sets)) {
+        snprintf(in->proto.name, sizeof in->proto.name, "%s", set_name);
+        in->proto.cfg = *sl_sets_defaults(r->h->sets);
+        in->set = &in->proto;
+        in->missing = true;
+        rc = 0;
+    }
+    if (rc)
+        tell_done(in, rc);
+    if (rc == SL_EINVAL)
+        *ret = sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
+    else if (rc == SL_ENOENT)
+        *ret = sl__http_error(r, 404, "NoSuchSet",
+                              "%s (sets are not created on first use "
+                              "here)",
+                              err.msg);
+    else if (rc)
+        *ret = sl__http_error(r, 500, "Internal", "%s", err.msg);
+    if (!rc) {
+        in->lim.max_bytes = in->set->cfg.max_event_bytes;
+        in->lim.max_depth = SL_EVENT_MAX_DEPTH_DEFAULT;
+        in->lim.generate_ids = in->set->cfg.generate_ids;
+    }
+    return rc == 0;
+}
+
+/* Creates the missing set of in, charged to the request's client, now that
+ * an entry is about to be stored. *again: the set exists with other settings
+ * than the stand-in had (made meanwhile), so the body must be checked again.
+ * Answers the request and returns false when it cannot be created (507
+ * SetLimit over server.max_auto_sets). */
+static bool create_set(ingest *in, bool *again, enum MHD_Result *ret)
+{
+    sl_http_req *r = in->r;
+    char client[SL_SET_CLIENT_MAX + 1];
+    sl__http_client_of(r, client, sizeof client);
+    sl_set *set;
+    sl_error err = {0};
+    int rc = sl_sets_create_auto(r->h->sets, in->proto.name, client, &set, &err);
+    *again = false;
+    if (rc)
+        tell_done(in, rc);
+    if (rc == SL_ELIMIT)
+        *ret =
+            sl__http_error(r, 507, "SetLimit", "%s; nothing from this request was stored", err.msg);
+    else if (rc == SL_ENOENT)
+        *ret = sl__http_error(r, 404, "NoSuchSet", "%s", err.msg);
+    else if (rc)
+        *ret =
+            sl__http_error(r, 500, "Internal", "%s; nothing from this request was stored", err.msg);
+    if (rc)
+        return false;
+    *again = !sl_set_config_equal(&set->cfg, &in->proto.cfg);
+    in->set = set;
+    in->missing = false;
+    in->lim.max_bytes = set->cfg.max_event_bytes;
+    in->lim.generate_ids = set->cfg.generate_ids;
+    return true;
+}
+
+static size_t accepted(const ingest *in)
+{
+    size_t ok = 0;
+    for (size_t i = 0; i < in->n; i++)
+        ok += in->v[i].status == SL_EVENT_OK;
+    return ok;
+}
+
+/* The HTTP status of a request whose one event was refused: 413 for too
+ * large, 422 for a well-formed event the configuration refuses (schema,
+ * lanes), 500 for no memory, else 400. */
+static unsigned refused_status(sl_event_status st)
+{
+    switch (st) {
+    case SL_EVENT_TOO_LARGE:
+        return 413;
+    case SL_EVENT_SCHEMA_VIOLATION:
+    case SL_EVENT_UNKNOWN_LANE:
+    case SL_EVENT_LANE_DROPPED:
+        return 422;
+    case SL_EVENT_NO_MEMORY:
+        return 500;
+    default:
+        return 400;
+    }
+}
+
+/* Answers the refused entry e as the whole request's error (single-event
+ * modes and webhooks). */
+static enum MHD_Result refuse_single(ingest *in, const entry *e)
+{
+    tell_done(in, SL_EINVAL);
+    return sl__http_error(in->r, refused_status(e->status), sl_event_status_name(e->status),
+                          "%s; nothing was stored", (const char *)in->msgs.data + e->msg_off);
 }
 
 /* ---- body formats ----------------------------------------------------------- */
@@ -604,59 +725,57 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
     enum MHD_Result limited;
     if (!sl__http_rate_admit(r, count, &limited))
         return limited;
-    sl_set *set;
-    sl_error err = {0};
-    int rc = sl_sets_get(h->sets, set_name, true, &set, &err);
-    if (rc == SL_EINVAL)
-        return sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
-    if (rc == SL_ENOENT)
-        return sl__http_error(r, 404, "NoSuchSet",
-                              "%s (sets are not created on first use "
-                              "here)",
-                              err.msg);
-    if (rc)
-        return sl__http_error(r, 500, "Internal", "%s", err.msg);
-
     ingest *in = calloc(1, sizeof *in);
     if (!in)
         return sl__http_error(r, 500, "Internal", "out of memory");
     in->r = r;
-    in->set = set;
     in->lane = lane;
-    in->lim.max_bytes = set->cfg.max_event_bytes;
-    in->lim.max_depth = SL_EVENT_MAX_DEPTH_DEFAULT;
-    in->lim.generate_ids = set->cfg.generate_ids;
     in->now_ms = sl_clock_now_ms();
     const char *body = (const char *)r->body.data;
     size_t len = r->body.len;
     enum MHD_Result ret = MHD_YES;
-    bool go = true;
-    rc = 0;
-    switch (mode) {
-    case STRUCTURED: {
-        sl_json_tok t;
-        if (sl_json_validate(body ? body : "", len, SL_JSON_DEPTH_LIMIT, &t, &err)) {
-            ret = sl__http_error(r, 400, "InvalidJson", "the body is not valid JSON: %s", err.msg);
-            go = false;
-        } else {
-            rc = add_event(in, body, len);
+    bool go = resolve_set(in, set_name, &ret), again = true;
+    int rc = 0;
+    /* Twice at most: again when the set, made just now, has other settings
+     * than the stand-in the body was checked against. */
+    for (int pass = 0; go && again && pass < 2; pass++) {
+        in->n = in->arena.len = in->msgs.len = 0;
+        sl_error err = {0};
+        switch (mode) {
+        case STRUCTURED: {
+            sl_json_tok t;
+            if (sl_json_validate(body ? body : "", len, SL_JSON_DEPTH_LIMIT, &t, &err)) {
+                ret = sl__http_error(r, 400, "InvalidJson", "the body is not valid JSON: %s",
+                                     err.msg);
+                go = false;
+            } else {
+                rc = add_event(in, body, len);
+            }
+            break;
         }
-        break;
+        case BATCH:
+            ret = parse_batch(in, body ? body : "", len, &go);
+            break;
+        case NDJSON:
+            rc = parse_ndjson(in, body ? body : "", len);
+            break;
+        case BINARY:
+            /* datacontenttype is the Content-Type as sent, parameters included. */
+            rc = parse_binary(
+                in, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type"));
+            break;
+        }
+        again = false;
+        if (go && rc) {
+            ret = sl__http_error(r, 500, "Internal", "out of memory");
+            go = false;
+        } else if (go && in->missing && accepted(in) > 0) {
+            go = create_set(in, &again, &ret);
+        }
     }
-    case BATCH:
-        ret = parse_batch(in, body ? body : "", len, &go);
-        break;
-    case NDJSON:
-        rc = parse_ndjson(in, body ? body : "", len);
-        break;
-    case BINARY:
-        /* datacontenttype is the Content-Type as sent, parameters included. */
-        rc =
-            parse_binary(in, MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type"));
-        break;
-    }
-    if (go && rc)
-        ret = sl__http_error(r, 500, "Internal", "out of memory");
+    if (go && (mode == STRUCTURED || mode == BINARY) && in->n == 1 &&
+        in->v[0].status != SL_EVENT_OK)
+        ret = refuse_single(in, &in->v[0]); /* the one event is the request */
     else if (go)
         ret = publish(in);
     sl_buf_free(&in->arena);
@@ -666,32 +785,9 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
     return ret;
 }
 
-/* Finds set_name like ingest does; answers and returns false when it cannot. */
-static bool find_set(sl_http_req *r, const char *set_name, sl_set **set, enum MHD_Result *ret)
-{
-    sl_error err = {0};
-    int rc = sl_sets_get(r->h->sets, set_name, true, set, &err);
-    if (rc == 0)
-        return true;
-    if (rc == SL_EINVAL)
-        *ret = sl__http_error(r, 400, "InvalidSetName", "%s", err.msg);
-    else if (rc == SL_ENOENT)
-        *ret = sl__http_error(r, 404, "NoSuchSet", "%s", err.msg);
-    else
-        *ret = sl__http_error(r, 500, "Internal", "%s", err.msg);
-    return false;
-}
-
 enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, const char *json,
                                       size_t len, sl__http_published_fn *done, void *done_ctx)
 {
-    sl_set *set;
-    enum MHD_Result ret = MHD_YES;
-    if (!find_set(r, set_name, &set, &ret)) {
-        if (done)
-            done(done_ctx, SL_ENOENT);
-        return ret;
-    }
     ingest *in = calloc(1, sizeof *in);
     if (!in) {
         if (done)
@@ -699,29 +795,30 @@ enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, cons
         return sl__http_error(r, 500, "Internal", "out of memory");
     }
     in->r = r;
-    in->set = set;
     in->lane = "";
-    in->lim.max_bytes = set->cfg.max_event_bytes;
-    in->lim.max_depth = SL_EVENT_MAX_DEPTH_DEFAULT;
-    in->lim.generate_ids = set->cfg.generate_ids;
     in->now_ms = sl_clock_now_ms();
     in->single = true;
     in->done = done;
     in->done_ctx = done_ctx;
-    if (add_event(in, json, len)) {
-        if (done)
-            done(done_ctx, SL_ENOMEM);
-        ret = sl__http_error(r, 500, "Internal", "out of memory");
-    } else if (in->v[0].status != SL_EVENT_OK) {
-        const entry *e = &in->v[0];
-        if (done)
-            done(done_ctx, SL_EINVAL);
-        ret = sl__http_error(r, e->status == SL_EVENT_TOO_LARGE ? 413 : 400,
-                             sl_event_status_name(e->status), "%s; nothing was stored",
-                             (const char *)in->msgs.data + e->msg_off);
-    } else {
-        ret = publish(in);
+    enum MHD_Result ret = MHD_YES;
+    /* Every refusal below tells done (tell_done()) before it answers. */
+    bool go = resolve_set(in, set_name, &ret), again = true;
+    for (int pass = 0; go && again && pass < 2; pass++) {
+        in->n = in->arena.len = in->msgs.len = 0;
+        again = false;
+        if (add_event(in, json, len)) {
+            tell_done(in, SL_ENOMEM);
+            ret = sl__http_error(r, 500, "Internal", "out of memory");
+            go = false;
+        } else if (in->v[0].status != SL_EVENT_OK) {
+            ret = refuse_single(in, &in->v[0]);
+            go = false;
+        } else if (in->missing) {
+            go = create_set(in, &again, &ret);
+        }
     }
+    if (go)
+        ret = publish(in); /* tells done */
     sl_buf_free(&in->arena);
     sl_buf_free(&in->msgs);
     free(in->v);

@@ -148,6 +148,12 @@ enum MHD_Result sl__http_accept_policy(void *cls, const struct sockaddr *addr, s
  * rate is configured. */
 bool sl__http_rate_admit(sl_http_req *r, size_t n, enum MHD_Result *ret);
 
+/* The client r counts as for the publish rate and the sets it may create
+ * on first use (server.rate, server.max_auto_sets_per_client): "key:NAME"
+ * with an API key, else "ip:ADDRESS", an IPv6 address standing for its /64
+ * ("ip:2001:db8::/64"). */
+void sl__http_client_of(sl_http_req *r, char *out, size_t cap);
+
 /* Connection accounting per client address (MHD's NOTIFY_CONNECTION):
  * counts c under its IP address, keeping the count's entry in
  * *socket_context; closed() uncounts it. Cheap when no limit is set (no
@@ -171,13 +177,14 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
 typedef void sl__http_published_fn(void *ctx, int status);
 
 /* Publishes one structured-mode CloudEvent json[0..len) (borrowed) into
- * set_name through ingest's path: the set looked up (or auto-created) as
- * ingest does, the event parsed, validated (the validate hook), encoded and
- * published, waiting for the sync of a durable set with the request
- * suspended. Answers the request: 200 {"id","set","partition","offset"}
- * once stored; 400/413 with the event's status name (InvalidEvent,
- * SchemaViolation, TooLarge, …) when the event is refused; ingest's
- * whole-request errors (404 NoSuchSet, 503 Backpressure, 500 NotConfirmed,
+ * set_name through ingest's path: the set looked up as ingest does (a
+ * missing one auto-created only once the event passed its checks), the
+ * event parsed, validated (the validate hook), encoded and published,
+ * waiting for the sync of a durable set with the request suspended. Answers
+ * the request: 200 {"id","set","partition","offset"} once stored;
+ * 400/413/422 with the event's status name (InvalidEvent, TooLarge,
+ * SchemaViolation, …) when the event is refused; ingest's whole-request
+ * errors (404 NoSuchSet, 507 SetLimit, 503 Backpressure, 500 NotConfirmed,
  * …) otherwise. done (may be NULL) is called exactly once with the outcome,
  * before the answer is queued. */
 enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, const char *json,

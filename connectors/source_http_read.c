@@ -224,8 +224,8 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         if (rc == 0 && n < max) { /* big: send the rest as it is read */
             read_stream *st = calloc(1, sizeof *st);
             struct MHD_Response *resp =
-                st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, stream_read,
-                                                       st, stream_free)
+                st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, stream_read, st,
+                                                       stream_free)
                    : NULL;
             if (!resp) {
                 free(st);
@@ -233,8 +233,13 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                 sl_buf_free(&b);
                 return sl__http_error(r, 503, "OutOfMemory", "no memory for the answer; retry");
             }
-            *st = (read_stream){.text = b, .log = log, .rd = rd, .set = set,
-                                .part = (int32_t)part, .n = n, .max = max};
+            *st = (read_stream){.text = b,
+                                .log = log,
+                                .rd = rd,
+                                .set = set,
+                                .part = (int32_t)part,
+                                .n = n,
+                                .max = max};
             return sl__http_reply_stream(r, 200, resp, "application/json");
         }
         next = sl_store_reader_position(log, rd);
@@ -289,6 +294,7 @@ static json_t *set_json(sl_set *s, bool detail)
                                                    (json_int_t)end, "bytes", (json_int_t)size,
                                                    "segments", (json_int_t)segments));
     }
+    json_object_set_new(j, "auto_created", json_boolean(s->auto_created));
     json_object_set_new(j, "events", json_integer(events));
     json_object_set_new(j, "bytes", json_integer(bytes));
     if (parts) {
@@ -321,7 +327,8 @@ enum MHD_Result sl__http_list_sets(sl_http_req *r)
 {
     json_t *arr = json_array();
     sl_sets_each(r->h->sets, add_set, arr);
-    return reply_json(r, json_pack("{s:o}", "sets", arr));
+    return reply_json(r, json_pack("{s:o, s:I}", "sets", arr, "auto_created",
+                                   (json_int_t)sl_sets_auto_count(r->h->sets)));
 }
 
 enum MHD_Result sl__http_show_set(sl_http_req *r, const char *set_name)

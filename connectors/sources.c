@@ -660,6 +660,9 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     s->dflt_source = c->kind == SL_SOURCE_FILE && c->path ? c->path : c->kind_name;
     s->decl = sl_config_set(c->owner, c->set);
     s->schemas = s->decl && s->decl->nschemas;
+    /* Declared (the config check requires a `set` block; the router defines
+     * it first): looked up, never created here, never counted against
+     * max_auto_sets. */
     int rc = sl_sets_get(o->opts.sets, c->set, false, &s->set, err);
     if (!rc && c->kind == SL_SOURCE_WEBHOOK) {
         rc = sl_webhook_source_new(c, &s->webhook, err);

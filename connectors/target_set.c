@@ -3,7 +3,10 @@
  * set through the Databus, with the source event's lane. A payload must be a
  * CloudEvent (a transform's output is checked like an HTTP ingest entry);
  * it counts as delivered when the target set's ack mode says so (after the
- * fsync for durable sets).
+ * fsync for durable sets). The set is declared (the config names it): looked
+ * up at open and, when missing there, created (as declared, never counted
+ * against max_auto_sets) by the first delivery holding a valid event, so a
+ * target that never delivers never makes a set.
  */
 #include "core/connector.h"
 #include "core/clock.h"
@@ -19,9 +22,11 @@
 #define FULL_WAIT_MS 5000
 
 typedef struct set_target {
-    sl_set *set;
+    sl_set *set; /* NULL until it exists (under lock) */
+    sl_sets *sets;
+    char name[SL_SET_NAME_MAX + 1];
     sl_databus *bus;
-    pthread_mutex_t lock; /* guards ev and the arena */
+    pthread_mutex_t lock; /* guards set, ev and the arena */
     sl_event ev;
 } set_target;
 
@@ -41,11 +46,14 @@ static int set_open(const sl_target_config *cfg, const sl_target_env *env, void 
     set_target *t = calloc(1, sizeof *t);
     if (!t)
         return sl_error_set(err, SL_ENOMEM, "target.set: out of memory");
-    int rc = sl_sets_get(env->sets, cfg->set, true, &t->set, err);
-    if (rc) {
+    sl_error e = {0};
+    int rc = sl_sets_get(env->sets, cfg->set, false, &t->set, &e);
+    if (rc && rc != SL_ENOENT) {
         free(t);
-        return rc;
+        return sl_error_set(err, rc, "target.set: %s", e.msg);
     }
+    snprintf(t->name, sizeof t->name, "%s", cfg->set);
+    t->sets = env->sets;
     t->bus = env->bus;
     pthread_mutex_init(&t->lock, NULL);
     *impl = t;
@@ -84,13 +92,15 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
     pending *p = calloc(1, sizeof *p + (n ? n : 1) * sizeof(size_t));
     sl_error err = {0};
     int rc = sv && evs && res && p ? 0 : sl_error_set(&err, SL_ENOMEM, "out of memory");
-    sl_event_limits lim = {.max_bytes = t->set->cfg.max_event_bytes,
-                           .generate_ids = t->set->cfg.generate_ids};
     int64_t now = sl_clock_now_ms();
     if (p)
         *p = (pending){.done = done, .ctx = ctx};
     size_t i = 0;
     pthread_mutex_lock(&t->lock);
+    /* A set still missing: checked against the settings it will get. */
+    sl_set *set = t->set;
+    const sl_set_config *sc = set ? &set->cfg : sl_sets_defaults(t->sets);
+    sl_event_limits lim = {.max_bytes = sc->max_event_bytes, .generate_ids = sc->generate_ids};
     for (; !rc && i < n; i++) {
         sl_error e = {0};
         sl_event_status st = sl_event_parse(d[i].data, d[i].len, &lim, &t->ev, &e);
@@ -99,8 +109,8 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
         if (st != SL_EVENT_OK) {
             /* Not an event: delivering it again cannot help. */
             char msg[SL_ERROR_MAX + 64];
-            snprintf(msg, sizeof msg, "not a valid CloudEvent for set %s: %s (%s)", t->set->name,
-                     e.msg, sl_event_status_name(st));
+            snprintf(msg, sizeof msg, "not a valid CloudEvent for set %s: %s (%s)", t->name, e.msg,
+                     sl_event_status_name(st));
             done(ctx, i, SL_EINVAL, msg);
             continue;
         }
@@ -117,9 +127,18 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
         s->lane = d[i].lane ? d[i].lane : "";
         p->idx[p->n++] = i;
     }
+    sl_error made = {0};
+    if (!rc && !set && p->n && !sl_sets_declare(t->sets, t->name, &set, &made))
+        t->set = set; /* the first event to store made the set */
     pthread_mutex_unlock(&t->lock);
+    if (!rc && !set && p->n) { /* nothing stored; a retry may find the set (or disk) back */
+        char msg[SL_ERROR_MAX + 64];
+        snprintf(msg, sizeof msg, "target.set %s: %s", t->name, made.msg);
+        complete(p, SL_EIO, msg);
+        p->n = 0;
+    }
     if (rc) {
-        sl_error_set(&err, rc, "target.set %s: out of memory", t->set->name);
+        sl_error_set(&err, rc, "target.set %s: out of memory", t->name);
         for (; i < n; i++) /* payloads the loop did not reach */
             done(ctx, i, rc, err.msg);
     }
@@ -132,7 +151,7 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
                                     .ts_ms = now};
     }
     if (!rc && p->n)
-        rc = sl_databus_publish(t->bus, t->set, evs, p->n, res, publish_done, p, &err);
+        rc = sl_databus_publish(t->bus, set, evs, p->n, res, publish_done, p, &err);
     if (rc == SL_ETOOBIG && p->n > 1) {
         /* The batch is larger than a partition's whole buffer of the target
          * set: it could never be taken at once, so one event at a time. */
@@ -149,15 +168,14 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
             if (one) {
                 *one = (pending){.done = done, .ctx = ctx, .n = 1};
                 one->idx[0] = p->idx[g];
-                r1 = sl_databus_publish(t->bus, t->set, &evs[g], 1, res, publish_done, one, &e1);
+                r1 = sl_databus_publish(t->bus, set, &evs[g], 1, res, publish_done, one, &e1);
                 /* The small buffer fills with the events just queued: give
                  * the writer a moment (bounded) rather than fail the batch
                  * each time at the same place. */
                 for (int waited = 0; r1 == SL_EFULL && waited < FULL_WAIT_MS; waited++) {
                     nanosleep(&(struct timespec){0, 1000000}, NULL);
                     e1.msg[0] = '\0';
-                    r1 =
-                        sl_databus_publish(t->bus, t->set, &evs[g], 1, res, publish_done, one, &e1);
+                    r1 = sl_databus_publish(t->bus, set, &evs[g], 1, res, publish_done, one, &e1);
                 }
             }
             if (r1 == 1)

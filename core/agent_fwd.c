@@ -471,12 +471,13 @@ static void upstream_up(sl_agent *a, ag_key *k)
 
 /* A whole-request refusal that retrying cannot change: one of the statuses
  * a sluice server gives for a bad request (docs/http-api.md) with its JSON
- * error answer. A 401/403 (a proxy's login), a 3xx or a 404 page from a
+ * error answer, or 507 SetLimit. A 401/403 (a proxy's login), a 3xx or a 404 page from a
  * wrong host are not the server's verdict on the batch: they are retried. */
 static bool final_refusal(long status, const sl_buf *resp, char *code, size_t ccap, char *msg,
                           size_t mcap)
 {
-    if (status != 400 && status != 404 && status != 413 && status != 415 && status != 422)
+    if (status != 400 && status != 404 && status != 413 && status != 415 && status != 422 &&
+        status != 507)
         return false;
     sl_json_tok top, e, m;
     if (sl_json_validate((const char *)resp->data, resp->len, 64, &top, NULL) != 0 ||
@@ -485,7 +486,9 @@ static bool final_refusal(long status, const sl_buf *resp, char *code, size_t cc
         m.type != SL_JSON_STRING)
         return false;
     error_of(&top, code, ccap, msg, mcap);
-    return code[0] != '\0';
+    /* 507 is final only as SetLimit (no more sets may be created on first
+     * use); InsufficientStorage (a full disk) passes. */
+    return code[0] != '\0' && (status != 507 || strcmp(code, "SetLimit") == 0);
 }
 
 static void finished(sl_agent *a, ag_key *k, CURLcode cc)

@@ -80,7 +80,13 @@ static const key server_keys[] = {
     {"data_dir", K_STRING, FIELD(sl_config, data_dir), 0, 0, "\"./sluice-data\"",
      "where event sets and rule cursors live (relative to the config file)"},
     {"auto_create", K_TRISTATE, FIELD(sl_config, auto_create), 0, 0, "true",
-     "create sets on their first event; false answers 404 for undeclared sets"},
+     "create sets on their first stored event; false answers 404 for undeclared sets"},
+    {"max_auto_sets", K_INT, FIELD(sl_config, max_auto_sets), 1, 10000000, "1000",
+     "sets created on first use at most (declared sets do not count); past it 507 `SetLimit`"},
+    {"max_auto_sets_per_client", K_INT, FIELD(sl_config, max_auto_sets_per_client), 1, 10000000,
+     "a quarter of `max_auto_sets`",
+     "of those, at most this many created by one client (an API key, else an IP address, IPv6 "
+     "per /64, as for `rate`); past it 507 `SetLimit`"},
     {"max_request", K_SIZE, FIELD(sl_config, max_request_bytes), 1024, INT64_MAX, "\"10MiB\"",
      "largest HTTP request body"},
     {"workers", K_INT, FIELD(sl_config, workers), 1, 256, "CPUs",
@@ -1812,7 +1818,8 @@ static void read_decl(loader *ld, int idx)
     } else if (strcmp(kind, "set") == 0) {
         snprintf(what, sizeof what, "set \"%s\"", name);
         if (!sl_set_name_valid(name))
-            problem(ld, line, "%s: a set name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+            problem(ld, line, "%s: a set name is 1-128 of A-Z a-z 0-9 . _ - , not beginning with .",
+                    what);
         else if (find_set(cfg, name))
             problem(ld, line, "%s is declared twice", what);
         sl_set_decl *g = grow(ld, cfg->sets, cfg->nsets, sizeof *g);
@@ -1828,7 +1835,8 @@ static void read_decl(loader *ld, int idx)
     } else if (strcmp(kind, "rule") == 0) {
         snprintf(what, sizeof what, "rule \"%s\"", name);
         if (!sl_set_name_valid(name))
-            problem(ld, line, "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+            problem(ld, line,
+                    "%s: a rule name is 1-128 of A-Z a-z 0-9 . _ - , not beginning with .", what);
         else if (sl_config_rule(cfg, name))
             problem(ld, line, "%s is declared twice", what);
         sl_rule_config *g = grow(ld, cfg->rules, cfg->nrules, sizeof *g);
@@ -1990,7 +1998,7 @@ static void check_sources(loader *ld)
                     "%s: set \"%s\" is not declared (add set \"%s\" { })", what, sc->set, sc->set);
         if (sc->name && !sl_set_name_valid(sc->name))
             problem(ld, key_line(ld, sc->line, "name"),
-                    "%s: a source name is 1-128 of A-Z a-z 0-9 . _ - (not . or ..)", what);
+                    "%s: a source name is 1-128 of A-Z a-z 0-9 . _ - , not beginning with .", what);
         for (size_t j = 0; j < i && sc->name; j++)
             if (cfg->sources[j].name && strcmp(cfg->sources[j].name, sc->name) == 0) {
                 problem(ld, sc->line,

@@ -32,7 +32,8 @@
     XX(ETIMEDOUT, "timed out")                                                                     \
     XX(EDEFERRED, "not attempted, try again later")                                                \
     XX(ESCRIPT, "Lua error")                                                                       \
-    XX(EBUDGET, "Lua instruction budget exceeded")
+    XX(EBUDGET, "Lua instruction budget exceeded")                                                 \
+    XX(ELIMIT, "limit reached, retrying does not help")
 
 typedef enum sl_errno {
     SL_OK = 0,

@@ -238,7 +238,9 @@ int sl_cli_serve_main(int argc, char **argv)
     const char *data = "./sluice-data";
     char host[256] = "127.0.0.1";
     uint16_t port = 8080;
-    sl_sets_options so = {.auto_create = true, .notify = log_notice};
+    /* At most 1,000 sets created on first use, a quarter of them by one
+     * client (docs/security.md), unless the config says otherwise. */
+    sl_sets_options so = {.auto_create = true, .max_auto_sets = 1000, .notify = log_notice};
     sl_set_config_default(&so.defaults);
     sl_http_options ho = {.host = host, .port = port};
     sl_config *cfg = NULL;
@@ -264,6 +266,9 @@ int sl_cli_serve_main(int argc, char **argv)
         }
         if (cfg->auto_create >= 0)
             so.auto_create = cfg->auto_create;
+        if (cfg->max_auto_sets)
+            so.max_auto_sets = (size_t)cfg->max_auto_sets;
+        so.max_auto_sets_per_client = (size_t)cfg->max_auto_sets_per_client;
         if (cfg->max_request_bytes)
             ho.max_request_bytes = cfg->max_request_bytes;
         so.defaults = cfg->set_defaults;
@@ -401,6 +406,8 @@ int sl_cli_serve_main(int argc, char **argv)
     char data_dir[4096]; /* the config (which may hold it) goes to the router */
     snprintf(data_dir, sizeof data_dir, "%s", data);
     data = so.data_dir = data_dir;
+    if (!so.max_auto_sets_per_client) /* unset: a quarter of the cap, at least one */
+        so.max_auto_sets_per_client = so.max_auto_sets / 4 ? so.max_auto_sets / 4 : 1;
     char cfg_path[4096] = "";
     if (cfg)
         snprintf(cfg_path, sizeof cfg_path, "%s", cfg->path);

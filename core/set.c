@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <stddef.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -23,6 +24,7 @@ struct sl_sets {
     pthread_mutex_t create_lock; /* one creator at a time; lookups go on */
     sl_set **v;
     size_t n, cap;
+    _Atomic size_t nauto; /* auto-created sets among v (changed under the write lock) */
 };
 
 void sl_set_config_default(sl_set_config *cfg)
@@ -41,7 +43,8 @@ void sl_set_config_default(sl_set_config *cfg)
 int sl_set_name_valid(const char *name)
 {
     size_t n = strlen(name);
-    if (n == 0 || n > SL_SET_NAME_MAX || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+    /* A leading "." makes a hidden directory (and covers "." and ".."). */
+    if (n == 0 || n > SL_SET_NAME_MAX || name[0] == '.')
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = name[i];
@@ -230,8 +233,11 @@ static int config_from_json(json_t *j, sl_set_config *c, const char *path, sl_er
     return 0;
 }
 
-/* Writes set.json atomically: temp file, fsync, rename, fsync dir. */
-static int config_save(const char *dir, const sl_set_config *c, sl_error *err)
+/* Writes set.json atomically: temp file, fsync, rename, fsync dir. An
+ * auto-created set (auto_client not NULL) also gets "auto_created_by", so
+ * that the cap still counts it after a restart. */
+static int config_save(const char *dir, const sl_set_config *c, const char *auto_client,
+                       sl_error *err)
 {
     char path[4200], tmp[4200];
     snprintf(path, sizeof path, "%s/set.json", dir);
@@ -239,6 +245,8 @@ static int config_save(const char *dir, const sl_set_config *c, sl_error *err)
     json_t *j = config_to_json(c);
     if (!j)
         return SL_ENOMEM;
+    if (auto_client)
+        json_object_set_new(j, "auto_created_by", json_string(auto_client));
     int rc = json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     if (rc)
@@ -272,27 +280,64 @@ static void set_free(sl_sets *sets, sl_set *s)
     free(s);
 }
 
-/* Opens (creating as needed) the set in root/name with configuration c. */
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0; /* go on: remove as much as can be removed */
+}
+
+/* After a failed creation: removes what set_open() made, the set's
+ * directory when it made it, else the partition directories it made
+ * (made[p]), so that no half-made set is left (nor found at the next start). */
+static void unmake(const char *dir, bool made_dir, const bool *made, int32_t n)
+{
+    if (made_dir) {
+        nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        return;
+    }
+    for (int32_t p = 0; made && p < n; p++) {
+        char pdir[4300];
+        snprintf(pdir, sizeof pdir, "%s/%d", dir, p);
+        if (made[p])
+            nftw(pdir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+/* Opens (creating as needed, and saving set.json when save) the set in
+ * root/name with configuration c; auto_client not NULL marks it
+ * auto-created. A failed creation removes what it made. */
 static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, bool save,
-                    sl_set **out, sl_error *err)
+                    const char *auto_client, sl_set **out, sl_error *err)
 {
     sl_set *s = calloc(1, sizeof *s);
     if (!s)
         return SL_ENOMEM;
     snprintf(s->name, sizeof s->name, "%s", name);
     s->cfg = *c;
+    s->auto_created = auto_client != NULL;
+    snprintf(s->auto_client, sizeof s->auto_client, "%s", auto_client ? auto_client : "");
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/%s", sets->root, name);
     int rc = 0;
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+    bool made_dir = false, *made = NULL; /* what to remove should the creation fail */
+    if (mkdir(dir, 0755) == 0)
+        made_dir = save;
+    else if (errno != EEXIST)
         rc = sl_error_errno(err, errno, "create %s", dir);
     if (!rc && !(s->parts = calloc((size_t)c->partitions, sizeof *s->parts)))
+        rc = SL_ENOMEM;
+    if (!rc && save && !made_dir && !(made = calloc((size_t)c->partitions, sizeof *made)))
         rc = SL_ENOMEM;
     sl_log_open_options lo = {
         .create = true, .notify = sets->opts.notify, .notify_ctx = sets->opts.notify_ctx};
     for (int32_t p = 0; !rc && p < c->partitions; p++) {
         char pdir[4300];
         snprintf(pdir, sizeof pdir, "%s/%d", dir, p);
+        if (made)
+            made[p] = access(pdir, F_OK) != 0;
         rc = sl_store_open_log(&s->parts[p], pdir, &c->log, &lo, err);
         if (!rc)
             s->nparts++;
@@ -303,11 +348,15 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
         s->opened = true;
     /* set.json last: a set refused above must not come back at the next start. */
     if (!rc && save)
-        rc = config_save(dir, c, err);
+        rc = config_save(dir, c, auto_client, err);
     if (rc) {
         set_free(sets, s);
+        if (save)
+            unmake(dir, made_dir, made, c->partitions);
+        free(made);
         return rc;
     }
+    free(made);
     *out = s;
     return 0;
 }
@@ -334,6 +383,8 @@ static int push(sl_sets *sets, sl_set *s)
         }
         sets->v[i] = s;
         sets->n++;
+        if (s->auto_created)
+            atomic_fetch_add(&sets->nauto, 1);
     }
     pthread_rwlock_unlock(&sets->lock);
     return rc;
@@ -362,15 +413,37 @@ static int load_existing(sl_sets *sets, const char *name, sl_error *err)
             return 0; /* not a set: ignore the directory */
         return sl_error_set(err, SL_EPARSE, "%s:%d: %s", path, je.line, je.text);
     }
+    /* "auto_created_by" is the registry's, not a setting: a set.json
+     * without it (declared, or written before the key existed) is declared. */
+    char client[SL_SET_CLIENT_MAX + 1] = "";
+    bool autoc = false;
+    int rc = 0;
+    json_t *a = json_is_object(j) ? json_object_get(j, "auto_created_by") : NULL;
+    if (a && !json_is_string(a))
+        rc = sl_error_set(err, SL_EPARSE, "%s: bad value for \"auto_created_by\" (want a string)",
+                          path);
+    else if (a) {
+        autoc = true;
+        snprintf(client, sizeof client, "%s", json_string_value(a));
+        json_object_del(j, "auto_created_by");
+    }
     sl_set_config c = sets->opts.defaults;
-    int rc = config_from_json(j, &c, path, err);
+    if (!rc)
+        rc = config_from_json(j, &c, path, err);
     json_decref(j);
     sl_set *s;
     if (!rc)
-        rc = set_open(sets, name, &c, false, &s, err);
+        rc = set_open(sets, name, &c, false, autoc ? client : NULL, &s, err);
     if (!rc && (rc = push(sets, s)))
         set_free(sets, s);
     return rc;
+}
+
+static bool has_set_json(const char *root, const char *name)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s/set.json", root, name);
+    return access(path, F_OK) == 0;
 }
 
 int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err)
@@ -399,9 +472,21 @@ int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err)
         goto fail;
     }
     struct dirent *e;
-    while (!rc && (e = readdir(d)))
-        if (sl_set_name_valid(e->d_name))
+    while (!rc && (e = readdir(d))) {
+        if (sl_set_name_valid(e->d_name)) {
             rc = load_existing(sets, e->d_name, err);
+        } else if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                   opts->notify && has_set_json(sets->root, e->d_name)) {
+            /* Made by a version that allowed leading dots: kept on disk,
+             * not served, and said so rather than silently missing. */
+            char msg[600];
+            snprintf(msg, sizeof msg,
+                     "%s/%.300s: not opened: set names may not begin with \".\" (rename the "
+                     "directory to serve it)",
+                     sets->root, e->d_name);
+            opts->notify(opts->notify_ctx, msg);
+        }
+    }
     closedir(d);
     if (rc)
         goto fail;
@@ -412,24 +497,75 @@ fail:
     return rc;
 }
 
-static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *cfg, bool allowed,
-                         sl_set **out, sl_error *err)
+/* How get_or_create() may make a missing set. */
+typedef enum make_mode {
+    MAKE_NONE,    /* look up only */
+    MAKE_AUTO,    /* auto-create (auto_create and the caps permitting) */
+    MAKE_DECLARE, /* create as declared, with the defaults */
+    MAKE_DEFINE,  /* create as declared with cfg, or give an existing set cfg */
+} make_mode;
+
+/* Auto-created sets charged to client (under the read lock). */
+static size_t auto_count_of(sl_sets *sets, const char *client)
+{
+    size_t n = 0;
+    pthread_rwlock_rdlock(&sets->lock);
+    for (size_t i = 0; i < sets->n; i++)
+        n += sets->v[i]->auto_created && strcmp(sets->v[i]->auto_client, client) == 0;
+    pthread_rwlock_unlock(&sets->lock);
+    return n;
+}
+
+/* Whether one more set may be auto-created for client (create_lock held):
+ * 0, or SL_ELIMIT with err naming the limit that was reached. */
+static int auto_admit(sl_sets *sets, const char *name, const char *client, sl_error *err)
+{
+    size_t cap = sets->opts.max_auto_sets, share = sets->opts.max_auto_sets_per_client;
+    size_t n = atomic_load(&sets->nauto);
+    if (cap && n >= cap)
+        return sl_error_set(err, SL_ELIMIT,
+                            "set \"%s\" was not created: %zu sets were created on first use "
+                            "already, the limit (server.max_auto_sets = %zu); retrying does not "
+                            "help: declare the set (set \"%s\" { }) or raise the limit",
+                            name, n, cap, name);
+    if (share && client[0] && (n = auto_count_of(sets, client)) >= share)
+        return sl_error_set(err, SL_ELIMIT,
+                            "set \"%s\" was not created: %s created %zu sets on first use "
+                            "already, its share (server.max_auto_sets_per_client = %zu); "
+                            "retrying does not help: declare the set (set \"%s\" { }) or raise "
+                            "the limit",
+                            name, client, n, share, name);
+    return 0;
+}
+
+static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *cfg, make_mode mode,
+                         const char *client, sl_set **out, sl_error *err)
 {
     if (!sl_set_name_valid(name))
         return sl_error_set(err, SL_EINVAL,
                             "invalid set name \"%.140s\": use 1 to 128 of "
-                            "A-Z a-z 0-9 . _ - (not \".\" or \"..\")",
+                            "A-Z a-z 0-9 . _ - , not beginning with \".\"",
                             name);
+    if (!client)
+        client = "";
     sl_set *s = find(sets, name);
-    if (s && cfg) { /* define over an existing set: new settings, same partitions */
+    if (s && mode == MAKE_DEFINE) { /* over an existing set: new settings, same partitions */
         pthread_mutex_lock(&sets->create_lock);
         sl_set_config c = *cfg;
         c.partitions = s->nparts;
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/%s", sets->root, name);
-        int rc = config_save(dir, &c, err);
-        if (!rc)
+        int rc = config_save(dir, &c, NULL, err);
+        if (!rc) {
             s->cfg = c;
+            pthread_rwlock_wrlock(&sets->lock);
+            if (s->auto_created) { /* the config names it now: declared */
+                s->auto_created = false;
+                s->auto_client[0] = '\0';
+                atomic_fetch_sub(&sets->nauto, 1);
+            }
+            pthread_rwlock_unlock(&sets->lock);
+        }
         pthread_mutex_unlock(&sets->create_lock);
         if (!rc)
             *out = s;
@@ -439,12 +575,14 @@ static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *c
         *out = s;
         return 0;
     }
-    if (!allowed)
+    if (mode == MAKE_NONE || (mode == MAKE_AUTO && !sets->opts.auto_create))
         return sl_error_set(err, SL_ENOENT, "no event set \"%s\"", name);
     pthread_mutex_lock(&sets->create_lock);
     int rc = 0;
-    if (!(s = find(sets, name))) {
-        rc = set_open(sets, name, cfg ? cfg : &sets->opts.defaults, true, &s, err);
+    if (!(s = find(sets, name)) &&
+        !(mode == MAKE_AUTO && (rc = auto_admit(sets, name, client, err)))) {
+        rc = set_open(sets, name, mode == MAKE_DEFINE ? cfg : &sets->opts.defaults, true,
+                      mode == MAKE_AUTO ? client : NULL, &s, err);
         if (!rc && (rc = push(sets, s)))
             set_free(sets, s);
     }
@@ -456,13 +594,39 @@ static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *c
 
 int sl_sets_get(sl_sets *sets, const char *name, bool create, sl_set **out, sl_error *err)
 {
-    return get_or_create(sets, name, NULL, create && sets->opts.auto_create, out, err);
+    return get_or_create(sets, name, NULL, create ? MAKE_AUTO : MAKE_NONE, NULL, out, err);
+}
+
+int sl_sets_create_auto(sl_sets *sets, const char *name, const char *client, sl_set **out,
+                        sl_error *err)
+{
+    return get_or_create(sets, name, NULL, MAKE_AUTO, client, out, err);
+}
+
+int sl_sets_declare(sl_sets *sets, const char *name, sl_set **out, sl_error *err)
+{
+    return get_or_create(sets, name, NULL, MAKE_DECLARE, NULL, out, err);
 }
 
 int sl_sets_define(sl_sets *sets, const char *name, const sl_set_config *cfg, sl_set **out,
                    sl_error *err)
 {
-    return get_or_create(sets, name, cfg, true, out, err);
+    return get_or_create(sets, name, cfg, MAKE_DEFINE, NULL, out, err);
+}
+
+const sl_set_config *sl_sets_defaults(const sl_sets *sets)
+{
+    return &sets->opts.defaults;
+}
+
+bool sl_sets_auto_creates(const sl_sets *sets)
+{
+    return sets->opts.auto_create;
+}
+
+size_t sl_sets_auto_count(sl_sets *sets)
+{
+    return atomic_load(&sets->nauto);
 }
 
 void sl_sets_each(sl_sets *sets, void (*fn)(sl_set *set, void *ctx), void *ctx)

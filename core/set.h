@@ -4,10 +4,13 @@
  * An event set is a named, partitioned log: DATA/sets/<name>/set.json holds
  * its configuration and DATA/sets/<name>/<partition>/ each partition's log
  * (core/log.h), reached only through the store interface (core/store.h) so
- * that another backend can take its place. Names are [A-Za-z0-9._-]{1,128} and never "." or "..",
- * so a name can never reach outside DATA/sets. Sets are created on first use when the registry
- * allows it, persist across restarts, and are never freed while the registry is open, so an sl_set
- * pointer stays valid until sl_sets_close().
+ * that another backend can take its place. Names are [A-Za-z0-9._-]{1,128} and never begin
+ * with "." (so never "." or ".."): a name can never reach outside DATA/sets, nor become a hidden
+ * directory that ls and globs miss. Sets are created on first use when the registry allows it
+ * (auto-created: counted against max_auto_sets, overall and per client, and marked so in set.json
+ * with "auto_created_by"), or declared (sl_sets_define(), sl_sets_declare(): never counted),
+ * persist across restarts, and are never freed while the registry is open, so an sl_set pointer
+ * stays valid until sl_sets_close(). A set whose creation fails midway leaves nothing behind.
  */
 #ifndef SL_SET_H
 #define SL_SET_H
@@ -23,6 +26,7 @@
 #include <stdint.h>
 
 #define SL_SET_NAME_MAX 128
+#define SL_SET_CLIENT_MAX 95 /* longest client an auto-created set is charged to */
 
 typedef enum sl_ack {
     SL_ACK_BUFFER,  /* answer once the event is in the Databus buffer */
@@ -64,17 +68,26 @@ struct sl_set {
     sl_set_stats stats;
     void *bus;   /* the Databus's per-set state (core/databus.c) */
     bool opened; /* on_open accepted it: on_close is due */
+    /* The client an auto-created set is charged to ("key:NAME", "ip:ADDR",
+     * "" for none); auto_created false for a declared set. Written under
+     * the registry's creation lock. */
+    bool auto_created;
+    char auto_client[SL_SET_CLIENT_MAX + 1];
 };
 
 typedef struct sl_sets sl_sets;
 
-/* 1 when name is a valid set name. */
+/* 1 when name is a valid set name: 1-128 of A-Z a-z 0-9 . _ -, not beginning with ".". */
 int sl_set_name_valid(const char *name);
 
 typedef struct sl_sets_options {
     const char *data_dir;
     sl_set_config defaults; /* what new sets get */
     bool auto_create;       /* sl_sets_get(…, create = true) may create sets */
+    /* Auto-created sets at most (0: no cap), and of those at most
+     * max_auto_sets_per_client charged to one client (0: no per-client cap).
+     * Declared sets do not count. */
+    size_t max_auto_sets, max_auto_sets_per_client;
     /* Called once for every set opened or created, before anyone can use it
      * (the Databus attaches its per-set state here); non-zero refuses the set. */
     int (*on_open)(sl_set *set, void *ctx, sl_error *err);
@@ -90,16 +103,42 @@ typedef struct sl_sets_options {
  * SL_E… code with err; nothing is left open on error. */
 int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err);
 
-/* Finds set name; creates it (with cfg, or the defaults when cfg is NULL)
- * when missing and creation is allowed (create && auto_create, or
- * force_create). Returns 0 with *out, SL_EINVAL for a bad name, SL_ENOENT for
- * a missing set that may not be created, or another SL_E… code with err. */
+/* Finds set name; with create, auto-creates it with the defaults when
+ * missing and auto_create allows it, charged to no client (see
+ * sl_sets_create_auto()). Returns 0 with *out, SL_EINVAL for a bad name,
+ * SL_ENOENT for a missing set that may not be created, SL_ELIMIT over
+ * max_auto_sets, or another SL_E… code with err. */
 int sl_sets_get(sl_sets *sets, const char *name, bool create, sl_set **out, sl_error *err);
+
+/* Finds set name, or auto-creates it with the defaults charged to client
+ * (NULL or "": none; only the overall cap applies). Callers create only for
+ * a request holding an event about to be stored (parsed with
+ * sl_sets_defaults() first). Returns 0 with *out; SL_EINVAL for a bad name;
+ * SL_ENOENT when auto_create is off; SL_ELIMIT with err naming the limit
+ * when max_auto_sets, or client's max_auto_sets_per_client, sets were
+ * auto-created already; another SL_E… code with err (nothing is left on
+ * disk then). */
+int sl_sets_create_auto(sl_sets *sets, const char *name, const char *client, sl_set **out,
+                        sl_error *err);
+
+/* Finds set name, or creates it with the defaults as a declared set (a set
+ * the config names: never counted against max_auto_sets, whatever
+ * auto_create says). Returns like sl_sets_get(). */
+int sl_sets_declare(sl_sets *sets, const char *name, sl_set **out, sl_error *err);
+
+/* What a set created now would get (the registry's defaults). */
+const sl_set_config *sl_sets_defaults(const sl_sets *sets);
+
+/* Whether missing sets may be auto-created at all (auto_create). */
+bool sl_sets_auto_creates(const sl_sets *sets);
+
+/* Auto-created sets right now. */
+size_t sl_sets_auto_count(sl_sets *sets);
 
 /* Creates a set with an explicit configuration (for config files); an
  * existing set keeps its partitions, the rest of cfg replaces its settings
- * (and its set.json). Call it before events flow to the set: the Databus
- * reads the settings without a lock. Returns 0 or an SL_E… code with err. */
+ * (and its set.json), and an auto-created one becomes declared. Call it before events flow to the
+ * set: the Databus reads the settings without a lock. Returns 0 or an SL_E… code with err. */
 int sl_sets_define(sl_sets *sets, const char *name, const sl_set_config *cfg, sl_set **out,
                    sl_error *err);
 

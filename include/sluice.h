@@ -147,7 +147,7 @@ SL_CLIENT_API sl_client *sl_client_open_opts(const char *url_or_socket, const sl
  *
  * Returns the message id (> 0, increasing per client) that the delivery
  * callback will get, or SL_CLIENT_EINVAL (bad set name: not
- * [A-Za-z0-9._-]{1,128}, "." or ".."; bad lane; json not an object; NULL
+ * [A-Za-z0-9._-]{1,128} or begins with "."; bad lane; json not an object; NULL
  * arguments), SL_CLIENT_EFULL (queue_bytes reached: flush or retry later; an
  * event bigger than queue_bytes always gets it), SL_CLIENT_ENOMEM, or SL_CLIENT_ESHUTDOWN
  * (sl_client_close() has begun). Nothing is queued and no callback comes when it returns an error.

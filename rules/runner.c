@@ -1460,7 +1460,10 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
 static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
 {
     const sl_rule_config *rc = rr->rc;
-    int rc2 = sl_sets_get(r->opts.sets, rc->set, true, &rr->set, err);
+    /* The rule's set is declared (the config check requires a `set` block
+     * and the router defines it before rules start): looked up, never
+     * created on first use, so it never counts against max_auto_sets. */
+    int rc2 = sl_sets_get(r->opts.sets, rc->set, false, &rr->set, err);
     if (rc2)
         return rc2;
     rr->nparts = rr->set->nparts;

@@ -676,6 +676,56 @@ static void test_bad_lines(void **state)
     s->passed = true;
 }
 
+/* The agent forwards to the HTTP API, so ingest decides what is created:
+ * lines whose events the server refuses create no set upstream; a valid one
+ * does; past server.max_auto_sets the line gets SetLimit (final, not
+ * retried) and nothing is left waiting behind it. */
+static void test_refused_lines_create_no_set(void **state)
+{
+    it_server *s = *state;
+    static char cfg[PATH_MAX];
+    it_write_config(s, cfg, "server { max_auto_sets = 1 }\n");
+    it_start_config(s, cfg, 30);
+    agent_start(s, s->port, NULL);
+    sl_buf b = SL_BUF_INIT;
+    raw(&b, "{\"set\":\"agentjunk\",\"event\":{\"id\":\"noattrs\"}}\n");
+    raw(&b, "{\"set\":\"agentjunk2\",\"event\":{\"specversion\":\"0.3\",\"id\":\"x\","
+            "\"source\":\"/a\",\"type\":\"t\"}}\n");
+    int fd = cl_connect();
+    assert_int_equal(cl_send(fd, (const char *)b.data, b.len), 0);
+    ack a[2];
+    assert_int_equal(cl_acks(fd, a, 2, 20), 2);
+    assert_false(a[0].ok);
+    assert_string_equal(a[0].error, "MissingAttribute");
+    assert_false(a[1].ok);
+    assert_string_equal(a[1].error, "InvalidEvent");
+    assert_int_equal(set_events(s->port, "agentjunk"), -1);
+    assert_int_equal(set_events(s->port, "agentjunk2"), -1);
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/sets/agentjunk", s->data);
+    assert_int_not_equal(access(dir, F_OK), 0);
+    b.len = 0;
+    line(&b, "agentok", "g0", NULL, NULL);
+    assert_int_equal(cl_send(fd, (const char *)b.data, b.len), 0);
+    assert_int_equal(cl_acks(fd, a, 1, 20), 1);
+    if (!a[0].ok)
+        fail_msg("a valid line to a new set: %s: %s", a[0].error, a[0].message);
+    b.len = 0;
+    line(&b, "agentover", "g1", NULL, NULL);
+    line(&b, "agentok", "g2", NULL, NULL);
+    assert_int_equal(cl_send(fd, (const char *)b.data, b.len), 0);
+    assert_int_equal(cl_acks(fd, a, 2, 20), 2);
+    assert_false(a[0].ok);
+    assert_string_equal(a[0].error, "SetLimit");
+    assert_non_null(strstr(a[0].message, "max_auto_sets = 1"));
+    assert_true(a[1].ok);
+    assert_int_equal(set_events(s->port, "agentok"), 2);
+    assert_int_equal(set_events(s->port, "agentover"), -1);
+    close(fd);
+    sl_buf_free(&b);
+    s->passed = true;
+}
+
 /* A writer thread pacing lines of two sets over the given time: ids a<tag>N
  * go to seta, b<tag>N to setb, so that each connection's events can be told
  * apart (tag "" for a lone writer). */
@@ -1800,6 +1850,7 @@ int main(void)
         T(test_pipelined),
         T(test_lane),
         T(test_bad_lines),
+        T(test_refused_lines_create_no_set),
         T(test_upstream_down),
         T(test_upstream_flaps),
         T(test_upstream_down_streams),

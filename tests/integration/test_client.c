@@ -377,7 +377,7 @@ static void test_bad_args(void **state)
     char longset[140];
     memset(longset, 'a', 129);
     longset[129] = '\0';
-    const char *bad_sets[] = {"", ".", "..", "a/b", "a b", "é", longset, NULL};
+    const char *bad_sets[] = {"", ".", "..", ".hidden", "a/b", "a b", "é", longset, NULL};
     for (int i = 0; bad_sets[i]; i++)
         assert_int_equal(sl_client_send(c, bad_sets[i], ev, NULL), SL_CLIENT_EINVAL);
     longset[128] = '\0';

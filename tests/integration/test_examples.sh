@@ -75,7 +75,7 @@ r=$(post "$port" orders '{"specversion":"1.0","id":"o1","source":"/shop","type":
 r=$(post "$port" orders '{"specversion":"1.0","id":"o2","source":"/shop","type":"order.created","data":{"amount":100,"currency":"EUR"}}')
 [[ $r == 200* ]] || fail "quickstart: small order: $r"
 r=$(post "$port" orders '{"specversion":"1.0","id":"o3","source":"/shop","type":"order.created","data":{"amount":150}}')
-[[ $r == 200*'"accepted":0'*SchemaViolation* ]] || fail "quickstart: an order without currency: $r"
+[[ $r == 422*SchemaViolation* ]] || fail "quickstart: an order without currency: $r"
 ex_wait 10 "quickstart: two notes in out/order-notes.txt" ex_lines "$d/out/order-notes.txt" 2
 ex_wait 10 "quickstart: one big order in out/big-orders.ndjson" ex_lines "$d/out/big-orders.ndjson" 1
 ex_wait 10 "quickstart: the rules caught up" ex_caught_up "$port"
@@ -105,7 +105,7 @@ for p in "base-1:" "fx-1:X-Sluice-Lane: feature-x" "fy-1:baggage: lane=feature-y
   [[ $r == 200*'"accepted":1'* ]] || fail "lanes: publish $id: $r"
 done
 r=$(post "$port" orders "$(order x-1)" "X-Sluice-Lane: nobody")
-[[ $r == 200*UnknownLane* ]] || fail "lanes: an undeclared lane: $r"
+[[ $r == 422*UnknownLane* ]] || fail "lanes: an undeclared lane: $r"
 ex_wait 10 "lanes: 4 requests at the receiver" ex_lines "$rx" 4
 ex_wait 10 "lanes: 3 events in audit.ndjson" ex_lines "$d/audit.ndjson" 3
 ex_wait 10 "lanes: the rules caught up" ex_caught_up "$port"

@@ -124,10 +124,10 @@ static void *writer_main(void *arg)
                      .len = strlen(body)};
         it_resp r;
         int rc = it_http(c, w->port, &k, &r);
-        /* 200 whenever the body was read; the entry says what became of it. */
+        /* 200 when stored; the one event's refusal is the answer (422). */
         if (!rc && r.status == 200 && strstr(it_body(&r), "\"accepted\":1"))
             snprintf(w->accepted[w->naccepted++], 32, "%s", id);
-        else if (!rc && r.status == 200 && strstr(it_body(&r), "\"UnknownLane\""))
+        else if (!rc && r.status == 422 && strstr(it_body(&r), "\"UnknownLane\""))
             w->unknown++;
         else {
             w->other++;

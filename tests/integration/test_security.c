@@ -1116,11 +1116,15 @@ static void test_limits(void **state)
         free(h);
     }
 
-    /* JSON depth: an event nested past 64 levels fails alone and says the
-     * depth; a body past 1024 levels is refused whole (400). */
+    /* JSON depth: an event nested past 64 levels is refused and says the
+     * depth (the one event of a structured request: its 400 is the
+     * answer); a body past 1024 levels is refused whole (400). */
     {
         char *d = deep_event(70);
-        it_resp r = it_post(s, "lim", IT_CT_CE, NULL, d, SIZE_MAX);
+        expect(it_post(s, "lim", IT_CT_CE, NULL, d, SIZE_MAX), 400, "InvalidJson",
+               "nesting deeper than 64", NULL);
+        /* As an NDJSON line it fails alone, in the results. */
+        it_resp r = it_post(s, "lim", IT_CT_NDJSON, NULL, d, SIZE_MAX);
         json_t *a = it_expect_results(&r, 0, 1);
         json_t *e = it_result(a, 0);
         assert_string_equal(json_string_value(json_object_get(e, "error")), "InvalidJson");

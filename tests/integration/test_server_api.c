@@ -380,8 +380,9 @@ static void test_invalid_set_names(void **state)
     char long_name[130];
     memset(long_name, 'n', 129);
     long_name[129] = '\0';
-    const char *names[] = {"..",    "%2E%2E",    ".",     long_name,
-                           "a%20b", "caf%C3%A9", "a%2Fb", "..%2F..%2Fetc"};
+    /* A leading dot too: it would make a hidden directory ls and globs miss. */
+    const char *names[] = {"..",    "%2E%2E",        ".",       long_name, "a%20b", "caf%C3%A9",
+                           "a%2Fb", "..%2F..%2Fetc", ".hidden", "%2Ex",    "...x"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         it_resp r = it_post(s, names[i], IT_CT_CE, NULL, ok, SIZE_MAX);
         if (r.status != 400)
@@ -501,12 +502,12 @@ static void test_entry_errors(void **state)
     it_resp_free(&r);
     sl_buf_free(&b);
 
-    /* Binary mode: a missing attribute is an entry error too. */
+    /* Binary mode: the one event is the request, so its refusal is the
+     * answer (a 4xx a CloudEvents emitter reports), naming the attribute. */
     const char *hdrs[] = {"ce-specversion: 1.0", "ce-source: /s", "ce-type: t", NULL};
     r = it_post(s, "entries", "application/json", hdrs, "{}", SIZE_MAX);
-    a = it_expect_results(&r, 0, 1);
-    expect_entry_error(a, 0, "MissingAttribute", "id");
-    json_decref(a);
+    it_expect_error(&r, 400, "MissingAttribute");
+    assert_non_null(strstr(it_body(&r), "\\\"id\\\""));
     it_resp_free(&r);
 
     /* /metrics counts the rejections by reason. */
@@ -903,7 +904,7 @@ static void test_sets_and_metrics(void **state)
     it_srv_start(s, NULL);
     it_resp r = it_get(s, "/v1/sets");
     assert_int_equal(r.status, 200);
-    assert_string_equal(it_body(&r), "{\"sets\":[]}\n");
+    assert_string_equal(it_body(&r), "{\"sets\":[],\"auto_created\":0}\n");
     it_resp_free(&r);
     sl_buf b = SL_BUF_INIT;
     for (int i = 0; i < 5; i++)

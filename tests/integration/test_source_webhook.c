@@ -643,7 +643,7 @@ static void test_refused_publish(void **state)
     github(&h, "k", bad, "push", "d-1");
     for (int i = 0; i < 2; i++) {
         it_resp r = post(s, "gh", &h, bad);
-        it_expect_error(&r, 400, "SchemaViolation");
+        it_expect_error(&r, 422, "SchemaViolation");
         it_resp_free(&r);
     }
     json_decref(events(s, "gh", 0));

@@ -279,6 +279,8 @@ static void test_rule_mistakes(void **state)
                    "rule \"r\" { set = \"x\",\n" GOOD_RULE_TAIL,
                    5, "rule \"r\" is declared twice");
     expect_mistake(f, "set \"../etc\" { }\n", 1, "a set name is");
+    expect_mistake(f, "set \".hidden\" { }\n", 1, "not beginning with .");
+    expect_mistake(f, "server { max_auto_sets = 0 }\n", 1, "max_auto_sets");
     expect_mistake(f, "set \"x\" { }\nrule \"a/b\" { set = \"x\",\n" GOOD_RULE_TAIL, 2,
                    "a rule name is");
     expect_mistake(f, "server { }\nserver { }\n", 2, "server is declared twice");

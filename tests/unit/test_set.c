@@ -156,14 +156,16 @@ static void test_name_valid(void **state)
     max[SL_SET_NAME_MAX] = '\0';
     assert_int_equal(sl_set_name_valid("a"), 1);
     assert_int_equal(sl_set_name_valid("A.b_c-1"), 1);
-    assert_int_equal(sl_set_name_valid("...x"), 1);
+    assert_int_equal(sl_set_name_valid("x..."), 1);
+    assert_int_equal(sl_set_name_valid("a.b"), 1);
     assert_int_equal(sl_set_name_valid(max), 1);
     max[SL_SET_NAME_MAX] = 'x';
     max[SL_SET_NAME_MAX + 1] = '\0';
     assert_int_equal(sl_set_name_valid(max), 0); /* 129 characters */
 
-    static const char *const bad[] = {"",         ".",    "..",  "a/b",  "../x", "a b",
-                                      "\xc3\xa9", "a\tb", "a:b", "a\\b", "/",    "a\nb"};
+    /* A leading dot would make a hidden directory that ls and globs miss. */
+    static const char *const bad[] = {"",         ".",    "..",  "a/b",  "../x", "a b",     "...x",
+                                      "\xc3\xa9", "a\tb", "a:b", "a\\b", "/",    ".hidden", ".x"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         if (sl_set_name_valid(bad[i]))
             fail_msg("\"%s\" accepted as a set name", bad[i]);
@@ -345,7 +347,9 @@ static void test_get_create_writes_defaults(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "ack")), "durable");
     assert_string_equal(json_string_value(json_object_get(j, "compression")), "none");
     assert_true(json_is_false(json_object_get(j, "generate_ids")));
-    assert_int_equal(json_object_size(j), sizeof ints / sizeof *ints + 3);
+    /* Auto-created, charged to no client: marked, so restarts still count it. */
+    assert_string_equal(json_string_value(json_object_get(j, "auto_created_by")), "");
+    assert_int_equal(json_object_size(j), sizeof ints / sizeof *ints + 4);
     json_decref(j);
 
     /* And the set in memory agrees with the defaults it was given. */
@@ -787,6 +791,199 @@ static void collect_name(sl_set *set, void *ctx)
     s->n++;
 }
 
+/* ---- failed creations, the cap on auto-created sets, dot names ----------- */
+
+/* A creation refused midway (here by on_open, after every partition was
+ * made) leaves no directory behind: the next start finds nothing. */
+static void test_failed_create_removes_dir(void **state)
+{
+    const char *dir = *state;
+    hook_state h = {.refuse = "refused", .refuse_rc = SL_EIO};
+    sl_sets_options o = opts_for(dir);
+    o.on_open = counting_hook;
+    o.ctx = &h;
+    sl_sets *sets;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    sl_set *s = NULL;
+    assert_int_equal(sl_sets_get(sets, "refused", true, &s, &err), SL_EIO);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/sets/refused", dir);
+    if (exists(path))
+        fail_msg("%s left behind by a refused creation", path);
+    sl_set_config c = custom_config();
+    assert_int_equal(sl_sets_define(sets, "refused", &c, &s, &err), SL_EIO);
+    assert_false(exists(path));
+    snprintf(path, sizeof path, "%s/sets", dir);
+    assert_int_equal(count_entries(path), 0);
+    assert_int_equal(sl_sets_auto_count(sets), 0);
+    sl_sets_close(sets);
+}
+
+/* A partition that cannot be made (its path is taken by a file) fails the
+ * creation; the partitions made before it are removed, what was there
+ * before (the directory, the file) is kept. */
+static void test_failed_partition_removes_what_it_made(void **state)
+{
+    const char *dir = *state;
+    sl_sets_options o = opts_for(dir);
+    sl_sets *sets;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/sets/blocked", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/sets/blocked/2", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    sl_set *s = NULL;
+    int rc = sl_sets_get(sets, "blocked", true, &s, &err);
+    assert_true(rc < 0);
+    assert_null(s);
+    assert_true(exists(path)); /* the file was not ours */
+    snprintf(path, sizeof path, "%s/sets/blocked", dir);
+    assert_true(is_dir(path));
+    if (count_entries(path) != 1)
+        fail_msg("%s holds %d entries after the failed creation, want only the file", path,
+                 count_entries(path));
+    assert_int_equal(sl_sets_count(sets), 0);
+    assert_int_equal(sl_sets_auto_count(sets), 0);
+    sl_sets_close(sets);
+}
+
+static const char *auto_by(const char *dir, const char *name)
+{
+    static char v[128];
+    char path[4300];
+    snprintf(path, sizeof path, "%s/sets/%s/set.json", dir, name);
+    json_t *j = json_load_file(path, 0, NULL);
+    if (!j)
+        fail_msg("%s cannot be read", path);
+    json_t *a = json_object_get(j, "auto_created_by");
+    snprintf(v, sizeof v, "%s", json_is_string(a) ? json_string_value(a) : "(declared)");
+    json_decref(j);
+    return v;
+}
+
+/* max_auto_sets and the per-client share: refused with SL_ELIMIT naming the
+ * limit; declared sets do not count; the count survives a restart (set.json's
+ * auto_created_by), and a set the config declares later stops counting. */
+static void test_auto_cap(void **state)
+{
+    const char *dir = *state;
+    sl_sets_options o = opts_for(dir);
+    o.max_auto_sets = 3;
+    o.max_auto_sets_per_client = 2;
+    sl_sets *sets;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    sl_set *s = NULL;
+    assert_int_equal(sl_sets_create_auto(sets, "a1", "ip:10.0.0.1", &s, &err), 0);
+    assert_int_equal(sl_sets_create_auto(sets, "a2", "ip:10.0.0.1", &s, &err), 0);
+    /* An existing set is found whoever asks, cap or not. */
+    assert_int_equal(sl_sets_create_auto(sets, "a1", "ip:10.0.0.1", &s, &err), 0);
+    assert_string_equal(s->name, "a1");
+    s = NULL;
+    assert_int_equal(sl_sets_create_auto(sets, "a3", "ip:10.0.0.1", &s, &err), SL_ELIMIT);
+    assert_null(s);
+    if (!strstr(err.msg, "max_auto_sets_per_client = 2") || !strstr(err.msg, "ip:10.0.0.1") ||
+        !strstr(err.msg, "retrying does not help"))
+        fail_msg("per-client refusal says: %s", err.msg);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/sets/a3", dir);
+    assert_false(exists(path));
+    assert_int_equal(sl_sets_create_auto(sets, "b1", "key:other", &s, &err), 0);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(sl_sets_create_auto(sets, "c1", "key:third", &s, &err), SL_ELIMIT);
+    if (!strstr(err.msg, "max_auto_sets = 3") || !strstr(err.msg, "\"c1\""))
+        fail_msg("overall refusal says: %s", err.msg);
+    assert_int_equal(sl_sets_get(sets, "c1", true, &s, &err), SL_ELIMIT);
+    /* Declared sets are never refused and never counted. */
+    sl_set_config c = custom_config();
+    assert_int_equal(sl_sets_define(sets, "declared", &c, &s, &err), 0);
+    assert_int_equal(sl_sets_declare(sets, "named", &s, &err), 0);
+    assert_int_equal(sl_sets_auto_count(sets), 3);
+    assert_int_equal(sl_sets_count(sets), 5);
+    assert_string_equal(auto_by(dir, "a1"), "ip:10.0.0.1");
+    assert_string_equal(auto_by(dir, "b1"), "key:other");
+    assert_string_equal(auto_by(dir, "declared"), "(declared)");
+    assert_string_equal(auto_by(dir, "named"), "(declared)");
+    sl_sets_close(sets);
+
+    /* After a restart the three still count, overall and per client. */
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    assert_int_equal(sl_sets_auto_count(sets), 3);
+    assert_int_equal(sl_sets_create_auto(sets, "c1", "key:third", &s, &err), SL_ELIMIT);
+    o.max_auto_sets = 10;
+    sl_sets_close(sets);
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(sl_sets_create_auto(sets, "a3", "ip:10.0.0.1", &s, &err), SL_ELIMIT);
+    assert_non_null(strstr(err.msg, "max_auto_sets_per_client"));
+    /* The config declaring a1 takes it off ip:10.0.0.1's account. */
+    assert_int_equal(sl_sets_define(sets, "a1", &c, &s, &err), 0);
+    assert_false(s->auto_created);
+    assert_string_equal(auto_by(dir, "a1"), "(declared)");
+    assert_int_equal(sl_sets_auto_count(sets), 2);
+    assert_int_equal(sl_sets_create_auto(sets, "a3", "ip:10.0.0.1", &s, &err), 0);
+    assert_true(s->auto_created);
+    sl_sets_close(sets);
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    assert_int_equal(sl_sets_auto_count(sets), 3);
+    sl_sets_close(sets);
+}
+
+typedef struct notices {
+    int n;
+    char last[600];
+} notices;
+
+static void note(void *ctx, const char *msg)
+{
+    notices *ns = ctx;
+    ns->n++;
+    snprintf(ns->last, sizeof ns->last, "%s", msg);
+}
+
+/* A set directory whose name begins with "." (made by a version that allowed
+ * it) is left alone on disk, not opened, and reported, not silently missed;
+ * creating such a set is refused. */
+static void test_dot_names(void **state)
+{
+    const char *dir = *state;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/sets", dir);
+    mkdir(dir, 0755);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/sets/.old", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/sets/.old/set.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"partitions\": 1}\n", f);
+    fclose(f);
+    notices ns = {0};
+    sl_sets_options o = opts_for(dir);
+    o.notify = note;
+    o.notify_ctx = &ns;
+    sl_sets *sets;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    assert_int_equal(sl_sets_count(sets), 0);
+    assert_int_equal(ns.n, 1);
+    if (!strstr(ns.last, ".old") || !strstr(ns.last, "may not begin with"))
+        fail_msg("notice says: %s", ns.last);
+    assert_true(exists(path));
+    sl_set *s = NULL;
+    assert_int_equal(sl_sets_get(sets, ".hidden", true, &s, &err), SL_EINVAL);
+    assert_non_null(strstr(err.msg, "not beginning with \".\""));
+    assert_int_equal(sl_sets_declare(sets, ".x", &s, &err), SL_EINVAL);
+    snprintf(path, sizeof path, "%s/sets/.hidden", dir);
+    assert_false(exists(path));
+    sl_sets_close(sets);
+}
+
 static void test_each_and_count(void **state)
 {
     const char *dir = *state;
@@ -1005,6 +1202,10 @@ int main(void)
         T(test_dir_without_set_json_ignored),
         T(test_on_open_once_per_set),
         T(test_on_open_error),
+        T(test_failed_create_removes_dir),
+        T(test_failed_partition_removes_what_it_made),
+        T(test_auto_cap),
+        T(test_dot_names),
         T(test_each_and_count),
         T(test_retain),
         T(test_concurrent_create),

@@ -8,8 +8,10 @@
  * structured mode when content-type is application/cloudevents+json or the
  * value is a valid CloudEvent; otherwise the value is wrapped (configured
  * type and source, id TOPIC-PARTITION-OFFSET so that a record read again
- * makes the same event, the record time). A `lane` header sets the lane; the
- * key becomes partitionkey when the event has none.
+ * makes the same event, the record time). A binary or structured event
+ * without an id gets the same TOPIC-PARTITION-OFFSET id, for the same
+ * reason. A `lane` header sets the lane; the key becomes partitionkey when
+ * the event has none.
  *
  * Two threads, so that a backlog is read at Kafka's pace: the consumer
  * thread polls, converts records into event JSON in chunks and queues them;
@@ -441,6 +443,7 @@ typedef struct rec_headers {
     bool binary;       /* a ce_specversion header */
     bool has_pkey;     /* a ce_partitionkey header */
     bool has_time;     /* a ce_time header */
+    bool has_id;       /* a ce_id header */
     const char *ctype; /* content-type, NUL-terminated copy in k->ctb; NULL: none or unusable */
     const char *lane;  /* the lane header, NUL-terminated copy in lanebuf */
     char lanebuf[SL_EVENT_LANE_MAX + 1];
@@ -454,7 +457,7 @@ typedef struct rec_headers {
 static int read_headers(kafka_source *k, const rd_kafka_message_t *m, rec_headers *h)
 {
     h->hdrs = NULL;
-    h->binary = h->has_pkey = h->has_time = false;
+    h->binary = h->has_pkey = h->has_time = h->has_id = false;
     h->ctype = h->lane = NULL;
     if (rd_kafka_message_headers(m, &h->hdrs))
         return 0;
@@ -469,6 +472,8 @@ static int read_headers(kafka_source *k, const rd_kafka_message_t *m, rec_header
                 h->has_pkey = true;
             else if (strcmp(name + 3, "time") == 0)
                 h->has_time = true;
+            else if (strcmp(name + 3, "id") == 0)
+                h->has_id = true;
         } else if (strcasecmp(name, "content-type") == 0 && val) {
             h->ctype = NULL;
             if (!ce_string_ok(val, vl))
@@ -500,13 +505,26 @@ static bool key_usable(const rd_kafka_message_t *m)
     return m->key && m->key_len && ce_string_ok(m->key, m->key_len);
 }
 
+/* The id of an event made from record m that has none of its own:
+ * TOPIC-PARTITION-OFFSET, so that a record read again (after a crash, a
+ * reset of the group's offsets) makes the same event and a consumer can
+ * recognise the duplicate. A topic name needs no escaping. Returns the
+ * length written to out (NUL-terminated). */
+#define RECORD_ID_MAX (249 + 2 * 21 + 1)
+static size_t record_id(const rd_kafka_message_t *m, char out[RECORD_ID_MAX])
+{
+    int n = snprintf(out, RECORD_ID_MAX, "%s-%d-%lld", rd_kafka_topic_name(m->rkt),
+                     (int)m->partition, (long long)m->offset);
+    return n > 0 && n < RECORD_ID_MAX ? (size_t)n : 0;
+}
+
 /* Binary mode: ce_* headers → a structured event appended to out. Returns
  * 0, SL_EINVAL (refuse(): the host never sees it), or SL_ENOMEM. */
 static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_headers *h,
                        sl_buf *out, sl_error *err)
 {
-    sl_event_header eh[MAX_CE_HEADERS + 2];
-    size_t at[MAX_CE_HEADERS + 2];
+    sl_event_header eh[MAX_CE_HEADERS + 3];
+    size_t at[MAX_CE_HEADERS + 3];
     char names[MAX_CE_HEADERS][SL_EVENT_NAME_MAX + 4];
     size_t n = 0;
     int rc = 0;
@@ -550,6 +568,17 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
         at[n] = (size_t)-1;
         n++;
     }
+    /* No ce_id: the record's coordinates, as for wrapped records. */
+    char id[RECORD_ID_MAX];
+    size_t idl = h->has_id ? 0 : record_id(m, id);
+    if (idl) {
+        eh[n].name = "ce-id";
+        eh[n].name_len = 5;
+        eh[n].value = id;
+        eh[n].value_len = idl;
+        at[n] = (size_t)-1;
+        n++;
+    }
     if (rc)
         return sl_error_set(err, rc, "source.kafka: out of memory");
     for (size_t i = 0; i < n; i++) /* k->esc is complete: its address is final */
@@ -566,20 +595,34 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
 }
 
 /* Structured mode: the value is the event, appended to out; the key
- * becomes partitionkey when the event has none (k->ev parsed it, when
- * parsed). Returns 0 or SL_ENOMEM. */
+ * becomes partitionkey when the event has none, and an event without an id
+ * gets the record's (record_id()) (k->ev parsed it, when parsed). Returns 0
+ * or SL_ENOMEM. */
 static int conv_structured(kafka_source *k, const rd_kafka_message_t *m, bool parsed, sl_buf *out)
 {
     const char *v = m->payload;
-    if (!(parsed && k->ev.partitionkey.type == SL_JSON_NONE && key_usable(m)))
+    bool pkey = parsed && k->ev.partitionkey.type == SL_JSON_NONE && key_usable(m);
+    bool noid = parsed && k->ev.id.type == SL_JSON_NONE;
+    if (!pkey && !noid)
         return sl_buf_append(out, v, m->len);
     size_t head = (size_t)(k->ev.object.p - v) + 1; /* up to and with '{' */
-    int rc = sl_buf_append(out, v, head) || sl_buf_append(out, "\"partitionkey\":", 15);
-    if (!rc) /* SL_EINVAL cannot happen (key_usable), but is kept apart from SL_ENOMEM */
-        rc = sl_json_put_string(out, m->key, m->key_len);
+    int rc = sl_buf_append(out, v, head);
+    /* SL_EINVAL cannot happen (key_usable, a topic name), but is kept apart from SL_ENOMEM */
+    if (!rc && pkey)
+        rc = sl_buf_append(out, "\"partitionkey\":", 15) ||
+                     sl_json_put_string(out, m->key, m->key_len) || sl_buf_append(out, ",", 1)
+                 ? SL_ENOMEM
+                 : 0;
+    if (!rc && noid) {
+        char id[RECORD_ID_MAX];
+        size_t idl = record_id(m, id);
+        rc = sl_buf_append(out, "\"id\":", 5) || sl_json_put_string(out, id, idl) ||
+                     sl_buf_append(out, ",", 1)
+                 ? SL_ENOMEM
+                 : 0;
+    }
     if (!rc)
-        rc = sl_buf_append(out, ",", 1) || sl_buf_append(out, v + head, m->len - head) ? SL_ENOMEM
-                                                                                       : 0;
+        rc = sl_buf_append(out, v + head, m->len - head) ? SL_ENOMEM : 0;
     return rc;
 }
 
@@ -717,7 +760,8 @@ static int convert(kafka_source *k, const rd_kafka_message_t *m, const rec_heade
         return conv_binary(k, m, h, out, &err);
     bool ce_ct = is_ce_json(h->ctype);
     if (m->payload && (ce_ct || looks_structured(m))) {
-        sl_event_limits lim = {.max_bytes = m->len + 1};
+        /* An event without an id is one: it gets the record's. */
+        sl_event_limits lim = {.max_bytes = m->len + 1, .generate_ids = true};
         bool parsed = sl_event_parse(m->payload, m->len, &lim, &k->ev, NULL) == SL_EVENT_OK;
         if (parsed || ce_ct) /* with the CloudEvents type, the host says what is wrong */
             return conv_structured(k, m, parsed, out);

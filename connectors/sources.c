@@ -202,9 +202,13 @@ static int grow_batch(src *s)
 static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane, sl_error *err)
 {
     src *s = ctx;
+    /* A source gives its events ids that a re-read repeats (a Kafka
+     * record's coordinates, a file line's position: docs/sources.md), so an
+     * event without one is refused like an HTTP ingest entry, unless the set
+     * generates ids (a UUIDv7, different on every read). */
     sl_event_limits lim = {.max_bytes = s->set->cfg.max_event_bytes,
                            .max_depth = SL_EVENT_MAX_DEPTH_DEFAULT,
-                           .generate_ids = true};
+                           .generate_ids = s->set->cfg.generate_ids};
     sl_error e = {0};
     sl_event_status st = sl_event_parse(json, len, &lim, &s->ev, &e);
     if (st == SL_EVENT_OK)

@@ -47,7 +47,8 @@ static void mock_start(void)
                               "--brokers", "3",      "--topic", "rec:1",   "--topic", "cl-a:2",
                               "--topic",   "cl-b:1", "--topic", "crash:3", "--topic", "bra:2",
                               "--topic",   "brb:2",  "--topic", "hb:1",    "--topic", "rb:4",
-                              "--topic",   "val:1",  "--topic", "sj:2",    NULL});
+                              "--topic",   "val:1",  "--topic", "sj:2",    "--topic", "ids:1",
+                              "--topic",   "join:1", NULL});
 }
 
 #define mock_cmd(...) it_kmock_cmd(&g_mk, __VA_ARGS__)
@@ -405,6 +406,57 @@ static void test_records(void **state)
     /* A record produced now arrives, and the lag is counted behind it. */
     kprod(s, "rec", NULL, NULL, "late", 4);
     wait_events(s, "fromkafka", 9, WAIT_S);
+    s->passed = true;
+}
+
+/* Records whose events have no id of their own get TOPIC-PARTITION-OFFSET
+ * in every mode (binary without ce_id, structured without "id", wrapped),
+ * so the same record read again makes the same event: two groups reading
+ * the topic from the beginning (as a source whose offsets were reset, or
+ * that crashed before committing, reads it again) store the same ids. */
+static void test_stable_ids(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "set \"ida\" { partitions = 1 }\n"
+                    "set \"idb\" { partitions = 1 }\n"
+                    "source.kafka { name = \"ia\", brokers = \"%s\", topics = { \"ids\" },\n"
+                    "  group = \"g-ida\", set = \"ida\", start = \"beginning\" }\n"
+                    "source.kafka { name = \"ib\", brokers = \"%s\", topics = { \"ids\" },\n"
+                    "  group = \"g-idb\", set = \"idb\", start = \"beginning\" }\n",
+                    g_mk.boot, g_mk.boot);
+    const char *bin[] = {"ce_specversion=1.0", "ce_source=/b", "ce_type=bt", NULL};
+    const char *ce_ct[] = {"content-type=application/cloudevents+json", NULL};
+    const char *v1 = "{\"specversion\":\"1.0\",\"source\":\"/s\",\"type\":\"st\"}";
+    const char *v2 = "{\"specversion\":\"1.0\",\"source\":\"/s\",\"type\":\"st2\",\"data\":1}";
+    kprod(s, "ids", NULL, bin, "{\"b\":1}", 7);  /* 0: binary, no ce_id */
+    kprod(s, "ids", "k", ce_ct, v1, strlen(v1)); /* 1: structured by content-type, no id */
+    kprod(s, "ids", NULL, NULL, v2, strlen(v2)); /* 2: structured by its shape, no id */
+    kprod(s, "ids", NULL, NULL, "plain", 5);     /* 3: wrapped */
+    it_start_config(s, cfg, WAIT_S);
+    wait_events(s, "ida", 4, WAIT_S);
+    wait_events(s, "idb", 4, WAIT_S);
+    assert_int_equal(source_int(s, "ia", "refused", NULL, NULL, 0), 0);
+    json_t *a = all_events(s, "ida", 1), *b = all_events(s, "idb", 1);
+    assert_int_equal(json_array_size(a), 4);
+    assert_int_equal(json_array_size(b), 4);
+    static const char *const want[][2] = {{"ids-0-0", "bt"},
+                                          {"ids-0-1", "st"},
+                                          {"ids-0-2", "st2"},
+                                          {"ids-0-3", "sluice.kafka.record"}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *ea = by_id(a, want[i][0]), *eb = by_id(b, want[i][0]);
+        if (!ea || !eb) {
+            char *t = json_dumps(a, JSON_COMPACT);
+            fail_msg("no event %s in both sets: %s", want[i][0], t);
+        }
+        expect_attr(ea, "type", want[i][1]);
+        expect_attr(eb, "type", want[i][1]);
+    }
+    expect_attr(by_id(a, "ids-0-1"), "partitionkey", "k");
+    json_decref(a);
+    json_decref(b);
     s->passed = true;
 }
 
@@ -1002,9 +1054,9 @@ int main(void)
     if (it_init("test_source_kafka"))
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_records),   T(test_values),       T(test_clean_restart),     T(test_crash),
-        T(test_rebalance), T(test_stop_joining), T(test_stop_joining_coop), T(test_bridge),
-        T(test_health),    T(test_check),
+        T(test_records), T(test_stable_ids), T(test_values),       T(test_clean_restart),
+        T(test_crash),   T(test_rebalance),  T(test_stop_joining), T(test_stop_joining_coop),
+        T(test_bridge),  T(test_health),     T(test_check),
     };
     /* ITEST_ONLY=NAME runs that test alone. */
     const char *only = getenv("ITEST_ONLY");

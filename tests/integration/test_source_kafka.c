@@ -1003,6 +1003,114 @@ static void test_health(void **state)
     s->passed = true;
 }
 
+/* String member key of source name in GET /v1/sources into out ("" when
+ * absent); returns its "healthy". */
+static bool source_str(it_server *s, const char *name, const char *key, char *out, size_t cap)
+{
+    it_resp r = it_get(s, "/v1/sources");
+    bool healthy = false;
+    out[0] = '\0';
+    if (r.status == 200) {
+        json_t *j = it_parse_json(&r);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(j, "sources"), i, e)
+        {
+            const char *n = json_string_value(json_object_get(e, "name"));
+            if (!n || strcmp(n, name))
+                continue;
+            const char *v = json_string_value(json_object_get(e, key));
+            snprintf(out, cap, "%s", v ? v : "");
+            healthy = json_is_true(json_object_get(e, "healthy"));
+        }
+        json_decref(j);
+    }
+    it_resp_free(&r);
+    return healthy;
+}
+
+/* Waits until source name's state is want (and its health healthy);
+ * fails after secs. */
+static void wait_state(it_server *s, const char *name, const char *want, bool healthy, double secs)
+{
+    char st[64] = "", why[512] = "";
+    bool ok = false;
+    for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(100)) {
+        ok = source_str(s, name, "state", st, sizeof st);
+        if (strcmp(st, want) == 0 && ok == healthy)
+            return;
+    }
+    source_str(s, name, "state_reason", why, sizeof why);
+    fail_msg("source %s: state \"%s\" (%s: %s) after %.0f s, want \"%s\" (%s)", name, st,
+             ok ? "healthy" : "unhealthy", why, secs, want, healthy ? "healthy" : "unhealthy");
+}
+
+/* After a SIGKILL the restarted source waits for the killed member's
+ * session to time out before the group assigns it anything: it says so
+ * (state "joining", since when, why, a log line when it starts and a
+ * warning when the wait outlasts the grace, unhealthy), and is running and
+ * healthy again once assigned. The mock cluster ignores group.instance.id,
+ * so the wait is the session's here (a real broker gives a static member
+ * its partitions back at once). */
+static void test_joining(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "set \"jn\" { partitions = 1 }\n"
+                    "source.kafka { name = \"jn\", brokers = \"%s\", topics = { \"join\" },\n"
+                    "  group = \"g-join\", set = \"jn\", start = \"beginning\",\n"
+                    "  properties = { [\"session.timeout.ms\"] = 25000,\n"
+                    "                 [\"heartbeat.interval.ms\"] = 500 } }\n",
+                    g_mk.boot);
+    kprod(s, "join", NULL, NULL, "one", 3);
+    it_start_config(s, cfg, WAIT_S);
+    wait_events(s, "jn", 1, WAIT_S);
+    wait_state(s, "jn", "running", true, WAIT_S);
+    if (!it_log_contains(s, "joining consumer group g-join") ||
+        !it_log_contains(s, "consumer group g-join assigned 1 partition(s)"))
+        fail_msg("no log line for the first join and its assignment");
+    char id[256], path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/sources/jn/group-instance-id", s->data);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(id, sizeof id, f) || strncmp(id, "sluice-jn-", 10))
+        fail_msg("no group.instance.id kept in %s", path);
+    fclose(f);
+
+    it_srv_stop(s, SIGKILL, 5);
+    it_restart(s, WAIT_S);
+    char st[64], why[512];
+    source_str(s, "jn", "state", st, sizeof st);
+    assert_string_equal(st, "joining");
+    /* Past the grace: unhealthy, with the reason. */
+    wait_state(s, "jn", "joining", false, WAIT_S);
+    source_str(s, "jn", "state_reason", why, sizeof why);
+    if (!strstr(why, "g-join") || !strstr(why, "session.timeout.ms = 25000"))
+        fail_msg("the joining reason says \"%s\"", why);
+    source_str(s, "jn", "health", why, sizeof why);
+    if (!strstr(why, "joining consumer group g-join"))
+        fail_msg("health says \"%s\"", why);
+    source_str(s, "jn", "state_since", st, sizeof st);
+    assert_true(strlen(st) > 10);
+    for (double end = it_mono() + WAIT_S;
+         !it_log_contains(s, "still joining consumer group g-join") && it_mono() < end;)
+        it_sleep_ms(50);
+    if (!it_log_contains(s, "still joining consumer group g-join"))
+        fail_msg("no warning in the log while joining past the grace");
+    /* The same instance id after the restart. */
+    char id2[256] = "";
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(id2, sizeof id2, f));
+    fclose(f);
+    assert_string_equal(id, id2);
+    /* The killed member's session ends: assigned, running, healthy. */
+    wait_state(s, "jn", "running", true, 60);
+    kprod(s, "join", NULL, NULL, "two", 3);
+    wait_events(s, "jn", 2, WAIT_S);
+    s->passed = true;
+}
+
 /* `sluice check` refuses unknown and bad properties, the offset settings
  * sluice owns, bad topic names and regexes, each at its line, without
  * quoting a secret. */
@@ -1056,7 +1164,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_records), T(test_stable_ids), T(test_values),       T(test_clean_restart),
         T(test_crash),   T(test_rebalance),  T(test_stop_joining), T(test_stop_joining_coop),
-        T(test_bridge),  T(test_health),     T(test_check),
+        T(test_bridge),  T(test_health),     T(test_joining),      T(test_check),
     };
     /* ITEST_ONLY=NAME runs that test alone. */
     const char *only = getenv("ITEST_ONLY");

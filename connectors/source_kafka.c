@@ -718,6 +718,20 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
     return 0;
 }
 
+/* Whether the object has an "id" member, null included (an "id": null is
+ * an event without an id that the host refuses, not one to give ours: a
+ * second "id" would be refused as a duplicate anyway). */
+static bool has_id_member(const sl_json_tok *obj)
+{
+    sl_json_iter it;
+    sl_json_tok key, val;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &key, &val))
+        if (key.len == 4 && memcmp(key.p, "\"id\"", 4) == 0)
+            return true;
+    return false;
+}
+
 /* Structured mode: the value is the event, appended to out; the key
  * becomes partitionkey when the event has none, and an event without an id
  * gets the record's (record_id()) (k->ev parsed it, when parsed). Returns 0
@@ -726,7 +740,7 @@ static int conv_structured(kafka_source *k, const rd_kafka_message_t *m, bool pa
 {
     const char *v = m->payload;
     bool pkey = parsed && k->ev.partitionkey.type == SL_JSON_NONE && key_usable(m);
-    bool noid = parsed && k->ev.id.type == SL_JSON_NONE;
+    bool noid = parsed && k->ev.id.type == SL_JSON_NONE && !has_id_member(&k->ev.object);
     if (!pkey && !noid)
         return sl_buf_append(out, v, m->len);
     size_t head = (size_t)(k->ev.object.p - v) + 1; /* up to and with '{' */

@@ -104,6 +104,9 @@ struct sl_sources {
     pthread_cond_t cond;
 };
 
+/* The states of sources that do not report their own (src_state()). */
+static const char st_running[] = "running", st_failing[] = "failing", st_stopped[] = "stopped";
+
 /* ---- the host ---------------------------------------------------------------- */
 
 static void host_log(void *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -664,6 +667,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     pthread_mutex_init(&s->log_lock, NULL);
     s->owner = o;
     s->cfg = c;
+    s->state_seen = st_running;
+    s->state_since_ms = sl_clock_now_ms();
     s->arena = (sl_buf)SL_BUF_INIT;
     s->wrap = (sl_buf)SL_BUF_INIT;
     s->dflt_type = default_type(c);
@@ -771,9 +776,9 @@ static bool src_health(src *s, char *msg, size_t cap)
 
 /* What the source is doing: source.kafka says ("joining", "running",
  * "failing", since when, why: connectors/source_kafka.h); every other one
- * is "running" while healthy, else "failing" (health's message the
- * reason), since the first time it was seen so; "stopped" once halted.
- * ok: its health, msg: health's message. */
+ * is "running" while healthy (from its start), else "failing" (health's
+ * message the reason), since the first time it was seen so; "stopped" once
+ * halted. ok: its health, msg: health's message. */
 static const char *src_state(src *s, bool ok, const char *msg, int64_t *since, char *why,
                              size_t cap)
 {
@@ -781,7 +786,7 @@ static const char *src_state(src *s, bool ok, const char *msg, int64_t *since, c
     if (s->ops && s->impl && s->cfg->kind == SL_SOURCE_KAFKA &&
         s->ops == sl_source_find(SL_SOURCE_KAFKA))
         return sl_source_kafka_state(s->impl, since, why, cap);
-    const char *st = s->webhook || s->ops ? (ok ? "running" : "failing") : "stopped";
+    const char *st = s->webhook || s->ops ? (ok ? st_running : st_failing) : st_stopped;
     if (!ok)
         snprintf(why, cap, "%s", msg);
     pthread_mutex_lock(&s->log_lock);

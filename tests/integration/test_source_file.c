@@ -736,10 +736,21 @@ static void test_multiline_poll(void **state)
     {
         const char *name = json_string_value(json_object_get(src, "name"));
         bool healthy = json_is_true(json_object_get(src, "healthy"));
-        if (strcmp(name, "nodir") == 0)
+        const char *st = json_string_value(json_object_get(src, "state"));
+        const char *why = json_string_value(json_object_get(src, "state_reason"));
+        assert_non_null(st);
+        assert_non_null(json_string_value(json_object_get(src, "state_since")));
+        if (strcmp(name, "nodir") == 0) {
             assert_false(healthy), checked++;
-        if (strcmp(name, "f") == 0)
+            assert_string_equal(st, "failing");
+            assert_non_null(why);
+            assert_non_null(strstr(why, "No such file"));
+        }
+        if (strcmp(name, "f") == 0) {
             assert_true(healthy), checked++;
+            assert_string_equal(st, "running");
+            assert_null(why);
+        }
     }
     assert_int_equal(checked, 2);
     json_decref(j);

@@ -14,9 +14,21 @@
  * (or were dropped on purpose), and the committed offset, which moves to it
  * only after host->flush() returned 0 (the Databus acknowledged the batch).
  * Committed offsets are kept in STATE_DIR/positions, one line per file
- * ("DEV INO OFFSET FPLEN FPCRC PATH"), replaced atomically (tmp + rename,
- * fdatasync at most once a second). A restart reads from there, so it
- * repeats at most the batch that was not acknowledged and loses nothing.
+ * ("DEV INO OFFSET FPLEN FPCRC GEN PATH") and the next generation ("G N"),
+ * replaced atomically (tmp + rename, fdatasync at most once a second). A
+ * restart reads from there, so it repeats at most the batch that was not
+ * acknowledged and loses nothing.
+ *
+ * Ids: an event gets "DEV-INO-GEN-OFFSET" (the line's first byte), unless
+ * it is a CloudEvent with its own, so that a line read again (after a
+ * crash, before its position was committed) makes the same event and a
+ * consumer can recognise the duplicate. GEN tells apart what one inode held
+ * at different times: every file read from 0 as new content (found for
+ * the first time, truncated, replaced under its inode, or an inode used
+ * again by a new file) takes the next generation, and the positions file
+ * holds it (synced) before any of its events is emitted, so a re-read
+ * after a crash finds the same one. A path is never part of the id: after
+ * a rotation a new file at the same path repeats the positions.
  *
  * Rotation: when a path names another inode, or no file, the old file is
  * "gone": its descriptor is read to the end and kept until it has been idle
@@ -83,7 +95,8 @@
 #define RETRY_MS 200           /* a failed flush is tried again after this long */
 #define DEFAULT_TYPE "sluice.file.line"
 #define POSITIONS "positions"
-#define POSITIONS_HEADER "# sluice source.file positions v1\n"
+#define POSITIONS_HEADER "# sluice source.file positions v2\n"
+#define ID_MAX 96 /* DEV-INO-GEN-OFFSET */
 
 /* One file being tailed. */
 typedef struct sf_file {
@@ -97,6 +110,7 @@ typedef struct sf_file {
     uint64_t committed; /* acknowledged: what the positions file says */
     uint32_t fp;        /* CRC-32C of the first fp_len bytes */
     uint32_t fp_len;
+    uint64_t gen;    /* its generation: a new one whenever it is read from 0 as new content */
     sl_buf line;     /* the current line so far (at most max_line bytes) */
     bool skipping;   /* dropping the rest of a line longer than max_line */
     bool split_cont; /* pieces of the current line were emitted already */
@@ -124,6 +138,7 @@ typedef struct sf_pos {
     ino_t ino;
     uint64_t off;
     uint32_t fp_len, fp;
+    uint64_t gen;
     char *path; /* where it was (NULL when unknown) */
     bool fresh; /* from the positions file, not looked for yet */
 } sf_pos;
@@ -161,7 +176,10 @@ typedef struct sf {
     char *pos_path, *pos_tmp;
     char *dir; /* the pattern's literal folder (for health) */
     size_t batch_events, batch_bytes;
-    bool dirty; /* positions to write even without a batch */
+    bool dirty;        /* positions to write even without a batch */
+    uint64_t next_gen; /* the next file generation (kept in the positions file) */
+    bool gen_unsaved;  /* a generation was given that the positions file does not hold yet */
+    sl_buf evbuf;      /* an event line with the id it lacked */
     int64_t synced_ms;
     int64_t now;  /* monotonic ms, refreshed per round */
     bool initial; /* the first scan of this instance */
@@ -224,13 +242,70 @@ static void emitted(sf *s, int rc, size_t n, const sl_error *err)
     s->batch_bytes += n;
 }
 
-/* Turns one line (or multi-line group, or piece of a long line) into an
- * event of the batch. */
-static void emit_one(sf *s, sf_file *f, const char *p, size_t n)
+static void save_positions(sf *s, bool sync);
+
+/* A CloudEvent line (obj its validated object) as it is, or, without an
+ * "id" member, with id added: into s->evbuf, *p and *n then point there.
+ * Returns 0 or SL_ENOMEM. */
+static int with_id(sf *s, const sl_json_tok *obj, const char **p, size_t *n, const char *id,
+                   size_t idl)
+{
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &k, &v))
+        if (k.len == 4 && memcmp(k.p, "\"id\"", 4) == 0)
+            return 0;
+    size_t head = (size_t)(obj->p - *p) + 1; /* up to and with '{' */
+    size_t first = head;
+    while (first < *n && strchr(" \t\r\n", (*p)[first]))
+        first++;
+    bool empty = first < *n && (*p)[first] == '}';
+    sl_buf *b = &s->evbuf;
+    b->len = 0;
+    if (sl_buf_append(b, *p, head) || sl_buf_append(b, "\"id\":", 5) ||
+        sl_json_put_string(b, id, idl) || (!empty && sl_buf_append(b, ",", 1)) ||
+        sl_buf_append(b, *p + head, *n - head))
+        return SL_ENOMEM;
+    *p = (const char *)b->data;
+    *n = b->len;
+    return 0;
+}
+
+/* emit_event() of a CloudEvent line (obj: its validated object, NULL: not
+ * validated yet), which gets id when it has none. */
+static int emit_ce(sf *s, const char *p, size_t n, const sl_json_tok *obj, const char *id,
+                   size_t idl, sl_error *err)
+{
+    const sl_source_host *h = s->host;
+    sl_json_tok tok;
+    if (!obj && sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT, &tok, NULL) == 0)
+        obj = &tok;
+    if (obj && obj->type == SL_JSON_OBJECT && with_id(s, obj, &p, &n, id, idl))
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    int rc = h->emit_event(h->ctx, p, n, NULL, err);
+    if (s->evbuf.cap > (4u << 20))
+        sl_buf_free(&s->evbuf);
+    return rc;
+}
+
+/* Turns one line (or multi-line group, or piece of a long line) starting
+ * at byte at of f into an event of the batch. */
+static void emit_one(sf *s, sf_file *f, const char *p, size_t n, uint64_t at)
 {
     const sl_source_host *h = s->host;
     sl_error err = {0};
-    sl_source_meta meta = {.type = s->type, .source = f->src, .data = SL_DATA_TEXT};
+    if (s->gen_unsaved) {
+        /* The generation is on disk before an id names it (above). */
+        s->gen_unsaved = false;
+        save_positions(s, true);
+    }
+    char id[ID_MAX];
+    int idl =
+        snprintf(id, sizeof id, "%llu-%llu-%llu-%llu", (unsigned long long)f->dev,
+                 (unsigned long long)f->ino, (unsigned long long)f->gen, (unsigned long long)at);
+    sl_source_meta meta = {
+        .type = s->type, .source = f->src, .id = id, .id_len = (size_t)idl, .data = SL_DATA_TEXT};
     int rc;
     atomic_fetch_add(&s->n_lines, 1);
     atomic_fetch_add(&s->n_bytes, n);
@@ -247,7 +322,7 @@ static void emit_one(sf *s, sf_file *f, const char *p, size_t n)
         if (sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT - 1, &tok, NULL) == 0) {
             if (tok.type == SL_JSON_OBJECT && memmem(p, n, "\"specversion\"", 13) &&
                 has_specversion(&tok)) {
-                rc = h->emit_event(h->ctx, p, n, NULL, &err);
+                rc = emit_ce(s, p, n, &tok, id, (size_t)idl, &err);
                 break;
             }
             meta.data = SL_DATA_JSON;
@@ -280,7 +355,7 @@ static void emit_one(sf *s, sf_file *f, const char *p, size_t n)
             rc = h->emit_data(h->ctx, o, s->out.len, &meta, &err);
             break;
         case SL_PARSED_EVENT:
-            rc = h->emit_event(h->ctx, o, s->out.len, NULL, &err);
+            rc = emit_ce(s, o, s->out.len, NULL, id, (size_t)idl, &err);
             break;
         default:
             abort();
@@ -300,7 +375,7 @@ static void group_emit(sf *s, sf_file *f)
 {
     if (!f->grouping)
         return;
-    emit_one(s, f, (const char *)f->group.data, f->group.len);
+    emit_one(s, f, (const char *)f->group.data, f->group.len, f->group_start);
     f->grouping = false;
     f->group.len = 0;
     if (f->group.cap > 2 * s->cfg->max_line + 4096)
@@ -328,7 +403,7 @@ static void line_out(sf *s, sf_file *f, const char *p, size_t n, uint64_t end)
     uint64_t start = f->done;
     if (!s->has_re) {
         if (n)
-            emit_one(s, f, p, n);
+            emit_one(s, f, p, n, start);
         f->done = end;
         return;
     }
@@ -405,21 +480,35 @@ static void load_positions(sf *s)
     if (!fp)
         return;
     char line[PATH_MAX + 128];
+    bool v1 = false; /* without generations: every file's is 0 */
+    unsigned long long gen = 0;
     while (fgets(line, sizeof line, fp)) {
-        if (line[0] == '#')
+        if (line[0] == '#') {
+            v1 |= strncmp(line, "# sluice source.file positions v1", 33) == 0;
             continue;
+        }
+        if (line[0] == 'G' && sscanf(line, "G %llu", &gen) == 1) {
+            if (gen > s->next_gen)
+                s->next_gen = gen;
+            continue;
+        }
         unsigned long long dev, ino, off;
         unsigned fplen, crc;
         int at = 0;
-        if (sscanf(line, "%llu %llu %llu %u %x%n", &dev, &ino, &off, &fplen, &crc, &at) != 5)
+        gen = 0;
+        if (v1 ? sscanf(line, "%llu %llu %llu %u %x%n", &dev, &ino, &off, &fplen, &crc, &at) != 5
+               : sscanf(line, "%llu %llu %llu %u %x %llu%n", &dev, &ino, &off, &fplen, &crc, &gen,
+                        &at) != 6)
             continue;
+        if (gen >= s->next_gen)
+            s->next_gen = gen + 1;
         char *path = line + at;
         if (*path == ' ')
             path++;
         path[strcspn(path, "\n")] = 0;
         stored_add(s,
                    (sf_pos){(dev_t)dev, (ino_t)ino, (uint64_t)off, fplen > FP_MAX ? FP_MAX : fplen,
-                            crc, NULL, true},
+                            crc, (uint64_t)gen, NULL, true},
                    *path ? path : NULL);
     }
     fclose(fp);
@@ -430,13 +519,17 @@ static void save_positions(sf *s, bool sync)
 {
     sl_buf *b = &s->posbuf;
     b->len = 0;
-    int rc = sl_buf_append(b, POSITIONS_HEADER, strlen(POSITIONS_HEADER));
+    char g[32];
+    int gl = snprintf(g, sizeof g, "G %llu\n", (unsigned long long)s->next_gen);
+    int rc = sl_buf_append(b, POSITIONS_HEADER, strlen(POSITIONS_HEADER)) ||
+             sl_buf_append(b, g, (size_t)gl);
     for (size_t i = 0; !rc && i < s->nfiles; i++) {
         const sf_file *f = s->files[i];
-        char head[128];
-        int n = snprintf(head, sizeof head, "%llu %llu %llu %u %08x ", (unsigned long long)f->dev,
-                         (unsigned long long)f->ino, (unsigned long long)f->committed, f->fp_len,
-                         f->fp);
+        char head[160];
+        int n =
+            snprintf(head, sizeof head, "%llu %llu %llu %u %08x %llu ", (unsigned long long)f->dev,
+                     (unsigned long long)f->ino, (unsigned long long)f->committed, f->fp_len, f->fp,
+                     (unsigned long long)f->gen);
         rc = sl_buf_append(b, head, (size_t)n);
         size_t at = b->len;
         if (!rc)
@@ -697,9 +790,18 @@ static void file_forget(sf *s, size_t i)
     sf_file *f = s->files[i];
     drain_held(s, f);
     if (!f->deleted)
-        stored_add(s, (sf_pos){f->dev, f->ino, commit_pos(f), f->fp_len, f->fp, NULL, false},
+        stored_add(s,
+                   (sf_pos){f->dev, f->ino, commit_pos(f), f->fp_len, f->fp, f->gen, NULL, false},
                    f->path);
     file_drop(s, i);
+}
+
+/* f holds content never read before: it takes the next generation, which
+ * the positions file gets before any of its events is emitted. */
+static void new_gen(sf *s, sf_file *f)
+{
+    f->gen = s->next_gen++;
+    s->gen_unsaved = true;
 }
 
 /* The file is read again from 0 (truncated, or replaced under its inode). */
@@ -712,6 +814,10 @@ static void file_restart(sf *s, sf_file *f, const char *why)
     f->grouping = f->split_cont = false;
     f->fp_len = 0;
     f->fp = 0;
+    /* New content: a new generation, and the old position is of no use
+     * (what was before the restart cannot be read again). */
+    new_gen(s, f);
+    f->committed = 0;
     f->want = true;
     s->dirty = true;
     if (f->fd >= 0 && lseek(f->fd, 0, SEEK_SET) < 0)
@@ -861,6 +967,8 @@ static void file_add(sf *s, const char *path, const struct stat *st)
     ssize_t k = stored_find(s, st->st_dev, st->st_ino);
     bool to_end = k < 0 && s->initial && s->first && !s->cfg->from_beginning;
     sf_file *f = file_new(s, path, st);
+    if (f && k < 0)
+        new_gen(s, f); /* a file never seen (or an inode used again) */
     if (!f || (k < 0 && !to_end))
         return; /* read from its beginning */
     /* The descriptor is a temporary one (file_read opens it within the cap). */
@@ -872,6 +980,7 @@ static void file_add(sf *s, const char *path, const struct stat *st)
             f->off = f->done = f->committed = s->stored[k].off;
             f->fp = s->stored[k].fp;
             f->fp_len = s->stored[k].fp_len;
+            f->gen = s->stored[k].gen;
             stored_remove(s, (size_t)k);
         }
         return;
@@ -884,7 +993,9 @@ static void file_add(sf *s, const char *path, const struct stat *st)
             f->off = f->done = f->committed = p->off;
             f->fp = p->fp;
             f->fp_len = p->fp_len;
+            f->gen = p->gen;
         } else {
+            new_gen(s, f);
             s->host->log(s->host->ctx,
                          "%s changed since its position was stored: reading it "
                          "from the start",
@@ -1010,6 +1121,7 @@ static void resume_rotated(sf *s)
         f->off = f->done = f->committed = p->off;
         f->fp = p->fp;
         f->fp_len = p->fp_len;
+        f->gen = p->gen;
         fingerprint(f, (uint64_t)st.st_size);
         f->gone = true;
         f->gone_ms = s->now;
@@ -1379,6 +1491,7 @@ static void sf_free(sf *s)
     sl_buf_free(&s->rebuf);
     free(s->rbuf);
     sl_buf_free(&s->out);
+    sl_buf_free(&s->evbuf);
     sl_buf_free(&s->posbuf);
     free(s->pos_path);
     free(s->pos_tmp);

@@ -8,8 +8,10 @@
  * structured mode when content-type is application/cloudevents+json or the
  * value is a valid CloudEvent; otherwise the value is wrapped (configured
  * type and source, id TOPIC-PARTITION-OFFSET so that a record read again
- * makes the same event, the record time). A `lane` header sets the lane; the
- * key becomes partitionkey when the event has none.
+ * makes the same event, the record time). A binary or structured event
+ * without an id gets the same TOPIC-PARTITION-OFFSET id, for the same
+ * reason. A `lane` header sets the lane; the key becomes partitionkey when
+ * the event has none.
  *
  * Two threads, so that a backlog is read at Kafka's pace: the consumer
  * thread polls, converts records into event JSON in chunks and queues them;
@@ -21,11 +23,18 @@
  * before it flushed and committed synchronously. health() and metrics()
  * read atomics and, under alock, a copy of the assignment.
  */
+#include "connectors/source_kafka.h"
+
 #include "core/clock.h"
 #include "connectors/kafka_conf.h"
 #include "core/connector.h"
 #include "core/event.h"
 #include "core/json.h"
+#include "core/slog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
@@ -48,8 +57,11 @@
 #define LAG_INTERVAL_MS 1000            /* the lag is computed at most this often */
 #define PROBE_INTERVAL_MS 3000          /* brokers down: ask for metadata this often */
 #define MAX_CE_HEADERS SL_EVENT_MAX_MEMBERS
-#define COMMIT_WAIT_MS 5000  /* a synchronous commit waits at most this long */
-#define SETTLE_WAIT_MS 10000 /* close() waits this long for an assignment */
+#define COMMIT_WAIT_MS 5000        /* a synchronous commit waits at most this long */
+#define SETTLE_WAIT_MS 10000       /* close() waits this long for an assignment */
+#define JOIN_GRACE_MS 10000        /* joining longer than this is unhealthy */
+#define SESSION_TIMEOUT_MS "10000" /* sluice's default session.timeout.ms (librdkafka: 45000) */
+#define INSTANCE_ID_FILE "group-instance-id"
 
 /* librdkafka before 2.3.0 (issue #4312, fixed by its PR #4381) aborts the
  * process (`Assertion 'assignor_state' failed` in
@@ -148,6 +160,14 @@ typedef struct kafka_source {
     pthread_mutex_t mlock; /* health texts */
     char down_msg[256], fatal_msg[256];
 
+    /* The group state (mlock): joining since open() and every revocation
+     * that left nothing assigned, until the next assignment. */
+    bool joining, join_warned;
+    int64_t state_mono_ms, state_wall_ms;
+    int64_t fail_wall_ms;  /* when brokers_down or fatal was last set */
+    int session_ms;        /* session.timeout.ms in use, for messages */
+    char instance_id[128]; /* group.instance.id, "" when none */
+
     /* Assignment copy and lag cache (alock). */
     pthread_mutex_t alock;
     rd_kafka_topic_partition_list_t *assigned;
@@ -190,11 +210,34 @@ static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err
     return sl_kafka_conf_set(conf, name, value, err);
 }
 
-/* Fills conf: sluice's settings, then the properties, which win. */
+/* The value of property name in cfg's properties, or NULL. */
+static const char *property(const sl_source_config *cfg, const char *name)
+{
+    char n[256];
+    for (size_t i = 0; i < cfg->nproperties; i++) {
+        const char *v = sl_kafka_property_name(cfg->properties[i], n, sizeof n, NULL);
+        if (v && strcmp(n, name) == 0)
+            return v;
+    }
+    return NULL;
+}
+
+/* Fills conf: sluice's settings, then the properties, which win.
+ * instance_id: the default group.instance.id (NULL: none). */
 static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, const char *group,
-                        sl_error *err)
+                        const char *instance_id, sl_error *err)
 {
     int rc = sl_kafka_conf_set(conf, "enable.auto.commit", "false", err);
+    /* A member that died without leaving (kill -9, a lost host) holds its
+     * partitions until its session times out: librdkafka's 45 s default
+     * is long for a bridge (docs/sources.md weighs it). */
+    if (!rc)
+        rc = sl_kafka_conf_set(conf, "session.timeout.ms", SESSION_TIMEOUT_MS, err);
+    /* Static membership: a restarted sluice is the same member, which
+     * the coordinator gives its partitions back at once instead of waiting
+     * for the old session. group.instance.id = "" in properties turns it off. */
+    if (!rc && instance_id && instance_id[0] && !property(cfg, "group.instance.id"))
+        rc = sl_kafka_conf_set(conf, "group.instance.id", instance_id, err);
     if (!rc)
         rc = sl_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (!rc)
@@ -214,8 +257,13 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, cons
         rc = sl_kafka_conf_set(conf, "group.id", group, err);
     if (!rc && cfg->brokers)
         rc = sl_kafka_conf_set(conf, "bootstrap.servers", cfg->brokers, err);
-    for (size_t i = 0; !rc && i < cfg->nproperties; i++)
+    for (size_t i = 0; !rc && i < cfg->nproperties; i++) {
+        char n[256];
+        const char *v = sl_kafka_property_name(cfg->properties[i], n, sizeof n, NULL);
+        if (v && !v[0] && strcmp(n, "group.instance.id") == 0)
+            continue; /* no static membership */
         rc = apply_property(conf, cfg->properties[i], err);
+    }
     return rc;
 }
 
@@ -253,11 +301,14 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         rd_kafka_fatal_error(rk, fe, sizeof fe);
         pthread_mutex_lock(&k->mlock);
         snprintf(k->fatal_msg, sizeof k->fatal_msg, "fatal consumer error: %s", fe);
+        k->fail_wall_ms = sl_clock_now_ms();
         pthread_mutex_unlock(&k->mlock);
         atomic_store(&k->fatal, true);
     } else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
         pthread_mutex_lock(&k->mlock);
         snprintf(k->down_msg, sizeof k->down_msg, "all brokers are down (%s)", reason);
+        if (!atomic_load(&k->brokers_down))
+            k->fail_wall_ms = sl_clock_now_ms();
         pthread_mutex_unlock(&k->mlock);
         atomic_store(&k->brokers_down, true);
     }
@@ -276,6 +327,70 @@ static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                      "again)",
                      rd_kafka_err2str(err));
     }
+}
+
+/* ---- the group state ------------------------------------------------------------ */
+
+static const char *src_name(const kafka_source *k)
+{
+    return k->host->name ? k->host->name : "kafka";
+}
+
+/* Enters (joining) or leaves the joining state, with one log line per
+ * change: the wait for an assignment is the one a killed predecessor can
+ * make long, and it should not pass in silence. nparts: the assignment. */
+static void set_joining(kafka_source *k, bool joining, int nparts)
+{
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&k->mlock);
+    bool changed = k->joining != joining;
+    int64_t waited = now - k->state_mono_ms;
+    if (changed) {
+        k->joining = joining;
+        k->join_warned = false;
+        k->state_mono_ms = now;
+        k->state_wall_ms = sl_clock_now_ms();
+    }
+    pthread_mutex_unlock(&k->mlock);
+    if (!changed)
+        return;
+    if (joining)
+        sl_slog(SL_SLOG_INFO, "sources",
+                "source %s: joining consumer group %s: no partition is assigned until the "
+                "group's rebalance ends%s%s",
+                src_name(k), k->group, k->instance_id[0] ? "; group.instance.id " : "",
+                k->instance_id);
+    else
+        sl_slog(SL_SLOG_INFO, "sources",
+                "source %s: consumer group %s assigned %d partition(s) after %.1f s of joining",
+                src_name(k), k->group, nparts, (double)waited / 1000.0);
+}
+
+/* Why the source is joining (caller holds mlock), into why[0..cap). */
+static void join_reason(const kafka_source *k, int64_t now, char *why, size_t cap)
+{
+    snprintf(why, cap,
+             "joining consumer group %s for %lld s: no partition assigned yet; a member that "
+             "did not leave the group (killed, or its host lost) holds its partitions until "
+             "its session times out (session.timeout.ms = %d)",
+             k->group, (long long)((now - k->state_mono_ms) / 1000), k->session_ms);
+}
+
+/* Called from the consumer loop: one warning when joining outlasts the
+ * grace, the moment health() turns false. */
+static void join_check(kafka_source *k)
+{
+    int64_t now = mono_ms();
+    char why[400];
+    pthread_mutex_lock(&k->mlock);
+    bool warn = k->joining && !k->join_warned && now - k->state_mono_ms >= JOIN_GRACE_MS;
+    if (warn) {
+        k->join_warned = true;
+        join_reason(k, now, why, sizeof why);
+    }
+    pthread_mutex_unlock(&k->mlock);
+    if (warn)
+        sl_slog(SL_SLOG_WARN, "sources", "source %s: still %s", src_name(k), why);
 }
 
 /* Keeps k->assigned (what metrics() reports) in step. */
@@ -317,6 +432,11 @@ static void unassign(kafka_source *k, rd_kafka_topic_partition_list_t *parts, bo
     else
         rd_kafka_assign(k->rk, NULL);
     assignment_update(k, coop ? parts : NULL, false);
+    pthread_mutex_lock(&k->alock);
+    bool none = k->assigned->cnt == 0;
+    pthread_mutex_unlock(&k->alock);
+    if (none && !atomic_load(&k->stop))
+        set_joining(k, true, 0);
 }
 
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -332,6 +452,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, parts);
         assignment_update(k, parts, true);
         atomic_store(&k->assigned_once, true);
+        pthread_mutex_lock(&k->alock);
+        int nparts = k->assigned->cnt;
+        pthread_mutex_unlock(&k->alock);
+        set_joining(k, false, nparts); /* an empty assignment too: the group is joined */
         break;
     case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
         if (k->in_loop) {
@@ -355,6 +479,8 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         k->host->log(k->host->ctx, "source.kafka: rebalance failed: %s", rd_kafka_err2str(err));
         rd_kafka_assign(rk, NULL);
         assignment_update(k, NULL, false);
+        if (!atomic_load(&k->stop))
+            set_joining(k, true, 0);
         break;
     }
 }
@@ -441,6 +567,7 @@ typedef struct rec_headers {
     bool binary;       /* a ce_specversion header */
     bool has_pkey;     /* a ce_partitionkey header */
     bool has_time;     /* a ce_time header */
+    bool has_id;       /* a ce_id header */
     const char *ctype; /* content-type, NUL-terminated copy in k->ctb; NULL: none or unusable */
     const char *lane;  /* the lane header, NUL-terminated copy in lanebuf */
     char lanebuf[SL_EVENT_LANE_MAX + 1];
@@ -454,7 +581,7 @@ typedef struct rec_headers {
 static int read_headers(kafka_source *k, const rd_kafka_message_t *m, rec_headers *h)
 {
     h->hdrs = NULL;
-    h->binary = h->has_pkey = h->has_time = false;
+    h->binary = h->has_pkey = h->has_time = h->has_id = false;
     h->ctype = h->lane = NULL;
     if (rd_kafka_message_headers(m, &h->hdrs))
         return 0;
@@ -469,6 +596,8 @@ static int read_headers(kafka_source *k, const rd_kafka_message_t *m, rec_header
                 h->has_pkey = true;
             else if (strcmp(name + 3, "time") == 0)
                 h->has_time = true;
+            else if (strcmp(name + 3, "id") == 0)
+                h->has_id = true;
         } else if (strcasecmp(name, "content-type") == 0 && val) {
             h->ctype = NULL;
             if (!ce_string_ok(val, vl))
@@ -500,13 +629,26 @@ static bool key_usable(const rd_kafka_message_t *m)
     return m->key && m->key_len && ce_string_ok(m->key, m->key_len);
 }
 
+/* The id of an event made from record m that has none of its own:
+ * TOPIC-PARTITION-OFFSET, so that a record read again (after a crash, a
+ * reset of the group's offsets) makes the same event and a consumer can
+ * recognise the duplicate. A topic name needs no escaping. Returns the
+ * length written to out (NUL-terminated). */
+#define RECORD_ID_MAX (249 + 2 * 21 + 1)
+static size_t record_id(const rd_kafka_message_t *m, char out[RECORD_ID_MAX])
+{
+    int n = snprintf(out, RECORD_ID_MAX, "%s-%d-%lld", rd_kafka_topic_name(m->rkt),
+                     (int)m->partition, (long long)m->offset);
+    return n > 0 && n < RECORD_ID_MAX ? (size_t)n : 0;
+}
+
 /* Binary mode: ce_* headers → a structured event appended to out. Returns
  * 0, SL_EINVAL (refuse(): the host never sees it), or SL_ENOMEM. */
 static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_headers *h,
                        sl_buf *out, sl_error *err)
 {
-    sl_event_header eh[MAX_CE_HEADERS + 2];
-    size_t at[MAX_CE_HEADERS + 2];
+    sl_event_header eh[MAX_CE_HEADERS + 3];
+    size_t at[MAX_CE_HEADERS + 3];
     char names[MAX_CE_HEADERS][SL_EVENT_NAME_MAX + 4];
     size_t n = 0;
     int rc = 0;
@@ -550,6 +692,17 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
         at[n] = (size_t)-1;
         n++;
     }
+    /* No ce_id: the record's coordinates, as for wrapped records. */
+    char id[RECORD_ID_MAX];
+    size_t idl = h->has_id ? 0 : record_id(m, id);
+    if (idl) {
+        eh[n].name = "ce-id";
+        eh[n].name_len = 5;
+        eh[n].value = id;
+        eh[n].value_len = idl;
+        at[n] = (size_t)-1;
+        n++;
+    }
     if (rc)
         return sl_error_set(err, rc, "source.kafka: out of memory");
     for (size_t i = 0; i < n; i++) /* k->esc is complete: its address is final */
@@ -565,21 +718,49 @@ static int conv_binary(kafka_source *k, const rd_kafka_message_t *m, const rec_h
     return 0;
 }
 
+/* Whether the object has an "id" member, null included (an "id": null is
+ * an event without an id that the host refuses, not one to give ours: a
+ * second "id" would be refused as a duplicate anyway). */
+static bool has_id_member(const sl_json_tok *obj)
+{
+    sl_json_iter it;
+    sl_json_tok key, val;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &key, &val))
+        if (key.len == 4 && memcmp(key.p, "\"id\"", 4) == 0)
+            return true;
+    return false;
+}
+
 /* Structured mode: the value is the event, appended to out; the key
- * becomes partitionkey when the event has none (k->ev parsed it, when
- * parsed). Returns 0 or SL_ENOMEM. */
+ * becomes partitionkey when the event has none, and an event without an id
+ * gets the record's (record_id()) (k->ev parsed it, when parsed). Returns 0
+ * or SL_ENOMEM. */
 static int conv_structured(kafka_source *k, const rd_kafka_message_t *m, bool parsed, sl_buf *out)
 {
     const char *v = m->payload;
-    if (!(parsed && k->ev.partitionkey.type == SL_JSON_NONE && key_usable(m)))
+    bool pkey = parsed && k->ev.partitionkey.type == SL_JSON_NONE && key_usable(m);
+    bool noid = parsed && k->ev.id.type == SL_JSON_NONE && !has_id_member(&k->ev.object);
+    if (!pkey && !noid)
         return sl_buf_append(out, v, m->len);
     size_t head = (size_t)(k->ev.object.p - v) + 1; /* up to and with '{' */
-    int rc = sl_buf_append(out, v, head) || sl_buf_append(out, "\"partitionkey\":", 15);
-    if (!rc) /* SL_EINVAL cannot happen (key_usable), but is kept apart from SL_ENOMEM */
-        rc = sl_json_put_string(out, m->key, m->key_len);
+    int rc = sl_buf_append(out, v, head);
+    /* SL_EINVAL cannot happen (key_usable, a topic name), but is kept apart from SL_ENOMEM */
+    if (!rc && pkey)
+        rc = sl_buf_append(out, "\"partitionkey\":", 15) ||
+                     sl_json_put_string(out, m->key, m->key_len) || sl_buf_append(out, ",", 1)
+                 ? SL_ENOMEM
+                 : 0;
+    if (!rc && noid) {
+        char id[RECORD_ID_MAX];
+        size_t idl = record_id(m, id);
+        rc = sl_buf_append(out, "\"id\":", 5) || sl_json_put_string(out, id, idl) ||
+                     sl_buf_append(out, ",", 1)
+                 ? SL_ENOMEM
+                 : 0;
+    }
     if (!rc)
-        rc = sl_buf_append(out, ",", 1) || sl_buf_append(out, v + head, m->len - head) ? SL_ENOMEM
-                                                                                       : 0;
+        rc = sl_buf_append(out, v + head, m->len - head) ? SL_ENOMEM : 0;
     return rc;
 }
 
@@ -717,7 +898,8 @@ static int convert(kafka_source *k, const rd_kafka_message_t *m, const rec_heade
         return conv_binary(k, m, h, out, &err);
     bool ce_ct = is_ce_json(h->ctype);
     if (m->payload && (ce_ct || looks_structured(m))) {
-        sl_event_limits lim = {.max_bytes = m->len + 1};
+        /* An event without an id is one: it gets the record's. */
+        sl_event_limits lim = {.max_bytes = m->len + 1, .generate_ids = true};
         bool parsed = sl_event_parse(m->payload, m->len, &lim, &k->ev, NULL) == SL_EVENT_OK;
         if (parsed || ce_ct) /* with the CloudEvents type, the host says what is wrong */
             return conv_structured(k, m, parsed, out);
@@ -1052,6 +1234,7 @@ static void *consume_thread(void *arg)
         }
         if (n <= 0)
             probe_brokers(k);
+        join_check(k);
     }
     if (c)
         chunk_put(k, c);
@@ -1254,6 +1437,57 @@ static void free_source(kafka_source *k)
     free(k);
 }
 
+/* The source's group.instance.id into k->instance_id: the one kept in
+ * STATE_DIR/group-instance-id, else a new "sluice-NAME-UUIDv7" written
+ * there (tmp, fsync, rename). So it is stable for one data dir and differs
+ * between data dirs (two servers of one group), as static membership
+ * wants. Without a state dir, or when the file cannot be written, there is
+ * none (logged): the source works without static membership. */
+static void instance_id_load(kafka_source *k)
+{
+    k->instance_id[0] = '\0';
+    const char *dir = k->host->state_dir;
+    if (!dir || !dir[0])
+        return;
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/" INSTANCE_ID_FILE, dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        char line[sizeof k->instance_id];
+        bool ok = fgets(line, sizeof line, f) != NULL;
+        fclose(f);
+        line[ok ? strcspn(line, "\r\n") : 0] = '\0';
+        bool printable = ok && line[0];
+        for (const char *p = line; printable && *p; p++)
+            printable = *p > ' ' && *p < 0x7f;
+        if (printable) {
+            snprintf(k->instance_id, sizeof k->instance_id, "%s", line);
+            return;
+        }
+        k->host->log(k->host->ctx, "source.kafka: %s holds no usable id: making a new one", path);
+    }
+    char uuid[37], id[sizeof k->instance_id];
+    sl_event_uuid7(sl_clock_now_ms(), uuid);
+    snprintf(id, sizeof id, "sluice-%.*s-%s", (int)(sizeof id - 45), src_name(k), uuid);
+    for (char *p = id; *p; p++)
+        if (*p <= ' ' || *p >= 0x7f)
+            *p = '_';
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t len = strlen(id);
+    bool ok =
+        fd >= 0 && write(fd, id, len) == (ssize_t)len && write(fd, "\n", 1) == 1 && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || rename(tmp, path)) {
+        k->host->log(k->host->ctx, "source.kafka: cannot write %s (%s): no static group membership",
+                     path, strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    snprintf(k->instance_id, sizeof k->instance_id, "%s", id);
+}
+
 static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -1264,7 +1498,8 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     char id[300];
     snprintf(id, sizeof id, "sluice-source-%s", k->host->name ? k->host->name : "kafka");
     sl_error e = {0};
-    if (sl_kafka_conf_set(conf, "client.id", id, &e) || apply_config(conf, k->cfg, k->group, &e)) {
+    if (sl_kafka_conf_set(conf, "client.id", id, &e) ||
+        apply_config(conf, k->cfg, k->group, k->instance_id, &e)) {
         sl_error_set(err, e.code, "source.kafka: %s", e.msg);
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -1284,6 +1519,15 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
                          rd_kafka_version_str(), SETTLE_WAIT_MS / 1000);
         }
     }
+    char v[256];
+    size_t vsz = sizeof v;
+    k->session_ms =
+        rd_kafka_conf_get(conf, "session.timeout.ms", v, &vsz) == RD_KAFKA_CONF_OK ? atoi(v) : 0;
+    vsz = sizeof v;
+    if (rd_kafka_conf_get(conf, "group.instance.id", v, &vsz) == RD_KAFKA_CONF_OK)
+        snprintf(k->instance_id, sizeof k->instance_id, "%s", v);
+    else
+        k->instance_id[0] = '\0';
     rd_kafka_conf_set_opaque(conf, k);
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
     rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
@@ -1366,12 +1610,15 @@ static int kafka_open(const sl_source_config *cfg, const sl_source_host *host, v
     }
     if (!rc && (!k->group || !k->pend || !k->assigned))
         rc = sl_error_set(err, SL_ENOMEM, "source.kafka: out of memory");
+    if (!rc)
+        instance_id_load(k);
     if (!rc && !(k->rk = make_consumer(k, err)))
         rc = err && err->code ? err->code : SL_EINVAL;
     if (!rc) {
         /* Consumer callbacks and messages come through one queue. */
         rd_kafka_poll_set_consumer(k->rk);
         k->q = rd_kafka_queue_get_consumer(k->rk);
+        set_joining(k, true, 0); /* before the first callback can come */
         rc = subscribe(k, err);
     }
     if (!rc) {
@@ -1453,17 +1700,49 @@ static void kafka_close(void *impl)
     free_source(k);
 }
 
+const char *sl_source_kafka_state(void *impl, int64_t *since_ms, char *why, size_t cap)
+{
+    kafka_source *k = impl;
+    bool fatal = atomic_load(&k->fatal), down = atomic_load(&k->brokers_down);
+    const char *st;
+    pthread_mutex_lock(&k->mlock);
+    if (fatal || down) {
+        const char *m = fatal ? k->fatal_msg : k->down_msg;
+        snprintf(why, cap, "%s",
+                 m[0]    ? m
+                 : fatal ? "fatal consumer error"
+                         : "all brokers are down");
+        *since_ms = k->fail_wall_ms;
+        st = "failing";
+    } else if (k->joining) {
+        join_reason(k, mono_ms(), why, cap);
+        *since_ms = k->state_wall_ms;
+        st = "joining";
+    } else {
+        why[0] = '\0';
+        *since_ms = k->state_wall_ms;
+        st = "running";
+    }
+    pthread_mutex_unlock(&k->mlock);
+    return st;
+}
+
+/* Unhealthy: every broker down, a fatal error, or joining for longer than
+ * JOIN_GRACE_MS (a rebalance takes a few seconds; a dead predecessor's
+ * session much longer). */
 static int kafka_health(void *impl, char *msg, size_t len)
 {
     kafka_source *k = impl;
-    bool fatal = atomic_load(&k->fatal);
-    if (!fatal && !atomic_load(&k->brokers_down))
-        return 0;
+    int64_t since;
+    const char *st = sl_source_kafka_state(k, &since, msg, len);
+    if (strcmp(st, "failing") == 0)
+        return 1;
     pthread_mutex_lock(&k->mlock);
-    const char *m = fatal ? k->fatal_msg : k->down_msg;
-    snprintf(msg, len, "%s", m[0] ? m : fatal ? "fatal consumer error" : "all brokers are down");
+    bool late = k->joining && mono_ms() - k->state_mono_ms >= JOIN_GRACE_MS;
     pthread_mutex_unlock(&k->mlock);
-    return 1;
+    if (!late)
+        msg[0] = '\0';
+    return late;
 }
 
 /* Appends a label value with Prometheus' escapes. */
@@ -1606,7 +1885,7 @@ static int kafka_check(const sl_source_config *cfg, sl_error *err)
         sl_source_config base = *cfg;
         base.nproperties = 0;
         base.brokers = NULL;
-        if (apply_config(conf, &base, cfg->group ? cfg->group : "sluice-check", &e))
+        if (apply_config(conf, &base, cfg->group ? cfg->group : "sluice-check", NULL, &e))
             add_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))

@@ -15,6 +15,8 @@
  */
 #include "connectors/sources.h"
 
+#include "connectors/source_kafka.h"
+
 #include "core/clock.h"
 #include "core/connector.h"
 #include "core/batch.h"
@@ -87,6 +89,10 @@ typedef struct src {
     pthread_mutex_t log_lock;
     int64_t log_sec;
     uint64_t log_dropped;
+    /* the state last reported for a source that does not say when it began
+     * (log_lock): since when it has been so */
+    const char *state_seen;
+    int64_t state_since_ms;
 } src;
 
 struct sl_sources {
@@ -97,6 +103,9 @@ struct sl_sources {
     pthread_mutex_t lock; /* with cond: host->wait() */
     pthread_cond_t cond;
 };
+
+/* The states of sources that do not report their own (src_state()). */
+static const char st_running[] = "running", st_failing[] = "failing", st_stopped[] = "stopped";
 
 /* ---- the host ---------------------------------------------------------------- */
 
@@ -202,9 +211,13 @@ static int grow_batch(src *s)
 static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane, sl_error *err)
 {
     src *s = ctx;
+    /* A source gives its events ids that a re-read repeats (a Kafka
+     * record's coordinates, a file line's position: docs/sources.md), so an
+     * event without one is refused like an HTTP ingest entry, unless the set
+     * generates ids (a UUIDv7, different on every read). */
     sl_event_limits lim = {.max_bytes = s->set->cfg.max_event_bytes,
                            .max_depth = SL_EVENT_MAX_DEPTH_DEFAULT,
-                           .generate_ids = true};
+                           .generate_ids = s->set->cfg.generate_ids};
     sl_error e = {0};
     sl_event_status st = sl_event_parse(json, len, &lim, &s->ev, &e);
     if (st == SL_EVENT_OK)
@@ -654,6 +667,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     pthread_mutex_init(&s->log_lock, NULL);
     s->owner = o;
     s->cfg = c;
+    s->state_seen = st_running;
+    s->state_since_ms = sl_clock_now_ms();
     s->arena = (sl_buf)SL_BUF_INIT;
     s->wrap = (sl_buf)SL_BUF_INIT;
     s->dflt_type = default_type(c);
@@ -762,6 +777,31 @@ static bool src_health(src *s, char *msg, size_t cap)
     return !(s->ops && s->ops->health && s->ops->health(s->impl, msg, cap));
 }
 
+/* What the source is doing: source.kafka says ("joining", "running",
+ * "failing", since when, why: connectors/source_kafka.h); every other one
+ * is "running" while healthy (from its start), else "failing" (health's
+ * message the reason), since the first time it was seen so; "stopped" once
+ * halted. ok: its health, msg: health's message. */
+static const char *src_state(src *s, bool ok, const char *msg, int64_t *since, char *why,
+                             size_t cap)
+{
+    why[0] = '\0';
+    if (s->ops && s->impl && s->cfg->kind == SL_SOURCE_KAFKA &&
+        s->ops == sl_source_find(SL_SOURCE_KAFKA))
+        return sl_source_kafka_state(s->impl, since, why, cap);
+    const char *st = s->webhook || s->ops ? (ok ? st_running : st_failing) : st_stopped;
+    if (!ok)
+        snprintf(why, cap, "%s", msg);
+    pthread_mutex_lock(&s->log_lock);
+    if (s->state_seen != st) {
+        s->state_seen = st;
+        s->state_since_ms = sl_clock_now_ms();
+    }
+    *since = s->state_since_ms;
+    pthread_mutex_unlock(&s->log_lock);
+    return st;
+}
+
 int sl_sources_json(sl_sources *o, sl_buf *out)
 {
     int rc = sl_buf_append(out, "{\"sources\":[", 12);
@@ -782,6 +822,19 @@ int sl_sources_json(sl_sources *o, sl_buf *out)
         if (!rc && !ok)
             rc =
                 sl_buf_append(out, ",\"health\":", 10) || sl_json_put_string(out, msg, strlen(msg));
+        char why[512], when[SL_TIME_RFC3339_MAX];
+        int64_t since = 0;
+        const char *st = src_state(s, ok, msg, &since, why, sizeof why);
+        int64_t now = sl_clock_now_ms();
+        size_t wl = since > 0 ? sl_time_format_rfc3339(since, when) : 0;
+        if (!rc)
+            rc = sl_buf_printf(out, ",\"state\":\"%s\"", st);
+        if (!rc && wl)
+            rc = sl_buf_printf(out, ",\"state_since\":\"%.*s\",\"state_seconds\":%" PRId64, (int)wl,
+                               when, now > since ? (now - since) / 1000 : 0);
+        if (!rc && why[0])
+            rc = sl_buf_append(out, ",\"state_reason\":", 16) ||
+                 sl_json_put_string(out, why, strlen(why));
         if (!rc)
             rc = sl_buf_append(out, "}", 1);
     }

@@ -622,6 +622,40 @@ static int header_of(void *ud, const char *name, size_t nlen, const char *v, siz
     return rd_kafka_header_add(ud, hn, (ssize_t)nlen + 3, v, (ssize_t)vlen) ? SL_ENOMEM : 0;
 }
 
+/* Binary mode: the read-back members (sluiceset, sluicepartition,
+ * sluiceoffset, which the event parser sets aside) as ce_sluiceset, … headers,
+ * so that both modes carry the same attributes: structured mode sends them
+ * in the JSON (docs/targets.md). A payload without them (a transform's
+ * output) gets none. Returns 0 or SL_ENOMEM. */
+static int sluice_headers(const sl_event *ev, rd_kafka_headers_t *hdrs)
+{
+    if (!memmem(ev->object.p, ev->object.len, "\"sluice", 7))
+        return 0;
+    static const char *const names[] = {"sluiceset", "sluicepartition", "sluiceoffset"};
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, &ev->object);
+    while (sl_json_iter_member(&it, &k, &v)) {
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+            size_t nl = strlen(names[i]);
+            if (k.len != nl + 2 || memcmp(k.p + 1, names[i], nl) != 0)
+                continue;
+            if (v.type != SL_JSON_STRING && v.type != SL_JSON_NUMBER)
+                break;
+            size_t vl = 0;
+            char *text = sl_ce_attr_text(&v, &vl);
+            if (!text)
+                return SL_ENOMEM;
+            int rc = header_of(hdrs, names[i], nl, text, vl);
+            free(text);
+            if (rc)
+                return rc;
+            break;
+        }
+    }
+    return 0;
+}
+
 /* One record, built from payload d. */
 typedef struct record {
     char *topic;
@@ -717,6 +751,8 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
         if (ct)
             rd_kafka_header_add(r->hdrs, "content-type", -1, ct, -1);
         rc = sl_ce_binary_attrs(pev, header_of, r->hdrs);
+        if (!rc)
+            rc = sluice_headers(pev, r->hdrs);
         bool as_is = sl_ce_binary_data_is_json(pev, ctype);
         if (!rc && !as_is)
             rc = sl_ce_binary_data(pev, ctype, &r->own);

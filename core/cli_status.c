@@ -367,12 +367,22 @@ static int add_sources(session *s, table *t)
         member_text(&el, "set", row[2], CELL, 0, "-");
         cell_i64(row[3], member_i64(&el, "events"));
         cell_i64(row[4], member_i64(&el, "refused"));
+        /* "joining 42s": how long matters (a dead predecessor's
+         * session), not when. */
+        char st[32];
+        member_text(&el, "state", st, sizeof st, 0, "-");
+        sl_json_tok secs_tok;
+        int64_t secs = member_i64(&el, "state_seconds");
+        if (strcmp(st, "-") && sl_cli_http_json_get(&el, "state_seconds", &secs_tok))
+            snprintf(row[5], CELL, "%s %" PRId64 "s", st, secs);
+        else
+            snprintf(row[5], CELL, "%s", st);
         if (member_true(&el, "healthy")) {
-            snprintf(row[5], CELL, "yes");
+            snprintf(row[6], CELL, "yes");
         } else {
             char why[80];
             member_text(&el, "health", why, sizeof why, ERR_WIDTH, "");
-            snprintf(row[5], CELL, why[0] ? "no: %s" : "no", why);
+            snprintf(row[6], CELL, why[0] ? "no: %s" : "no", why);
         }
     }
     return 0;
@@ -432,9 +442,9 @@ int sl_cli_status_main(int argc, char **argv)
         .ncol = 7,
         .head = {"LANE", "ENV", "FALLBACK", "STATE", "EVENTS IN", "DELIVERED", "UNROUTED"},
         .right = {false, false, false, false, true, true, true}};
-    table sources = {.ncol = 6,
-                     .head = {"SOURCE", "KIND", "SET", "EVENTS", "REFUSED", "HEALTHY"},
-                     .right = {false, false, false, true, true, false}};
+    table sources = {.ncol = 7,
+                     .head = {"SOURCE", "KIND", "SET", "EVENTS", "REFUSED", "STATE", "HEALTHY"},
+                     .right = {false, false, false, true, true, false, false}};
     size_t other_lanes = 0;
     double secs = 0;
     if (interval > 0) {

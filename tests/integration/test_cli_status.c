@@ -217,13 +217,15 @@ static void test_report(void **state)
     assert_string_equal(tok[6], "0");
     expect_row(out, "Lanes", "(base)", tok, 7);
 
-    /* SOURCE KIND SET EVENTS REFUSED HEALTHY */
-    expect_row(out, "Sources", "f", tok, 6);
+    /* SOURCE KIND SET EVENTS REFUSED STATE (name, time in it) HEALTHY */
+    expect_row(out, "Sources", "f", tok, 8);
     assert_string_equal(tok[1], "file");
     assert_string_equal(tok[2], "logs");
     assert_string_equal(tok[3], "4");
     assert_string_equal(tok[4], "0");
-    assert_string_equal(tok[5], "yes");
+    assert_string_equal(tok[5], "running");
+    assert_true(strlen(tok[6]) >= 2 && tok[6][strlen(tok[6]) - 1] == 's');
+    assert_string_equal(tok[7], "yes");
 
     /* Columns are aligned: in the Sets table, numbers end in one column. */
     const char *a = strstr(out, "\n  orders "), *b = strstr(out, "\n  logs ");

@@ -47,7 +47,8 @@ static void mock_start(void)
                               "--brokers", "3",      "--topic", "rec:1",   "--topic", "cl-a:2",
                               "--topic",   "cl-b:1", "--topic", "crash:3", "--topic", "bra:2",
                               "--topic",   "brb:2",  "--topic", "hb:1",    "--topic", "rb:4",
-                              "--topic",   "val:1",  "--topic", "sj:2",    NULL});
+                              "--topic",   "val:1",  "--topic", "sj:2",    "--topic", "ids:1",
+                              "--topic",   "join:1", NULL});
 }
 
 #define mock_cmd(...) it_kmock_cmd(&g_mk, __VA_ARGS__)
@@ -405,6 +406,57 @@ static void test_records(void **state)
     /* A record produced now arrives, and the lag is counted behind it. */
     kprod(s, "rec", NULL, NULL, "late", 4);
     wait_events(s, "fromkafka", 9, WAIT_S);
+    s->passed = true;
+}
+
+/* Records whose events have no id of their own get TOPIC-PARTITION-OFFSET
+ * in every mode (binary without ce_id, structured without "id", wrapped),
+ * so the same record read again makes the same event: two groups reading
+ * the topic from the beginning (as a source whose offsets were reset, or
+ * that crashed before committing, reads it again) store the same ids. */
+static void test_stable_ids(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "set \"ida\" { partitions = 1 }\n"
+                    "set \"idb\" { partitions = 1 }\n"
+                    "source.kafka { name = \"ia\", brokers = \"%s\", topics = { \"ids\" },\n"
+                    "  group = \"g-ida\", set = \"ida\", start = \"beginning\" }\n"
+                    "source.kafka { name = \"ib\", brokers = \"%s\", topics = { \"ids\" },\n"
+                    "  group = \"g-idb\", set = \"idb\", start = \"beginning\" }\n",
+                    g_mk.boot, g_mk.boot);
+    const char *bin[] = {"ce_specversion=1.0", "ce_source=/b", "ce_type=bt", NULL};
+    const char *ce_ct[] = {"content-type=application/cloudevents+json", NULL};
+    const char *v1 = "{\"specversion\":\"1.0\",\"source\":\"/s\",\"type\":\"st\"}";
+    const char *v2 = "{\"specversion\":\"1.0\",\"source\":\"/s\",\"type\":\"st2\",\"data\":1}";
+    kprod(s, "ids", NULL, bin, "{\"b\":1}", 7);  /* 0: binary, no ce_id */
+    kprod(s, "ids", "k", ce_ct, v1, strlen(v1)); /* 1: structured by content-type, no id */
+    kprod(s, "ids", NULL, NULL, v2, strlen(v2)); /* 2: structured by its shape, no id */
+    kprod(s, "ids", NULL, NULL, "plain", 5);     /* 3: wrapped */
+    it_start_config(s, cfg, WAIT_S);
+    wait_events(s, "ida", 4, WAIT_S);
+    wait_events(s, "idb", 4, WAIT_S);
+    assert_int_equal(source_int(s, "ia", "refused", NULL, NULL, 0), 0);
+    json_t *a = all_events(s, "ida", 1), *b = all_events(s, "idb", 1);
+    assert_int_equal(json_array_size(a), 4);
+    assert_int_equal(json_array_size(b), 4);
+    static const char *const want[][2] = {{"ids-0-0", "bt"},
+                                          {"ids-0-1", "st"},
+                                          {"ids-0-2", "st2"},
+                                          {"ids-0-3", "sluice.kafka.record"}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *ea = by_id(a, want[i][0]), *eb = by_id(b, want[i][0]);
+        if (!ea || !eb) {
+            char *t = json_dumps(a, JSON_COMPACT);
+            fail_msg("no event %s in both sets: %s", want[i][0], t);
+        }
+        expect_attr(ea, "type", want[i][1]);
+        expect_attr(eb, "type", want[i][1]);
+    }
+    expect_attr(by_id(a, "ids-0-1"), "partitionkey", "k");
+    json_decref(a);
+    json_decref(b);
     s->passed = true;
 }
 
@@ -847,7 +899,10 @@ static void test_stop_joining_coop(void **state)
 }
 
 /* Kafka topic A → source.kafka → set → rule → target.kafka → topic B:
- * every record arrives in B once. */
+ * every record arrives in B once. B read back by another source.kafka: the
+ * binary records' ce_sluiceset/… headers (where the event sat in "mid")
+ * are not stored; the events read from "back" say where they are now, and
+ * keep their ids. */
 static void test_bridge(void **state)
 {
     it_server *s = *state;
@@ -858,8 +913,11 @@ static void test_bridge(void **state)
                     "source.kafka { name = \"a\", brokers = \"%s\", topics = { \"bra\" },\n"
                     "  set = \"mid\", start = \"beginning\" }\n"
                     "rule \"fwd\" { set = \"mid\", target = target.kafka { brokers = \"%s\",\n"
-                    "  topic = \"brb\" } }\n",
-                    g_mk.boot, g_mk.boot);
+                    "  topic = \"brb\" } }\n"
+                    "set \"back\" { partitions = 1 }\n"
+                    "source.kafka { name = \"b\", brokers = \"%s\", topics = { \"brb\" },\n"
+                    "  set = \"back\", start = \"beginning\" }\n",
+                    g_mk.boot, g_mk.boot, g_mk.boot);
     const int n = 5000;
     kprod_lines(s, "bra", "v", 0, n / 2);
     it_start_config(s, cfg, WAIT_S);
@@ -873,6 +931,19 @@ static void test_bridge(void **state)
     if (got != (size_t)n)
         fail_msg("topic brb holds %zu records, want %d", got, n);
     assert_int_equal(set_events(s, "mid"), n);
+    wait_events(s, "back", n, WAIT_S);
+    it_evs e = it_read_events(s, "back", 0, "offset=0&max=1");
+    assert_true(e.n == 1);
+    json_t *ev = json_loads(e.v[0].text, 0, NULL);
+    assert_non_null(ev);
+    expect_attr(ev, "sluiceset", "back");
+    if (!json_is_integer(json_object_get(ev, "sluiceoffset")) ||
+        json_integer_value(json_object_get(ev, "sluiceoffset")) != 0 ||
+        strncmp(str_of(ev, "id"), "bra-", 4) ||
+        strstr(strstr(e.v[0].text, "\"sluiceset\"") + 1, "\"sluiceset\""))
+        fail_msg("read back from \"back\": %s", e.v[0].text);
+    json_decref(ev);
+    it_evs_free(&e);
     s->passed = true;
 }
 
@@ -951,6 +1022,114 @@ static void test_health(void **state)
     s->passed = true;
 }
 
+/* String member key of source name in GET /v1/sources into out ("" when
+ * absent); returns its "healthy". */
+static bool source_str(it_server *s, const char *name, const char *key, char *out, size_t cap)
+{
+    it_resp r = it_get(s, "/v1/sources");
+    bool healthy = false;
+    out[0] = '\0';
+    if (r.status == 200) {
+        json_t *j = it_parse_json(&r);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(j, "sources"), i, e)
+        {
+            const char *n = json_string_value(json_object_get(e, "name"));
+            if (!n || strcmp(n, name))
+                continue;
+            const char *v = json_string_value(json_object_get(e, key));
+            snprintf(out, cap, "%s", v ? v : "");
+            healthy = json_is_true(json_object_get(e, "healthy"));
+        }
+        json_decref(j);
+    }
+    it_resp_free(&r);
+    return healthy;
+}
+
+/* Waits until source name's state is want (and its health healthy);
+ * fails after secs. */
+static void wait_state(it_server *s, const char *name, const char *want, bool healthy, double secs)
+{
+    char st[64] = "", why[512] = "";
+    bool ok = false;
+    for (double end = it_mono() + secs; it_mono() < end; it_sleep_ms(100)) {
+        ok = source_str(s, name, "state", st, sizeof st);
+        if (strcmp(st, want) == 0 && ok == healthy)
+            return;
+    }
+    source_str(s, name, "state_reason", why, sizeof why);
+    fail_msg("source %s: state \"%s\" (%s: %s) after %.0f s, want \"%s\" (%s)", name, st,
+             ok ? "healthy" : "unhealthy", why, secs, want, healthy ? "healthy" : "unhealthy");
+}
+
+/* After a SIGKILL the restarted source waits for the killed member's
+ * session to time out before the group assigns it anything: it says so
+ * (state "joining", since when, why, a log line when it starts and a
+ * warning when the wait outlasts the grace, unhealthy), and is running and
+ * healthy again once assigned. The mock cluster ignores group.instance.id,
+ * so the wait is the session's here (a real broker gives a static member
+ * its partitions back at once). */
+static void test_joining(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "set \"jn\" { partitions = 1 }\n"
+                    "source.kafka { name = \"jn\", brokers = \"%s\", topics = { \"join\" },\n"
+                    "  group = \"g-join\", set = \"jn\", start = \"beginning\",\n"
+                    "  properties = { [\"session.timeout.ms\"] = 25000,\n"
+                    "                 [\"heartbeat.interval.ms\"] = 500 } }\n",
+                    g_mk.boot);
+    kprod(s, "join", NULL, NULL, "one", 3);
+    it_start_config(s, cfg, WAIT_S);
+    wait_events(s, "jn", 1, WAIT_S);
+    wait_state(s, "jn", "running", true, WAIT_S);
+    if (!it_log_contains(s, "joining consumer group g-join") ||
+        !it_log_contains(s, "consumer group g-join assigned 1 partition(s)"))
+        fail_msg("no log line for the first join and its assignment");
+    char id[256], path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/sources/jn/group-instance-id", s->data);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(id, sizeof id, f) || strncmp(id, "sluice-jn-", 10))
+        fail_msg("no group.instance.id kept in %s", path);
+    fclose(f);
+
+    it_srv_stop(s, SIGKILL, 5);
+    it_restart(s, WAIT_S);
+    char st[64], why[512];
+    source_str(s, "jn", "state", st, sizeof st);
+    assert_string_equal(st, "joining");
+    /* Past the grace: unhealthy, with the reason. */
+    wait_state(s, "jn", "joining", false, WAIT_S);
+    source_str(s, "jn", "state_reason", why, sizeof why);
+    if (!strstr(why, "g-join") || !strstr(why, "session.timeout.ms = 25000"))
+        fail_msg("the joining reason says \"%s\"", why);
+    source_str(s, "jn", "health", why, sizeof why);
+    if (!strstr(why, "joining consumer group g-join"))
+        fail_msg("health says \"%s\"", why);
+    source_str(s, "jn", "state_since", st, sizeof st);
+    assert_true(strlen(st) > 10);
+    for (double end = it_mono() + WAIT_S;
+         !it_log_contains(s, "still joining consumer group g-join") && it_mono() < end;)
+        it_sleep_ms(50);
+    if (!it_log_contains(s, "still joining consumer group g-join"))
+        fail_msg("no warning in the log while joining past the grace");
+    /* The same instance id after the restart. */
+    char id2[256] = "";
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(id2, sizeof id2, f));
+    fclose(f);
+    assert_string_equal(id, id2);
+    /* The killed member's session ends: assigned, running, healthy. */
+    wait_state(s, "jn", "running", true, 60);
+    kprod(s, "join", NULL, NULL, "two", 3);
+    wait_events(s, "jn", 2, WAIT_S);
+    s->passed = true;
+}
+
 /* `sluice check` refuses unknown and bad properties, the offset settings
  * sluice owns, bad topic names and regexes, each at its line, without
  * quoting a secret. */
@@ -1002,9 +1181,9 @@ int main(void)
     if (it_init("test_source_kafka"))
         return 1;
     const struct CMUnitTest tests[] = {
-        T(test_records),   T(test_values),       T(test_clean_restart),     T(test_crash),
-        T(test_rebalance), T(test_stop_joining), T(test_stop_joining_coop), T(test_bridge),
-        T(test_health),    T(test_check),
+        T(test_records), T(test_stable_ids), T(test_values),       T(test_clean_restart),
+        T(test_crash),   T(test_rebalance),  T(test_stop_joining), T(test_stop_joining_coop),
+        T(test_bridge),  T(test_health),     T(test_joining),      T(test_check),
     };
     /* ITEST_ONLY=NAME runs that test alone. */
     const char *only = getenv("ITEST_ONLY");

@@ -302,9 +302,16 @@ static void test_binary(void **state)
             expect_hdr(r, "ce_specversion", "1.0");
             expect_hdr(r, "ce_source", "/shop");
             expect_hdr(r, "ce_type", pass ? "refund" : "order");
-            if (strstr(r->hdrs, "sluice") || hdr(r, "ce_data", buf, sizeof buf) ||
-                hdr(r, "ce_datacontenttype", buf, sizeof buf))
+            if (hdr(r, "ce_data", buf, sizeof buf) || hdr(r, "ce_datacontenttype", buf, sizeof buf))
                 fail_msg("record %s: headers it should not have:\n%s", id, r->hdrs);
+            /* Where the event sits in sluice, as structured mode's JSON says. */
+            expect_hdr(r, "ce_sluiceset", "in");
+            char part[32], off[32];
+            if (!hdr(r, "ce_sluicepartition", part, sizeof part) ||
+                (strcmp(part, "0") && strcmp(part, "1")) ||
+                !hdr(r, "ce_sluiceoffset", off, sizeof off) || !off[0] ||
+                strspn(off, "0123456789") != strlen(off))
+                fail_msg("record %s: no ce_sluicepartition / ce_sluiceoffset:\n%s", id, r->hdrs);
             if (strcmp(id, "b10") == 0) {
                 seen[10] = true;
                 expect_hdr(r, "content-type", "text/plain");
@@ -355,7 +362,8 @@ static void test_binary(void **state)
     /* kcat sees the same: ids in ce_id headers, data as the value. */
     char *out = kcat("bin-order", "%k\\t%h\\t%s\\n");
     if (count_of(out, "ce_id=b") != 7 || count_of(out, "ce_id=l0") != 1 ||
-        !strstr(out, "ce_id=b11") || !strstr(out, "\t{\"n\":4}\n") || !strstr(out, "k1\t"))
+        count_of(out, "ce_sluiceset=in") != 8 || !strstr(out, "ce_id=b11") ||
+        !strstr(out, "\t{\"n\":4}\n") || !strstr(out, "k1\t"))
         fail_msg("kcat reads back:\n%s", out);
     free(out);
     json_t *st = it_rule(s, "bin");
@@ -407,6 +415,11 @@ static void test_structured_and_data(void **state)
             char want[64], buf[64];
             if (pass == 0) {
                 expect_hdr(r, "content-type", "application/cloudevents+json");
+                /* The read-back members, which binary mode sends as ce_sluice* headers. */
+                if (strcmp(json_string_value(json_object_get(j, "sluiceset")), "in") ||
+                    !json_is_integer(json_object_get(j, "sluicepartition")) ||
+                    !json_is_integer(json_object_get(j, "sluiceoffset")))
+                    fail_msg("structured: no sluiceset/partition/offset in %s", r->value);
                 expect_hdr(r, "X-Origin", "sluice");
                 snprintf(want, sizeof want, "sub%s/t", id + 1);
             } else {

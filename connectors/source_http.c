@@ -579,29 +579,61 @@ static bool params_ok(sl_http_req *r, const struct route *rt, enum MHD_Result *r
     return false;
 }
 
-static enum MHD_Result route(sl_http_req *r, const char *method, const char *url)
+/* The route for method and url (NULL when none); *name gets its {name}
+ * segment (pointing into buf, which holds a copy of url and must be
+ * SL_HTTP_PATH_MAX bytes), *known whether the path names a resource
+ * whatever the method. url must be shorter than SL_HTTP_PATH_MAX. */
+#define SL_HTTP_PATH_MAX 1024
+static const struct route *find_route(const char *method, const char *url, char *buf,
+                                      const char **name, bool *known)
 {
-    char buf[1024];
-    if (strlen(url) >= sizeof buf)
-        return sl__http_error(r, 414, "UriTooLong", "the request path is too long");
-    snprintf(buf, sizeof buf, "%s", url);
+    snprintf(buf, SL_HTTP_PATH_MAX, "%s", url);
     char *seg[5];
     int n = split_path(buf, seg, 4);
     const char *m = strcmp(method, "HEAD") == 0 ? "GET" : method;
-    bool known = false; /* the path names a resource, whatever the method */
+    *known = false;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
         const struct route *rt = &routes[i];
-        const char *name = "";
-        if (!path_match(rt->path, url, seg, n, &name))
+        *name = "";
+        if (!path_match(rt->path, url, seg, n, name))
             continue;
-        known = true;
-        if (strcmp(rt->method, m) != 0)
-            continue;
-        enum MHD_Result ret;
-        if (!params_ok(r, rt, &ret))
-            return ret;
-        return rt->fn(r, name);
+        *known = true;
+        if (strcmp(rt->method, m) == 0)
+            return rt;
     }
+    return NULL;
+}
+
+/* With the headers, before any body is read: a query parameter the route
+ * does not take is answered at once (true, with *ret), as refused
+ * admissions are (the body is never read). Unknown paths and methods are
+ * left to route(), after the body, as before. */
+static bool params_refused(sl_http_req *r, const char *method, const char *url,
+                           enum MHD_Result *ret)
+{
+    char buf[SL_HTTP_PATH_MAX];
+    const char *name;
+    bool known;
+    if (strlen(url) >= sizeof buf)
+        return false;
+    const struct route *rt = find_route(method, url, buf, &name, &known);
+    if (!rt || params_ok(r, rt, ret))
+        return false;
+    r->close = r->post; /* its body is not read: the connection cannot be reused */
+    return true;
+}
+
+static enum MHD_Result route(sl_http_req *r, const char *method, const char *url)
+{
+    char buf[SL_HTTP_PATH_MAX];
+    if (strlen(url) >= sizeof buf)
+        return sl__http_error(r, 414, "UriTooLong", "the request path is too long");
+    const char *name;
+    bool known;
+    /* the query parameters were checked with the headers (params_refused()) */
+    const struct route *rt = find_route(method, url, buf, &name, &known);
+    if (rt)
+        return rt->fn(r, name);
     if (known)
         return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s", method, url);
     return sl__http_error(r, 404, "NotFound", "no such resource: %s %s", method, url);
@@ -631,6 +663,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * routes: source_http_auth.c). */
         enum MHD_Result ret;
         if (sl__http_admit(r, method, url, &ret))
+            return ret;
+        if (params_refused(r, method, url, &ret))
             return ret;
         if (r->post) {
             const char *cl =

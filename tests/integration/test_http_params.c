@@ -11,6 +11,7 @@
 #include "core/metrics.h" /* sl_buf_printf() */
 #include "receiver.h"
 
+#include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,67 @@ static void test_ack_per_request(void **state)
 
 /* ---- binary-mode text payloads ------------------------------------------------ */
 
+/* One record read back from the mock cluster: its value, and the ce_id and
+ * content-type headers. */
+typedef struct krec {
+    char id[32], ctype[256];
+    char *value;
+    size_t len;
+} krec;
+
+static void header_text(rd_kafka_headers_t *hs, const char *name, char *out, size_t cap)
+{
+    const void *v;
+    size_t n;
+    out[0] = '\0';
+    if (hs && !rd_kafka_header_get_last(hs, name, &v, &n) && v)
+        snprintf(out, cap, "%.*s", (int)n, (const char *)v);
+}
+
+/* Every record of topic (one partition) once it holds want, read with a
+ * librdkafka consumer from the beginning; fails the test after WAIT_S.
+ * Returns how many were read into out[0..cap). */
+static size_t consume(const char *boot, const char *topic, krec *out, size_t cap, size_t want)
+{
+    char es[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", boot, es, sizeof es);
+    rd_kafka_conf_set(conf, "group.id", "itest", es, sizeof es);
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", es, sizeof es);
+    rd_kafka_conf_set(conf, "log_level", "0", es, sizeof es);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es);
+    assert_non_null(rk);
+    rd_kafka_topic_partition_list_t *pl = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(pl, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, pl);
+    rd_kafka_topic_partition_list_destroy(pl);
+    size_t n = 0;
+    for (double end = it_mono() + WAIT_S; n < want && it_mono() < end;) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m)
+            continue;
+        if (!m->err && n < cap) {
+            krec *r = &out[n++];
+            rd_kafka_headers_t *hs = NULL;
+            rd_kafka_message_headers(m, &hs);
+            header_text(hs, "ce_id", r->id, sizeof r->id);
+            header_text(hs, "content-type", r->ctype, sizeof r->ctype);
+            r->len = m->payload ? m->len : 0;
+            r->value = malloc(r->len + 1);
+            assert_non_null(r->value);
+            if (r->len)
+                memcpy(r->value, m->payload, r->len);
+            r->value[r->len] = '\0';
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    if (n < want)
+        fail_msg("topic %s: %zu records, want %zu", topic, n, want);
+    return n;
+}
+
 /* Textual bodies are stored as a JSON string `data` (the CloudEvents JSON
  * format), others as data_base64; target.http's binary mode gives back the
  * same bytes and Content-Type either way. */
@@ -250,13 +312,17 @@ static void test_binary_text_round_trip(void **state)
     rx_receiver *rx = rx_new();
     assert_non_null(rx);
     assert_int_equal(rx_start(rx, 0), 0);
+    it_kmock mk;
+    it_kmock_start(&mk, (const char *const[]){"--brokers", "1", "--topic", "txt:1", NULL});
     char cfg[PATH_MAX];
     it_write_config(s, cfg,
                     "set \"bin\" { partitions = 1 }\n"
                     "rule \"out\" { set = \"bin\",\n"
                     "  target = target.http { url = \"http://127.0.0.1:%d/{id}\", body = "
-                    "\"binary\" } }\n",
-                    rx_port(rx));
+                    "\"binary\" } }\n"
+                    "rule \"kout\" { set = \"bin\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"txt\", properties = { [\"linger.ms\"] = 1 } } }\n",
+                    rx_port(rx), mk.boot);
     it_start_config(s, cfg, WAIT_S);
     static const struct {
         const char *ctype, *body;
@@ -330,6 +396,30 @@ static void test_binary_text_round_trip(void **state)
             fail_msg("t%zu: delivered Content-Type \"%s\", want \"%s\"", i, got ? got : "(none)",
                      cases[i].ctype);
     }
+    /* target.kafka's binary mode: the same bytes as the value, the type as
+     * the content-type header */
+    krec recs[16];
+    memset(recs, 0, sizeof recs);
+    size_t nk = consume(mk.boot, "txt", recs, 16, n);
+    for (size_t i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "t%zu", i);
+        const krec *k = NULL;
+        for (size_t j = 0; j < nk && !k; j++)
+            if (strcmp(recs[j].id, id) == 0)
+                k = &recs[j];
+        if (!k)
+            fail_msg("no Kafka record with ce_id %s", id);
+        size_t len = cases[i].len ? cases[i].len : strlen(cases[i].body);
+        if (k->len != len || memcmp(k->value, cases[i].body, len) != 0)
+            fail_msg("%s: Kafka record value \"%s\" (%zu bytes), not the %zu bytes sent",
+                     cases[i].ctype, k->value, k->len, len);
+        if (strcmp(k->ctype, cases[i].ctype) != 0)
+            fail_msg("%s: Kafka record content-type \"%s\"", cases[i].ctype, k->ctype);
+    }
+    for (size_t j = 0; j < nk; j++)
+        free(recs[j].value);
+    it_kmock_stop(&mk);
     rx_free(rx);
     s->passed = true;
 }

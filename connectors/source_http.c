@@ -444,10 +444,11 @@ NO_NAME(list_sets)
 #undef NO_NAME
 
 /* The routes. A path is matched segment by segment: "{x}" is one name
- * (handed to the handler), "{x...}" (last) the rest of the URL. params: the
- * query parameters the route accepts; route() refuses any other (400
- * UnknownParameter), so that a typo (?maxx=5) or a parameter of another
- * endpoint is not silently ignored. Keep docs/http-api.md's tables in step. */
+ * (handed to the handler), "{x...}" (last) the rest of the URL. params:
+ * the query parameters the route accepts; params_refused() refuses any
+ * other with the headers (400 UnknownParameter), so that a typo (?maxx=5)
+ * or a parameter of another endpoint is not silently ignored. Keep
+ * docs/http-api.md's Endpoints table in step (test_docs_api.sh checks). */
 #define P(...) ((const char *const[]){__VA_ARGS__, NULL})
 static const struct route {
     const char *method; /* "GET" also serves HEAD */
@@ -537,7 +538,7 @@ static enum MHD_Result check_param(void *cls, enum MHD_ValueKind kind, const cha
         return MHD_YES;
     if (pc->nunknown++ < 8) {
         char name[68];
-        snprintf(name, sizeof name, "%s%s", key, strlen(key) > 64 ? "..." : "");
+        snprintf(name, sizeof name, "%.64s%s", key, strlen(key) > 64 ? "..." : "");
         if (pc->unknown.len)
             sl_buf_append(&pc->unknown, ", ", 2);
         sl_buf_append(&pc->unknown, "\"", 1);
@@ -619,7 +620,7 @@ static bool params_refused(sl_http_req *r, const char *method, const char *url,
     const struct route *rt = find_route(method, url, buf, &name, &known);
     if (!rt || params_ok(r, rt, ret))
         return false;
-    r->close = r->post; /* its body is not read: the connection cannot be reused */
+    r->close = true; /* as for refused admissions: a body that may follow is not read */
     return true;
 }
 

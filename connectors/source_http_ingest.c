@@ -39,9 +39,9 @@ typedef struct ingest {
     sl_buf arena; /* encoded events and keys */
     sl_buf msgs;  /* error messages */
     /* sl__http_publish_json(): one event, answered {"id","set","partition",
-     * "offset"}; done is told the outcome. */
+     * "offset","ack"}; done is told the outcome. */
     bool single;
-    sl_ack ack; /* asked for (?ack=…; else the set's); the publish is never less than the set's */
+    sl_ack ack; /* what ?ack= asked for (buffer when absent); never less than the set's is used */
     sl__http_published_fn *done;
     void *done_ctx;
     sl_event ev; /* reused for every entry */

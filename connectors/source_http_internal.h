@@ -174,7 +174,7 @@ typedef void sl__http_published_fn(void *ctx, int status);
  * set_name through ingest's path: the set looked up (or auto-created) as
  * ingest does, the event parsed, validated (the validate hook), encoded and
  * published, waiting for the sync of a durable set with the request
- * suspended. Answers the request: 200 {"id","set","partition","offset"}
+ * suspended. Answers the request: 200 {"id","set","partition","offset","ack"}
  * once stored; 400/413 with the event's status name (InvalidEvent,
  * SchemaViolation, TooLarge, …) when the event is refused; ingest's
  * whole-request errors (404 NoSuchSet, 503 Backpressure, 500 NotConfirmed,

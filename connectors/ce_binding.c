@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *name;
@@ -222,15 +223,37 @@ static int b64_decode(const sl_json_tok *tok, sl_buf *out)
     return rc;
 }
 
+/* Whether ctype declares JSON data as the CloudEvents JSON format defines it
+ * (§3.1): no type at all, or a media type (parameters stripped) whose
+ * subtype is "json" or ends in "+json". Not any type that merely mentions "json"
+ * (text/x-json5 is text: its string data goes out as the text, not quoted),
+ * so that what ingest stored as text (core/event.c) goes back as the same
+ * bytes. */
+static bool ct_is_json(const char *ctype)
+{
+    if (!ctype)
+        return true;
+    while (*ctype == ' ' || *ctype == '\t')
+        ctype++;
+    size_t n = strcspn(ctype, "; \t");
+    const char *slash = memchr(ctype, '/', n);
+    if (!slash)
+        return false;
+    size_t sl = n - (size_t)(slash + 1 - ctype);
+    const char *sub = slash + 1;
+    return (sl == 4 && strncasecmp(sub, "json", 4) == 0) ||
+           (sl > 5 && strncasecmp(sub + sl - 5, "+json", 5) == 0);
+}
+
 bool sl_ce_binary_data_is_json(const sl_event *ev, const char *ctype)
 {
-    bool json_ct = !ctype || strstr(ctype, "json") != NULL;
+    bool json_ct = ct_is_json(ctype);
     return ev->data_base64.type != SL_JSON_STRING && !(ev->data.type == SL_JSON_STRING && !json_ct);
 }
 
 int sl_ce_binary_data(const sl_event *ev, const char *ctype, sl_buf *out)
 {
-    bool json_ct = !ctype || strstr(ctype, "json") != NULL;
+    bool json_ct = ct_is_json(ctype);
     if (ev->data_base64.type == SL_JSON_STRING)
         return b64_decode(&ev->data_base64, out);
     if (ev->data.type == SL_JSON_STRING && !json_ct) {

@@ -415,88 +415,226 @@ static int split_path(char *buf, char **seg, int max)
     return n;
 }
 
-static enum MHD_Result route(sl_http_req *r, const char *method, const char *url)
+/* ---- routing ------------------------------------------------------------------ */
+
+/* The handlers with one signature: name is the path's {name} segment ("" when
+ * the path has none; the rest after "/ui" for the console). */
+typedef enum MHD_Result route_fn(sl_http_req *r, const char *name);
+
+static enum MHD_Result r_healthz(sl_http_req *r, const char *name)
 {
-    char buf[1024];
-    if (strlen(url) >= sizeof buf)
-        return sl__http_error(r, 414, "UriTooLong", "the request path is too long");
-    snprintf(buf, sizeof buf, "%s", url);
+    (void)name;
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "{\"status\":\"%s\"}\n", r->h->stopping ? "stopping" : "ok");
+    return sl__http_reply(r, r->h->stopping ? 503 : 200, &b, "application/json", 0);
+}
+
+#define NO_NAME(fn)                                                                                \
+    static enum MHD_Result r_##fn(sl_http_req *r, const char *name)                                \
+    {                                                                                              \
+        (void)name;                                                                                \
+        return sl__http_##fn(r);                                                                   \
+    }
+NO_NAME(metrics)
+NO_NAME(rules)
+NO_NAME(sources)
+NO_NAME(lanes)
+NO_NAME(pattern_test)
+NO_NAME(list_sets)
+#undef NO_NAME
+
+/* The routes. A path is matched segment by segment: "{x}" is one name
+ * (handed to the handler), "{x...}" (last) the rest of the URL. params:
+ * the query parameters the route accepts; params_refused() refuses any
+ * other with the headers (400 UnknownParameter), so that a typo (?maxx=5)
+ * or a parameter of another endpoint is not silently ignored. Keep
+ * docs/http-api.md's Endpoints table in step (test_docs_api.sh checks). */
+#define P(...) ((const char *const[]){__VA_ARGS__, NULL})
+static const struct route {
+    const char *method; /* "GET" also serves HEAD */
+    const char *path;
+    route_fn *fn;
+    const char *const *params;
+} routes[] = {
+    {"GET", "/ui/{file...}", sl__http_ui, NULL},
+    {"GET", "/healthz", r_healthz, NULL},
+    {"GET", "/metrics", r_metrics, NULL},
+    {"GET", "/v1/rules", r_rules, NULL},
+    {"POST", "/v1/rules/{rule}/replay", sl__http_replay, P("from", "to")},
+    {"GET", "/v1/rules/{rule}/replays", sl__http_replays, NULL},
+    {"POST", "/v1/patterns/test", r_pattern_test, NULL},
+    {"GET", "/v1/sources", r_sources, NULL},
+    {"GET", "/v1/lanes", r_lanes, NULL},
+    {"DELETE", "/v1/lanes/{lane}", sl__http_lane_drop, NULL},
+    /* the body was collected (up to max_request_bytes) like ingest's */
+    {"POST", "/v1/webhooks/{name}", sl__http_webhook, NULL},
+    {"GET", "/v1/sets", r_list_sets, NULL},
+    {"GET", "/v1/sets/{set}", sl__http_show_set, NULL},
+    {"POST", "/v1/sets/{set}/redrive", sl__http_redrive, P("to", "max")},
+    {"POST", "/v1/sets/{set}/events", sl__http_ingest, P("ack")},
+    {"GET", "/v1/sets/{set}/events", sl__http_read,
+     P("partition", "offset", "from", "max", "wait_ms", "lane")},
+};
+#undef P
+
+/* Whether the path's segments seg[0..n) match pattern; *name gets the
+ * segment a "{x}" stands for. "{x...}" needs url to begin with what
+ * precedes it ("//ui" is not "/ui"), and gives the rest of url from there
+ * ("" or "/…"). */
+static bool path_match(const char *pattern, const char *url, char *const *seg, int n,
+                       const char **name)
+{
+    int i = 0;
+    for (const char *p = pattern + 1; *p; i++) {
+        size_t l = strcspn(p, "/");
+        bool var = l >= 2 && p[0] == '{' && p[l - 1] == '}';
+        if (var && l > 5 && memcmp(p + l - 4, "...}", 4) == 0) {
+            size_t pre = (size_t)(p - pattern) - 1;
+            if (strncmp(url, pattern, pre) != 0)
+                return false;
+            *name = url + pre;
+            return true;
+        }
+        if (i >= n)
+            return false;
+        if (var)
+            *name = seg[i];
+        else if (strlen(seg[i]) != l || memcmp(seg[i], p, l) != 0)
+            return false;
+        p += l + (p[l] == '/');
+    }
+    return i == n;
+}
+
+/* The query string against the route's accepted parameters. */
+typedef struct param_check {
+    const char *const *accepted;
+    unsigned seen; /* bit i: accepted[i] was given */
+    const char *twice, *no_value;
+    sl_buf unknown; /* "\"a\", \"b\"" */
+    size_t nunknown;
+} param_check;
+
+static enum MHD_Result check_param(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    (void)kind;
+    param_check *pc = cls;
+    if (!key)
+        return MHD_YES;
+    for (unsigned i = 0; pc->accepted && pc->accepted[i]; i++) {
+        if (strcmp(key, pc->accepted[i]) != 0)
+            continue;
+        if (pc->seen & 1u << i)
+            pc->twice = pc->twice ? pc->twice : pc->accepted[i];
+        if (!value)
+            pc->no_value = pc->no_value ? pc->no_value : pc->accepted[i];
+        pc->seen |= 1u << i;
+        return MHD_YES;
+    }
+    /* "a=1&&b=2", a trailing "&" or "?" alone: an empty piece carries
+     * nothing; a name that is empty but has a value ("=5") is unknown. */
+    if (!*key && !value)
+        return MHD_YES;
+    if (pc->nunknown++ < 8) {
+        char name[68];
+        snprintf(name, sizeof name, "%.64s%s", key, strlen(key) > 64 ? "..." : "");
+        if (pc->unknown.len)
+            sl_buf_append(&pc->unknown, ", ", 2);
+        sl_buf_append(&pc->unknown, "\"", 1);
+        sl_buf_append(&pc->unknown, name, strlen(name));
+        sl_buf_append(&pc->unknown, "\"", 1);
+    }
+    return MHD_YES;
+}
+
+/* Answers 400 when the query string holds a parameter rt does not take, a
+ * parameter twice (which one would count is a guess) or one without a
+ * value ("?max"); returns false then, with *ret. */
+static bool params_ok(sl_http_req *r, const struct route *rt, enum MHD_Result *ret)
+{
+    param_check pc = {.accepted = rt->params, .unknown = SL_BUF_INIT};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, check_param, &pc);
+    if (!pc.nunknown && !pc.twice && !pc.no_value)
+        return true;
+    char takes[160] = "no query parameters";
+    for (size_t i = 0, w = 0; rt->params && rt->params[i] && w < sizeof takes; i++)
+        w += (size_t)snprintf(takes + w, sizeof takes - w, "%s%s", i ? ", " : "only ",
+                              rt->params[i]);
+    const char *method = strcmp(rt->method, "GET") == 0 ? r->method : rt->method;
+    if (pc.nunknown)
+        *ret = sl__http_error(r, 400, "UnknownParameter",
+                              "unknown query parameter%s %.*s%s: %s %s takes %s",
+                              pc.nunknown > 1 ? "s" : "", (int)pc.unknown.len,
+                              pc.unknown.data ? (const char *)pc.unknown.data : "",
+                              pc.nunknown > 8 ? " and more" : "", method, rt->path, takes);
+    else if (pc.twice)
+        *ret = sl__http_error(r, 400, "InvalidParameter",
+                              "query parameter \"%s\" is given more than once; give it once",
+                              pc.twice);
+    else
+        *ret = sl__http_error(r, 400, "InvalidParameter",
+                              "query parameter \"%s\" has no value (want %s=VALUE)", pc.no_value,
+                              pc.no_value);
+    sl_buf_free(&pc.unknown);
+    return false;
+}
+
+/* The route for method and url (NULL when none); *name gets its {name}
+ * segment (pointing into buf, which holds a copy of url and must be
+ * SL_HTTP_PATH_MAX bytes), *known whether the path names a resource
+ * whatever the method. url must be shorter than SL_HTTP_PATH_MAX. */
+#define SL_HTTP_PATH_MAX 1024
+static const struct route *find_route(const char *method, const char *url, char *buf,
+                                      const char **name, bool *known)
+{
+    snprintf(buf, SL_HTTP_PATH_MAX, "%s", url);
     char *seg[5];
     int n = split_path(buf, seg, 4);
-    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    bool post = strcmp(method, "POST") == 0;
-    bool known = false; /* the path names a resource, whatever the method */
-    if (n >= 1 && strcmp(seg[0], "ui") == 0 && strncmp(url, "/ui", 3) == 0) {
-        known = true;
-        if (get)
-            return sl__http_ui(r, url + 3);
-    } else if (n == 1 && strcmp(seg[0], "healthz") == 0) {
-        known = true;
-        if (get) {
-            sl_buf b = SL_BUF_INIT;
-            sl_buf_printf(&b, "{\"status\":\"%s\"}\n", r->h->stopping ? "stopping" : "ok");
-            return sl__http_reply(r, r->h->stopping ? 503 : 200, &b, "application/json", 0);
-        }
-    } else if (n == 1 && strcmp(seg[0], "metrics") == 0) {
-        known = true;
-        if (get)
-            return sl__http_metrics(r);
-    } else if (n == 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0) {
-        known = true;
-        if (get)
-            return sl__http_rules(r);
-    } else if (n == 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sources") == 0) {
-        known = true;
-        if (get)
-            return sl__http_sources(r);
-    } else if (n == 2 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "lanes") == 0) {
-        known = true;
-        if (get)
-            return sl__http_lanes(r);
-    } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "lanes") == 0) {
-        known = true;
-        if (strcmp(method, "DELETE") == 0)
-            return sl__http_lane_drop(r, seg[2]);
-    } else if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0 &&
-               strcmp(seg[3], "replay") == 0) {
-        known = true;
-        if (post)
-            return sl__http_replay(r, seg[2]);
-    } else if (n == 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "rules") == 0 &&
-               strcmp(seg[3], "replays") == 0) {
-        known = true;
-        if (get)
-            return sl__http_replays(r, seg[2]);
-    } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "patterns") == 0 &&
-               strcmp(seg[2], "test") == 0) {
-        known = true;
-        if (post)
-            return sl__http_pattern_test(r);
-    } else if (n == 3 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "webhooks") == 0) {
-        known = true; /* the body was collected (up to max_request_bytes) like ingest's */
-        if (post)
-            return sl__http_webhook(r, seg[2]);
-    } else if (n >= 2 && n <= 4 && strcmp(seg[0], "v1") == 0 && strcmp(seg[1], "sets") == 0) {
-        if (n == 2) {
-            known = true;
-            if (get)
-                return sl__http_list_sets(r);
-        } else if (n == 3) {
-            known = true;
-            if (get)
-                return sl__http_show_set(r, seg[2]);
-        } else if (strcmp(seg[3], "redrive") == 0) {
-            known = true;
-            if (post)
-                return sl__http_redrive(r, seg[2]);
-        } else if (strcmp(seg[3], "events") == 0) {
-            known = true;
-            if (post)
-                return sl__http_ingest(r, seg[2]);
-            if (get)
-                return sl__http_read(r, seg[2]);
-        }
+    const char *m = strcmp(method, "HEAD") == 0 ? "GET" : method;
+    *known = false;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        const struct route *rt = &routes[i];
+        *name = "";
+        if (!path_match(rt->path, url, seg, n, name))
+            continue;
+        *known = true;
+        if (strcmp(rt->method, m) == 0)
+            return rt;
     }
+    return NULL;
+}
+
+/* With the headers, before any body is read: a query parameter the route
+ * does not take is answered at once (true, with *ret), as refused
+ * admissions are (the body is never read). Unknown paths and methods are
+ * left to route(), after the body, as before. */
+static bool params_refused(sl_http_req *r, const char *method, const char *url,
+                           enum MHD_Result *ret)
+{
+    char buf[SL_HTTP_PATH_MAX];
+    const char *name;
+    bool known;
+    if (strlen(url) >= sizeof buf)
+        return false;
+    const struct route *rt = find_route(method, url, buf, &name, &known);
+    if (!rt || params_ok(r, rt, ret))
+        return false;
+    r->close = true; /* as for refused admissions: a body that may follow is not read */
+    return true;
+}
+
+static enum MHD_Result route(sl_http_req *r, const char *method, const char *url)
+{
+    char buf[SL_HTTP_PATH_MAX];
+    if (strlen(url) >= sizeof buf)
+        return sl__http_error(r, 414, "UriTooLong", "the request path is too long");
+    const char *name;
+    bool known;
+    /* the query parameters were checked with the headers (params_refused()) */
+    const struct route *rt = find_route(method, url, buf, &name, &known);
+    if (rt)
+        return rt->fn(r, name);
     if (known)
         return sl__http_error(r, 405, "MethodNotAllowed", "%s is not allowed on %s", method, url);
     return sl__http_error(r, 404, "NotFound", "no such resource: %s %s", method, url);
@@ -526,6 +664,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * routes: source_http_auth.c). */
         enum MHD_Result ret;
         if (sl__http_admit(r, method, url, &ret))
+            return ret;
+        if (params_refused(r, method, url, &ret))
             return ret;
         if (r->post) {
             const char *cl =

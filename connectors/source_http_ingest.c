@@ -44,8 +44,9 @@ typedef struct ingest {
     sl_buf arena; /* encoded events and keys */
     sl_buf msgs;  /* error messages */
     /* sl__http_publish_json(): one event, answered {"id","set","partition",
-     * "offset"}; done is told the outcome. */
+     * "offset","ack"}; done is told the outcome. */
     bool single;
+    sl_ack ack; /* what ?ack= asked for (buffer when absent); never less than the set's is used */
     sl__http_published_fn *done;
     void *done_ctx;
     sl_event ev; /* reused for every entry */
@@ -349,6 +350,13 @@ static char *put_i64(char *w, int64_t v)
     return w;
 }
 
+/* The durability a publish of in gets: what it asked for, or the set's
+ * when that is more. */
+static const char *ack_used(const ingest *in)
+{
+    return in->ack == SL_ACK_DURABLE || in->set->cfg.ack == SL_ACK_DURABLE ? "durable" : "buffer";
+}
+
 static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
 {
     if (in->single) { /* in->ev is the one event, its id a JSON string token */
@@ -356,14 +364,15 @@ static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
         sl_buf_append(b, in->ev.id.p, in->ev.id.len);
         sl_buf_append(b, ",\"set\":", 7);
         sl_json_put_string(b, in->set->name, strlen(in->set->name));
-        sl_buf_printf(b, ",\"partition\":%d,\"offset\":%" PRId64 "}\n", (int)res[0].partition,
-                      res[0].offset);
+        sl_buf_printf(b, ",\"partition\":%d,\"offset\":%" PRId64 ",\"ack\":\"%s\"}\n",
+                      (int)res[0].partition, res[0].offset, ack_used(in));
         return;
     }
     size_t ok = 0;
     for (size_t i = 0; i < in->n; i++)
         ok += in->v[i].status == SL_EVENT_OK;
-    sl_buf_printf(b, "{\"accepted\":%zu,\"failed\":%zu,\"results\":[", ok, in->n - ok);
+    sl_buf_printf(b, "{\"accepted\":%zu,\"failed\":%zu,\"ack\":\"%s\",\"results\":[", ok,
+                  in->n - ok, ack_used(in));
     sl_buf_reserve(b, in->n * 40 + 64);
     for (size_t i = 0, k = 0; i < in->n; i++) {
         const entry *e = &in->v[i];
@@ -533,7 +542,8 @@ static enum MHD_Result publish(ingest *in)
         r->published = in->done;
         r->published_ctx = in->done_ctx;
         pthread_mutex_lock(&r->lock);
-        rc = sl_databus_publish(r->h->bus, in->set, evs, ok, res, durable_done, r, &err);
+        rc = sl_databus_publish_ack(r->h->bus, in->set, in->ack, evs, ok, res, durable_done, r,
+                                    &err);
         if (rc == 0 || rc == 1)
             unpermute(res, rank, tmp, ok);
         if (rc == 1) {
@@ -659,9 +669,30 @@ static void media_type(const char *ct, char *out, size_t size)
     out[i] = '\0';
 }
 
+/* ?ack=buffer|durable into *ack (SL_ACK_BUFFER when absent: the set's
+ * default then decides); false for another value. */
+static bool ack_param(sl_http_req *r, sl_ack *ack, const char **bad)
+{
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "ack");
+    *ack = SL_ACK_BUFFER;
+    *bad = v;
+    if (!v || strcmp(v, "buffer") == 0)
+        return true;
+    if (strcmp(v, "durable") != 0)
+        return false;
+    *ack = SL_ACK_DURABLE;
+    return true;
+}
+
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
 {
     sl_http *h = r->h;
+    sl_ack ack;
+    const char *bad_ack;
+    if (!ack_param(r, &ack, &bad_ack))
+        return sl__http_error(r, 400, "InvalidParameter",
+                              "ack \"%.64s\" is not buffer or durable; nothing was stored",
+                              bad_ack);
     const char *lane = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Sluice-Lane");
     if (!lane)
         lane = "";
@@ -730,6 +761,7 @@ enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name)
         return sl__http_error(r, 500, "Internal", "out of memory");
     in->r = r;
     in->lane = lane;
+    in->ack = ack;
     in->now_ms = sl_clock_now_ms();
     const char *body = (const char *)r->body.data;
     size_t len = r->body.len;

@@ -181,7 +181,7 @@ typedef void sl__http_published_fn(void *ctx, int status);
  * missing one auto-created only once the event passed its checks), the
  * event parsed, validated (the validate hook), encoded and published,
  * waiting for the sync of a durable set with the request suspended. Answers
- * the request: 200 {"id","set","partition","offset"} once stored;
+ * the request: 200 {"id","set","partition","offset","ack"} once stored;
  * 400/413/422 with the event's status name (InvalidEvent, TooLarge,
  * SchemaViolation, …) when the event is refused; ingest's whole-request
  * errors (404 NoSuchSet, 507 SetLimit, 503 Backpressure, 500 NotConfirmed,

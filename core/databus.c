@@ -50,6 +50,11 @@ typedef struct bus_part {
      * it ever changes while events wait, a durable partition still holding
      * buffer-acked events keeps retrying them instead of dropping. */
     int64_t buffer_end;
+    /* End offset a durable publish into a buffer set waits for
+     * (sl_databus_publish_ack()): up to it the partition is appended and
+     * synced at once, like a durable set's, not after linger_ms and
+     * buffer_sync_ms. */
+    int64_t urgent;
 } bus_part;
 
 typedef struct bus_set {
@@ -214,6 +219,13 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
                        sl_databus_result *results, sl_databus_done_fn *done, void *ctx,
                        sl_error *err)
 {
+    return sl_databus_publish_ack(bus, set, set->cfg.ack, evs, n, results, done, ctx, err);
+}
+
+int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs,
+                           size_t n, sl_databus_result *results, sl_databus_done_fn *done,
+                           void *ctx, sl_error *err)
+{
     bus_set *bs = set->bus;
     int32_t np = set->nparts;
     if (n == 0)
@@ -229,7 +241,8 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
         results[i].partition = sl_databus_partition(set, evs[i].key, evs[i].key_len);
         need[results[i].partition] += frame_size(&evs[i]);
     }
-    bool durable = set->cfg.ack == SL_ACK_DURABLE;
+    bool set_durable = set->cfg.ack == SL_ACK_DURABLE;
+    bool durable = set_durable || ack == SL_ACK_DURABLE; /* never less than the set's */
     int32_t touched = 0;
     for (int32_t p = 0; p < np; p++)
         touched += need[p] > 0;
@@ -287,6 +300,8 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
             bp->buffered += need[p];
             if (!durable)
                 bp->buffer_end = bp->next;
+            else if (!set_durable)
+                bp->urgent = bp->next, signal = true; /* the writer may be lingering */
             signal |= bp->pending.len >= set->cfg.batch_bytes;
             if (w) {
                 w->t[k].part = p;
@@ -483,7 +498,7 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
             /* Durable sets do not linger: their publishers wait anyway, and
              * the syncer groups whatever arrives while an fdatasync runs. */
             bool now_due = bp->pending.len >= set->cfg.batch_bytes || bus->stopping ||
-                           set->cfg.ack == SL_ACK_DURABLE;
+                           set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->written;
             int64_t due = bp->failing ? bp->retry_ns : now_due ? now : bp->first_ns + linger_ns(bs);
             if (due > now) {
                 *deadline = due < *deadline ? due : *deadline;
@@ -623,7 +638,8 @@ static void *writer_main(void *arg)
             bp->busy = false;
             bp->buffered -= w->done_bytes;
             bp->written = w->first + (int64_t)w->done_n;
-            want_sync |= w->done_n && w->bs->set->cfg.ack == SL_ACK_DURABLE;
+            want_sync |=
+                w->done_n && (w->bs->set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->durable);
             if (w->done_n < w->n && w->rc == SL_ENOSPC && !bus->stopping &&
                 w->bs->set->cfg.ack == SL_ACK_DURABLE && bp->buffer_end <= bp->written) {
                 drop_unwritten(bus, w->bs, w->part, w, &failed);
@@ -800,7 +816,8 @@ static void *syncer_main(void *arg)
                     continue;
                 left = true;
                 int64_t due = bp->sync_failing ? bp->sync_retry_ns
-                              : bus->writer_done || bs->set->cfg.ack == SL_ACK_DURABLE
+                              : bus->writer_done || bs->set->cfg.ack == SL_ACK_DURABLE ||
+                                      bp->urgent > bp->durable
                                   ? now
                                   : bp->synced_ns + every;
                 if (due > now) {

@@ -106,6 +106,18 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
                        sl_databus_result *results, sl_databus_done_fn *done, void *ctx,
                        sl_error *err);
 
+/* sl_databus_publish() with this publish's own durability: ack =
+ * SL_ACK_DURABLE on an ack = "buffer" set makes it a durable publish
+ * (returns 1; done is called once the fdatasync covering its events is
+ * done, which the bus runs at once for it rather than at the next
+ * buffer_sync_ms). A publish never gets less than its set's: SL_ACK_BUFFER
+ * on a durable set is durable. sl_databus_publish() passes the set's ack.
+ * On a buffer set, a full disk keeps such events queued and retried (as for
+ * every buffer set) rather than dropping them: done waits for the disk. */
+int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs,
+                           size_t n, sl_databus_result *results, sl_databus_done_fn *done,
+                           void *ctx, sl_error *err);
+
 /* The next offset the bus will assign in a partition: offsets below it and
  * at or above the log's end offset are accepted but not yet written. It can
  * move back (to the log's end) when a durable partition drops its unwritten

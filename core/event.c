@@ -755,6 +755,38 @@ static const char *header_value(const char *v, size_t n, sl_buf *out)
 
 enum { BODY_BINARY, BODY_JSON, BODY_TEXT };
 
+/* Whether the parameters of a media type (the text after its first ';')
+ * name a charset, and whether that charset is UTF-8 (or its subset
+ * US-ASCII): text in another charset is kept as bytes (data_base64), since
+ * a JSON string would have to be transcoded and would not give the same
+ * bytes back. */
+static void ct_charset(const char *params, bool *given, bool *utf8)
+{
+    *given = *utf8 = false;
+    for (const char *p = params; p && (p = strchr(p, ';'));) {
+        p++;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncasecmp(p, "charset=", 8) != 0)
+            continue;
+        p += 8;
+        bool q = *p == '"';
+        p += q;
+        size_t n = strcspn(p, q ? "\"" : "; \t");
+        *given = true;
+        *utf8 = (n == 5 && strncasecmp(p, "utf-8", 5) == 0) ||
+                (n == 4 && strncasecmp(p, "utf8", 4) == 0) ||
+                (n == 8 && strncasecmp(p, "us-ascii", 8) == 0);
+        return;
+    }
+}
+
+/* What binary mode makes of a body of media type ct: JSON for a JSON
+ * type (subtype json or *+json, as the CloudEvents JSON format defines
+ * it); text for a textual type: type text, XML (subtype xml or *+xml), a few
+ * other text formats, or any type with charset=utf-8; else bytes. The
+ * caller checks the body (valid JSON, valid UTF-8) and falls back to
+ * bytes. */
 static int body_kind(const char *ct)
 {
     if (!ct)
@@ -767,10 +799,24 @@ static int body_kind(const char *ct)
         return BODY_BINARY;
     size_t tl = (size_t)(slash - ct), sl = n - tl - 1;
     const char *sub = slash + 1;
+    bool cs_given, cs_utf8;
+    ct_charset(ct + n, &cs_given, &cs_utf8);
     if ((sl == 4 && strncasecmp(sub, "json", 4) == 0) ||
         (sl > 5 && strncasecmp(sub + sl - 5, "+json", 5) == 0))
-        return BODY_JSON;
-    if (tl == 4 && strncasecmp(ct, "text", 4) == 0)
+        return BODY_JSON; /* JSON is UTF-8 (RFC 8259): a charset does not matter */
+    if (cs_given && !cs_utf8)
+        return BODY_BINARY;
+    if (cs_given || (tl == 4 && strncasecmp(ct, "text", 4) == 0))
+        return BODY_TEXT;
+    static const char *const text_subtypes[] = {
+        "xml",  "javascript", "ecmascript", "x-www-form-urlencoded",
+        "yaml", "x-yaml",     "toml",       "graphql",
+        "sql",  "csv",        NULL};
+    for (size_t i = 0; text_subtypes[i]; i++)
+        if (strlen(text_subtypes[i]) == sl && strncasecmp(sub, text_subtypes[i], sl) == 0)
+            return BODY_TEXT;
+    if ((sl > 4 && strncasecmp(sub + sl - 4, "+xml", 4) == 0) ||
+        (sl > 5 && strncasecmp(sub + sl - 5, "+yaml", 5) == 0))
         return BODY_TEXT;
     return BODY_BINARY;
 }

@@ -185,8 +185,11 @@ typedef struct sl_event_header {
  * Other headers are ignored. content_type (NULL if absent) becomes
  * `datacontenttype`. A non-empty body becomes `data` — as JSON when the
  * media type's subtype is "json" or ends in "+json" and the body is valid
- * JSON, as a string when the type is "text" and the body is UTF-8 — or else
- * `data_base64`.
+ * JSON; as a string when the type is textual (type text, subtype xml or
+ * *+xml, *+yaml, yaml, x-yaml, csv, javascript, ecmascript,
+ * x-www-form-urlencoded, toml, graphql, sql, or any type with
+ * charset=utf-8) and the body is UTF-8 — or else `data_base64` (also for
+ * text in another charset, whose bytes a JSON string could not keep).
  *
  * Returns SL_EVENT_OK; SL_EVENT_TOO_LARGE when body_len exceeds the limit;
  * SL_EVENT_INVALID_EVENT for a bad percent-encoding, a value that is not

@@ -10,10 +10,10 @@
 #     core/event.h's SL_EVENT_STATUS_MAP (per-event errors). Each code needs a
 #     row in the "Error codes" table naming each literal status it is sent
 #     with; each status a row in the "Status codes" table.
-#  2. routes: route() in connectors/source_http.c is read branch by branch
-#     (n == K segments, strcmp(seg[i], "word"), the method tests before each
-#     handler) into "METHOD /path" pairs; each must be a row of the
-#     "Endpoints" table, and each row of that table must be a route.
+#  2. routes: the routes[] table in connectors/source_http.c gives
+#     "METHOD /path" pairs and the query parameters each accepts; each must
+#     be a row of the "Endpoints" table with the same parameters, and each
+#     row of that table must be a route.
 #  3. every endpoint of the table is asked for on a real bin/sluice: none
 #     answers "no such resource" (404 NotFound from the router) or 405.
 set -euo pipefail
@@ -161,78 +161,27 @@ for st in sorted(statuses - doc_statuses):
     problems.append("status %d is answered but not in the \"Status codes\" table" % st)
 
 # ---- 2. routes ----------------------------------------------------------------
+# The router's table in connectors/source_http.c: {"METHOD", "/path", handler,
+# NULL or P("param", …)}, one entry per route with the query parameters it
+# accepts.
 src = strip_comments(open("connectors/source_http.c").read())
-m = re.search(r"\nstatic enum MHD_Result route\([^)]*\)\s*\{(.*?)\n\}", src, re.S)
+m = re.search(r"\broutes\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
 if not m:
-    problems.append("route() not found in connectors/source_http.c")
+    problems.append("the routes[] table was not found in connectors/source_http.c")
     body = ""
 else:
     body = m.group(1)
-
 routes = set()
-stack = []          # (depth at which the block ends, conditions)
-depth, pending_method = 0, None
-
-def conds_of(c):
-    d = {"seg": {}, "n": None, "open": False}
-    for i, w in re.findall(r'strcmp\(seg\[(\d)\],\s*"([^"]+)"\)\s*==\s*0', c):
-        d["seg"][int(i)] = w
-    k = re.search(r"\bn\s*==\s*(\d)", c)
-    if k:
-        d["n"] = int(k.group(1))
-    if re.search(r"\bn\s*>=\s*\d", c) and not re.search(r"\bn\s*<=", c):
-        d["open"] = True
-    return d
-
-def method_of(c):
-    c = c.strip()
-    if re.fullmatch(r"get", c):
-        return "GET"
-    if re.fullmatch(r"post", c):
-        return "POST"
-    k = re.fullmatch(r'strcmp\(method,\s*"(\w+)"\)\s*==\s*0', c)
-    return k.group(1) if k else None
-
-tokens = re.finditer(r"(?:else\s+)?if\s*\((?P<cond>(?:[^()]|\((?:[^()]|\([^()]*\))*\))*)\)\s*(?P<brace>\{)?"
-                     r"|(?P<open>\{)|(?P<close>\})|return\s+(?P<ret>sl__http_\w+)\s*\(", body)
-for t in tokens:
-    if t.group("close"):
-        depth -= 1
-        while stack and stack[-1][0] > depth:
-            stack.pop()
-    elif t.group("open"):
-        depth += 1
-    elif t.group("cond") is not None:
-        meth = method_of(t.group("cond"))
-        if meth:
-            pending_method = meth
-            if t.group("brace"):
-                depth += 1
-                stack.append((depth, {"seg": {}, "n": None, "open": False, "method": meth}))
-            continue
-        if t.group("brace"):
-            depth += 1
-            stack.append((depth, conds_of(t.group("cond"))))
-    elif t.group("ret"):
-        if t.group("ret") == "sl__http_error" or not pending_method:
-            continue
-        seg, n, opn = {}, None, False
-        for _, c in stack:
-            seg.update(c["seg"])
-            n = c["n"] if c.get("n") is not None else n
-            opn = opn or c.get("open", False)
-        length = n if n is not None else (max(seg) + 1 if seg else 0)
-        path = "/" + "/".join(seg.get(i, "{}") for i in range(length))
-        if opn:
-            path += "/*"
-        routes.add("%s %s" % (pending_method, path))
-        pending_method = None
+code_params = {}    # "METHOD /path" -> set of accepted query parameters
+for t in re.finditer(r'\{\s*"([A-Z]+)",\s*"(/[^"]*)",\s*\w+,\s*(NULL|P\(((?:[^()])*)\))\s*\}', body):
+    path = re.sub(r"\{[^}]*\.\.\.\}$", "…", t.group(2))
+    r = "%s %s" % (t.group(1), path)
+    routes.add(r)
+    code_params[r] = set(re.findall(r'"(\w+)"', t.group(4) or ""))
 
 if len(routes) < 10:
-    problems.append("only %d routes read from route(): the parser needs an update (%s)" %
+    problems.append("only %d routes read from routes[]: the parser needs an update (%s)" %
                     (len(routes), sorted(routes)))
-# Paths the router matches some other way (a literal "/…" in the request code).
-extra_paths = set(re.findall(r'"(/[a-z][\w/]*)"', body))
 
 def norm(p):
     meth, path = p.split(" ", 1)
@@ -240,19 +189,24 @@ def norm(p):
     path = re.sub(r"(/\*|/…|/)+$", "", path) or "/"
     return meth + " " + path
 
-doc_routes = {}
+doc_routes, doc_params = {}, {}
 for cells in section_table("Endpoints"):
     for e in re.findall(r"`((?:GET|POST|DELETE|PUT|HEAD) /[^`]*)`", cells[0]):
         doc_routes[norm(e)] = e
+        doc_params[norm(e)] = set(re.findall(r"`(\w+)`", cells[3])) if len(cells) > 3 else None
 code_routes = {norm(r): r for r in routes}
 for r in sorted(set(code_routes) - set(doc_routes)):
-    problems.append("route %s (connectors/source_http.c route()) is not in the \"Endpoints\" table" %
+    problems.append("route %s (connectors/source_http.c routes[]) is not in the \"Endpoints\" table" %
                     code_routes[r])
 for r in sorted(set(doc_routes) - set(code_routes)):
     problems.append("the \"Endpoints\" table lists %s, which route() does not serve" % doc_routes[r])
-for p in sorted(extra_paths):
-    if not any(d.split(" ", 1)[1].startswith(p.rstrip("/")) for d in doc_routes):
-        problems.append("route() matches the path %s, which the \"Endpoints\" table does not list" % p)
+for r in sorted(set(doc_routes) & set(code_routes)):
+    want, got = code_params[code_routes[r]], doc_params[r]
+    if got is None:
+        problems.append("the \"Endpoints\" table has no query parameters column for %s" % doc_routes[r])
+    elif want != got:
+        problems.append("%s accepts the query parameters {%s} (routes[]), the \"Endpoints\" table "
+                        "says {%s}" % (doc_routes[r], ", ".join(sorted(want)), ", ".join(sorted(got))))
 
 if problems:
     print("\n".join("FAIL: " + p for p in problems), file=sys.stderr)

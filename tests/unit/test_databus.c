@@ -32,10 +32,13 @@ typedef struct fx {
     sl_sets *sets;
 } fx;
 
+/* buffer_sync_ms of the next fx_open() (0: the bus's default). */
+static int64_t g_buffer_sync_ms;
+
 static void fx_open(fx *f)
 {
     sl_error err = {0};
-    sl_databus_options bo = {0};
+    sl_databus_options bo = {.buffer_sync_ms = g_buffer_sync_ms};
     if (sl_databus_start(&bo, &f->bus, &err))
         fail_msg("sl_databus_start: %s", err.msg);
     sl_sets_options so = {.data_dir = f->dir,
@@ -152,6 +155,9 @@ static pubrec mkpub(int64_t id, size_t size, const char *key, const char *lane, 
 }
 
 /* Publishes pr[0 .. n) in one call; on success fills their part/off. */
+/* The ack of the next publish() (-1: the set's, through sl_databus_publish()). */
+static int g_ack = -1;
+
 static int publish(sl_databus *bus, sl_set *set, pubrec *pr, size_t n, sl_databus_done_fn *done,
                    void *ctx, sl_error *err)
 {
@@ -173,7 +179,9 @@ static int publish(sl_databus *bus, sl_set *set, pubrec *pr, size_t n, sl_databu
         res[i].partition = -7;
         res[i].offset = -7;
     }
-    int rc = sl_databus_publish(bus, set, evs, n, res, done, ctx, err);
+    int rc = g_ack < 0
+                 ? sl_databus_publish(bus, set, evs, n, res, done, ctx, err)
+                 : sl_databus_publish_ack(bus, set, (sl_ack)g_ack, evs, n, res, done, ctx, err);
     if (rc >= 0)
         for (size_t i = 0; i < n; i++) {
             pr[i].part = res[i].partition;
@@ -559,6 +567,56 @@ static void test_durable_callback(void **state)
     for (int k = 0; k < PUBS; k++)
         assert_int_equal(calls_of(&d[k]), 1);
     verify_stored(set, pr, PUBS * PER);
+}
+
+/* A publish may ask for more durability than its set's, never less: on a
+ * buffer set that would sync only once an hour and linger a minute,
+ * ack = durable is answered (done) once its events are appended and synced,
+ * together with the buffer-acked ones before them; ack = buffer on a
+ * durable set is still a durable publish. */
+static void test_publish_ack_override(void **state)
+{
+    fx *f = *state;
+    fx_close(f);
+    g_buffer_sync_ms = 3600 * 1000;
+    fx_open(f);
+    g_buffer_sync_ms = 0;
+    sl_set_config c = set_config(2, SL_ACK_BUFFER, 60000);
+    sl_set *set = define(f, "lazy", &c);
+    sl_error err = {0};
+    pubrec pr[6];
+    for (int i = 0; i < 6; i++)
+        pr[i] = mkpub(i, 80, "same-key", "", 7000 + i);
+    /* buffer-acked first: queued, answered at once, lingering */
+    assert_int_equal(publish(f->bus, set, pr, 3, NULL, NULL, &err), 0);
+    g_ack = SL_ACK_DURABLE;
+    done_rec d = {.set = set, .pr = pr, .n = 6, .check = true};
+    int rc = publish(f->bus, set, pr + 3, 3, on_done, &d, &err);
+    g_ack = -1;
+    if (rc != 1)
+        fail_msg("ack = durable on a buffer set returned %d (%s), want 1 (a durable wait)", rc,
+                 err.msg);
+    if (!wait_done(&d, 20000))
+        fail_msg("ack = durable on a buffer set: no callback after 20 s (waiting for the "
+                 "hourly sync?)");
+    assert_int_equal(d.status, 0);
+    if (!d.end_ok || !d.synced_ok || !d.read_ok)
+        fail_msg("completed early: end %d synced %d readable %d", d.end_ok, d.synced_ok, d.read_ok);
+    assert_int_equal(calls_of(&d), 1);
+
+    sl_set_config dc = set_config(1, SL_ACK_DURABLE, 0);
+    sl_set *dset = define(f, "strict", &dc);
+    pubrec q = mkpub(100, 50, NULL, "", 9000);
+    done_rec dd = {.set = dset, .pr = &q, .n = 1, .check = true};
+    g_ack = SL_ACK_BUFFER;
+    rc = publish(f->bus, dset, &q, 1, on_done, &dd, &err);
+    g_ack = -1;
+    assert_int_equal(rc, 1); /* never less durable than the set */
+    assert_true(wait_done(&dd, 20000));
+    assert_int_equal(dd.status, 0);
+    assert_true(dd.synced_ok);
+    sl_databus_stop(f->bus);
+    verify_stored(set, pr, 6);
 }
 
 #define CONC_THREADS 4
@@ -1415,6 +1473,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_publish_buffer_ack),
         T(test_durable_callback),
+        T(test_publish_ack_override),
         T(test_durable_concurrent),
         T(test_same_key_same_partition),
         T(test_murmur2_kafka_compat),

@@ -541,6 +541,26 @@ static void test_binary(void **state)
          "\"datacontenttype\":\"application/json\",\"data\":\"s\"}"},
         {NULL, "abc", 3, "\"type\":\"t\",\"data_base64\":\"YWJj\"}"},
         {"text/plain", "", 0, "\"datacontenttype\":\"text/plain\"}"},
+        /* textual types other than text: a string, as the CloudEvents
+         * JSON format's application/xml example */
+        {"application/xml", "<a b=\"1\"/>\n", 11,
+         "\"datacontenttype\":\"application/xml\",\"data\":\"<a b=\\\"1\\\"/>\\n\"}"},
+        {"image/svg+xml", "<svg/>", 6,
+         "\"datacontenttype\":\"image/svg+xml\",\"data\":\"<svg/>\"}"},
+        {"application/x-www-form-urlencoded", "a=1&b=%20", 9,
+         "\"datacontenttype\":\"application/x-www-form-urlencoded\",\"data\":\"a=1&b=%20\"}"},
+        {"application/vnd.x; charset=UTF-8", "\xc3\xa9", 2,
+         "\"datacontenttype\":\"application/vnd.x; charset=UTF-8\",\"data\":\"\xc3\xa9\"}"},
+        {"application/xml", "<a>\xff</a>", 8,
+         "\"datacontenttype\":\"application/xml\",\"data_base64\":\"PGE+/zwvYT4=\"}"},
+        /* another charset: bytes, even when they happen to be valid UTF-8 */
+        {"text/plain; charset=\"iso-8859-1\"", "\xc3\xa9", 2,
+         "\"datacontenttype\":\"text/plain; "
+         "charset=\\\"iso-8859-1\\\"\",\"data_base64\":\"w6k=\"}"},
+        {"text/plain; charset=us-ascii", "ok", 2,
+         "\"datacontenttype\":\"text/plain; charset=us-ascii\",\"data\":\"ok\"}"},
+        {"application/xmlx", "<a/>", 4,
+         "\"datacontenttype\":\"application/xmlx\",\"data_base64\":\"PGEvPg==\"}"},
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         assert_int_equal(binary(h, 4, kinds[i].ct, kinds[i].body, kinds[i].len, &j, &err),

@@ -75,7 +75,7 @@ static char *scrape(it_server *s, const char *name)
 static void wait_metric(it_server *s, const char *series, double want)
 {
     double t0 = it_mono(), v = -1;
-    while (it_mono() - t0 < WAIT_S) {
+    while (it_mono() - t0 < WAIT_S * it_scale()) {
         it_resp r = it_get(s, "/metrics");
         v = it_metric(it_body(&r), series);
         it_resp_free(&r);
@@ -90,7 +90,7 @@ static void wait_metric(it_server *s, const char *series, double want)
 static void wait_text(it_server *s, const char *text)
 {
     double t0 = it_mono();
-    while (it_mono() - t0 < WAIT_S) {
+    while (it_mono() - t0 < WAIT_S * it_scale()) {
         it_resp r = it_get(s, "/metrics");
         bool found = strstr(it_body(&r), text) != NULL;
         it_resp_free(&r);

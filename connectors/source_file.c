@@ -62,6 +62,7 @@
 #include "core/crc32c.h"
 #include "core/event.h"
 #include "core/json.h"
+#include "core/metrics.h"
 #include "rules/rule.h"
 
 #include <dirent.h>
@@ -1628,23 +1629,26 @@ static int health_(void *impl, char *msg, size_t len)
 static size_t metrics_(void *impl, char *out, size_t cap)
 {
     sf *s = impl;
-    const char *n = s->host->name;
-    int w = snprintf(out, cap,
-                     "sluice_source_file_files{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_bytes_total{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_rotations_total{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_truncations_total{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_parse_errors_total{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_skipped_long_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
-                     "sluice_source_file_refused_total{source=\"%s\"} %" PRIuFAST64 "\n",
-                     n, atomic_load(&s->n_files), n, atomic_load(&s->n_lines), n,
-                     atomic_load(&s->n_bytes), n, atomic_load(&s->n_rotations), n,
-                     atomic_load(&s->n_truncations), n, atomic_load(&s->n_parse_errors), n,
-                     atomic_load(&s->n_skipped), n, atomic_load(&s->n_refused));
-    if (w < 0)
-        return 0;
-    return (size_t)w < cap ? (size_t)w : 0;
+    static const char *const fam[][2] = {
+        {"sluice_source_file_files", "Files the source follows."},
+        {"sluice_source_file_lines_total", "Lines read."},
+        {"sluice_source_file_bytes_total", "Bytes read."},
+        {"sluice_source_file_rotations_total", "Files found rotated (renamed or replaced)."},
+        {"sluice_source_file_truncations_total", "Files found truncated (read again from 0)."},
+        {"sluice_source_file_parse_errors_total", "Lines the parse option could not parse."},
+        {"sluice_source_file_skipped_long_lines_total", "Lines over max_line, skipped."},
+        {"sluice_source_file_refused_total", "Events the set refused (e.g. over max_event)."},
+    };
+    uint_fast64_t v[] = {atomic_load(&s->n_files),       atomic_load(&s->n_lines),
+                         atomic_load(&s->n_bytes),       atomic_load(&s->n_rotations),
+                         atomic_load(&s->n_truncations), atomic_load(&s->n_parse_errors),
+                         atomic_load(&s->n_skipped),     atomic_load(&s->n_refused)};
+    sl_buf b = SL_BUF_INIT;
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
+        sl_metrics_family(&b, fam[i][0], i ? SL_METRIC_COUNTER : SL_METRIC_GAUGE, fam[i][1]);
+        sl_metrics_u64(&b, fam[i][0], v[i], "source", s->host->name, NULL);
+    }
+    return sl_metrics_copy(&b, out, cap);
 }
 
 const sl_source_ops sl__source_file_ops = {

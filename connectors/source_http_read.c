@@ -344,81 +344,105 @@ enum MHD_Result sl__http_show_set(sl_http_req *r, const char *set_name)
 
 /* ---- metrics ---------------------------------------------------------------- */
 
+/* The per-set families, in the order written (one sl_sets_each per family:
+ * sl_metrics_group would regroup them anyway, this keeps the text cheap). */
+static const struct {
+    const char *name, *help;
+    sl_metric_type type;
+} set_fams[] = {
+    {"sluice_events_in_total", "Events accepted into each set.", SL_METRIC_COUNTER},
+    {"sluice_bytes_in_total", "Bytes of record batches written for each set.", SL_METRIC_COUNTER},
+    {"sluice_buffer_bytes", "Bytes waiting in the Databus buffers of each set.", SL_METRIC_GAUGE},
+    {"sluice_buffer_limit_bytes",
+     "Size of the Databus buffers of each set (a publish that finds "
+     "them full waits or gets 503).",
+     SL_METRIC_GAUGE},
+    {"sluice_partition_end_offset", "Next offset of each partition.", SL_METRIC_GAUGE},
+};
+
 typedef struct metrics_ctx {
     sl_buf *b;
-    int pass;
+    size_t fam;
 } metrics_ctx;
 
 static void set_metrics(sl_set *s, void *ctx)
 {
     metrics_ctx *m = ctx;
-    switch (m->pass) {
+    const char *name = set_fams[m->fam].name;
+    uint64_t fill = 0, limit = 0;
+    if (m->fam == 2 || m->fam == 3)
+        sl_databus_fill(s, &fill, &limit);
+    switch (m->fam) {
     case 0:
-        sl_buf_printf(m->b, "sluice_events_in_total{set=\"%s\"} %" PRIu64 "\n", s->name,
-                      atomic_load(&s->stats.events_in));
+        sl_metrics_u64(m->b, name, atomic_load(&s->stats.events_in), "set", s->name, NULL);
         break;
     case 1:
-        sl_buf_printf(m->b, "sluice_bytes_in_total{set=\"%s\"} %" PRIu64 "\n", s->name,
-                      atomic_load(&s->stats.bytes_in));
+        sl_metrics_u64(m->b, name, atomic_load(&s->stats.bytes_in), "set", s->name, NULL);
         break;
-    case 2: {
-        uint64_t fill, limit;
-        sl_databus_fill(s, &fill, &limit);
-        sl_buf_printf(m->b,
-                      "sluice_buffer_bytes{set=\"%s\"} %" PRIu64 "\n"
-                      "sluice_buffer_limit_bytes{set=\"%s\"} %" PRIu64 "\n",
-                      s->name, fill, s->name, limit);
+    case 2:
+    case 3:
+        sl_metrics_u64(m->b, name, m->fam == 2 ? fill : limit, "set", s->name, NULL);
         break;
-    }
     default:
-        for (int32_t p = 0; p < s->nparts; p++)
-            sl_buf_printf(m->b,
-                          "sluice_partition_end_offset{set=\"%s\",partition=\"%d\"} %" PRId64 "\n",
-                          s->name, p, sl_store_end_offset(&s->parts[p]));
+        for (int32_t p = 0; p < s->nparts; p++) {
+            char pn[16];
+            snprintf(pn, sizeof pn, "%d", p);
+            sl_metrics_i64(m->b, name, sl_store_end_offset(&s->parts[p]), "set", s->name,
+                           "partition", pn, NULL);
+        }
     }
 }
 
+/* GET /metrics: every writer appends its families (sl_metrics_family
+ * headers, then samples) to one text; sl_metrics_group makes each family
+ * one group behind one HELP and one TYPE, whatever order they came in, and
+ * leaves out what Prometheus would refuse, counted in
+ * sluice_metrics_dropped_lines (0 unless a writer is broken). */
 enum MHD_Result sl__http_metrics(sl_http_req *r)
 {
     sl_http *h = r->h;
-    sl_buf b = SL_BUF_INIT;
-    static const char *const heads[] = {
-        "# HELP sluice_events_in_total Events accepted into each set.\n"
-        "# TYPE sluice_events_in_total counter\n",
-        "# HELP sluice_bytes_in_total Bytes of record batches written for each set.\n"
-        "# TYPE sluice_bytes_in_total counter\n",
-        "# HELP sluice_buffer_bytes Bytes waiting in the Databus buffers of each set.\n"
-        "# TYPE sluice_buffer_bytes gauge\n",
-        "# HELP sluice_partition_end_offset Next offset of each partition.\n"
-        "# TYPE sluice_partition_end_offset gauge\n"};
-    for (int pass = 0; pass < 4; pass++) {
-        sl_buf_printf(&b, "%s", heads[pass]);
-        metrics_ctx m = {&b, pass};
+    sl_buf b = SL_BUF_INIT, out = SL_BUF_INIT;
+    for (size_t f = 0; f < sizeof set_fams / sizeof *set_fams; f++) {
+        sl_metrics_family(&b, set_fams[f].name, set_fams[f].type, set_fams[f].help);
+        metrics_ctx m = {&b, f};
         sl_sets_each(h->sets, set_metrics, &m);
     }
-    sl_buf_printf(&b, "# HELP sluice_events_rejected_total Events refused at ingest, by "
-                      "reason.\n# TYPE sluice_events_rejected_total counter\n");
+    sl_metrics_family(&b, "sluice_events_rejected_total", SL_METRIC_COUNTER,
+                      "Events refused at ingest, by reason.");
     for (int i = 1; i < SL_EVENT_STATUS_COUNT; i++)
-        sl_buf_printf(&b, "sluice_events_rejected_total{reason=\"%s\"} %" PRIu64 "\n",
-                      sl_event_status_name((sl_event_status)i), atomic_load(&h->rejected[i]));
+        sl_metrics_u64(&b, "sluice_events_rejected_total", atomic_load(&h->rejected[i]), "reason",
+                       sl_event_status_name((sl_event_status)i), NULL);
     const sl_databus_stats *st = sl_databus_get_stats(h->bus);
-    sl_buf_printf(&b,
-                  "# HELP sluice_databus_full_total Publishes refused with 503 because a "
-                  "buffer was full.\n# TYPE sluice_databus_full_total counter\n"
-                  "sluice_databus_full_total %" PRIu64 "\n",
-                  atomic_load(&st->full));
+    sl_metrics_family(&b, "sluice_databus_full_total", SL_METRIC_COUNTER,
+                      "Publishes refused with 503 because a buffer was full.");
+    sl_metrics_u64(&b, "sluice_databus_full_total", atomic_load(&st->full), NULL);
     sl_histogram_write(&st->append, "sluice_append_seconds", "Time to append one record batch.", "",
                        1, &b);
     sl_histogram_write(&st->fsync, "sluice_fsync_seconds",
                        "Time of one fdatasync of a partition (group commit).", "", 1, &b);
-    sl_buf_printf(&b, "# HELP sluice_http_requests_total HTTP responses by status.\n"
-                      "# TYPE sluice_http_requests_total counter\n");
+    sl_metrics_family(&b, "sluice_http_requests_total", SL_METRIC_COUNTER,
+                      "HTTP responses by status.");
     for (int code = 100; code < SL_HTTP_STATUS_MAX; code++) {
         uint64_t v = atomic_load(&h->status[code]);
+        char cs[8];
+        snprintf(cs, sizeof cs, "%d", code);
         if (v)
-            sl_buf_printf(&b, "sluice_http_requests_total{code=\"%d\"} %" PRIu64 "\n", code, v);
+            sl_metrics_u64(&b, "sluice_http_requests_total", v, "code", cs, NULL);
     }
     if (h->hooks.metrics)
         h->hooks.metrics(h->hooks.ctx, &b);
-    return sl__http_reply(r, 200, &b, "text/plain; version=0.0.4", 0);
+    size_t dropped = 0;
+    int rc = sl_metrics_group(b.data, b.len, &out, &dropped);
+    sl_buf_free(&b);
+    rc = rc ? rc
+            : sl_metrics_family(&out, "sluice_metrics_dropped_lines", SL_METRIC_GAUGE,
+                                "Lines of this scrape left out because their family had no valid "
+                                "HELP and TYPE or they repeated a series (0 unless a writer is "
+                                "broken).");
+    rc = rc ? rc : sl_metrics_u64(&out, "sluice_metrics_dropped_lines", dropped, NULL);
+    if (rc) {
+        sl_buf_free(&out);
+        return sl__http_error(r, 500, "Internal", "out of memory writing the metrics");
+    }
+    return sl__http_reply(r, 200, &out, "text/plain; version=0.0.4", 0);
 }

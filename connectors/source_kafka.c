@@ -30,6 +30,7 @@
 #include "core/connector.h"
 #include "core/event.h"
 #include "core/json.h"
+#include "core/metrics.h"
 #include "core/slog.h"
 
 #include <errno.h>
@@ -1745,31 +1746,6 @@ static int kafka_health(void *impl, char *msg, size_t len)
     return late;
 }
 
-/* Appends a label value with Prometheus' escapes. */
-static void put_label(sl_buf *b, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            sl_buf_append(b, "\\", 1);
-        if (*s == '\n')
-            sl_buf_append(b, "\\n", 2);
-        else
-            sl_buf_append(b, s, 1);
-    }
-}
-
-static void buf_printf(sl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_printf(sl_buf *b, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        sl_buf_append(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 /* Rebuilds the lag lines (caller holds alock): high watermark − position of
  * every assigned partition whose both are known (librdkafka's cached
  * values: no request is made). */
@@ -1789,29 +1765,31 @@ static void lag_refresh(kafka_source *k)
         int64_t pos = p->offset >= 0 ? p->offset : -1;
         if (pos < 0)
             continue;
-        sl_buf_append(&k->lag_text, "sluice_source_kafka_lag{source=\"", 32);
-        put_label(&k->lag_text, name);
-        sl_buf_append(&k->lag_text, "\",topic=\"", 9);
-        put_label(&k->lag_text, p->topic);
-        buf_printf(&k->lag_text, "\",partition=\"%d\"} %lld\n", (int)p->partition,
-                   (long long)(hi > pos ? hi - pos : 0));
+        char pn[16];
+        snprintf(pn, sizeof pn, "%d", (int)p->partition);
+        sl_metrics_i64(&k->lag_text, "sluice_source_kafka_lag", hi > pos ? hi - pos : 0, "source",
+                       name, "topic", p->topic, "partition", pn, NULL);
     }
     rd_kafka_topic_partition_list_destroy(l);
 }
 
 static size_t kafka_metrics(void *impl, char *out, size_t cap)
 {
+    static const char *const fam[][2] = {
+        {"sluice_source_kafka_records_total", "Records read (refused ones too)."},
+        {"sluice_source_kafka_bytes_total", "Bytes of record values read."},
+        {"sluice_source_kafka_refused_total", "Records refused (not stored)."},
+        {"sluice_source_kafka_commit_failures_total",
+         "Offset commits the group coordinator refused (those records may be read again)."},
+    };
     kafka_source *k = impl;
     sl_buf b = SL_BUF_INIT;
     const char *name = k->host->name ? k->host->name : "";
-    static const char *const names[] = {"records_total", "bytes_total", "refused_total",
-                                        "commit_failures_total"};
     uint64_t vals[] = {atomic_load(&k->records), atomic_load(&k->bytes), atomic_load(&k->refused),
                        atomic_load(&k->commit_failed)};
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
-        buf_printf(&b, "sluice_source_kafka_%s{source=\"", names[i]);
-        put_label(&b, name);
-        buf_printf(&b, "\"} %llu\n", (unsigned long long)vals[i]);
+        sl_metrics_family(&b, fam[i][0], SL_METRIC_COUNTER, fam[i][1]);
+        sl_metrics_u64(&b, fam[i][0], vals[i], "source", name, NULL);
     }
     pthread_mutex_lock(&k->alock);
     int64_t now = mono_ms();
@@ -1819,20 +1797,16 @@ static size_t kafka_metrics(void *impl, char *out, size_t cap)
         lag_refresh(k);
         k->lag_at_ms = now;
     }
-    sl_buf_append(&b, "sluice_source_kafka_assigned_partitions{source=\"", 48);
-    put_label(&b, name);
-    buf_printf(&b, "\"} %d\n", k->assigned->cnt);
+    sl_metrics_family(&b, "sluice_source_kafka_assigned_partitions", SL_METRIC_GAUGE,
+                      "Partitions assigned to this member of the consumer group.");
+    sl_metrics_i64(&b, "sluice_source_kafka_assigned_partitions", k->assigned->cnt, "source", name,
+                   NULL);
+    sl_metrics_family(&b, "sluice_source_kafka_lag", SL_METRIC_GAUGE,
+                      "High watermark minus the consumer's position, per assigned partition.");
     if (k->lag_text.len)
         sl_buf_append(&b, k->lag_text.data, k->lag_text.len);
     pthread_mutex_unlock(&k->alock);
-    size_t n = b.len;
-    if (n > cap) /* whole lines only */
-        for (size_t i = n = 0; i < cap; i++)
-            n = b.data[i] == '\n' ? i + 1 : n;
-    if (n)
-        memcpy(out, b.data, n);
-    sl_buf_free(&b);
-    return n;
+    return sl_metrics_copy(&b, out, cap);
 }
 
 /* ---- check --------------------------------------------------------------------- */

@@ -665,28 +665,24 @@ void sl_webhook_source_stored(sl_webhook_source *w, const sl_webhook_result *res
 
 int sl_webhook_source_metrics_header(sl_buf *out)
 {
-    return sl_buf_printf(out, "# HELP sluice_webhook_requests_total Requests to each "
-                              "source.webhook by outcome (invalid signatures by reason).\n"
-                              "# TYPE sluice_webhook_requests_total counter\n");
+    return sl_metrics_family(out, "sluice_webhook_requests_total", SL_METRIC_COUNTER,
+                             "Requests to each source.webhook by outcome (invalid signatures by "
+                             "reason).");
 }
 
 int sl_webhook_source_metrics(sl_webhook_source *w, sl_buf *out)
 {
+    static const char fam[] = "sluice_webhook_requests_total";
     int rc = 0;
     for (int i = 0; i < OUT_COUNT && !rc; i++)
-        rc = sl_buf_printf(
-            out, "sluice_webhook_requests_total{webhook=\"%s\",outcome=\"%s\"} %llu\n", w->name,
-            k_outcomes[i],
-            (unsigned long long)atomic_load_explicit(&w->outcomes[i], memory_order_relaxed));
+        rc = sl_metrics_u64(out, fam, atomic_load_explicit(&w->outcomes[i], memory_order_relaxed),
+                            "webhook", w->name, "outcome", k_outcomes[i], NULL);
     for (int i = SL_WEBHOOK_REFUSED_NONE + 1; i < SL_WEBHOOK_REFUSAL_COUNT && !rc; i++) {
         if (i == SL_WEBHOOK_REFUSED_ERROR)
             continue; /* counted as outcome "error" */
-        rc = sl_buf_printf(
-            out,
-            "sluice_webhook_requests_total{webhook=\"%s\",outcome="
-            "\"invalid_signature\",reason=\"%s\"} %llu\n",
-            w->name, sl_webhook_refusal_name((sl_webhook_refusal)i),
-            (unsigned long long)atomic_load_explicit(&w->refused[i], memory_order_relaxed));
+        rc = sl_metrics_u64(out, fam, atomic_load_explicit(&w->refused[i], memory_order_relaxed),
+                            "webhook", w->name, "outcome", "invalid_signature", "reason",
+                            sl_webhook_refusal_name((sl_webhook_refusal)i), NULL);
     }
     return rc;
 }

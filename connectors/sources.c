@@ -23,6 +23,7 @@
 #include "core/event.h"
 #include "core/json.h"
 #include "core/lanes.h"
+#include "core/metrics.h"
 #include "core/slog.h"
 
 #include <errno.h>
@@ -841,25 +842,24 @@ int sl_sources_json(sl_sources *o, sl_buf *out)
     return rc ? rc : sl_buf_append(out, "]}\n", 3);
 }
 
-/* The series every source has, one family at a time (Prometheus' text
- * format wants each family's samples together, after its HELP and TYPE). */
+/* The series every source has, one family at a time. */
 static int shared_metrics(sl_sources *o, sl_buf *out)
 {
     static const struct {
-        const char *name, *type, *help;
+        const char *name, *help;
+        sl_metric_type type;
     } fam[] = {
-        {"sluice_source_events_total", "counter", "events the source stored"},
-        {"sluice_source_bytes_total", "counter", "bytes of the events the source stored"},
-        {"sluice_source_refused_total", "counter",
-         "payloads refused (invalid, schema, lane, size)"},
-        {"sluice_source_backpressure_waits_total", "counter",
-         "publishes that found the set's buffers full and waited"},
-        {"sluice_source_healthy", "gauge", "1 when the source is healthy"},
+        {"sluice_source_events_total", "Events the source stored.", SL_METRIC_COUNTER},
+        {"sluice_source_bytes_total", "Bytes of the events the source stored.", SL_METRIC_COUNTER},
+        {"sluice_source_refused_total", "Payloads refused (invalid, schema, lane, size).",
+         SL_METRIC_COUNTER},
+        {"sluice_source_backpressure_waits_total",
+         "Publishes that found the set's buffers full and waited.", SL_METRIC_COUNTER},
+        {"sluice_source_healthy", "1 when the source is healthy.", SL_METRIC_GAUGE},
     };
     int rc = 0;
     for (size_t f = 0; !rc && f < sizeof fam / sizeof *fam; f++) {
-        rc = sl_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help,
-                           fam[f].name, fam[f].type);
+        rc = sl_metrics_family(out, fam[f].name, fam[f].type, fam[f].help);
         for (size_t i = 0; !rc && i < o->n; i++) {
             src *s = o->v[i];
             char msg[256];
@@ -868,8 +868,8 @@ static int shared_metrics(sl_sources *o, sl_buf *out)
                          : f == 2 ? atomic_load(&s->refused)
                          : f == 3 ? atomic_load(&s->full_waits)
                                   : (uint64_t)src_health(s, msg, sizeof msg);
-            rc = sl_buf_printf(out, "%s{source=\"%s\",kind=\"%s\"} %" PRIu64 "\n", fam[f].name,
-                               s->cfg->name, s->cfg->kind_name, v);
+            rc = sl_metrics_u64(out, fam[f].name, v, "source", s->cfg->name, "kind",
+                                s->cfg->kind_name, NULL);
         }
     }
     return rc;
@@ -896,7 +896,9 @@ int sl_sources_metrics(sl_sources *o, sl_buf *out)
             continue;
         /* Whole lines only: a source that filled the space (or says it
          * would have written more) is cut after its last complete line, so
-         * the next source's lines never join a cut one. */
+         * the next source's lines never join a cut one. Each source writes
+         * its own # HELP and # TYPE lines; sl_metrics_group (GET /metrics)
+         * keeps one of each and puts the samples of all sources together. */
         size_t cap = 256 << 10;
         if ((rc = sl_buf_reserve(out, cap)))
             break;

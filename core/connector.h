@@ -206,7 +206,9 @@ typedef struct sl_source_ops {
     /* Optional: 0 healthy, or 1 with msg saying what is wrong. */
     int (*health)(void *impl, char *msg, size_t len);
     /* Optional: appends Prometheus text lines (e.g. Kafka consumer lag) to
-     * out[0..cap); returns the bytes written. */
+     * out[0..cap), each family with its # HELP and # TYPE line
+     * (sl_metrics_family; a family without both is left out of /metrics);
+     * returns the bytes written. */
     size_t (*metrics)(void *impl, char *out, size_t cap);
 } sl_source_ops;
 

@@ -495,17 +495,15 @@ int sl_lanes_json(sl_lanes *l, int (*extra)(void *ctx, const char *lane, sl_buf 
 
 int sl_lanes_metrics(sl_lanes *l, sl_buf *out)
 {
-    int rc = sl_buf_printf(out,
-                           "# HELP sluice_lane_events_in_total Events admitted per lane (\"\" is "
-                           "the base lane).\n"
-                           "# TYPE sluice_lane_events_in_total counter\n"
-                           "sluice_lane_events_in_total{lane=\"\"} %" PRIu64 "\n",
-                           atomic_load(&l->base_in));
+    static const char fam[] = "sluice_lane_events_in_total";
+    int rc = sl_metrics_family(out, fam, SL_METRIC_COUNTER,
+                               "Events admitted per lane (\"\" is the base lane).");
+    rc = rc ? rc : sl_metrics_u64(out, fam, atomic_load(&l->base_in), "lane", "", NULL);
     pthread_rwlock_rdlock(&l->lock);
     for (size_t i = 0; !rc && i < l->n; i++)
         if (l->v[i].state != LANE_GONE)
-            rc = sl_buf_printf(out, "sluice_lane_events_in_total{lane=\"%s\"} %" PRIu64 "\n",
-                               l->v[i].info.name, atomic_load(&l->v[i].in));
+            rc =
+                sl_metrics_u64(out, fam, atomic_load(&l->v[i].in), "lane", l->v[i].info.name, NULL);
     pthread_rwlock_unlock(&l->lock);
     return rc;
 }

@@ -2152,23 +2152,33 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
     return rc ? rc : sl_buf_printf(out, "]}\n");
 }
 
-/* The labels of a run: rule="R", and ,lane="L" for a lane run. */
-static int run_labels(char *buf, size_t cap, const rule_run *rr)
+/* The help of each rule counter, in the order of the counters struct. */
+static const char *const ctr_fam[][2] = {
+    {"sluice_rule_read_total", "Events the rule read from its set."},
+    {"sluice_rule_matched_total", "Events that passed the rule's match and filter."},
+    {"sluice_rule_filtered_total", "Events the rule's filter stopped."},
+    {"sluice_rule_dropped_total", "Events the rule's transform turned into nothing."},
+    {"sluice_rule_failed_total", "Events given up on (dead-lettered, discarded, or deleted by "
+                                 "retention before delivery)."},
+    {"sluice_rule_delivered_total", "Payloads every target of the rule accepted."},
+    {"sluice_rule_retries_total", "Payloads sent again after a failure."},
+    {"sluice_rule_dead_lettered_total", "Events written to the rule's dlq set."},
+    {"sluice_rule_discarded_total", "Events given up on without a dlq (or that the dlq refused)."},
+};
+
+/* One sample per live run (rule="R", and lane="L" for a lane run). */
+static int run_sample(sl_buf *out, const char *fam, const rule_run *rr, int64_t v)
 {
-    return snprintf(buf, cap, rr->lane[0] ? "rule=\"%s\",lane=\"%s\"" : "rule=\"%s\"", rr->rc->name,
-                    rr->lane);
+    return sl_metrics_i64(out, fam, v, "rule", rr->rc->name, "lane", rr->lane[0] ? rr->lane : NULL,
+                          NULL);
 }
 
 int sl_runner_metrics(sl_runner *r, sl_buf *out)
 {
-    static const char *const names[] = {"read",    "matched",       "filtered",
-                                        "dropped", "failed",        "delivered",
-                                        "retries", "dead_lettered", "discarded"};
     size_t n = atomic_load(&r->nruns);
-    char lb[SL_EVENT_LANE_MAX + 300];
     int rc = 0;
-    for (size_t k = 0; !rc && k < sizeof names / sizeof *names; k++) {
-        rc = sl_buf_printf(out, "# TYPE sluice_rule_%s_total counter\n", names[k]);
+    for (size_t k = 0; !rc && k < sizeof ctr_fam / sizeof *ctr_fam; k++) {
+        rc = sl_metrics_family(out, ctr_fam[k][0], SL_METRIC_COUNTER, ctr_fam[k][1]);
         for (size_t i = 0; !rc && i < n; i++) {
             rule_run *rr = RUN(r, i);
             if (atomic_load(&rr->dropped) || rr->unrouted)
@@ -2177,39 +2187,35 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
             _Atomic uint64_t *v[] = {&c->read,    &c->matched,       &c->filtered,
                                      &c->dropped, &c->failed,        &c->delivered,
                                      &c->retries, &c->dead_lettered, &c->discarded};
-            run_labels(lb, sizeof lb, rr);
-            rc = sl_buf_printf(out, "sluice_rule_%s_total{%s} %" PRIu64 "\n", names[k], lb,
-                               atomic_load(v[k]));
+            rc = run_sample(out, ctr_fam[k][0], rr, (int64_t)atomic_load(v[k]));
         }
     }
-    rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_lag gauge\n");
-    for (size_t i = 0; !rc && i < n; i++) {
-        if (atomic_load(&RUN(r, i)->dropped))
-            continue;
-        run_labels(lb, sizeof lb, RUN(r, i));
-        rc = sl_buf_printf(out, "sluice_rule_lag{%s} %" PRId64 "\n", lb, run_lag(RUN(r, i)));
-    }
-    rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_rule_retrying gauge\n");
-    for (size_t i = 0; !rc && i < n; i++) {
-        if (atomic_load(&RUN(r, i)->dropped) || RUN(r, i)->unrouted)
-            continue;
-        run_labels(lb, sizeof lb, RUN(r, i));
-        rc = sl_buf_printf(out, "sluice_rule_retrying{%s} %" PRId64 "\n", lb,
-                           atomic_load(&RUN(r, i)->ctr.retrying));
-    }
     rc = rc ? rc
-            : sl_buf_printf(out, "# HELP sluice_lane_unrouted_total Events of a lane that "
-                                 "reached a rule with no override for it and no fallback.\n"
-                                 "# TYPE sluice_lane_unrouted_total counter\n");
+            : sl_metrics_family(
+                  out, "sluice_rule_lag", SL_METRIC_GAUGE,
+                  "Events of the rule's set the rule has not read yet (end offset - cursor).");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!atomic_load(&RUN(r, i)->dropped))
+            rc = run_sample(out, "sluice_rule_lag", RUN(r, i), run_lag(RUN(r, i)));
+    rc = rc ? rc
+            : sl_metrics_family(out, "sluice_rule_retrying", SL_METRIC_GAUGE,
+                                "Payloads waiting for a retry now.");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!atomic_load(&RUN(r, i)->dropped) && !RUN(r, i)->unrouted)
+            rc = run_sample(out, "sluice_rule_retrying", RUN(r, i),
+                            atomic_load(&RUN(r, i)->ctr.retrying));
+    rc = rc ? rc
+            : sl_metrics_family(out, "sluice_lane_unrouted_total", SL_METRIC_COUNTER,
+                                "Events of a lane that reached a rule with no override for it "
+                                "and no fallback.");
     for (size_t i = 0; !rc && i < n; i++)
         if (RUN(r, i)->unrouted && !atomic_load(&RUN(r, i)->dropped))
-            rc = sl_buf_printf(
-                out, "sluice_lane_unrouted_total{rule=\"%s\",lane=\"%s\"} %" PRIu64 "\n",
-                RUN(r, i)->rc->name, RUN(r, i)->lane, atomic_load(&RUN(r, i)->unrouted_n));
+            rc = sl_metrics_u64(out, "sluice_lane_unrouted_total",
+                                atomic_load(&RUN(r, i)->unrouted_n), "rule", RUN(r, i)->rc->name,
+                                "lane", RUN(r, i)->lane, NULL);
     rc = rc ? rc
-            : sl_buf_printf(out, "# HELP sluice_lane_delivered_total Payloads the rules "
-                                 "delivered per lane (\"\" is the base lane).\n"
-                                 "# TYPE sluice_lane_delivered_total counter\n");
+            : sl_metrics_family(out, "sluice_lane_delivered_total", SL_METRIC_COUNTER,
+                                "Payloads the rules delivered per lane (\"\" is the base lane).");
     uint64_t *sum = rc ? NULL : calloc(LANE_NAMES, sizeof *sum);
     bool *live = rc ? NULL : calloc(LANE_NAMES, sizeof *live);
     if (!rc && (!sum || !live))
@@ -2223,22 +2229,23 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
     }
     for (size_t k = 0; !rc && k < LANE_NAMES; k++)
         if (live[k])
-            rc = sl_buf_printf(out, "sluice_lane_delivered_total{lane=\"%s\"} %" PRIu64 "\n",
-                               r->lane_names[k], sum[k]);
+            rc = sl_metrics_u64(out, "sluice_lane_delivered_total", sum[k], "lane",
+                                r->lane_names[k], NULL);
     free(sum);
     free(live);
-    rc = rc ? rc : sl_buf_printf(out, "# TYPE sluice_target_healthy gauge\n");
+    rc = rc ? rc
+            : sl_metrics_family(out, "sluice_target_healthy", SL_METRIC_GAUGE,
+                                "1 when the target is healthy, 0 when its health check fails.");
     for (size_t i = 0; !rc && i < n; i++) {
         rule_run *rr = RUN(r, i);
         if (atomic_load(&rr->dropped) || (rr->base_run && rr->targets == rr->base_run->targets))
             continue; /* borrowed targets are reported by their owner */
-        run_labels(lb, sizeof lb, rr);
         for (size_t t = 0; !rc && t < rr->ntargets; t++) {
             const target_inst *ti = &rr->targets[t];
             char msg[SL_ERROR_MAX];
             int bad = ti->ops->health ? ti->ops->health(ti->impl, msg, sizeof msg) : 0;
-            rc = sl_buf_printf(out, "sluice_target_healthy{%s,target=\"%s\"} %d\n", lb, ti->label,
-                               !bad);
+            rc = sl_metrics_u64(out, "sluice_target_healthy", !bad, "rule", rr->rc->name, "lane",
+                                rr->lane[0] ? rr->lane : NULL, "target", ti->label, NULL);
         }
     }
     return rc;

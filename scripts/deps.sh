@@ -32,6 +32,8 @@ need_cmd python3 python3
 need_cmd valgrind valgrind # make soak runs the integration tests under it
 # The web console's test (tests/integration/test_ui.c) drives headless Chromium.
 need_cmd chromium chromium
+# tests/integration/test_metrics.c lints GET /metrics with Prometheus' own checker.
+need_cmd promtool prometheus
 # `scripts/deps.sh bench` (make bench): also the load generator and the chart
 # tool, which `make test` does not need.
 if [ "${1:-}" = bench ]; then

@@ -879,8 +879,16 @@ static size_t exec_metrics(void *impl, char *out, size_t cap)
     const char *n = s->host->name ? s->host->name : "";
     int w =
         snprintf(out, cap,
+                 /* Every family needs its # HELP and # TYPE (lines without them are
+                  * left out of /metrics); the server keeps one of each per family. */
+                 "# HELP sluice_exec_runs_total Runs of the command started.\n"
+                 "# TYPE sluice_exec_runs_total counter\n"
                  "sluice_exec_runs_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                 "# HELP sluice_exec_lines_total Lines the command printed on stdout.\n"
+                 "# TYPE sluice_exec_lines_total counter\n"
                  "sluice_exec_lines_total{source=\"%s\"} %" PRIuFAST64 "\n"
+                 "# HELP sluice_exec_refused_total Lines refused (not stored).\n"
+                 "# TYPE sluice_exec_refused_total counter\n"
                  "sluice_exec_refused_total{source=\"%s\"} %" PRIuFAST64 "\n",
                  n, (uint_fast64_t)atomic_load(&s->runs), n, (uint_fast64_t)atomic_load(&s->lines),
                  n, (uint_fast64_t)atomic_load(&s->refused));

@@ -30,7 +30,7 @@ LITERALS = [
     ("the request line and all headers", "connectors/source_http.c",
      r"MHD_OPTION_CONNECTION_MEMORY_LIMIT,\s*\(size_t\)\((\d+) << 10\)", lambda v: v * 1024),
     ("a request path", "connectors/source_http.c",
-     r"char buf\[(\d+)\];\s*if \(strlen\(url\) >= sizeof buf\)", lambda v: v - 1),
+     r"#define SL_HTTP_PATH_MAX (\d+)", lambda v: v - 1),
     ("clients the rate limiter tracks", "core/ratelimit.c",
      r"max_clients \? max_clients : (\d+)", lambda v: v),
     ("an idle or stalled connection", "connectors/source_http.c",

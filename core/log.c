@@ -379,6 +379,39 @@ size_t sl_log_segment_count(sl_log *log)
     return n;
 }
 
+void sl_log_summarize(sl_log *log, sl_log_summary *out)
+{
+    pthread_rwlock_rdlock(&log->lock);
+    const sl_segment *first = log->segs[0], *active = log->segs[log->n - 1];
+    out->bytes = 0;
+    for (size_t i = 0; i < log->n; i++)
+        out->bytes += sl_segment_size(log->segs[i]);
+    out->segments = log->n;
+    out->first_bytes = sl_segment_size(first);
+    out->first_max_ts = atomic_load(&first->max_ts);
+    out->active_bytes = sl_segment_size(active);
+    out->active_max_ts = atomic_load(&active->max_ts);
+    out->start = sl_log_start_offset(log);
+    out->end = sl_log_end_offset(log);
+    pthread_rwlock_unlock(&log->lock);
+}
+
+/* Mirrors the first step of sl_log_retain(): retention goes oldest first and
+ * stops at the first segment it keeps, so the oldest (and the active one,
+ * which an expired log rolls) decide whether it would do anything. */
+bool sl_log_retain_due(const sl_log_config *c, const sl_log_summary *s, int64_t now_ms)
+{
+    bool ms = c->retention_ms >= 0;
+    if (ms && s->active_bytes && s->active_max_ts < now_ms - c->retention_ms)
+        return true;
+    if (s->segments < 2)
+        return false;
+    if (ms && s->first_max_ts < now_ms - c->retention_ms)
+        return true;
+    return c->retention_bytes >= 0 && s->bytes > (uint64_t)c->retention_bytes &&
+           s->bytes - s->first_bytes >= (uint64_t)c->retention_bytes;
+}
+
 sl_segment *sl__log_active(sl_log *log)
 {
     return log->segs[log->n - 1];

@@ -70,6 +70,25 @@ uint64_t sl_log_size_bytes(sl_log *log);
 /* Number of segments. */
 size_t sl_log_segment_count(sl_log *log);
 
+/* What a closed log needs to answer listings, end-offset checks and retention
+ * decisions without being open (core/store.h parks idle partitions). */
+typedef struct sl_log_summary {
+    int64_t start, end;    /* sl_log_start_offset(), sl_log_end_offset() */
+    uint64_t bytes;        /* sl_log_size_bytes() */
+    uint64_t segments;     /* sl_log_segment_count() */
+    uint64_t first_bytes;  /* the oldest segment's size ... */
+    int64_t first_max_ts;  /* ... and newest timestamp (INT64_MIN when empty) */
+    uint64_t active_bytes; /* the same for the active (newest) segment */
+    int64_t active_max_ts;
+} sl_log_summary;
+
+/* Fills *out from the open log (a consistent snapshot under the log's lock). */
+void sl_log_summarize(sl_log *log, sl_log_summary *out);
+
+/* True when sl_log_retain(now_ms) on a log with configuration cfg, summarised
+ * as s, would roll or delete a segment; false when it would do nothing. */
+bool sl_log_retain_due(const sl_log_config *cfg, const sl_log_summary *s, int64_t now_ms);
+
 /* The first offset whose record timestamp is >= ts_ms, or the end offset
  * when there is none. Returns 0 or an SL_E… code with err. */
 int sl_log_offset_for_time(sl_log *log, int64_t ts_ms, int64_t *offset, sl_error *err);

@@ -242,6 +242,8 @@ typedef struct sl_config {
     int64_t max_connections; /* 0 unset */
     int64_t max_connections_per_ip; /* 0 unlimited */
     uint64_t max_body_memory;       /* 0 unset */
+    int64_t max_open_partitions;    /* 0 unset: from the descriptor limit */
+    int64_t partition_idle_ms;      /* 0 unset */
     sl_set_config set_defaults;     /* what sets created on first use get */
     sl_set_decl *sets;
     size_t nsets;

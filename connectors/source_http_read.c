@@ -224,8 +224,8 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
         if (rc == 0 && n < max) { /* big: send the rest as it is read */
             read_stream *st = calloc(1, sizeof *st);
             struct MHD_Response *resp =
-                st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, stream_read, st,
-                                                       stream_free)
+                st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 << 10, stream_read,
+                                                       st, stream_free)
                    : NULL;
             if (!resp) {
                 free(st);
@@ -233,13 +233,8 @@ enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name)
                 sl_buf_free(&b);
                 return sl__http_error(r, 503, "OutOfMemory", "no memory for the answer; retry");
             }
-            *st = (read_stream){.text = b,
-                                .log = log,
-                                .rd = rd,
-                                .set = set,
-                                .part = (int32_t)part,
-                                .n = n,
-                                .max = max};
+            *st = (read_stream){.text = b, .log = log, .rd = rd, .set = set,
+                                .part = (int32_t)part, .n = n, .max = max};
             return sl__http_reply_stream(r, 200, resp, "application/json");
         }
         next = sl_store_reader_position(log, rd);

@@ -379,6 +379,47 @@ size_t sl_log_segment_count(sl_log *log)
     return n;
 }
 
+/* First word of the summary a clean close leaves in .clean. */
+#define CLEAN_MAGIC "sluice-clean-v1"
+
+int sl_log_clean_summary(const char *dir, sl_log_summary *out, sl_error *err)
+{
+    char path[4200], text[512];
+    snprintf(path, sizeof path, "%s/.clean", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_error_set(err, SL_ENOENT, "%s: no clean-close marker", dir);
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    sl_log_summary s;
+    char magic[32], nl = 0;
+    long long v[10];
+    int got = sscanf(text, "%31s %lld %lld %lld %lld %lld %lld %lld %lld %lld%c", magic, &v[0],
+                     &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &nl);
+    if (got != 11 || nl != '\n' || strcmp(magic, CLEAN_MAGIC) != 0 || v[0] < 0 || v[1] < v[0] ||
+        v[2] < 0 || v[3] < 1 || v[4] < 0 || v[6] < 0 || v[8] < v[0] || v[8] > v[1])
+        return sl_error_set(err, SL_ENOENT, "%s: the clean-close marker holds no summary", dir);
+    s.start = v[0];
+    s.end = v[1];
+    s.bytes = (uint64_t)v[2];
+    s.segments = (uint64_t)v[3];
+    s.first_bytes = (uint64_t)v[4];
+    s.first_max_ts = v[5];
+    s.active_bytes = (uint64_t)v[6];
+    s.active_max_ts = v[7];
+    s.active_base = v[8];
+    /* The one check that costs no descriptor: the active segment, where
+     * appends and damage happen, is still the size the close left. */
+    struct stat st;
+    sl_segment_stem(path, sizeof path - 8, dir, s.active_base);
+    strcat(path, ".log");
+    if (stat(path, &st) < 0 || (uint64_t)st.st_size != s.active_bytes)
+        return sl_error_set(err, SL_ENOENT, "%s: changed since its clean close", path);
+    *out = s;
+    return 0;
+}
+
 void sl_log_summarize(sl_log *log, sl_log_summary *out)
 {
     pthread_rwlock_rdlock(&log->lock);
@@ -391,6 +432,7 @@ void sl_log_summarize(sl_log *log, sl_log_summary *out)
     out->first_max_ts = atomic_load(&first->max_ts);
     out->active_bytes = sl_segment_size(active);
     out->active_max_ts = atomic_load(&active->max_ts);
+    out->active_base = active->base;
     out->start = sl_log_start_offset(log);
     out->end = sl_log_end_offset(log);
     pthread_rwlock_unlock(&log->lock);
@@ -661,10 +703,22 @@ void sl_log_close(sl_log *log)
     if (!rc && log->dir_dirty)
         rc = fsync(log->dir_fd) < 0 ? SL_EIO : 0;
     if (!rc) {
-        char path[4200];
+        char path[4200], text[512];
         snprintf(path, sizeof path, "%s/.clean", log->dir);
+        sl_log_summary sum;
+        sl_log_summarize(log, &sum);
+        int len =
+            snprintf(text, sizeof text,
+                     "%s %" PRId64 " %" PRId64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64
+                     " %" PRIu64 " %" PRId64 " %" PRId64 "\n",
+                     CLEAN_MAGIC, sum.start, sum.end, sum.bytes, sum.segments, sum.first_bytes,
+                     sum.first_max_ts, sum.active_bytes, sum.active_max_ts, sum.active_base);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0) {
+            /* A short write leaves a marker that does not parse: the next
+             * start then opens the log instead of trusting it (still clean). */
+            if (write(fd, text, (size_t)len) != len && ftruncate(fd, 0) < 0)
+                unlink(path);
             fsync(fd);
             close(fd);
             fsync(log->dir_fd);

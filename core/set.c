@@ -300,7 +300,9 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
     for (int32_t p = 0; !rc && p < c->partitions; p++) {
         char pdir[4300];
         snprintf(pdir, sizeof pdir, "%s/%d", dir, p);
-        rc = sl_store_open_pooled(&s->parts[p], pdir, &c->log, &lo, sets->pool, err);
+        /* An existing set (!save) starts with its cleanly closed
+         * partitions parked: a restart costs no descriptor per set. */
+        rc = sl_store_open_pooled(&s->parts[p], pdir, &c->log, &lo, !save, sets->pool, err);
         if (!rc)
             s->nparts++;
     }

@@ -127,12 +127,16 @@ void sl_store_pool_stats_get(sl_store_pool *pool, sl_store_pool_stats *out);
 /* Frees the pool; every store in it must be closed first. NULL is ignored. */
 void sl_store_pool_free(sl_store_pool *pool);
 
-/* Opens (creating if opts say so) the embedded log in dir as a store of pool;
- * it starts open (and may park the pool's least recently used store). cfg is
- * copied; opts (may be NULL: create) serve the reopenings too, which never
- * create. Returns 0 or an SL_E… code with err (nothing left open). */
+/* Opens (creating if opts say so) the embedded log in dir as a store of pool.
+ * With parked, a log that was closed cleanly starts parked, from the summary
+ * its close left (sl_log_clean_summary: no descriptor is opened, recovery
+ * waits for the first use); otherwise it starts open, and may park the
+ * pool's least recently used store. cfg is copied; opts (may be NULL:
+ * create) serve the reopenings too, which never create. Returns 0 or an
+ * SL_E… code with err (nothing left open). */
 int sl_store_open_pooled(sl_store *st, const char *dir, const sl_log_config *cfg,
-                         const sl_log_open_options *opts, sl_store_pool *pool, sl_error *err);
+                         const sl_log_open_options *opts, bool parked, sl_store_pool *pool,
+                         sl_error *err);
 
 /* Parks a pooled store now. Returns 0 (parked, or already parked), SL_EDEFERRED
  * when it is pinned, SL_EINVAL for a store that is not pooled, or the error of

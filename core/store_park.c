@@ -433,7 +433,8 @@ static const sl_store_ops park_ops = {
 /* ---- public ------------------------------------------------------------- */
 
 int sl_store_open_pooled(sl_store *st, const char *dir, const sl_log_config *cfg,
-                         const sl_log_open_options *opts, sl_store_pool *pool, sl_error *err)
+                         const sl_log_open_options *opts, bool parked, sl_store_pool *pool,
+                         sl_error *err)
 {
     sl_log_open_options o = opts ? *opts : (sl_log_open_options){.create = true};
     park *p = calloc(1, sizeof *p);
@@ -446,19 +447,32 @@ int sl_store_open_pooled(sl_store *st, const char *dir, const sl_log_config *cfg
     pthread_mutex_init(&p->mu, NULL);
     p->pool = pool;
     p->cfg = *cfg;
+    p->opts = o;
+    p->opts.create = false;
+    p->opts.full_recovery = false;
+    atomic_init(&p->pins, 0);
+    touch(p);
+    if (parked && !o.full_recovery && sl_log_clean_summary(dir, &p->sum, NULL) == 0) {
+        /* Closed cleanly: known without opening, as if it had just parked. */
+        atomic_init(&p->start, p->sum.start);
+        atomic_init(&p->end, p->sum.end);
+        atomic_init(&p->state, ST_PARKED);
+        pthread_mutex_lock(&pool->mu);
+        atomic_fetch_add(&pool->stores, 1);
+        pthread_mutex_unlock(&pool->mu);
+        st->ops = &park_ops;
+        st->impl = p;
+        st->data = NULL;
+        return 0;
+    }
     int rc = sl_log_open(dir, cfg, &o, &p->log, err);
     if (rc) {
         pk_free(p);
         return rc;
     }
-    p->opts = o;
-    p->opts.create = false;
-    p->opts.full_recovery = false;
     atomic_init(&p->state, ST_OPEN);
-    atomic_init(&p->pins, 0);
     atomic_init(&p->start, 0);
     atomic_init(&p->end, 0);
-    touch(p);
     pthread_mutex_lock(&pool->mu);
     list_add(pool, p);
     atomic_fetch_add(&pool->stores, 1);

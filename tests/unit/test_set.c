@@ -1040,7 +1040,7 @@ static void test_max_open_partitions(void **state)
         sl_sets_fd_stats(sets, &f);
         assert_int_equal(f.sets, 10);
         assert_int_equal(f.max_open_partitions, 3);
-        assert_true(f.parks >= 37);
+        assert_true(round || f.parks >= 37);
         assert_true(f.open_fds > 0);
         for (int i = 0; i < 10; i++) {
             char name[16];
@@ -1065,7 +1065,11 @@ static void test_max_open_partitions(void **state)
         sl_sets_fd_stats(sets, &f);
         assert_int_equal(f.partitions_open, 0);
         sl_sets_close(sets);
+        /* Closed cleanly, they come back parked: no descriptor per set. */
         assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+        sl_sets_fd_stats(sets, &f);
+        assert_int_equal(f.partitions_open, 0);
+        assert_int_equal(f.partitions_parked, 40);
     }
     sl_sets_close(sets);
 }

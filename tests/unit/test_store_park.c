@@ -84,7 +84,7 @@ static void test_park_keeps_data(void **state)
     sl_store st;
     sl_error err = {0};
     int fds0 = open_fds();
-    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, pool, &err), 0);
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, false, pool, &err), 0);
     store_append(&st, 0, 200, 1000);
     assert_int_equal(sl_store_sync(&st, &err), 0);
     uint64_t bytes, segs, bytes2, segs2;
@@ -157,7 +157,7 @@ static void test_reader_across_park(void **state)
     assert_int_equal(sl_store_pool_new(16, &pool), 0);
     sl_store st;
     sl_error err = {0};
-    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, pool, &err), 0);
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, false, pool, &err), 0);
     store_append(&st, 0, 50, 1000);
     void *r;
     sl_record rec;
@@ -206,7 +206,7 @@ static void test_lru_limit(void **state)
     for (int i = 0; i < 3; i++) {
         char dir[4200];
         snprintf(dir, sizeof dir, "%s/p%d", (const char *)*state, i);
-        assert_int_equal(sl_store_open_pooled(&st[i], dir, &cfg, NULL, pool, &err), 0);
+        assert_int_equal(sl_store_open_pooled(&st[i], dir, &cfg, NULL, false, pool, &err), 0);
         store_append(&st[i], 0, 5 + i, 1000);
     }
     /* Opening the third parked the least recently used: the first. */
@@ -241,7 +241,7 @@ static void test_lru_limit(void **state)
     sl_store_reader_close(&st[1], r1);
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/p3", (const char *)*state);
-    assert_int_equal(sl_store_open_pooled(&st[3], dir, &cfg, NULL, pool, &err), 0);
+    assert_int_equal(sl_store_open_pooled(&st[3], dir, &cfg, NULL, false, pool, &err), 0);
     sl_store_pool_stats_get(pool, &ps);
     assert_int_equal(ps.open, 2);
     assert_int_equal(ps.stores, 4);
@@ -272,7 +272,7 @@ static void test_retention_of_parked(void **state)
     assert_int_equal(sl_store_pool_new(16, &pool), 0);
     sl_store st;
     sl_error err = {0};
-    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, pool, &err), 0);
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, false, pool, &err), 0);
     store_append(&st, 0, 100, 10000);    /* old: timestamps 10000.. */
     store_append(&st, 100, 100, 100000); /* new: 100000.. */
     uint64_t bytes, segs;
@@ -301,6 +301,67 @@ static void test_retention_of_parked(void **state)
     int deleted = 0;
     assert_int_equal(sl_log_retain(log, 50000, &deleted, &err), 0);
     assert_int_equal(deleted, 0);
+    sl_store_close(&st);
+    sl_store_pool_free(pool);
+}
+
+/* A cleanly closed log starts parked from the summary in .clean, costing no
+ * descriptor; one whose active segment changed since (or an older, empty
+ * marker) is opened and checked instead. */
+static void test_start_parked(void **state)
+{
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/p0", (const char *)*state);
+    sl_log_config cfg = tu_config(4096);
+    sl_store_pool *pool;
+    assert_int_equal(sl_store_pool_new(16, &pool), 0);
+    sl_store st;
+    sl_error err = {0};
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, true, pool, &err), 0);
+    assert_false(sl_store_parked(&st)); /* new: nothing to trust yet */
+    store_append(&st, 0, 120, 1000);
+    uint64_t bytes, segs, b2, s2;
+    sl_store_stat(&st, &bytes, &segs);
+    sl_store_close(&st);
+
+    int fds0 = open_fds();
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, true, pool, &err), 0);
+    assert_true(sl_store_parked(&st));
+    assert_int_equal(open_fds(), fds0);
+    assert_int_equal(sl_store_start_offset(&st), 0);
+    assert_int_equal(sl_store_end_offset(&st), 120);
+    sl_store_stat(&st, &b2, &s2);
+    assert_int_equal(b2, bytes);
+    assert_int_equal(s2, segs);
+    assert_int_equal(store_read(&st, 0, NULL), 120);
+    assert_false(sl_store_parked(&st));
+    store_append(&st, 120, 5, 2000);
+    sl_store_close(&st);
+
+    /* Bytes added to the active segment behind the summary's back. */
+    sl_log_summary sum;
+    assert_int_equal(sl_log_clean_summary(dir, &sum, &err), 0);
+    assert_int_equal(sum.end, 125);
+    tu_seg_path(path, sizeof path, dir, sum.active_base, ".log");
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("garbage", f);
+    fclose(f);
+    assert_int_equal(sl_log_clean_summary(dir, &sum, &err), SL_ENOENT);
+    assert_non_null(strstr(err.msg, "changed since its clean close"));
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, true, pool, &err), 0);
+    assert_false(sl_store_parked(&st)); /* opened: recovery cut the garbage */
+    assert_int_equal(sl_store_end_offset(&st), 125);
+    sl_store_close(&st);
+
+    /* A marker from before summaries (empty) is no summary. */
+    snprintf(path, sizeof path, "%s/.clean", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, true, pool, &err), 0);
+    assert_false(sl_store_parked(&st));
+    assert_int_equal(store_read(&st, 0, NULL), 125);
     sl_store_close(&st);
     sl_store_pool_free(pool);
 }
@@ -376,7 +437,7 @@ static void test_append_while_parking(void **state)
     assert_int_equal(sl_store_pool_new(16, &pool), 0);
     sl_store st;
     sl_error err = {0};
-    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, pool, &err), 0);
+    assert_int_equal(sl_store_open_pooled(&st, dir, &cfg, NULL, false, pool, &err), 0);
     race r = {.st = &st, .pool = pool, .n = 20000 * tu_soak()};
     pthread_t a, p, t;
     assert_int_equal(pthread_create(&t, NULL, tailer, &r), 0);
@@ -404,6 +465,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reader_across_park, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_lru_limit, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_retention_of_parked, tu_tmp_setup, tu_tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_start_parked, tu_tmp_setup, tu_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_append_while_parking, tu_tmp_setup, tu_tmp_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -719,9 +719,11 @@ void sl_log_close(sl_log *log)
              * start then opens the log instead of trusting it (still clean). */
             if (write(fd, text, (size_t)len) != len && ftruncate(fd, 0) < 0)
                 unlink(path);
-            fsync(fd);
+            /* Not synced: everything it vouches for already is (above), so
+             * losing the marker in a power cut costs only a full check of
+             * the active segment at the next open, never data; and a
+             * partition that parks often would pay two fsyncs per park. */
             close(fd);
-            fsync(log->dir_fd);
         }
     }
     for (size_t i = 0; i < log->n; i++)

@@ -246,6 +246,15 @@ static int config_save(const char *dir, const sl_set_config *c, sl_error *err)
     json_t *j = config_to_json(c);
     if (!j)
         return SL_ENOMEM;
+    /* Declared sets are defined again at every start: a file that already
+     * says the same costs no write and no fsync (thousands of sets). */
+    json_t *old = json_load_file(path, 0, NULL);
+    bool same = old && json_equal(old, j);
+    json_decref(old);
+    if (same) {
+        json_decref(j);
+        return 0;
+    }
     int rc = json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     if (rc)

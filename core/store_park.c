@@ -169,7 +169,7 @@ static void touch(park *p)
  * reopening's error. */
 static int pin(park *p, bool if_open, sl_log **log, sl_error *err)
 {
-    touch(p);
+    /* No touch here: a pinned store is never a victim, and unpin() touches. */
     atomic_fetch_add(&p->pins, 1);
     if (atomic_load(&p->state) == ST_OPEN) {
         *log = p->log;

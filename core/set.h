@@ -90,8 +90,8 @@ typedef struct sl_sets_options {
     size_t max_open_partitions;
 } sl_sets_options;
 
-/* Descriptors a partition is counted for when sizing the default limit: about
- * 6 for one segment, more with more segments, plus room for connections. */
+/* Descriptors a partition is counted for when sizing the default limit: 6
+ * with one segment, one more per closed segment, plus room for connections. */
 #define SL_SETS_FDS_PER_PARTITION 16
 
 /* The default max_open_partitions: the soft RLIMIT_NOFILE / 16, at least 16. */

@@ -164,16 +164,26 @@ static void test_second_server_refused(void **state)
 }
 
 /* `sluice log` on a partition of a running server's data directory is
- * refused, parked or not; once the server stopped, it works. */
+ * refused even when the partition is parked (its own .lock released); once
+ * the server stopped, it works. */
 static void test_log_cli_refused_while_served(void **state)
 {
     it_server *s = *state;
-    it_srv_start(s, NULL);
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg, "server { partition_idle = \"1s\" }\n");
+    it_start_config(s, cfg, WAIT_S);
     char *ev = it_event("x1", NULL);
     int part;
     int64_t off;
     it_post_one(s, "orders", ev, &part, &off);
     free(ev);
+    /* Idle for a second, every partition parks (the sweep runs every 100 ms). */
+    for (double end = it_mono() + WAIT_S; metric(s, "sluice_partitions_open") > 0;) {
+        if (it_mono() > end)
+            fail_msg("partitions still open %.0f s after their last use", WAIT_S);
+        it_sleep_ms(100);
+    }
+    assert_int_equal(metric(s, "sluice_partitions_parked"), 4);
     char pdir[PATH_MAX + 64], *out = NULL, *err = NULL;
     snprintf(pdir, sizeof pdir, "%s/sets/orders/%d", s->data, part);
     static const char *const cmds[] = {"dump", "append", "recover"};

@@ -429,6 +429,7 @@ enum MHD_Result sl__http_metrics(sl_http_req *r)
         if (v)
             sl_metrics_u64(&b, "sluice_http_requests_total", v, "code", cs, NULL);
     }
+    sl_sets_metrics(h->sets, &b); /* descriptors, sets, open and parked partitions */
     if (h->hooks.metrics)
         h->hooks.metrics(h->hooks.ctx, &b);
     size_t dropped = 0;

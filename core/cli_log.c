@@ -7,10 +7,14 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #define APPEND_BATCH_RECORDS 1000
 #define APPEND_BATCH_BYTES (1u << 20)
@@ -52,8 +56,48 @@ static void print_notice(void *ctx, const char *msg)
     fprintf((FILE *)ctx, "%s\n", msg);
 }
 
+/* A running server parks idle partitions, which releases their own .lock:
+ * the data directory's .lock (DATA/.lock, for DATA/sets/SET/PARTITION) is
+ * what says the partition is in use. It is taken shared for the life of the
+ * command, so a server cannot start meanwhile either. Returns 0, or -1 after
+ * saying why. */
+static int lock_data_dir(const char *dir)
+{
+    char real[PATH_MAX], data[PATH_MAX + 16], path[PATH_MAX + 32];
+    if (!realpath(dir, real))
+        return 0; /* a partition yet to be created: sl_log_open() says the rest */
+    char *cut = real + strlen(real);
+    for (int up = 0; up < 3; up++) { /* PARTITION, SET, "sets" */
+        while (cut > real && cut[-1] != '/')
+            cut--;
+        if (cut == real)
+            return 0;
+        if (up == 2 && strcmp(cut, "sets") != 0)
+            return 0; /* not inside a data directory */
+        *--cut = '\0';
+    }
+    snprintf(data, sizeof data, "%s", real[0] ? real : "/");
+    snprintf(path, sizeof path, "%s/.lock", real);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0; /* no server ever held it */
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+        return 0; /* held (fd left open) until the command exits */
+    int e = errno;
+    close(fd);
+    if (e != EWOULDBLOCK)
+        return 0;
+    fprintf(stderr,
+            "sluice log: %s is a partition of data directory %s, which a running server "
+            "holds (%s is locked): stop `sluice serve` first (or read the set over HTTP)\n",
+            dir, data, path);
+    return -1;
+}
+
 static int open_log(const char *dir, const sl_log_config *cfg, bool create, bool full, sl_log **log)
 {
+    if (lock_data_dir(dir))
+        return SL_EEXIST;
     sl_log_open_options o = {.create = create,
                              .full_recovery = full,
                              .notify = print_notice,

@@ -125,6 +125,13 @@ static const key server_keys[] = {
     {"max_body_memory", K_SIZE, FIELD(sl_config, max_body_memory), 65536, INT64_MAX, "\"256MiB\"",
      "request bodies held in memory at once, server-wide; past it 503 `Backpressure` (requests "
      "without an API key, on a server with keys, get a quarter of it)"},
+    {"max_open_partitions", K_INT, FIELD(sl_config, max_open_partitions), 1, 10000000,
+     "descriptor limit / 16",
+     "partitions whose log is kept open at once; past it the least recently used idle one is "
+     "closed (parked) until its next use (docs/operations.md)"},
+    {"partition_idle", K_DURATION, FIELD(sl_config, partition_idle_ms), 1000, INT64_MAX, "\"5m\"",
+     "a partition nobody reads or writes for this long is closed (parked) until its "
+     "next use"},
     {"log_format", K_STRING, FIELD(sl_config, log_format), 0, 0, "\"logfmt\"",
      "server log lines: \"logfmt\" or \"json\" (the `--log-format` flag wins over it); "
      "re-applied on reload"},

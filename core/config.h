@@ -244,7 +244,9 @@ typedef struct sl_config {
     uint64_t max_body_memory;       /* 0 unset */
     /* sets created on first use at most, and per client (0 unset) */
     int64_t max_auto_sets, max_auto_sets_per_client;
-    sl_set_config set_defaults; /* what sets created on first use get */
+    int64_t max_open_partitions; /* 0 unset: from the descriptor limit */
+    int64_t partition_idle_ms;   /* 0 unset */
+    sl_set_config set_defaults;  /* what sets created on first use get */
     sl_set_decl *sets;
     size_t nsets;
     sl_rule_config *rules;

@@ -115,18 +115,23 @@ int sl_index_seal(sl_index *ix, sl_error *err)
         return sl_error_errno(err, errno, "trim %s", ix->path);
     ix->max_entries = sl_index_count(ix);
     ix->writable = 0;
+    /* A sealed index is only read, through its mapping: its descriptor can
+     * go, so a closed segment costs one (its .log), not four. */
+    close(ix->fd);
+    ix->fd = -1;
     return 0;
 }
 
 void sl_index_close(sl_index *ix)
 {
-    if (ix->fd < 0)
+    if (!ix->path) /* never opened (or already closed) */
         return;
     if (ix->writable)
         sl_index_seal(ix, NULL);
     if (ix->map)
         munmap(ix->map, ix->map_len);
-    close(ix->fd);
+    if (ix->fd >= 0)
+        close(ix->fd);
     free(ix->path);
     memset(ix, 0, sizeof *ix);
     ix->fd = -1;

@@ -379,6 +379,81 @@ size_t sl_log_segment_count(sl_log *log)
     return n;
 }
 
+/* First word of the summary a clean close leaves in .clean. */
+#define CLEAN_MAGIC "sluice-clean-v1"
+
+int sl_log_clean_summary(const char *dir, sl_log_summary *out, sl_error *err)
+{
+    char path[4200], text[512];
+    snprintf(path, sizeof path, "%s/.clean", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_error_set(err, SL_ENOENT, "%s: no clean-close marker", dir);
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    sl_log_summary s;
+    char magic[32], nl = 0;
+    long long v[10];
+    int got = sscanf(text, "%31s %lld %lld %lld %lld %lld %lld %lld %lld %lld%c", magic, &v[0],
+                     &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &nl);
+    if (got != 11 || nl != '\n' || strcmp(magic, CLEAN_MAGIC) != 0 || v[0] < 0 || v[1] < v[0] ||
+        v[2] < 0 || v[3] < 1 || v[4] < 0 || v[6] < 0 || v[8] < v[0] || v[8] > v[1])
+        return sl_error_set(err, SL_ENOENT, "%s: the clean-close marker holds no summary", dir);
+    s.start = v[0];
+    s.end = v[1];
+    s.bytes = (uint64_t)v[2];
+    s.segments = (uint64_t)v[3];
+    s.first_bytes = (uint64_t)v[4];
+    s.first_max_ts = v[5];
+    s.active_bytes = (uint64_t)v[6];
+    s.active_max_ts = v[7];
+    s.active_base = v[8];
+    /* The one check that costs no descriptor: the active segment, where
+     * appends and damage happen, is still the size the close left. */
+    struct stat st;
+    sl_segment_stem(path, sizeof path - 8, dir, s.active_base);
+    strcat(path, ".log");
+    if (stat(path, &st) < 0 || (uint64_t)st.st_size != s.active_bytes)
+        return sl_error_set(err, SL_ENOENT, "%s: changed since its clean close", path);
+    *out = s;
+    return 0;
+}
+
+void sl_log_summarize(sl_log *log, sl_log_summary *out)
+{
+    pthread_rwlock_rdlock(&log->lock);
+    const sl_segment *first = log->segs[0], *active = log->segs[log->n - 1];
+    out->bytes = 0;
+    for (size_t i = 0; i < log->n; i++)
+        out->bytes += sl_segment_size(log->segs[i]);
+    out->segments = log->n;
+    out->first_bytes = sl_segment_size(first);
+    out->first_max_ts = atomic_load(&first->max_ts);
+    out->active_bytes = sl_segment_size(active);
+    out->active_max_ts = atomic_load(&active->max_ts);
+    out->active_base = active->base;
+    out->start = sl_log_start_offset(log);
+    out->end = sl_log_end_offset(log);
+    pthread_rwlock_unlock(&log->lock);
+}
+
+/* Mirrors the first step of sl_log_retain(): retention goes oldest first and
+ * stops at the first segment it keeps, so the oldest (and the active one,
+ * which an expired log rolls) decide whether it would do anything. */
+bool sl_log_retain_due(const sl_log_config *c, const sl_log_summary *s, int64_t now_ms)
+{
+    bool ms = c->retention_ms >= 0;
+    if (ms && s->active_bytes && s->active_max_ts < now_ms - c->retention_ms)
+        return true;
+    if (s->segments < 2)
+        return false;
+    if (ms && s->first_max_ts < now_ms - c->retention_ms)
+        return true;
+    return c->retention_bytes >= 0 && s->bytes > (uint64_t)c->retention_bytes &&
+           s->bytes - s->first_bytes >= (uint64_t)c->retention_bytes;
+}
+
 sl_segment *sl__log_active(sl_log *log)
 {
     return log->segs[log->n - 1];
@@ -628,13 +703,27 @@ void sl_log_close(sl_log *log)
     if (!rc && log->dir_dirty)
         rc = fsync(log->dir_fd) < 0 ? SL_EIO : 0;
     if (!rc) {
-        char path[4200];
+        char path[4200], text[512];
         snprintf(path, sizeof path, "%s/.clean", log->dir);
+        sl_log_summary sum;
+        sl_log_summarize(log, &sum);
+        int len =
+            snprintf(text, sizeof text,
+                     "%s %" PRId64 " %" PRId64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64
+                     " %" PRIu64 " %" PRId64 " %" PRId64 "\n",
+                     CLEAN_MAGIC, sum.start, sum.end, sum.bytes, sum.segments, sum.first_bytes,
+                     sum.first_max_ts, sum.active_bytes, sum.active_max_ts, sum.active_base);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0) {
-            fsync(fd);
+            /* A short write leaves a marker that does not parse: the next
+             * start then opens the log instead of trusting it (still clean). */
+            if (write(fd, text, (size_t)len) != len && ftruncate(fd, 0) < 0)
+                unlink(path);
+            /* Not synced: everything it vouches for already is (above), so
+             * losing the marker in a power cut costs only a full check of
+             * the active segment at the next open, never data; and a
+             * partition that parks often would pay two fsyncs per park. */
             close(fd);
-            fsync(log->dir_fd);
         }
     }
     for (size_t i = 0; i < log->n; i++)

@@ -5,7 +5,8 @@
  *
  *   <dir>/<20-digit base offset>.log|.index|.timeindex|.lanes
  *   <dir>/.lock    held (flock) while a process has the partition open
- *   <dir>/.clean   written by a clean close; its absence on open means the
+ *   <dir>/.clean   written by a clean close, holding the log's summary
+ *                  (sl_log_clean_summary); its absence on open means the
  *                  last process crashed, so the active segment is checked fully
  *
  * Offsets are assigned by sl_log_append() and never reused. Readers see a
@@ -69,6 +70,34 @@ int64_t sl_log_end_offset(sl_log *log);
 uint64_t sl_log_size_bytes(sl_log *log);
 /* Number of segments. */
 size_t sl_log_segment_count(sl_log *log);
+
+/* What a closed log needs to answer listings, end-offset checks and retention
+ * decisions without being open (core/store.h parks idle partitions). */
+typedef struct sl_log_summary {
+    int64_t start, end;    /* sl_log_start_offset(), sl_log_end_offset() */
+    uint64_t bytes;        /* sl_log_size_bytes() */
+    uint64_t segments;     /* sl_log_segment_count() */
+    uint64_t first_bytes;  /* the oldest segment's size ... */
+    int64_t first_max_ts;  /* ... and newest timestamp (INT64_MIN when empty) */
+    uint64_t active_bytes; /* the same for the active (newest) segment */
+    int64_t active_max_ts;
+    int64_t active_base; /* and its base offset */
+} sl_log_summary;
+
+/* Fills *out from the open log (a consistent snapshot under the log's lock). */
+void sl_log_summarize(sl_log *log, sl_log_summary *out);
+
+/* The summary that the last clean sl_log_close() left in dir/.clean, read
+ * without opening the log (no descriptor stays open), once the active
+ * segment's .log is checked to have the size it names. Returns 0, or
+ * SL_ENOENT with err when there is none to trust: no marker (never closed
+ * cleanly, or opened since), an older marker without a summary, or an
+ * active segment of another size. */
+int sl_log_clean_summary(const char *dir, sl_log_summary *out, sl_error *err);
+
+/* True when sl_log_retain(now_ms) on a log with configuration cfg, summarised
+ * as s, would roll or delete a segment; false when it would do nothing. */
+bool sl_log_retain_due(const sl_log_config *cfg, const sl_log_summary *s, int64_t now_ms);
 
 /* The first offset whose record timestamp is >= ts_ms, or the end offset
  * when there is none. Returns 0 or an SL_E… code with err. */

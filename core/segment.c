@@ -430,7 +430,7 @@ int sl_segment_sync(sl_segment *s, sl_error *err)
     s->synced = size;
     /* Clear before syncing: a run written meanwhile sets it again and is
      * synced next time, never lost. */
-    if (atomic_exchange(&s->lanes_dirty, false) && fdatasync(s->lanes_fd) < 0) {
+    if (atomic_exchange(&s->lanes_dirty, false) && s->lanes_fd >= 0 && fdatasync(s->lanes_fd) < 0) {
         s->lanes_dirty = true;
         return sl_error_errno(err, errno, "%s.lanes: fdatasync", s->stem);
     }
@@ -831,6 +831,14 @@ int sl_segment_open(const char *dir, int64_t base, sl_segment_mode mode, size_t 
     if (mode == SL_SEG_CLOSED || mode == SL_SEG_FULL) {
         if ((rc = sl_segment_seal(s, mode == SL_SEG_FULL, err)))
             goto fail;
+        /* Its lane runs are in memory and nothing appends to it again: the
+         * sidecar's descriptor goes (synced first if recovery rewrote it). */
+        if (atomic_exchange(&s->lanes_dirty, false) && fdatasync(s->lanes_fd) < 0) {
+            rc = sl_error_errno(err, errno, "%s.lanes: fdatasync", s->stem);
+            goto fail;
+        }
+        close(s->lanes_fd);
+        s->lanes_fd = -1;
     }
     seg_map(s, s->active ? map_bytes : 0, sl_segment_size(s));
     *out = s;

@@ -16,11 +16,13 @@
 #include "core/slog.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static const char serve_usage[] =
@@ -233,6 +235,31 @@ static void reload(sl_router *router, const char *path, security *sec)
     sl_buf_free(&diag);
 }
 
+/* Every partition, connection and segment is a descriptor: take all the
+ * kernel allows this process (the soft limit is often 1024 of a far higher
+ * hard one), and say so, since it sizes server.max_open_partitions. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+        sl_slog(SL_SLOG_WARN, "server", "cannot read the open-file limit: %s", strerror(errno));
+        return;
+    }
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur == rl.rlim_max) {
+        sl_slog(SL_SLOG_INFO, "server", "open-file limit %llu (already the hard limit)",
+                (unsigned long long)was);
+        return;
+    }
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        sl_slog(SL_SLOG_WARN, "server", "cannot raise the open-file limit from %llu to %llu: %s",
+                (unsigned long long)was, (unsigned long long)rl.rlim_max, strerror(errno));
+    else
+        sl_slog(SL_SLOG_INFO, "server", "open-file limit raised from %llu to %llu",
+                (unsigned long long)was, (unsigned long long)rl.rlim_max);
+}
+
 int sl_cli_serve_main(int argc, char **argv)
 {
     const char *data = "./sluice-data";
@@ -249,6 +276,7 @@ int sl_cli_serve_main(int argc, char **argv)
     bool insecure = false, insecure_flag = false;
     char tls_cert[4096] = "", tls_key[4096] = "";
     sl_auth *auth = NULL;
+    int64_t partition_idle_ms = 5 * 60 * 1000; /* server.partition_idle */
     sl_slog_format log_format = SL_SLOG_LOGFMT;
     sl_slog_level log_level = SL_SLOG_INFO;
     bool log_format_flag = false, log_level_flag = false;
@@ -283,6 +311,9 @@ int sl_cli_serve_main(int argc, char **argv)
         ho.max_connections = (unsigned)cfg->max_connections;
         ho.max_connections_per_ip = (unsigned)cfg->max_connections_per_ip;
         ho.max_body_memory = cfg->max_body_memory;
+        so.max_open_partitions = (size_t)cfg->max_open_partitions;
+        if (cfg->partition_idle_ms)
+            partition_idle_ms = cfg->partition_idle_ms;
         sl_error aerr = {0};
         if (cfg->napi_keys && sl_auth_new(cfg->api_keys, cfg->napi_keys, &auth, &aerr)) {
             fprintf(stderr, "sluice serve: %s: %s\n", cfg->path, aerr.msg);
@@ -375,6 +406,7 @@ int sl_cli_serve_main(int argc, char **argv)
         }
     }
     sl_slog_configure(log_format, log_level); /* before anything logs (recovery, …) */
+    raise_fd_limit();                         /* before the registry sizes its pool from it */
     /* Without keys, whoever reaches the port can publish, read and drop
      * lanes: only loopback may be that open, unless the operator says so. */
     bool loopback = sl_auth_host_loopback(host);
@@ -498,16 +530,33 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_slog_lifecycle("server", "listening on %s://%s:%u%s, %s, data in %s (%zu sets)",
                       ho.tls_cert ? "https" : "http", host, sl_http_port(http),
                       loopback ? " (loopback only)" : "", keys, data, sl_sets_count(sets));
+    sl_sets_fd_info fdi;
+    sl_sets_fd_stats(sets, &fdi);
+    sl_slog(SL_SLOG_INFO, "server",
+            "%" PRIu64 " partitions open (at most %" PRIu64 "), %" PRIu64 " parked, %" PRIu64
+            " descriptors open of %" PRIu64,
+            fdi.partitions_open, fdi.max_open_partitions, fdi.partitions_parked, fdi.open_fds,
+            fdi.fd_limit);
 
+    /* Periodic work: idle partitions park every few seconds (at most a
+     * tenth of partition_idle late), retention runs every minute. */
+    int64_t tick_ms = partition_idle_ms / 10 < 10000 ? partition_idle_ms / 10 : 10000;
+    int64_t next_retain = sl_clock_mono_ns() / 1000000 + 60000;
     for (;;) {
-        struct timespec minute = {60, 0};
-        int sig = sigtimedwait(&sigs, NULL, &minute);
+        struct timespec tick = {tick_ms / 1000, (tick_ms % 1000) * 1000000};
+        int sig = sigtimedwait(&sigs, NULL, &tick);
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)
             reload(router, cfg_path, &sec);
-        if (sig < 0 && errno == EAGAIN)
-            sl_sets_retain(sets, sl_clock_now_ms());
+        if (sig < 0 && errno == EAGAIN) {
+            int64_t now = sl_clock_mono_ns() / 1000000;
+            if (now >= next_retain) {
+                sl_sets_retain(sets, sl_clock_now_ms());
+                next_retain = now + 60000;
+            }
+            sl_sets_park_idle(sets, partition_idle_ms);
+        }
     }
     sl_slog_lifecycle("server", "stopping: draining buffers");
     sl_http_quiesce(http);

@@ -4,8 +4,11 @@
  */
 #include "core/set.h"
 
+#include "core/metrics.h"
+
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stddef.h>
 #include <inttypes.h>
@@ -14,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,9 +27,11 @@ struct sl_sets {
     sl_sets_options opts;
     pthread_rwlock_t lock;
     pthread_mutex_t create_lock; /* one creator at a time; lookups go on */
-    sl_set **v;
+    sl_set **v;                  /* in name order */
     size_t n, cap;
     _Atomic size_t nauto; /* auto-created sets among v (changed under the write lock) */
+    int lock_fd;         /* DATA/.lock, flock'ed while the registry is open */
+    sl_store_pool *pool; /* every partition: the open ones and the parked */
 };
 
 void sl_set_config_default(sl_set_config *cfg)
@@ -247,6 +254,15 @@ static int config_save(const char *dir, const sl_set_config *c, const char *auto
         return SL_ENOMEM;
     if (auto_client)
         json_object_set_new(j, "auto_created_by", json_string(auto_client));
+    /* Declared sets are defined again at every start: a file that already
+     * says the same costs no write and no fsync (thousands of sets). */
+    json_t *old = json_load_file(path, 0, NULL);
+    bool same = old && json_equal(old, j);
+    json_decref(old);
+    if (same) {
+        json_decref(j);
+        return 0;
+    }
     int rc = json_dump_file(j, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(j);
     if (rc)
@@ -338,7 +354,9 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
         snprintf(pdir, sizeof pdir, "%s/%d", dir, p);
         if (made)
             made[p] = access(pdir, F_OK) != 0;
-        rc = sl_store_open_log(&s->parts[p], pdir, &c->log, &lo, err);
+        /* An existing set (!save) starts with its cleanly closed
+         * partitions parked: a restart costs no descriptor per set. */
+        rc = sl_store_open_pooled(&s->parts[p], pdir, &c->log, &lo, !save, sets->pool, err);
         if (!rc)
             s->nparts++;
     }
@@ -390,13 +408,23 @@ static int push(sl_sets *sets, sl_set *s)
     return rc;
 }
 
+/* Binary search: the list is kept in name order, and every request looks its
+ * set up (ten thousand sets must cost no more than a few). */
 static sl_set *find(sl_sets *sets, const char *name)
 {
     sl_set *found = NULL;
     pthread_rwlock_rdlock(&sets->lock);
-    for (size_t i = 0; i < sets->n && !found; i++)
-        if (strcmp(sets->v[i]->name, name) == 0)
-            found = sets->v[i];
+    size_t lo = 0, hi = sets->n;
+    while (lo < hi && !found) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(sets->v[mid]->name, name);
+        if (c == 0)
+            found = sets->v[mid];
+        else if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     pthread_rwlock_unlock(&sets->lock);
     return found;
 }
@@ -446,16 +474,50 @@ static bool has_set_json(const char *root, const char *name)
     return access(path, F_OK) == 0;
 }
 
+/* Partitions park (and let go of their own .lock) when idle, so the data
+ * directory as a whole is what a second server must not share. */
+static int lock_data_dir(sl_sets *sets, const char *data_dir, sl_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", data_dir);
+    if ((sets->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+        return sl_error_errno(err, errno, "open %s", path);
+    if (flock(sets->lock_fd, LOCK_EX | LOCK_NB) == 0)
+        return 0;
+    if (errno == EWOULDBLOCK)
+        return sl_error_set(err, SL_EEXIST,
+                            "data directory %s is in use by another process (a running "
+                            "`sluice serve`, or `sluice log` on one of its partitions; %s is "
+                            "locked)",
+                            data_dir, path);
+    return sl_error_errno(err, errno, "lock %s", path);
+}
+
+size_t sl_sets_default_max_open(void)
+{
+    struct rlimit rl;
+    rlim_t lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    if (lim == RLIM_INFINITY || lim > (rlim_t)1 << 24)
+        lim = (rlim_t)1 << 24;
+    size_t n = (size_t)lim / SL_SETS_FDS_PER_PARTITION;
+    return n < 16 ? 16 : n;
+}
+
 int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err)
 {
     sl_sets *sets = calloc(1, sizeof *sets);
     if (!sets)
         return SL_ENOMEM;
     sets->opts = *opts;
+    sets->lock_fd = -1;
     pthread_rwlock_init(&sets->lock, NULL);
     pthread_mutex_init(&sets->create_lock, NULL);
     size_t n = strlen(opts->data_dir) + 6;
-    int rc = 0;
+    int rc = sl_store_pool_new(opts->max_open_partitions ? opts->max_open_partitions
+                                                         : sl_sets_default_max_open(),
+                               &sets->pool);
+    if (rc)
+        goto fail;
     if (!(sets->root = malloc(n))) {
         rc = SL_ENOMEM;
         goto fail;
@@ -466,6 +528,8 @@ int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err)
         rc = sl_error_errno(err, errno, "create %s", sets->root);
         goto fail;
     }
+    if ((rc = lock_data_dir(sets, opts->data_dir, err)))
+        goto fail;
     DIR *d = opendir(sets->root);
     if (!d) {
         rc = sl_error_errno(err, errno, "open %s", sets->root);
@@ -657,6 +721,71 @@ void sl_sets_retain(sl_sets *sets, int64_t now_ms)
     sl_sets_each(sets, retain_one, &now_ms);
 }
 
+size_t sl_sets_park_idle(sl_sets *sets, int64_t idle_ms)
+{
+    return sl_store_pool_sweep(sets->pool, idle_ms);
+}
+
+void sl_sets_fd_stats(sl_sets *sets, sl_sets_fd_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sets = sl_sets_count(sets);
+    sl_store_pool_stats st;
+    sl_store_pool_stats_get(sets->pool, &st);
+    out->partitions_open = st.open;
+    out->partitions_parked = st.stores - st.open;
+    out->parks = st.parks;
+    out->reopens = st.reopens;
+    out->max_open_partitions = sl_store_pool_max(sets->pool);
+    struct rlimit rl;
+    out->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                        ? (uint64_t)rl.rlim_cur
+                        : 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            out->open_fds += e->d_name[0] != '.';
+        closedir(d);
+        out->open_fds--; /* the directory stream's own descriptor */
+    }
+}
+
+int sl_sets_metrics(sl_sets *sets, sl_buf *out)
+{
+    sl_sets_fd_info f;
+    sl_sets_fd_stats(sets, &f);
+    return sl_buf_printf(
+        out,
+        "# HELP sluice_open_fds Open file descriptors of the process.\n"
+        "# TYPE sluice_open_fds gauge\n"
+        "sluice_open_fds %" PRIu64 "\n"
+        "# HELP sluice_fd_limit Limit on open file descriptors (RLIMIT_NOFILE, soft).\n"
+        "# TYPE sluice_fd_limit gauge\n"
+        "sluice_fd_limit %" PRIu64 "\n"
+        "# HELP sluice_sets Event sets in the registry.\n"
+        "# TYPE sluice_sets gauge\n"
+        "sluice_sets %" PRIu64 "\n"
+        "# HELP sluice_partitions_open Partitions whose log is open (descriptors held).\n"
+        "# TYPE sluice_partitions_open gauge\n"
+        "sluice_partitions_open %" PRIu64 "\n"
+        "# HELP sluice_partitions_parked Idle partitions closed until their next use.\n"
+        "# TYPE sluice_partitions_parked gauge\n"
+        "sluice_partitions_parked %" PRIu64 "\n"
+        "# HELP sluice_partitions_open_max Most partitions kept open at once "
+        "(server.max_open_partitions).\n"
+        "# TYPE sluice_partitions_open_max gauge\n"
+        "sluice_partitions_open_max %" PRIu64 "\n"
+        "# HELP sluice_partition_parks_total Partitions parked since start.\n"
+        "# TYPE sluice_partition_parks_total counter\n"
+        "sluice_partition_parks_total %" PRIu64 "\n"
+        "# HELP sluice_partition_reopens_total Parked partitions reopened since start.\n"
+        "# TYPE sluice_partition_reopens_total counter\n"
+        "sluice_partition_reopens_total %" PRIu64 "\n",
+        f.open_fds, f.fd_limit, f.sets, f.partitions_open, f.partitions_parked,
+        f.max_open_partitions, f.parks, f.reopens);
+}
+
 void sl_sets_close(sl_sets *sets)
 {
     if (!sets)
@@ -665,6 +794,9 @@ void sl_sets_close(sl_sets *sets)
         set_free(sets, sets->v[i]);
     free(sets->v);
     free(sets->root);
+    sl_store_pool_free(sets->pool);
+    if (sets->lock_fd >= 0)
+        close(sets->lock_fd); /* last: every partition is closed */
     pthread_rwlock_destroy(&sets->lock);
     pthread_mutex_destroy(&sets->create_lock);
     free(sets);

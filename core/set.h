@@ -16,6 +16,7 @@
 #define SL_SET_H
 
 #include "core/batch.h"
+#include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/store.h"
@@ -97,10 +98,22 @@ typedef struct sl_sets_options {
     void *ctx;
     sl_log_notify_fn *notify; /* recovery notices of the partition logs */
     void *notify_ctx;
+    /* Most partitions kept open at once; the least recently used idle one
+     * parks beyond it (core/store.h). 0: sl_sets_default_max_open(). */
+    size_t max_open_partitions;
 } sl_sets_options;
 
-/* Opens DATA/sets (creating it) and every set found there. Returns 0 or an
- * SL_E… code with err; nothing is left open on error. */
+/* Descriptors a partition is counted for when sizing the default limit: 6
+ * with one segment, one more per closed segment, plus room for connections. */
+#define SL_SETS_FDS_PER_PARTITION 16
+
+/* The default max_open_partitions: the soft RLIMIT_NOFILE / 16, at least 16. */
+size_t sl_sets_default_max_open(void);
+
+/* Opens DATA/sets (creating it) and every set found there, holding DATA/.lock
+ * (flock) until sl_sets_close(): a second registry on the same data directory
+ * fails with SL_EEXIST. Returns 0 or an SL_E… code with err; nothing is left
+ * open on error. */
 int sl_sets_open(const sl_sets_options *opts, sl_sets **out, sl_error *err);
 
 /* Finds set name; with create, auto-creates it with the defaults when
@@ -150,6 +163,26 @@ size_t sl_sets_count(sl_sets *sets);
 
 /* Applies retention to every partition of every set. */
 void sl_sets_retain(sl_sets *sets, int64_t now_ms);
+
+/* Parks every partition unused for idle_ms (that no reader or writer holds).
+ * Returns how many it parked. */
+size_t sl_sets_park_idle(sl_sets *sets, int64_t idle_ms);
+
+/* Descriptor and partition figures for /metrics and logs. */
+typedef struct sl_sets_fd_info {
+    uint64_t open_fds; /* entries of /proc/self/fd; 0 where there is none */
+    uint64_t fd_limit; /* soft RLIMIT_NOFILE; 0 when unlimited */
+    uint64_t sets;
+    uint64_t partitions_open, partitions_parked, max_open_partitions;
+    uint64_t parks, reopens;
+} sl_sets_fd_info;
+
+void sl_sets_fd_stats(sl_sets *sets, sl_sets_fd_info *out);
+
+/* Appends the /metrics families of the registry (descriptors, limit, sets,
+ * open and parked partitions), each with its HELP and TYPE. Returns 0 or
+ * SL_ENOMEM. */
+int sl_sets_metrics(sl_sets *sets, sl_buf *out);
 
 /* Closes every log (cleanly) and frees the registry. NULL is ignored. */
 void sl_sets_close(sl_sets *sets);

@@ -1185,6 +1185,92 @@ static void test_concurrent_create(void **state)
     assert_int_equal(count_entries(root), CONC_NAMES);
 }
 
+/* Partitions park when idle, releasing their own .lock: the registry holds
+ * DATA/.lock, so a second server on the same directory fails at start, even
+ * one with no set in it yet. */
+static void test_data_dir_locked(void **state)
+{
+    const char *dir = *state;
+    sl_sets_options o = opts_for(dir);
+    sl_sets *a = NULL, *b = NULL;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &a, &err), 0);
+    int rc = sl_sets_open(&o, &b, &err);
+    if (rc == 0)
+        sl_sets_close(b);
+    assert_int_equal(rc, SL_EEXIST);
+    assert_non_null(strstr(err.msg, "in use by another process"));
+    assert_non_null(strstr(err.msg, dir));
+    sl_sets_close(a);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(sl_sets_open(&o, &b, &err), 0); /* released at close */
+    sl_sets_close(b);
+}
+
+/* With max_open_partitions = 3, forty partitions of ten sets take the
+ * descriptors of three; everything reads back, also after a restart. */
+static void test_max_open_partitions(void **state)
+{
+    const char *dir = *state;
+    sl_sets_options o = opts_for(dir);
+    o.max_open_partitions = 3;
+    sl_sets *sets;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 10; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "s%d", i);
+            sl_set *s;
+            assert_int_equal(sl_sets_get(sets, name, true, &s, &err), 0);
+            for (int32_t p = 0; p < s->nparts; p++) {
+                if (round == 0)
+                    tu_append(TU_LOG(s, p), 0, i + p + 1, 2, 40, 1000, "", SL_CODEC_NONE);
+                sl_sets_fd_info f;
+                sl_sets_fd_stats(sets, &f);
+                assert_true(f.partitions_open <= 3);
+                assert_int_equal(f.partitions_open + f.partitions_parked,
+                                 (uint64_t)(round ? 40 : (i + 1) * 4));
+            }
+        }
+        sl_sets_fd_info f;
+        sl_sets_fd_stats(sets, &f);
+        assert_int_equal(f.sets, 10);
+        assert_int_equal(f.max_open_partitions, 3);
+        assert_true(round || f.parks >= 37);
+        assert_true(f.open_fds > 0);
+        for (int i = 0; i < 10; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "s%d", i);
+            sl_set *s;
+            assert_int_equal(sl_sets_get(sets, name, false, &s, &err), 0);
+            for (int32_t p = 0; p < s->nparts; p++) {
+                assert_int_equal(sl_store_end_offset(&s->parts[p]), i + p + 1);
+                assert_int_equal(tu_read_all(TU_LOG(s, p), 0, NULL, 40), i + p + 1);
+            }
+        }
+        sl_buf m = SL_BUF_INIT;
+        assert_int_equal(sl_sets_metrics(sets, &m), 0);
+        assert_int_equal(sl_buf_append(&m, "", 1), 0);
+        assert_non_null(strstr((char *)m.data, "\nsluice_sets 10\n"));
+        assert_non_null(strstr((char *)m.data, "\nsluice_partitions_open 3\n"));
+        assert_non_null(strstr((char *)m.data, "\nsluice_partitions_parked 37\n"));
+        assert_non_null(strstr((char *)m.data, "# TYPE sluice_open_fds gauge\n"));
+        sl_buf_free(&m);
+        /* Idle ones park in a sweep. */
+        assert_int_equal(sl_sets_park_idle(sets, 0), 3);
+        sl_sets_fd_stats(sets, &f);
+        assert_int_equal(f.partitions_open, 0);
+        sl_sets_close(sets);
+        /* Closed cleanly, they come back parked: no descriptor per set. */
+        assert_int_equal(sl_sets_open(&o, &sets, &err), 0);
+        sl_sets_fd_stats(sets, &f);
+        assert_int_equal(f.partitions_open, 0);
+        assert_int_equal(f.partitions_parked, 40);
+    }
+    sl_sets_close(sets);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, tmp_setup, tmp_teardown)
@@ -1209,6 +1295,8 @@ int main(void)
         T(test_each_and_count),
         T(test_retain),
         T(test_concurrent_create),
+        T(test_data_dir_locked),
+        T(test_max_open_partitions),
         /* Known failures (see the comments above each): last, so that the
          * tests above always run. */
         cmocka_unit_test(test_parse_rejects_nan),

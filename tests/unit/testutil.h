@@ -14,10 +14,11 @@
 
 #include "core/batch.h"
 #include "core/log.h"
+#include "core/store.h"
 
 /* The embedded log behind partition p of an event set (core/set.h), for
  * tests that look under the store interface. */
-#define TU_LOG(set, p) ((sl_log *)(set)->parts[(p)].impl)
+#define TU_LOG(set, p) sl_store_log(&(set)->parts[(p)])
 
 /* A fresh directory under $TMPDIR (or /tmp); caller frees with tu_rmdir(). */
 char *tu_tmpdir(void);

@@ -30,8 +30,8 @@ struct sl_sets {
     sl_set **v;                  /* in name order */
     size_t n, cap;
     _Atomic size_t nauto; /* auto-created sets among v (changed under the write lock) */
-    int lock_fd;         /* DATA/.lock, flock'ed while the registry is open */
-    sl_store_pool *pool; /* every partition: the open ones and the parked */
+    int lock_fd;          /* DATA/.lock, flock'ed while the registry is open */
+    sl_store_pool *pool;  /* every partition: the open ones and the parked */
 };
 
 void sl_set_config_default(sl_set_config *cfg)
@@ -755,35 +755,38 @@ int sl_sets_metrics(sl_sets *sets, sl_buf *out)
 {
     sl_sets_fd_info f;
     sl_sets_fd_stats(sets, &f);
-    return sl_buf_printf(
-        out,
-        "# HELP sluice_open_fds Open file descriptors of the process.\n"
-        "# TYPE sluice_open_fds gauge\n"
-        "sluice_open_fds %" PRIu64 "\n"
-        "# HELP sluice_fd_limit Limit on open file descriptors (RLIMIT_NOFILE, soft).\n"
-        "# TYPE sluice_fd_limit gauge\n"
-        "sluice_fd_limit %" PRIu64 "\n"
-        "# HELP sluice_sets Event sets in the registry.\n"
-        "# TYPE sluice_sets gauge\n"
-        "sluice_sets %" PRIu64 "\n"
-        "# HELP sluice_partitions_open Partitions whose log is open (descriptors held).\n"
-        "# TYPE sluice_partitions_open gauge\n"
-        "sluice_partitions_open %" PRIu64 "\n"
-        "# HELP sluice_partitions_parked Idle partitions closed until their next use.\n"
-        "# TYPE sluice_partitions_parked gauge\n"
-        "sluice_partitions_parked %" PRIu64 "\n"
-        "# HELP sluice_partitions_open_max Most partitions kept open at once "
-        "(server.max_open_partitions).\n"
-        "# TYPE sluice_partitions_open_max gauge\n"
-        "sluice_partitions_open_max %" PRIu64 "\n"
-        "# HELP sluice_partition_parks_total Partitions parked since start.\n"
-        "# TYPE sluice_partition_parks_total counter\n"
-        "sluice_partition_parks_total %" PRIu64 "\n"
-        "# HELP sluice_partition_reopens_total Parked partitions reopened since start.\n"
-        "# TYPE sluice_partition_reopens_total counter\n"
-        "sluice_partition_reopens_total %" PRIu64 "\n",
-        f.open_fds, f.fd_limit, f.sets, f.partitions_open, f.partitions_parked,
-        f.max_open_partitions, f.parks, f.reopens);
+    const struct {
+        const char *name;
+        sl_metric_type type;
+        const char *help;
+        uint64_t v;
+    } m[] = {
+        {"sluice_open_fds", SL_METRIC_GAUGE, "Open file descriptors of the process.", f.open_fds},
+        {"sluice_fd_limit", SL_METRIC_GAUGE,
+         "Limit on open file descriptors (RLIMIT_NOFILE, soft).", f.fd_limit},
+        {"sluice_sets", SL_METRIC_GAUGE, "Event sets in the registry.", f.sets},
+        {"sluice_sets_auto_created", SL_METRIC_GAUGE,
+         "Sets created on first use, counted against server.max_auto_sets.",
+         sl_sets_auto_count(sets)},
+        {"sluice_sets_auto_max", SL_METRIC_GAUGE,
+         "Most sets created on first use (server.max_auto_sets).", sets->opts.max_auto_sets},
+        {"sluice_partitions_open", SL_METRIC_GAUGE,
+         "Partitions whose log is open (descriptors held).", f.partitions_open},
+        {"sluice_partitions_parked", SL_METRIC_GAUGE,
+         "Idle partitions closed until their next use.", f.partitions_parked},
+        {"sluice_partitions_open_max", SL_METRIC_GAUGE,
+         "Most partitions kept open at once (server.max_open_partitions).", f.max_open_partitions},
+        {"sluice_partition_parks_total", SL_METRIC_COUNTER, "Partitions parked since start.",
+         f.parks},
+        {"sluice_partition_reopens_total", SL_METRIC_COUNTER,
+         "Parked partitions reopened since start.", f.reopens},
+    };
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof m / sizeof *m; i++) {
+        rc = sl_metrics_family(out, m[i].name, m[i].type, m[i].help);
+        rc = rc ? rc : sl_metrics_u64(out, m[i].name, m[i].v, NULL);
+    }
+    return rc;
 }
 
 void sl_sets_close(sl_sets *sets)

@@ -368,6 +368,12 @@ static void test_cap(void **state)
     it_resp_free(&r);
     sets_of(s, &n, &autos);
     assert_int_equal(autos, 3);
+    r = it_get(s, "/metrics");
+    assert_int_equal(r.status, 200);
+    assert_true(it_metric(it_body(&r), "sluice_sets_auto_created") == 3);
+    assert_true(it_metric(it_body(&r), "sluice_sets_auto_max") == 3);
+    assert_true(it_metric(it_body(&r), "sluice_sets") == 4);
+    it_resp_free(&r);
 
     /* The config declares a1 now: it stops counting, a4 fits. */
     it_srv_stop(s, SIGTERM, WAIT_S);

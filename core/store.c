@@ -293,6 +293,18 @@ static int reopen_locked(park *p, sl_error *err)
     return 0;
 }
 
+/* Parks victim, found under pool->mu (held by the caller), unless its own
+ * lock is busy (SL_EDEFERRED: someone is using it right now). */
+static int try_park(park *victim)
+{
+    int rc = SL_EDEFERRED;
+    if (pthread_mutex_trylock(&victim->mu) == 0) {
+        rc = park_locked(victim, true, NULL);
+        pthread_mutex_unlock(&victim->mu);
+    }
+    return rc;
+}
+
 /* Parks least recently used unpinned stores (never keep) while more than the
  * limit are open. Each victim is parked under the pool's mu, so that a store
  * being closed (which unlists itself under it) cannot be freed meanwhile; its
@@ -310,11 +322,7 @@ static void enforce(sl_store_pool *pool, const park *keep)
                 victim = p;
             }
         }
-        int rc = SL_EDEFERRED;
-        if (victim && pthread_mutex_trylock(&victim->mu) == 0) {
-            rc = park_locked(victim, true, NULL);
-            pthread_mutex_unlock(&victim->mu);
-        }
+        int rc = victim ? try_park(victim) : SL_EDEFERRED;
         pthread_mutex_unlock(&pool->mu);
         if (!victim)
             break;
@@ -717,11 +725,7 @@ size_t sl_store_pool_sweep(sl_store_pool *pool, int64_t idle_ms)
             if (atomic_load_explicit(&p->used_ns, memory_order_relaxed) <= before &&
                 atomic_load(&p->pins) == 0 && seen++ >= skip)
                 victim = p;
-        int rc = SL_EDEFERRED;
-        if (victim && pthread_mutex_trylock(&victim->mu) == 0) {
-            rc = park_locked(victim, true, NULL);
-            pthread_mutex_unlock(&victim->mu);
-        }
+        int rc = victim ? try_park(victim) : SL_EDEFERRED;
         pthread_mutex_unlock(&pool->mu);
         if (!victim)
             break;

@@ -8,7 +8,9 @@
  * "text" or a Lua function; optional multi-line grouping) and hands them to
  * the host, which publishes them through the Databus. A file is known by
  * (dev, inode) plus a fingerprint (CRC-32C of its first bytes, up to 256), so
- * that a reused inode is not mistaken for the file it replaced.
+ * that a reused inode is not mistaken for the file it replaced. This file
+ * finds, follows and reads the files and keeps their positions; lines become
+ * events in source_file_lines.c (source_file_internal.h: what they share).
  *
  * Positions: every file has the offset up to which its bytes became events
  * (or were dropped on purpose), and the committed offset, which moves to it
@@ -57,13 +59,11 @@
  * SL_ESHUTDOWN stops the thread, and health() says so if it ever ends
  * while the server runs.
  */
+#include "connectors/source_file_internal.h"
+
 #include "core/clock.h"
-#include "core/connector.h"
 #include "core/crc32c.h"
-#include "core/event.h"
-#include "core/json.h"
 #include "core/metrics.h"
-#include "rules/rule.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -97,44 +97,12 @@
 #define DEFAULT_TYPE "sluice.file.line"
 #define POSITIONS "positions"
 #define POSITIONS_HEADER "# sluice source.file positions v2\n"
-#define ID_MAX 96 /* DEV-INO-GEN-OFFSET */
-
-/* One file being tailed. */
-typedef struct sf_file {
-    char *path;
-    char *src; /* CloudEvent source of its lines: "file://PATH" (NULL: cfg->source) */
-    dev_t dev;
-    ino_t ino;
-    int fd;             /* -1 when closed (not opened yet, or recycled) */
-    uint64_t off;       /* the next byte read(2) gives */
-    uint64_t done;      /* bytes before it became events or were dropped */
-    uint64_t committed; /* acknowledged: what the positions file says */
-    uint32_t fp;        /* CRC-32C of the first fp_len bytes */
-    uint32_t fp_len;
-    uint64_t gen;    /* its generation: a new one whenever it is read from 0 as new content */
-    sl_buf line;     /* the current line so far (at most max_line bytes) */
-    bool skipping;   /* dropping the rest of a line longer than max_line */
-    bool split_cont; /* pieces of the current line were emitted already */
-    /* multiline: the pending event's lines, joined with '\n' */
-    sl_buf group;
-    bool grouping;
-    uint64_t group_start; /* where its first line starts */
-    uint64_t group_end;   /* where its last line ends */
-    int64_t group_ms;     /* when a line was last added */
-    bool gone;            /* renamed away or deleted: drain, then forget */
-    bool deleted;         /* st_nlink == 0 seen: no tombstone when it is forgotten */
-    int64_t gone_ms;
-    int64_t data_ms; /* last time a read gave bytes */
-    int64_t used_ms; /* last time it was read: the oldest is closed first */
-    bool seen;       /* found by the current scan */
-    bool want;       /* has (or may have) unread bytes: keep or get a descriptor */
-} sf_file;
 
 /* A position not attached to a followed file: read back from the positions
  * file at start (path set), or a tombstone of a file that was forgotten
  * while it may still exist (its folder was missing, it was renamed out of
  * the pattern, …), so that it resumes there if the scan finds it again. */
-typedef struct sf_pos {
+struct sf_pos {
     dev_t dev;
     ino_t ino;
     uint64_t off;
@@ -142,55 +110,13 @@ typedef struct sf_pos {
     uint64_t gen;
     char *path; /* where it was (NULL when unknown) */
     bool fresh; /* from the positions file, not looked for yet */
-} sf_pos;
+};
 
 /* A watched directory. */
-typedef struct sf_watch {
+struct sf_watch {
     int wd;
     char *dir;
-} sf_watch;
-
-typedef struct sf {
-    const sl_source_config *cfg;
-    const sl_source_host *host;
-    pthread_t thread;
-    bool started;
-    int wake_fd;            /* eventfd: stop() wakes the thread's poll(2) */
-    int ino_fd;             /* inotify, or -1: polling only */
-    atomic_bool halt;       /* stop() was called, or flush() said SL_ESHUTDOWN */
-    atomic_bool stop_asked; /* stop() was called */
-    regex_t re;
-    bool has_re;
-    sl_rule_vm *vm; /* parse = function(line) */
-    const char *type;
-    sf_file **files;
-    size_t nfiles, cap;
-    size_t nopen;
-    sf_pos *stored; /* positions of files not followed: from the last run, tombstones */
-    size_t nstored;
-    sl_buf rebuf; /* a NUL-terminated copy of a line for regexec */
-    sf_watch *watches;
-    size_t nwatches;
-    char *rbuf;    /* READ_BUF bytes */
-    sl_buf out;    /* what parse functions return */
-    sl_buf posbuf; /* the positions file being written */
-    char *pos_path, *pos_tmp;
-    char *dir; /* the pattern's literal folder (for health) */
-    size_t batch_events, batch_bytes;
-    bool dirty;        /* positions to write even without a batch */
-    uint64_t next_gen; /* the next file generation (kept in the positions file) */
-    bool gen_unsaved;  /* a generation was given that the positions file does not hold yet */
-    sl_buf evbuf;      /* an event line with the id it lacked */
-    int64_t synced_ms;
-    int64_t now;  /* monotonic ms, refreshed per round */
-    bool initial; /* the first scan of this instance */
-    bool first;   /* no positions file existed: the source's first start, `start` applies */
-    /* counters (read by metrics() from other threads) */
-    atomic_uint_fast64_t n_files, n_lines, n_bytes, n_rotations, n_truncations, n_parse_errors,
-        n_skipped, n_refused;
-    pthread_mutex_t mu; /* guards health */
-    char health[256];   /* "" when healthy */
-} sf;
+};
 
 static int64_t mono_ms(void)
 {
@@ -214,225 +140,6 @@ static void set_health(sf *s, const char *fmt, ...)
     pthread_mutex_unlock(&s->mu);
     if (changed && msg[0])
         s->host->log(s->host->ctx, "%s", msg);
-}
-
-/* ---- events ---------------------------------------------------------------------- */
-
-/* True when the validated object obj has a top-level "specversion" member. */
-static bool has_specversion(const sl_json_tok *obj)
-{
-    sl_json_iter it;
-    sl_json_tok k, v;
-    sl_json_iter_init(&it, obj);
-    while (sl_json_iter_member(&it, &k, &v))
-        if (k.len == 13 && memcmp(k.p, "\"specversion\"", 13) == 0)
-            return true;
-    return false;
-}
-
-static void emitted(sf *s, int rc, size_t n, const sl_error *err)
-{
-    if (rc) {
-        /* The host counted and logged a refusal; memory is ours to say. */
-        atomic_fetch_add(&s->n_refused, 1);
-        if (rc != SL_EINVAL)
-            s->host->log(s->host->ctx, "a line was not added: %s", err->msg);
-        return;
-    }
-    s->batch_events++;
-    s->batch_bytes += n;
-}
-
-static void save_positions(sf *s, bool sync);
-
-/* A CloudEvent line (obj its validated object) as it is, or, without an
- * "id" member, with id added: into s->evbuf, *p and *n then point there.
- * Returns 0 or SL_ENOMEM. */
-static int with_id(sf *s, const sl_json_tok *obj, const char **p, size_t *n, const char *id,
-                   size_t idl)
-{
-    sl_json_iter it;
-    sl_json_tok k, v;
-    sl_json_iter_init(&it, obj);
-    while (sl_json_iter_member(&it, &k, &v))
-        if (k.len == 4 && memcmp(k.p, "\"id\"", 4) == 0)
-            return 0;
-    size_t head = (size_t)(obj->p - *p) + 1; /* up to and with '{' */
-    size_t first = head;
-    while (first < *n && strchr(" \t\r\n", (*p)[first]))
-        first++;
-    bool empty = first < *n && (*p)[first] == '}';
-    sl_buf *b = &s->evbuf;
-    b->len = 0;
-    if (sl_buf_append(b, *p, head) || sl_buf_append(b, "\"id\":", 5) ||
-        sl_json_put_string(b, id, idl) || (!empty && sl_buf_append(b, ",", 1)) ||
-        sl_buf_append(b, *p + head, *n - head))
-        return SL_ENOMEM;
-    *p = (const char *)b->data;
-    *n = b->len;
-    return 0;
-}
-
-/* emit_event() of a CloudEvent line (obj: its validated object, NULL: not
- * validated yet), which gets id when it has none. */
-static int emit_ce(sf *s, const char *p, size_t n, const sl_json_tok *obj, const char *id,
-                   size_t idl, sl_error *err)
-{
-    const sl_source_host *h = s->host;
-    sl_json_tok tok;
-    if (!obj && sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT, &tok, NULL) == 0)
-        obj = &tok;
-    if (obj && obj->type == SL_JSON_OBJECT && with_id(s, obj, &p, &n, id, idl))
-        return sl_error_set(err, SL_ENOMEM, "out of memory");
-    int rc = h->emit_event(h->ctx, p, n, NULL, err);
-    if (s->evbuf.cap > (4u << 20))
-        sl_buf_free(&s->evbuf);
-    return rc;
-}
-
-/* Turns one line (or multi-line group, or piece of a long line) starting
- * at byte at of f into an event of the batch. */
-static void emit_one(sf *s, sf_file *f, const char *p, size_t n, uint64_t at)
-{
-    const sl_source_host *h = s->host;
-    sl_error err = {0};
-    if (s->gen_unsaved) {
-        /* The generation is on disk before an id names it (above). */
-        s->gen_unsaved = false;
-        save_positions(s, true);
-    }
-    char id[ID_MAX];
-    int idl =
-        snprintf(id, sizeof id, "%llu-%llu-%llu-%llu", (unsigned long long)f->dev,
-                 (unsigned long long)f->ino, (unsigned long long)f->gen, (unsigned long long)at);
-    sl_source_meta meta = {
-        .type = s->type, .source = f->src, .id = id, .id_len = (size_t)idl, .data = SL_DATA_TEXT};
-    int rc;
-    atomic_fetch_add(&s->n_lines, 1);
-    atomic_fetch_add(&s->n_bytes, n);
-    switch (s->cfg->parse) {
-    case SL_PARSE_TEXT:
-        rc = h->emit_data(h->ctx, p, n, &meta, &err);
-        break;
-    case SL_PARSE_JSON: {
-        sl_json_tok tok;
-        /* The data sits one level inside the event, whose whole depth the
-         * host (like HTTP ingest) limits to SL_EVENT_MAX_DEPTH_DEFAULT:
-         * deeper JSON goes on as text (a parse error) instead of being
-         * refused. */
-        if (sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT - 1, &tok, NULL) == 0) {
-            if (tok.type == SL_JSON_OBJECT && memmem(p, n, "\"specversion\"", 13) &&
-                has_specversion(&tok)) {
-                rc = emit_ce(s, p, n, &tok, id, (size_t)idl, &err);
-                break;
-            }
-            meta.data = SL_DATA_JSON;
-        } else {
-            atomic_fetch_add(&s->n_parse_errors, 1);
-        }
-        rc = h->emit_data(h->ctx, p, n, &meta, &err);
-        break;
-    }
-    case SL_PARSE_LUA: {
-        sl_rule_parsed kind;
-        s->out.len = 0;
-        rc = sl_rule_vm_parse(s->vm, s->cfg->index, p, n, &s->out, &kind, &err);
-        if (rc) {
-            /* Nothing is lost: the line goes on as text. */
-            atomic_fetch_add(&s->n_parse_errors, 1);
-            h->log(h->ctx, "%s: %s", f->path, err.msg);
-            rc = h->emit_data(h->ctx, p, n, &meta, &err);
-            break;
-        }
-        const char *o = (const char *)s->out.data;
-        switch (kind) {
-        case SL_PARSED_SKIP:
-            return;
-        case SL_PARSED_TEXT:
-            rc = h->emit_data(h->ctx, o ? o : "", s->out.len, &meta, &err);
-            break;
-        case SL_PARSED_DATA:
-            meta.data = SL_DATA_JSON;
-            rc = h->emit_data(h->ctx, o, s->out.len, &meta, &err);
-            break;
-        case SL_PARSED_EVENT:
-            rc = emit_ce(s, o, s->out.len, NULL, id, (size_t)idl, &err);
-            break;
-        default:
-            abort();
-        }
-        if (s->out.cap > (4u << 20))
-            sl_buf_free(&s->out);
-        break;
-    }
-    default:
-        abort();
-    }
-    emitted(s, rc, n, &err);
-}
-
-/* Emits the pending multi-line group of f. */
-static void group_emit(sf *s, sf_file *f)
-{
-    if (!f->grouping)
-        return;
-    emit_one(s, f, (const char *)f->group.data, f->group.len, f->group_start);
-    f->grouping = false;
-    f->group.len = 0;
-    if (f->group.cap > 2 * s->cfg->max_line + 4096)
-        sl_buf_free(&f->group);
-}
-
-/* regexec() gets a NUL-terminated copy: glibc honours REG_STARTEND, but
- * sanitizers' interceptors read up to a NUL. */
-static bool starts_group(sf *s, const char *p, size_t n)
-{
-    s->rebuf.len = 0;
-    if ((n && sl_buf_append(&s->rebuf, p, n)) || sl_buf_append(&s->rebuf, "", 1))
-        return false; /* out of memory: the line joins the pending event */
-    regmatch_t m[1] = {{.rm_so = 0, .rm_eo = (regoff_t)n}};
-    bool r = regexec(&s->re, (const char *)s->rebuf.data, 1, m, REG_STARTEND) == 0;
-    if (s->rebuf.cap > 2 * s->cfg->max_line + 4096)
-        sl_buf_free(&s->rebuf);
-    return r;
-}
-
-/* One finished line of f: bytes [f->done, end) of the file, p/n without the
- * line end. */
-static void line_out(sf *s, sf_file *f, const char *p, size_t n, uint64_t end)
-{
-    uint64_t start = f->done;
-    if (!s->has_re) {
-        if (n)
-            emit_one(s, f, p, n, start);
-        f->done = end;
-        return;
-    }
-    bool first = starts_group(s, p, n);
-    if (f->grouping && (first || f->group.len + 1 + n > s->cfg->max_line))
-        group_emit(s, f);
-    if (f->grouping) {
-        if (sl_buf_append(&f->group, "\n", 1) || sl_buf_append(&f->group, p, n)) {
-            group_emit(s, f); /* out of memory: the group so far */
-        }
-        f->group_end = end;
-        f->group_ms = s->now;
-    } else if (n || first) {
-        f->group.len = 0;
-        if (sl_buf_append(&f->group, p, n) == 0) {
-            f->grouping = true;
-            f->group_start = start;
-            f->group_end = end;
-            f->group_ms = s->now;
-        }
-    }
-    f->done = end;
-}
-
-/* Where a restart must read f again from. */
-static uint64_t commit_pos(const sf_file *f)
-{
-    return f->grouping ? f->group_start : f->done;
 }
 
 /* ---- positions ------------------------------------------------------------------- */
@@ -516,7 +223,7 @@ static void load_positions(sf *s)
 }
 
 /* Writes every file's committed position (tmp + rename). */
-static void save_positions(sf *s, bool sync)
+void sl__source_file_save_positions(sf *s, bool sync)
 {
     sl_buf *b = &s->posbuf;
     b->len = 0;
@@ -581,14 +288,14 @@ static void commit(sf *s, bool sync)
     bool changed = s->dirty;
     for (size_t i = 0; i < s->nfiles; i++) {
         sf_file *f = s->files[i];
-        uint64_t p = commit_pos(f);
+        uint64_t p = sl__source_file_commit_pos(f);
         if (p != f->committed) {
             f->committed = p;
             changed = true;
         }
     }
     if (changed || sync)
-        save_positions(s, sync);
+        sl__source_file_save_positions(s, sync);
 }
 
 /* Publishes the batch and commits. Returns false when the server stops
@@ -620,119 +327,16 @@ static bool flush_commit(sf *s)
     return true;
 }
 
-static bool halted(sf *s)
+bool sl__source_file_halted(sf *s)
 {
     return atomic_load_explicit(&s->halt, memory_order_relaxed);
 }
 
 /* Flushes when the batch is full. */
-static void maybe_flush(sf *s)
+void sl__source_file_maybe_flush(sf *s)
 {
     if (s->batch_events >= FLUSH_EVENTS || s->batch_bytes >= FLUSH_BYTES)
         flush_commit(s);
-}
-
-/* ---- lines ----------------------------------------------------------------------- */
-
-/* Splits the n bytes just read at file offset base into lines. Stops early
- * when the server stops. */
-static void consume(sf *s, sf_file *f, const char *data, size_t n, uint64_t base)
-{
-    const uint64_t max = s->cfg->max_line;
-    const char *p = data, *end = data + n;
-    while (p < end && !halted(s)) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t seg = (size_t)((nl ? nl : end) - p);
-        uint64_t pos = base + (uint64_t)(p - data); /* file offset of p */
-        if (f->skipping) {
-            if (!nl)
-                return;
-            f->skipping = false;
-            f->done = pos + seg + 1;
-            p = nl + 1;
-            continue;
-        }
-        /* The line's content, a trailing '\r' left out. */
-        size_t have = f->line.len + seg;
-        bool cr = nl && (seg ? p[seg - 1] == '\r'
-                             : (f->line.len && f->line.data[f->line.len - 1] == '\r'));
-        size_t content = have - (cr ? 1 : 0);
-        if (content > max || (!nl && have > max)) {
-            if (s->cfg->split_long) {
-                /* A piece of exactly max bytes: what is held, then from p. */
-                size_t take = (size_t)(max - f->line.len);
-                const char *piece = p;
-                size_t plen = (size_t)max;
-                if (f->line.len) {
-                    if (sl_buf_append(&f->line, p, take)) {
-                        take = 0; /* out of memory: what is held goes alone */
-                        plen = f->line.len;
-                    }
-                    piece = (const char *)f->line.data;
-                }
-                line_out(s, f, piece, plen, f->done + plen);
-                f->line.len = 0;
-                f->split_cont = true;
-                p += take;
-            } else {
-                atomic_fetch_add(&s->n_skipped, 1);
-                s->host->log(s->host->ctx,
-                             "%s: a line at byte %" PRIu64 " is longer than %" PRIu64
-                             " bytes: skipped",
-                             f->path, f->done, max);
-                f->line.len = 0;
-                f->split_cont = false;
-                if (nl) {
-                    f->done = pos + seg + 1;
-                    p = nl + 1;
-                } else {
-                    f->skipping = true;
-                    return;
-                }
-            }
-            maybe_flush(s);
-            continue;
-        }
-        if (f->line.len && sl_buf_append(&f->line, p, seg)) {
-            /* Out of memory: what is held goes on as a piece of its own. */
-            line_out(s, f, (const char *)f->line.data, f->line.len, f->done + f->line.len);
-            f->line.len = 0;
-            f->split_cont = true;
-            continue;
-        }
-        if (!nl) {
-            if (!f->line.len && seg && sl_buf_append(&f->line, p, seg)) {
-                line_out(s, f, p, seg, f->done + seg); /* no memory even for it */
-                f->split_cont = true;
-            }
-            return;
-        }
-        const char *lp = f->line.len ? (const char *)f->line.data : p;
-        if (content || !f->split_cont)
-            line_out(s, f, lp, content, pos + seg + 1);
-        else
-            f->done = pos + seg + 1; /* the end of a line whose pieces were emitted */
-        f->line.len = 0;
-        f->split_cont = false;
-        if (f->line.cap > max + 4096)
-            sl_buf_free(&f->line);
-        p = nl + 1;
-        maybe_flush(s);
-    }
-}
-
-/* A gone file is done with: what it held back becomes events. */
-static void drain_held(sf *s, sf_file *f)
-{
-    if (f->line.len && !f->skipping) {
-        size_t n = f->line.len;
-        if (n && f->line.data[n - 1] == '\r')
-            n--;
-        line_out(s, f, (const char *)f->line.data, n, f->off);
-    }
-    f->line.len = 0;
-    f->skipping = false;
-    group_emit(s, f);
 }
 
 /* ---- files ----------------------------------------------------------------------- */
@@ -789,10 +393,11 @@ static void file_drop(sf *s, size_t i)
 static void file_forget(sf *s, size_t i)
 {
     sf_file *f = s->files[i];
-    drain_held(s, f);
+    sl__source_file_drain_held(s, f);
     if (!f->deleted)
         stored_add(s,
-                   (sf_pos){f->dev, f->ino, commit_pos(f), f->fp_len, f->fp, f->gen, NULL, false},
+                   (sf_pos){f->dev, f->ino, sl__source_file_commit_pos(f), f->fp_len, f->fp, f->gen,
+                            NULL, false},
                    f->path);
     file_drop(s, i);
 }
@@ -810,7 +415,7 @@ static void file_restart(sf *s, sf_file *f, const char *why)
 {
     s->host->log(s->host->ctx, "%s %s: reading it again from the start", f->path, why);
     atomic_fetch_add(&s->n_truncations, 1);
-    drain_held(s, f);
+    sl__source_file_drain_held(s, f);
     f->off = f->done = 0;
     f->grouping = f->split_cont = false;
     f->fp_len = 0;
@@ -1312,7 +917,7 @@ static bool file_read(sf *s, sf_file *f)
         return false;
     size_t total = 0;
     f->used_ms = s->now;
-    while (total < ROUND_BYTES && !halted(s)) {
+    while (total < ROUND_BYTES && !sl__source_file_halted(s)) {
         ssize_t n = read(f->fd, s->rbuf, READ_BUF);
         if (n < 0 && errno == EINTR)
             continue;
@@ -1331,7 +936,7 @@ static bool file_read(sf *s, sf_file *f)
         total += (size_t)n;
         if (f->fp_len < FP_MAX)
             fingerprint(f, f->off);
-        consume(s, f, s->rbuf, (size_t)n, base);
+        sl__source_file_consume(s, f, s->rbuf, (size_t)n, base);
     }
     return true;
 }
@@ -1348,7 +953,7 @@ static int64_t timers(sf *s)
             int64_t last = f->group_ms > f->data_ms ? f->group_ms : f->data_ms;
             int64_t due = last + s->cfg->multiline_timeout_ms - s->now;
             if (due <= 0)
-                group_emit(s, f);
+                sl__source_file_group_emit(s, f);
             else if (due > 0 && (next < 0 || due < next))
                 next = due;
         }
@@ -1427,12 +1032,12 @@ static void *run(void *arg)
     if (s->first)
         s->dirty = true; /* the positions file says the first start happened */
     int64_t last_scan = s->now;
-    while (!halted(s) && !s->host->stopping(s->host->ctx)) {
+    while (!sl__source_file_halted(s) && !s->host->stopping(s->host->ctx)) {
         s->now = mono_ms();
         bool more = false;
-        for (size_t i = 0; i < s->nfiles && !halted(s); i++)
+        for (size_t i = 0; i < s->nfiles && !sl__source_file_halted(s); i++)
             more |= file_read(s, s->files[i]);
-        if (halted(s))
+        if (sl__source_file_halted(s))
             break;
         int64_t next = timers(s);
         if (!more) {
@@ -1451,7 +1056,7 @@ static void *run(void *arg)
                     last_scan = s->now - poll_ms; /* folders changed: scan now */
             }
         } else {
-            maybe_flush(s);
+            sl__source_file_maybe_flush(s);
         }
         if (s->now - last_scan >= poll_ms) {
             scan(s);

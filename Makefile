@@ -10,14 +10,19 @@
 #   make install    install the client library: PREFIX=/usr/local, DESTDIR= for staging
 
 CC      ?= cc
-PKGS    := libcurl libmicrohttpd jansson rdkafka libzstd lua5.4 cmocka libcrypto
+# What bin/sluice links; the test programs link TEST_PKGS too.
+PKGS      := libcurl libmicrohttpd jansson rdkafka libzstd lua5.4 libcrypto
+TEST_PKGS := cmocka
 WARN    := -std=c11 -Wall -Wextra -Werror -Wshadow -Wundef -Wwrite-strings \
            -Wstrict-prototypes -Wmissing-prototypes -Wold-style-definition \
            -Wno-format-truncation
 OPT     ?= -O2 -g
-DEPS_OK := $(shell scripts/deps.sh >&2 && echo ok)
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# pkg-config runs when the first command needs the flags, not while the Makefile
+# is parsed: by then the `deps` prerequisite has installed what was missing, and
+# `make -n` or `make clean` install nothing. (Each is computed once and kept.)
+PKG_CFLAGS = $(eval PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(TEST_PKGS) 2>/dev/null))$(PKG_CFLAGS)
+PKG_LIBS   = $(eval PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null))$(PKG_LIBS)
+TEST_LIBS  = $(eval TEST_LIBS := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null))$(TEST_LIBS)
 CFLAGS  += $(WARN) $(OPT) -D_GNU_SOURCE -fvisibility=hidden -I. $(PKG_CFLAGS) -pthread -MMD -MP
 LDLIBS  += $(PKG_LIBS) -pthread -lm
 
@@ -29,12 +34,14 @@ else
 B       := build/rel
 endif
 
-# Everything in these folders is library code; main.c is the program.
-LIB_SRC  := $(filter-out core/main.c,$(wildcard core/*.c connectors/*.c rules/*.c))
+# The floors of ARCHITECTURE.md §2 (docs/architecture.md). Everything in them is
+# library code; cli/main.c is the program.
+LAYERS   := core/base core/log core/bus rules connectors http server agent cli
+LIB_SRC  := $(filter-out cli/main.c,$(foreach d,$(LAYERS),$(wildcard $(d)/*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/lua_embed.o $(B)/gen/ui_embed.o
 # Files only (NAME.EXT: no subdirectories), no editor backups (NAME~), in a
 # stable order.
-UI_FILES := $(sort $(filter-out %~,$(wildcard connectors/ui/*.*)))
+UI_FILES := $(sort $(filter-out %~,$(wildcard http/ui/*.*)))
 LUA_SRC  := $(wildcard lua/*.lua)
 TEST_SRC := $(wildcard tests/unit/test_*.c)  # testutil.c is linked into each
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
@@ -54,10 +61,15 @@ TPLUGIN_SRC := $(wildcard tests/plugins/*.c)
 TPLUGIN_BIN := $(TPLUGIN_SRC:tests/plugins/%.c=build/rel/tests/plugins/%.so)
 
 .PRECIOUS: $(B)/tests/%.o
-.PHONY: all run test unit itests bench soak format clean lib install fuzz kafka-mock FORCE
+.PHONY: all run test unit itests bench soak format clean lib install fuzz kafka-mock deps FORCE
 all: bin/sluice $(PLUGIN_BIN) lib
 
-bin/sluice: $(B)/core/main.o $(B)/libsluice-core.a
+# scripts/deps.sh installs what is missing (and costs milliseconds when nothing
+# is). Order-only: it never makes anything out of date; every compile waits for it.
+deps:
+	@scripts/deps.sh >&2
+
+bin/sluice: $(B)/cli/main.o $(B)/libsluice-core.a
 	@mkdir -p bin
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -89,24 +101,24 @@ $(B)/gen/lua_embed.c: $(LUA_SRC) scripts/embed-lua.sh
 $(B)/gen/lua_embed.o: $(B)/gen/lua_embed.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-# connectors/ui/* (the web console at /ui/) too (connectors/source_http_ui.c).
+# http/ui/* (the web console at /ui/) too (http/http_console.c).
 # The directory is a prerequisite: adding or deleting a file changes its
 # mtime, so a deleted file does not stay embedded.
-$(B)/gen/ui_embed.c: $(UI_FILES) connectors/ui scripts/embed-files.sh
+$(B)/gen/ui_embed.c: $(UI_FILES) http/ui scripts/embed-files.sh
 	@mkdir -p $(dir $@)
 	scripts/embed-files.sh $@ sl_ui_files $(UI_FILES)
 
 $(B)/gen/ui_embed.o: $(B)/gen/ui_embed.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(B)/%.o: %.c
+$(B)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(B)/tests/%: $(B)/tests/%.o $(B)/tests/testutil.o $(B)/libsluice-core.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
-$(B)/tests/%.o: tests/unit/%.c
+$(B)/tests/%.o: tests/unit/%.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -c -o $@ $<
 
@@ -116,15 +128,15 @@ $(B)/tests/%.o: tests/unit/%.c
 build/rel/itests/%: tests/integration/%.c build/rel/itests/itest.o build/rel/itests/receiver.o \
 		build/rel/tests/testutil.o build/rel/libsluice-core.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $(filter-out %.h,$^) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -o $@ $(filter-out %.h,$^) $(LDLIBS) $(TEST_LIBS)
 
-build/rel/itests/itest.o build/rel/itests/receiver.o: build/rel/itests/%.o: tests/integration/%.c
+build/rel/itests/itest.o build/rel/itests/receiver.o: build/rel/itests/%.o: tests/integration/%.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -Itests/integration -c -o $@ $<
 
-build/rel/bench/%: bench/%.c bench/tsv.c build/rel/libsluice-core.a
+build/rel/bench/%: bench/%.c bench/tsv.c build/rel/libsluice-core.a | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 # ---- libsluice, the C client library (include/sluice.h, client/) ----------------
 # Built from client/ alone, never from core/: an application linking it must not
@@ -192,7 +204,7 @@ build/rel/itests/test_client: tests/integration/test_client.c build/rel/itests/i
 		build/lib/libsluice.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iinclude -Itests/unit -Itests/integration -o $@ $(filter-out %.h,$^) \
-		$(LDLIBS)
+		$(LDLIBS) $(TEST_LIBS)
 
 run: bin/sluice
 	@echo "sluice: starting on the embedded default (data in ./sluice-data, http://127.0.0.1:8080)"
@@ -211,7 +223,7 @@ test:
 
 itests: $(ITEST_BIN) $(TOOL_BIN) $(PLUGIN_BIN) $(TPLUGIN_BIN) lib
 
-build/rel/tools/%: tests/tools/%.c
+build/rel/tools/%: tests/tools/%.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
 
@@ -241,7 +253,7 @@ soak: bin/sluice $(TEST_BIN) itests
 	exit $$rc
 
 format:
-	clang-format -i $(wildcard core/*.[ch] connectors/*.[ch] rules/*.[ch] tests/unit/*.[ch] \
+	clang-format -i $(foreach d,$(LAYERS),$(wildcard $(d)/*.[ch])) $(wildcard tests/unit/*.[ch] \
 		tests/integration/*.[ch] bench/*.[ch] bench/http/*.[ch] client/*.[ch] include/*.h \
 		examples/client/*.c)
 
@@ -257,4 +269,6 @@ ifdef SANITIZE
 unit: $(FUZZ_REPLAY_BIN)
 endif
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# One include per build directory: the .d files the compiler wrote beside the objects.
+-include $(wildcard $(foreach d,$(LAYERS) gen tests fuzzobj,$(B)/$(d)/*.d) $(foreach d,itests tools bench,build/rel/$(d)/*.d) \
+                    build/lib/obj/client/*.d)

@@ -1,5 +1,5 @@
 /*
- * bench/log_bench.c — the log store (core/log.h) against the physical
+ * bench/log_bench.c — the log store (core/log/log.h) against the physical
  * reference, both measured in the same run, in the same temporary directory,
  * on the same disk and file system: appends against plain write() of the same
  * bytes, durable appends against write() + fdatasync() on the same cadence,
@@ -13,9 +13,9 @@
  *
  * Exits 0 when it measured everything, goals met or not; 1 on any error.
  */
-#include "core/batch.h"
-#include "core/crc32c.h"
-#include "core/log.h"
+#include "core/log/batch.h"
+#include "core/base/crc32c.h"
+#include "core/log/log.h"
 #include "bench/tsv.h"
 
 #include <dirent.h>

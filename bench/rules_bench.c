@@ -19,8 +19,8 @@
  * Exits 0 when it measured everything, goals met or not; 1 on any error.
  */
 #include "bench/tsv.h"
-#include "core/config.h"
-#include "core/json.h"
+#include "server/config.h"
+#include "core/base/json.h"
 #include "rules/luajson.h"
 #include "rules/pattern.h"
 #include "rules/rule.h"
@@ -143,7 +143,7 @@ typedef struct event {
 /* ---- the lazy proxy (for the comparison of rows 4 only) -------------------
  *
  * A full userdata holding a token of the event's JSON text: the root object
- * or a container inside it. __index scans the container with the core/json.h
+ * or a container inside it. __index scans the container with the core/base/json.h
  * iterator on every access (no cache): scalars come back as Lua values (JSON
  * null as sluice.null), objects and arrays as new proxies. It is read-only
  * and points into the caller's buffer, so a product version would also need

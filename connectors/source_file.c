@@ -61,9 +61,9 @@
  */
 #include "connectors/source_file_internal.h"
 
-#include "core/clock.h"
-#include "core/crc32c.h"
-#include "core/metrics.h"
+#include "core/base/clock.h"
+#include "core/base/crc32c.h"
+#include "core/base/metrics.h"
 
 #include <dirent.h>
 #include <errno.h>

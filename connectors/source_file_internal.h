@@ -1,7 +1,7 @@
 /*
  * connectors/source_file_internal.h — what the files of source.file share:
  * the instance and file structs, and the functions one file calls in the
- * other. Not a public interface (core/connector.h is the source's).
+ * other. Not a public interface (core/bus/connector.h is the source's).
  *
  *   source_file.c        the instance: finding and following files (glob,
  *                        inotify, rotation, truncation), positions, commits
@@ -11,8 +11,8 @@
 #ifndef SL_SOURCE_FILE_INTERNAL_H
 #define SL_SOURCE_FILE_INTERNAL_H
 
-#include "core/buf.h"
-#include "core/connector.h"
+#include "core/base/buf.h"
+#include "core/bus/connector.h"
 #include "rules/rule.h" /* parse = function(line) */
 
 #include <pthread.h>

@@ -15,8 +15,8 @@
  */
 #include "connectors/source_file_internal.h"
 
-#include "core/event.h"
-#include "core/json.h"
+#include "core/bus/event.h"
+#include "core/base/json.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -20,9 +20,9 @@
  */
 #include "connectors/source_kafka_internal.h"
 
-#include "core/clock.h"
-#include "core/json.h"
-#include "core/metrics.h"
+#include "core/base/clock.h"
+#include "core/base/json.h"
+#include "core/base/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
- * connectors/source_kafka.h — what the source host (connectors/sources.c)
- * asks a source.kafka instance beyond core/connector.h's table: its group
+ * connectors/source_kafka.h — what the source host (server/sources.c)
+ * asks a source.kafka instance beyond core/bus/connector.h's table: its group
  * state, for GET /v1/sources, `sluice status` and /metrics.
  */
 #ifndef SL_SOURCE_KAFKA_H

@@ -14,9 +14,9 @@
  */
 #include "connectors/source_kafka_internal.h"
 
-#include "connectors/kafka_conf.h"
-#include "core/clock.h"
-#include "core/slog.h"
+#include "core/base/kafka_conf.h"
+#include "core/base/clock.h"
+#include "core/base/slog.h"
 
 #include <errno.h>
 #include <fcntl.h>

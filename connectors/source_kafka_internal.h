@@ -14,9 +14,9 @@
 #define SL_SOURCE_KAFKA_INTERNAL_H
 
 #include "connectors/source_kafka.h"
-#include "core/buf.h"
-#include "core/connector.h"
-#include "core/event.h"
+#include "core/base/buf.h"
+#include "core/bus/connector.h"
+#include "core/bus/event.h"
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>

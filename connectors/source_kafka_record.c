@@ -17,8 +17,8 @@
  */
 #include "connectors/source_kafka_internal.h"
 
-#include "core/clock.h"
-#include "core/json.h"
+#include "core/base/clock.h"
+#include "core/base/json.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * (preset github, stripe, slack or generic) that verifies a request with
  * connectors/webhook_verify.h, answers Slack's URL handshake, deduplicates
  * delivery ids and maps the request to one CloudEvent. No I/O here: the HTTP
- * layer (connectors/source_http_webhook.c) passes the request in and
+ * layer (http/http_webhook.c) passes the request in and
  * publishes what comes out.
  *
  * Order of the checks, so that nothing unverified costs more than an HMAC
@@ -13,12 +13,12 @@
  */
 #include "connectors/source_webhook.h"
 
-#include "core/batch.h" /* sl_lane_valid() */
-#include "core/clock.h"
-#include "core/event.h"
-#include "core/json.h"
-#include "core/metrics.h"
-#include "core/set.h"
+#include "core/log/batch.h" /* sl_lane_valid() */
+#include "core/base/clock.h"
+#include "core/bus/event.h"
+#include "core/base/json.h"
+#include "core/base/metrics.h"
+#include "core/bus/set.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

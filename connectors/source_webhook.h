@@ -2,16 +2,16 @@
  * connectors/source_webhook.h — source.webhook: SaaS webhooks received on
  * POST /v1/webhooks/NAME, verified (connectors/webhook_verify.h) before
  * anything is stored, turned into one CloudEvent each, deduplicated by
- * delivery id. The HTTP layer (connectors/source_http_webhook.c) publishes
+ * delivery id. The HTTP layer (http/http_webhook.c) publishes
  * the event through the same path as ingest and answers.
  */
 #ifndef SL_SOURCE_WEBHOOK_H
 #define SL_SOURCE_WEBHOOK_H
 
 #include "connectors/webhook_verify.h"
-#include "core/buf.h"
-#include "core/config.h"
-#include "core/err.h"
+#include "core/base/buf.h"
+#include "server/config.h"
+#include "core/base/err.h"
 
 #include <stdint.h>
 

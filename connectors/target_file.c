@@ -3,7 +3,7 @@
  * fdatasync'ed before they count as delivered, with rotation by size
  * (PATH -> PATH.1 -> PATH.2 …, `keep` files kept).
  */
-#include "core/connector.h"
+#include "core/bus/connector.h"
 
 #include <errno.h>
 #include <fcntl.h>

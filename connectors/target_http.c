@@ -22,12 +22,12 @@
  * call go out side by side (still bounded by `concurrency`) and each
  * completes with its own status.
  */
-#include "connectors/ce_binding.h"
-#include "core/clock.h"
-#include "core/connector.h"
-#include "core/event.h"
-#include "core/json.h"
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/bus/ce_binding.h"
+#include "core/base/clock.h"
+#include "core/bus/connector.h"
+#include "core/bus/event.h"
+#include "core/base/json.h"
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <curl/curl.h>
 #include <pthread.h>

@@ -31,12 +31,12 @@
  * the producer; the counters are atomics; the log rate limit and health
  * text have one mutex, the list of calls another.
  */
-#include "connectors/ce_binding.h"
-#include "connectors/kafka_conf.h"
-#include "core/clock.h"
-#include "core/connector.h"
-#include "core/event.h"
-#include "core/slog.h"
+#include "core/bus/ce_binding.h"
+#include "core/base/kafka_conf.h"
+#include "core/base/clock.h"
+#include "core/bus/connector.h"
+#include "core/bus/event.h"
+#include "core/base/slog.h"
 
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>

@@ -8,9 +8,9 @@
  * against max_auto_sets) by the first delivery holding a valid event, so a
  * target that never delivers never makes a set.
  */
-#include "core/connector.h"
-#include "core/clock.h"
-#include "core/event.h"
+#include "core/bus/connector.h"
+#include "core/base/clock.h"
+#include "core/bus/event.h"
 
 #include <pthread.h>
 #include <time.h>

@@ -12,7 +12,7 @@
  */
 #include "connectors/webhook_verify.h"
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>

@@ -29,7 +29,7 @@
 #ifndef SL_WEBHOOK_VERIFY_H
 #define SL_WEBHOOK_VERIFY_H
 
-#include "core/err.h"
+#include "core/base/err.h"
 
 #include <stdbool.h>
 #include <stddef.h>

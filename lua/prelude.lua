@@ -3,7 +3,7 @@
 -- Runs once per Lua state, trusted, before the sandbox is sealed (see
 -- rules/sandbox.h), so it can keep debug.getinfo and os.getenv in upvalues
 -- that config code cannot reach. It only records what the file declares, with
--- the line of each declaration; core/config.c checks every key and value
+-- the line of each declaration; server/config.c checks every key and value
 -- against its key tables, so the vocabulary's rules live in one place.
 --
 --   server { listen = "127.0.0.1:8080", data_dir = "./sluice-data" }
@@ -63,7 +63,7 @@ rule = named_block("rule")
 lane = named_block("lane")
 
 -- lanes.auto = true and lanes { auto = true }: settings of all lanes. The
--- values go to a store that core/config.c checks against its key table
+-- values go to a store that server/config.c checks against its key table
 -- after the file ran (every assignment passes through __newindex, so the
 -- line of the first one is known); the store is read with __sluice_lanes().
 local lanes_store, lanes_line = {}, nil
@@ -95,7 +95,7 @@ function server(body)
   decls[#decls + 1] = { kind = "server", body = body, line = line }
 end
 
--- target.KIND { … } makes a target value; core/config.c knows the kinds.
+-- target.KIND { … } makes a target value; server/config.c knows the kinds.
 -- Target values carry this metatable so a plain table is not mistaken for one.
 local target_mt = { __name = "sluice.target" }
 target = setmetatable({}, {

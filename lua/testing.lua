@@ -13,7 +13,7 @@
 --     expect_error = "attempt to index",        -- some event must fail so
 --   }
 --
--- core/cli_test.c drives it: __sluice_test_source(text) before the file runs
+-- cli/cli_ruletest.c drives it: __sluice_test_source(text) before the file runs
 -- (for the line of a key), __sluice_tests() for the checked declarations,
 -- then, per test, __sluice_test_check(i, payloads, failures) for the verdict
 -- (nil when it passed, else one line saying which payload, which path, what

@@ -1,7 +1,7 @@
 /*
  * plugins/sluice_plugin.h — what a sluice plugin includes (plugins/README.md).
  *
- * It brings the ABI (core/plugin.h, core/connector.h) and two conveniences
+ * It brings the ABI (core/bus/plugin.h, core/bus/connector.h) and two conveniences
  * that need nothing from the server's code (libsluice-core.a): the export marker for the two symbols
  * sluice looks up, and a look-up of one key's value among the "name=value"
  * option lines of a block (sl_target_config.options for a target plugin,
@@ -11,7 +11,7 @@
 #ifndef SL_SLUICE_PLUGIN_H
 #define SL_SLUICE_PLUGIN_H
 
-#include "core/plugin.h"
+#include "core/bus/plugin.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -21,7 +21,7 @@
 #define SL_PLUGIN_EXPORT __attribute__((visibility("default")))
 
 /* The value of key name among n option lines ("name=value", value in the
- * normalised text of core/connector.h), or NULL when the block did not set
+ * normalised text of core/bus/connector.h), or NULL when the block did not set
  * it. Points into lines. */
 static inline const char *sl_plugin_option(char *const *lines, size_t n, const char *name)
 {

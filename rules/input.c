@@ -2,7 +2,7 @@
  * rules/input.c — the input transformer: paths and templates are compiled
  * once (the template pre-split into literal pieces and placeholders); each
  * application validates the event, resolves every used path once with the
- * core/json.h iterators and appends the pieces to the caller's buffer.
+ * core/base/json.h iterators and appends the pieces to the caller's buffer.
  */
 #include "rules/input.h"
 
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/clock.h"
-#include "core/json.h"
+#include "core/base/clock.h"
+#include "core/base/json.h"
 
 /* One step of a path: a member name or an array index. */
 typedef struct step {

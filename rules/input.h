@@ -8,7 +8,7 @@
  *
  * Both are compiled once per rule; sl_input_apply() then runs per delivered
  * event over the event's JSON text with the non-allocating scanner of
- * core/json.h (no DOM), appending straight to the caller's buffer.
+ * core/base/json.h (no DOM), appending straight to the caller's buffer.
  *
  * Paths. A JSONPath subset: "$" followed by any number of steps ".name",
  * "['name']" / "[\"name\"]" (any characters; backslash escapes the quote or
@@ -90,8 +90,8 @@
 #ifndef SL_INPUT_H
 #define SL_INPUT_H
 
-#include "core/buf.h"
-#include "core/err.h"
+#include "core/base/buf.h"
+#include "core/base/err.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * rules/luajson.c — JSON text <-> Lua values (see rules/luajson.h).
  *
  * Decoding is one strict recursive-descent pass (the grammar, UTF-8 and
- * escape rules of core/json.h) that builds the value on the Lua stack: the
+ * escape rules of core/base/json.h) that builds the value on the Lua stack: the
  * members of an object or the elements of an array are pushed first and the
  * table is created afterwards with the exact size, so no table is ever
  * rehashed while it grows. Strings without escapes go to lua_pushlstring()

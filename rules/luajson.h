@@ -27,8 +27,8 @@
 #ifndef SL_LUAJSON_H
 #define SL_LUAJSON_H
 
-#include "core/buf.h"
-#include "core/err.h"
+#include "core/base/buf.h"
+#include "core/base/err.h"
 
 #include <lua.h>
 #include <stddef.h>

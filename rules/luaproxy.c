@@ -29,7 +29,7 @@
  */
 #include "rules/luaproxy.h"
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "rules/luajson.h"
 #include "rules/sandbox.h"
 

@@ -45,7 +45,7 @@
 #ifndef SL_LUAPROXY_H
 #define SL_LUAPROXY_H
 
-#include "core/err.h"
+#include "core/base/err.h"
 #include "rules/pattern.h"
 
 #include <lua.h>
@@ -78,7 +78,7 @@ int sl_luaproxy_call(lua_State *L, sl_luaproxy *px, const sl_pattern_event *cons
 void sl_luaproxy_release(sl_luaproxy *px);
 
 /* Whether the value at idx is one of px's proxies: 0 when it is not, else
- * SL_JSON_OBJECT or SL_JSON_ARRAY (core/json.h). Never raises. */
+ * SL_JSON_OBJECT or SL_JSON_ARRAY (core/base/json.h). Never raises. */
 int sl_luaproxy_kind(lua_State *L, sl_luaproxy *px, int idx);
 
 /* Replaces the array proxy at idx by a plain Lua list of its elements (one

@@ -1,7 +1,7 @@
 /*
- * rules/pattern.c — EventBridge event patterns: the compiler (core/json.h
+ * rules/pattern.c — EventBridge event patterns: the compiler (core/base/json.h
  * tokens, once per pattern, so numbers keep the text they were written
- * with) and the matcher (core/json.h, per event, no allocation in the
+ * with) and the matcher (core/base/json.h, per event, no allocation in the
  * common case).
  */
 #include "rules/pattern.h"
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <wctype.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 /* Fields per pattern object: the matcher tracks them in one 64-bit mask. */
 #define MAX_FIELDS 64

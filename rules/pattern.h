@@ -4,7 +4,7 @@
  * A pattern is the JSON text of an Amazon EventBridge event pattern (so
  * patterns can be pasted from EventBridge). sl_pattern_compile() turns it into
  * a tree of field names -> lists of matchers; sl_pattern_match() walks an
- * event's JSON text with the non-allocating scanner of core/json.h and
+ * event's JSON text with the non-allocating scanner of core/base/json.h and
  * compares fields as it goes, without building a DOM.
  *
  * Supported: exact values (string, number, true, false, null), arrays in the
@@ -106,7 +106,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "core/base/err.h"
 
 /* A compiled pattern; immutable after compile, so one pattern may be matched
  * from several threads at once. */

@@ -10,7 +10,7 @@
  */
 #include "rules/rule.h"
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
 #include "rules/luaproxy.h"
@@ -59,7 +59,7 @@ static int ref_field(lua_State *L, int body, const char *name)
 /* The functions of override o (number i) of the rule whose body is at body:
  * each from the override's table when it gives it, else from the base's;
  * an override giving transform or transform_batch replaces both (as
- * core/config.c merges them). */
+ * server/config.c merges them). */
 static void override_refs(lua_State *L, int body, const sl_rule_config *o, rule_refs *refs)
 {
     lua_getfield(L, body, "lanes");

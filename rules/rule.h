@@ -12,9 +12,9 @@
 #ifndef SL_RULE_H
 #define SL_RULE_H
 
-#include "core/buf.h"
-#include "core/config.h"
-#include "core/err.h"
+#include "core/base/buf.h"
+#include "server/config.h"
+#include "core/base/err.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -11,14 +11,14 @@
  */
 #include "rules/runner.h"
 
-#include "core/clock.h"
-#include "core/connector.h"
-#include "core/event.h"
-#include "core/json.h"
-#include "core/metrics.h"
-#include "rules/cursor.h"
+#include "core/base/clock.h"
+#include "core/bus/connector.h"
+#include "core/bus/event.h"
+#include "core/base/json.h"
+#include "core/base/metrics.h"
+#include "core/bus/cursor.h"
 #include "rules/rule.h"
-#include "core/slog.h"
+#include "core/base/slog.h"
 
 #include <glob.h>
 #include <inttypes.h>
@@ -1498,13 +1498,13 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
         if (!found) { /* a new rule: where it starts is decided once, and kept */
             /* A new lane of a rule that ran before starts at the end: no
              * event of the lane was admitted before its runs existed
-             * (core/lanes.h); a lane of a new rule starts where the rule does. */
+             * (core/bus/lanes.h); a lane of a new rule starts where the rule does. */
             bool from_start =
                 rr->base_run ? rr->base_run->was_new && rc->from_beginning : rc->from_beginning;
             rr->was_new = true;
             /* "The end" is the store's end, not the bus's next offset: a
              * durable partition on a full disk drops its unwritten events and
-             * hands their offsets out again (core/databus.h), so a start
+             * hands their offsets out again (core/bus/databus.h), so a start
              * past the store's end could skip new events or look like a
              * lost tail. Events queued but not yet written when the run
              * appears are delivered too (at-least-once, never a gap). */

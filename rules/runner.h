@@ -1,9 +1,9 @@
 /*
  * rules/runner.h — rules run as durable consumers (ARCHITECTURE.md §1, §8).
  *
- * Each rule reads its set from its own cursor per partition (rules/cursor.h),
+ * Each rule reads its set from its own cursor per partition (core/bus/cursor.h),
  * evaluates events in a pool of worker threads (each with its own Lua state,
- * rules/rule.h), hands the payloads to its targets (core/connector.h) and
+ * rules/rule.h), hands the payloads to its targets (core/bus/connector.h) and
  * moves the cursor only when every target accepted them. One partition of
  * one rule is processed by one worker at a time, in offset order, so order
  * per partition is kept.
@@ -24,12 +24,12 @@
 #ifndef SL_RUNNER_H
 #define SL_RUNNER_H
 
-#include "core/buf.h"
-#include "core/config.h"
-#include "core/databus.h"
-#include "core/err.h"
-#include "core/lanes.h"
-#include "core/set.h"
+#include "core/base/buf.h"
+#include "server/config.h"
+#include "core/bus/databus.h"
+#include "core/base/err.h"
+#include "core/bus/lanes.h"
+#include "core/bus/set.h"
 
 typedef struct sl_runner sl_runner;
 

@@ -43,11 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
+#include "core/base/clock.h"
 #include "rules/lua_embed.h"
 #include "rules/luajson.h"
 #include "rules/luapat.h"
-#include "core/slog.h"
+#include "core/base/slog.h"
 
 #define SB_DEFAULT_MEM ((size_t)64 << 20)
 #define SB_DEFAULT_INSTRUCTIONS 10000000u

@@ -32,7 +32,7 @@
 #ifndef SL_SANDBOX_H
 #define SL_SANDBOX_H
 
-#include "core/err.h"
+#include "core/base/err.h"
 
 #include <lua.h>
 #include <stddef.h>

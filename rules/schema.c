@@ -1,7 +1,7 @@
 /*
  * rules/schema.c — the JSON Schema subset of schema.h: the compiler (jansson,
  * once per schema) and the validator, which walks the data's JSON text with
- * the core/json.h scanner: no DOM, and no allocation unless a string longer
+ * the core/base/json.h scanner: no DOM, and no allocation unless a string longer
  * than STACK_STR bytes with escapes meets a pattern or a format, a number is
  * longer than STACK_NUM characters, or an object schema lists more than 64
  * properties and has required ones.
@@ -21,9 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/buf.h"
-#include "core/clock.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/clock.h"
+#include "core/base/json.h"
 
 /* Escaped strings up to this size are decoded on the stack. */
 #define STACK_STR 512

@@ -21,7 +21,7 @@
  * The schema is parsed once with jansson and compiled into a tree of C
  * structs (properties sorted for binary search, regexes compiled with
  * regcomp(REG_EXTENDED | REG_NOSUB)); validation walks the data's JSON text
- * with the core/json.h scanner, without a DOM and, in the common case,
+ * with the core/base/json.h scanner, without a DOM and, in the common case,
  * without allocating.
  *
  * A compiled schema is immutable and may be used from many threads.
@@ -29,7 +29,7 @@
 #ifndef SL_SCHEMA_H
 #define SL_SCHEMA_H
 
-#include "core/err.h"
+#include "core/base/err.h"
 
 #include <stdbool.h>
 #include <stddef.h>

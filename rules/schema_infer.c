@@ -3,7 +3,7 @@
  * rules/schema.h): merges sample data documents into one shape per JSON
  * position, then writes the schema every sample satisfies.
  *
- * Samples are read with the core/json.h scanner; the shape keeps, for each
+ * Samples are read with the core/base/json.h scanner; the shape keeps, for each
  * position, the types seen, how many strings were RFC 3339 times, the
  * properties seen (in first-seen order, with the number of objects holding
  * each) and one merged shape for all array elements. The result is built with
@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
-#include "core/json.h"
+#include "core/base/clock.h"
+#include "core/base/json.h"
 
 /* Below this depth only the types are recorded (no properties, no items), so
  * hostile samples cannot make the shape arbitrarily deep. */

@@ -1,12 +1,12 @@
 #!/bin/sh
 # scripts/embed-files.sh OUT.c PREFIX FILE… — embeds files in the binary as
-# byte arrays (the web console's connectors/ui/*), so bin/sluice serves them
+# byte arrays (the web console's http/ui/*), so bin/sluice serves them
 # without files beside it. Defines, for PREFIX (a C identifier):
 #   const char *const PREFIX_names[];          the files' base names
 #   const unsigned char *const PREFIX_data[];  their bytes (NUL-terminated too)
 #   const size_t PREFIX_sizes[];               their sizes (the NUL not counted)
 #   const size_t PREFIX_count;
-# (declared by the code that serves them, e.g. connectors/source_http_ui.c).
+# (declared by the code that serves them, e.g. http/http_console.c).
 set -eu
 out=$1; prefix=$2; shift 2
 {

@@ -256,7 +256,7 @@ int main(int argc, char **argv)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return usage();
-    /* sluice's flags and options (connectors/source_http.c), less suspend/resume. */
+    /* sluice's flags and options (http/http.c), less suspend/resume. */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, &sa,

@@ -27,20 +27,19 @@ FUZZ_LIB_OBJ = $(patsubst $(B)/%,$(FZ)/obj/%,$(LIB_OBJ))
 
 # clang and libFuzzer are installed (scripts/deps.sh fuzz) only when fuzzing is asked
 # for: `make test` builds with gcc alone.
-ifneq ($(filter fuzz fuzz-build build/fuzz/%,$(MAKECMDGOALS)),)
-FUZZ_DEPS_OK := $(shell scripts/deps.sh fuzz >&2 && echo ok)
-endif
-
-.PHONY: fuzz fuzz-build
+# Order-only, like the Makefile's `deps`: nothing is installed while make parses.
+.PHONY: fuzz fuzz-build fuzz-deps
+fuzz-deps: deps
+	@scripts/deps.sh fuzz >&2
 fuzz-build: $(FUZZ_BIN)
 
-$(FZ)/obj/%.o: %.c
+$(FZ)/obj/%.o: %.c | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
 
 # Generated sources (lua/*.lua, the web console) are made by the Makefile's rules in
 # $(B)/gen/ and compiled from there.
-$(FZ)/obj/gen/%.o: $(B)/gen/%.c
+$(FZ)/obj/gen/%.o: $(B)/gen/%.c | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
 
@@ -52,7 +51,7 @@ $(FZ)/fuzz_%: $(FZ)/obj/tests/fuzz/fuzz_%.o $(FZ)/obj/tests/fuzz/fuzzutil.o $(FZ
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LDLIBS)
 
 # The harnesses themselves are held to -Werror.
-$(FZ)/obj/tests/fuzz/%.o: tests/fuzz/%.c
+$(FZ)/obj/tests/fuzz/%.o: tests/fuzz/%.c | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -c -o $@ $<
 
@@ -61,11 +60,11 @@ $(FZ)/obj/tests/fuzz/%.o: tests/fuzz/%.c
 # would otherwise take their .d files for programs to build.
 FUZZ_REPLAY_BIN := $(FUZZ_NAMES:%=$(B)/tests/test_fuzz_%)
 
-$(B)/fuzzobj/%.o: tests/fuzz/%.c
+$(B)/fuzzobj/%.o: tests/fuzz/%.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(B)/fuzzobj/replay_%.o: tests/fuzz/replay.c
+$(B)/fuzzobj/replay_%.o: tests/fuzz/replay.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DFUZZ_NAME='"$*"' -c -o $@ $<
 
@@ -75,3 +74,6 @@ $(B)/tests/test_fuzz_%: $(B)/fuzzobj/fuzz_%.o $(B)/fuzzobj/replay_%.o $(B)/fuzzo
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 .PRECIOUS: $(B)/fuzzobj/%.o $(B)/fuzzobj/replay_%.o $(FZ)/obj/tests/fuzz/%.o
+
+# The fuzz build's dependency files (one include for its object tree).
+-include $(wildcard $(foreach d,$(LAYERS) gen tests/fuzz,$(FZ)/obj/$(d)/*.d))

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_batch.c — the record-batch decoder (core/batch.h). The
+ * tests/fuzz/fuzz_batch.c — the record-batch decoder (core/log/batch.h). The
  * first input byte holds flags, the rest is one stored batch:
  *   bit 0  set batchLength to the bytes given (else as written)
  *   bit 1  recompute the CRC-32C (else most inputs stop at the CRC check)
@@ -9,8 +9,8 @@
  * records with sl_batch_builder, and the rebuilt batch must decode to the
  * same records (timestamps, keys, values, lane).
  */
-#include "core/batch.h"
-#include "core/crc32c.h"
+#include "core/log/batch.h"
+#include "core/base/crc32c.h"
 #include "tests/fuzz/fuzzutil.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_config.c — the Lua config loader (core/config.c
+ * tests/fuzz/fuzz_config.c — the Lua config loader (server/config.c
  * sl_config_load): the input is written as sluice.lua in a scratch
  * directory and loaded, as `sluice check` and `sluice serve -c` do. The
  * sandbox's memory cap and instruction budget must stop every hostile
@@ -7,8 +7,8 @@
  * naming server.plugin_dir are skipped (the loader would dlopen() what is
  * there).
  */
-#include "core/buf.h"
-#include "core/config.h"
+#include "core/base/buf.h"
+#include "server/config.h"
 #include "tests/fuzz/fuzzutil.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_log.c — log recovery from fuzzed segment files
- * (core/segment.c, core/log.c, core/log_reader.c, core/log_verify.c).
+ * (core/log/segment.c, core/log/log.c, core/log/log_reader.c, core/log/log_verify.c).
  *
  * Input: one flag byte, then up to six parts separated by "SLFZ":
  *   0 00000000000000000000.log        1 its .index      2 its .timeindex
@@ -18,9 +18,9 @@
  * the log is closed. After a full recovery, sl_log_verify must find nothing
  * damaged and a second open must see the same offsets.
  */
-#include "core/batch.h"
-#include "core/crc32c.h"
-#include "core/log.h"
+#include "core/log/batch.h"
+#include "core/base/crc32c.h"
+#include "core/log/log.h"
 #include "tests/fuzz/fuzzutil.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_percent.c — binary-mode header percent-decoding
- * (core/event.c sl_event_from_binary, HTTP binding §3.1.3.2) against a
+ * (core/bus/event.c sl_event_from_binary, HTTP binding §3.1.3.2) against a
  * reference decoder written here from the spec, and the round trip that
  * target.http makes: every input line is
  *   1. a raw ce-subject header value: sl_event_from_binary must accept it
@@ -13,7 +13,7 @@
  * mode and back (sl_ce_binary_attrs, encoded as headers, the data as the
  * body): every attribute must come back with the same text.
  */
-#include "connectors/ce_binding.h"
+#include "core/bus/ce_binding.h"
 #include "tests/fuzz/fuzzutil.h"
 
 #include <stdlib.h>

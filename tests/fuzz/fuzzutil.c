@@ -114,7 +114,7 @@ int fz_write_file(const char *path, const void *data, size_t n)
 
 /* ---- CloudEvents ------------------------------------------------------------ */
 
-#include "connectors/ce_binding.h"
+#include "core/bus/ce_binding.h"
 
 #include <strings.h>
 

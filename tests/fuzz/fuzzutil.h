@@ -54,16 +54,16 @@ int fz_write_file(const char *path, const void *data, size_t n);
 
 #endif
 
-/* ---- CloudEvents (core/event.h) ------------------------------------------ */
+/* ---- CloudEvents (core/bus/event.h) ------------------------------------------ */
 
-#include "core/event.h"
+#include "core/bus/event.h"
 
 /* Runs one event through what HTTP ingest does with it
- * (connectors/source_http_ingest.c add_event: sl_event_parse,
+ * (http/http_ingest.c add_event: sl_event_parse,
  * sl_event_apply_lane with lane, sl_event_encode), then checks what stored
  * events promise: the stored form parses again, sl_event_decorate()'s read
  * form parses again with the same id, and the binding helpers of
- * connectors/ce_binding.h work on it. Returns the parse status. */
+ * core/bus/ce_binding.h work on it. Returns the parse status. */
 int fz_ingest_event(const char *json, size_t len, const sl_event_limits *lim, const char *lane);
 
 /* Splits "Name: value" lines (up to a blank line) into the ce-* headers

@@ -7,8 +7,8 @@
  *      build/rel/libsluice-core.a $(pkg-config --libs libzstd lua5.4 jansson ...)
  *   build/fuzz/mkseeds tests/fuzz/corpus
  */
-#include "core/batch.h"
-#include "core/log.h"
+#include "core/log/batch.h"
+#include "core/log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

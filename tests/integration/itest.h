@@ -14,7 +14,7 @@
 
 #include "testutil.h" /* cmocka, tu_tmpdir() */
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #include <curl/curl.h>
 #include <jansson.h>

@@ -7,7 +7,7 @@
  */
 #include "receiver.h"
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -10,7 +10,7 @@
  */
 #include "itest.h"
 
-#include "core/auth.h"
+#include "core/bus/auth.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -1,6 +1,6 @@
 /*
  * tests/integration/test_cli_status.c — `sluice status` against the real
- * `bin/sluice serve` (core/cli_status.c, docs/cli.md):
+ * `bin/sluice serve` (cli/cli_status.c, docs/cli.md):
  *   report     two sets, a rule with a lane override to target.file, a
  *              source.file: the exact rows (events per set, delivered per
  *              rule, the lane's events in, the source's events)
@@ -12,7 +12,7 @@
  */
 #include "itest.h"
 
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <pthread.h>
 #include <stdatomic.h>

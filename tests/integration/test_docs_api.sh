@@ -7,10 +7,10 @@
 #     (and the webhook source's answer_error / bad_request) in connectors/*.c
 #     and core/*.c, the `code = "…"` / `status = NNN` assignments beside them
 #     (a status or code chosen at run time), and the event statuses of
-#     core/event.h's SL_EVENT_STATUS_MAP (per-event errors). Each code needs a
+#     core/bus/event.h's SL_EVENT_STATUS_MAP (per-event errors). Each code needs a
 #     row in the "Error codes" table naming each literal status it is sent
 #     with; each status a row in the "Status codes" table.
-#  2. routes: the routes[] table in connectors/source_http.c gives
+#  2. routes: the routes[] table in http/http.c gives
 #     "METHOD /path" pairs and the query parameters each accepts; each must
 #     be a row of the "Endpoints" table with the same parameters, and each
 #     row of that table must be a route.
@@ -80,13 +80,13 @@ def call_args(text, start):
         i += 1
     return args
 
-status_map = re.search(r"SL_EVENT_STATUS_MAP\(XX\)(.*?)\n\n", open("core/event.h").read(), re.S)
+status_map = re.search(r"SL_EVENT_STATUS_MAP\(XX\)(.*?)\n\n", open("core/bus/event.h").read(), re.S)
 event_codes = set(re.findall(r'XX\(\w+, "(\w+)"\)', status_map.group(1))) - {"OK"}
 
 codes = {}     # code -> set of literal statuses it is sent with
 statuses = set()
 where = {}
-files = sorted(glob.glob("connectors/*.c") + glob.glob("core/*.c"))
+files = sorted(f for d in ("core/base", "core/log", "core/bus", "rules", "connectors", "http", "server", "agent", "cli") for f in glob.glob(d + "/*.c"))
 for path in files:
     text = strip_comments(open(path).read())
     for m in re.finditer(r"\b(\w+)\s*\(", text):
@@ -134,7 +134,7 @@ for path in files:
 
 for c in event_codes:
     codes.setdefault(c, set())
-    where.setdefault(c, "core/event.h (per-event results)")
+    where.setdefault(c, "core/bus/event.h (per-event results)")
 
 doc_codes = {}
 for cells in section_table("Error codes"):
@@ -161,13 +161,13 @@ for st in sorted(statuses - doc_statuses):
     problems.append("status %d is answered but not in the \"Status codes\" table" % st)
 
 # ---- 2. routes ----------------------------------------------------------------
-# The router's table in connectors/source_http.c: {"METHOD", "/path", handler,
+# The router's table in http/http.c: {"METHOD", "/path", handler,
 # NULL or P("param", …)}, one entry per route with the query parameters it
 # accepts.
-src = strip_comments(open("connectors/source_http.c").read())
+src = strip_comments(open("http/http.c").read())
 m = re.search(r"\broutes\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
 if not m:
-    problems.append("the routes[] table was not found in connectors/source_http.c")
+    problems.append("the routes[] table was not found in http/http.c")
     body = ""
 else:
     body = m.group(1)
@@ -196,7 +196,7 @@ for cells in section_table("Endpoints"):
         doc_params[norm(e)] = set(re.findall(r"`(\w+)`", cells[3])) if len(cells) > 3 else None
 code_routes = {norm(r): r for r in routes}
 for r in sorted(set(code_routes) - set(doc_routes)):
-    problems.append("route %s (connectors/source_http.c routes[]) is not in the \"Endpoints\" table" %
+    problems.append("route %s (http/http.c routes[]) is not in the \"Endpoints\" table" %
                     code_routes[r])
 for r in sorted(set(doc_routes) - set(code_routes)):
     problems.append("the \"Endpoints\" table lists %s, which route() does not serve" % doc_routes[r])

@@ -7,7 +7,7 @@
 #  - the first `block.key` in "change it with" is a key `sluice check --keys`
 #    prints, and its default is the limit (or the "default N" the row names;
 #    "unlimited" for 0); a range "(A – B)" or "(at least A)" beside it, or a
-#    range as the limit, is the key's bounds in core/config.c's key tables;
+#    range as the limit, is the key's bounds in server/config.c's key tables;
 #  - a few limits that are literals in the code, not named constants, are
 #    found with a pattern below;
 # and every row is checked by at least one of these. Sizes are in bytes
@@ -27,15 +27,15 @@ problems = []
 
 # Limits that are literals in the code: (start of the "what" cell, file, regex, value of group 1).
 LITERALS = [
-    ("the request line and all headers", "connectors/source_http.c",
+    ("the request line and all headers", "http/http.c",
      r"MHD_OPTION_CONNECTION_MEMORY_LIMIT,\s*\(size_t\)\((\d+) << 10\)", lambda v: v * 1024),
-    ("a request path", "connectors/source_http.c",
+    ("a request path", "http/http.c",
      r"#define SL_HTTP_PATH_MAX (\d+)", lambda v: v - 1),
-    ("clients the rate limiter tracks", "core/ratelimit.c",
+    ("clients the rate limiter tracks", "core/base/ratelimit.c",
      r"max_clients \? max_clients : (\d+)", lambda v: v),
-    ("an idle or stalled connection", "connectors/source_http.c",
+    ("an idle or stalled connection", "http/http.c",
      r"idle_timeout_s = (\d+);", lambda v: v * 1000),
-    ("a request body arriving", "connectors/source_http.c",
+    ("a request body arriving", "http/http.c",
      r"request_timeout_s = (\d+);", lambda v: v * 1000),
 ]
 
@@ -71,7 +71,7 @@ def defines(path):
 
 def all_defines():
     out = {}
-    for base in ("core", "connectors", "rules", "client"):
+    for base in ("core", "connectors", "rules", "http", "server", "agent", "cli", "client"):
         for root, _, files in os.walk(base):
             for f in files:
                 if f.endswith((".c", ".h")):
@@ -107,7 +107,7 @@ for line in open(keysmd):
     if m and block:
         keys["%s.%s" % (block, m.group(1))] = m.group(2).strip().strip('"')
 blocks = {k.rsplit(".", 1)[0] for k in keys}
-config_c = open("core/config.c").read()
+config_c = open("server/config.c").read()
 
 def bounds(key):
     name = key.rsplit(".", 1)[1]
@@ -184,11 +184,11 @@ for n, (kind, what, limit, change, past, code) in rows:
             else:
                 lo = hi = None
             if lo is not None and not any(near(lo, a) and near(hi, z) for a, z in b):
-                problems.append("%s: says %s – %s for %s, core/config.c has %s" % (where, lo, hi, key, b))
+                problems.append("%s: says %s – %s for %s, server/config.c has %s" % (where, lo, hi, key, b))
             if m3:
                 lo = first(m3.group(0)[len("(at least "):])
                 if not any(near(lo, a) for a, _ in b):
-                    problems.append("%s: says at least %s for %s, core/config.c has %s" % (where, lo, key, b))
+                    problems.append("%s: says at least %s for %s, server/config.c has %s" % (where, lo, key, b))
             checks += 1
     # 3. literals
     for start, f, rx, conv in LITERALS:

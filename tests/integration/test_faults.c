@@ -16,9 +16,9 @@
 #include "itest.h"
 #include "receiver.h"
 
-#include "core/clock.h"   /* sl_time_format_rfc3339() */
-#include "core/crc32c.h"  /* sl_crc32c(), to read rule cursors */
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/clock.h"   /* sl_time_format_rfc3339() */
+#include "core/base/crc32c.h"  /* sl_crc32c(), to read rule cursors */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -433,7 +433,7 @@ static size_t check_delivered(const char *what, const idlist *got, acks *a, cons
 
 /* ---- 1. SIGKILL under sustained mixed load ------------------------------------------- */
 
-/* The committed cursor of rule/set/part read from its file (rules/cursor.h:
+/* The committed cursor of rule/set/part read from its file (core/bus/cursor.h:
  * two 32-byte slots "SLC1" | seq u64 | offset i64 | CRC-32C of bytes 0-19;
  * the valid slot with the higher seq counts), with the server stopped. */
 static int64_t read_cursor(it_server *s, const char *rule, const char *set, int part)

@@ -1,6 +1,6 @@
 /*
  * tests/integration/test_logging.c — structured logs and request ids
- * (core/slog.h, connectors/source_http.c) with the real `bin/sluice serve`:
+ * (core/base/slog.h, http/http.c) with the real `bin/sluice serve`:
  *   json       --log-format json --log-level debug: every line of the log is
  *              a JSON object with ts, level, component and msg; a failing
  *              request's id (given in X-Request-Id, or made up by the

@@ -1,7 +1,7 @@
 /*
  * tests/integration/test_many_sets.c — open files in proportion to activity
  * (issue 16 §1): a server limited to 1,024 descriptors serves 3,000 sets,
- * because idle partitions park (core/store.h); and the data directory's lock
+ * because idle partitions park (core/log/store.h); and the data directory's lock
  * keeps a second server and `sluice log` away from a running one, although
  * parked partitions release their own .lock.
  */

@@ -12,8 +12,8 @@
 #include "itest.h"
 #include "receiver.h"
 
-#include "core/err.h"
-#include "core/metrics.h"
+#include "core/base/err.h"
+#include "core/base/metrics.h"
 
 #include <errno.h>
 #include <libgen.h>

@@ -1,6 +1,6 @@
 /*
  * tests/integration/test_plugins.c — loadable plugins with the real
- * `bin/sluice` (core/plugin.h, plugins/README.md): `server { plugin_dir }`
+ * `bin/sluice` (core/bus/plugin.h, plugins/README.md): `server { plugin_dir }`
  * loads build/rel/plugins/exec.so and the test plugins of tests/plugins/;
  * source.exec runs commands and turns their lines into exactly the expected
  * events (text, JSON data, CloudEvents, long lines split, stderr logged,

@@ -1,6 +1,6 @@
 /*
  * tests/integration/test_redrive.c — dead-letter redrive with the real
- * `bin/sluice serve` (core/redrive.h, POST /v1/sets/{dlq}/redrive, `sluice
+ * `bin/sluice serve` (core/bus/redrive.h, POST /v1/sets/{dlq}/redrive, `sluice
  * redrive`): events written into a dead-letter set the way the rule runner
  * writes them (with sluiceerror, sluiceattempts, … attributes, lanes and
  * partition keys) come out in the destination set once each, without the
@@ -13,7 +13,7 @@
  */
 #include "itest.h"
 
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <pthread.h>
 #include <signal.h>

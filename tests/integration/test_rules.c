@@ -9,7 +9,7 @@
  */
 #include "itest.h"
 
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -18,7 +18,7 @@
  */
 #include "itest.h"
 
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <signal.h>
 #include <stdio.h>

@@ -38,8 +38,8 @@
 #include "itest.h"
 #include "receiver.h"
 
-#include "core/auth.h"
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/bus/auth.h"
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,9 +6,9 @@
  * clients) are in test_server_faults.c; the harness is itest.h.
  */
 #include "itest.h"
-#include "core/clock.h"
+#include "core/base/clock.h"
 
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -18,8 +18,8 @@
  */
 #include "itest.h"
 
-#include "core/clock.h"
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/clock.h"
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <librdkafka/rdkafka.h> /* rd_kafka_version() */
 

@@ -16,7 +16,7 @@
  */
 #include "itest.h"
 
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>

@@ -1,6 +1,6 @@
 /*
  * tests/integration/test_ui.c — the web console at /ui/
- * (connectors/source_http_ui.c, connectors/ui/) against the real
+ * (http/http_console.c, http/ui/) against the real
  * `bin/sluice serve`:
  *   files    /ui redirects to /ui/; index.html, app.js and style.css with
  *            their Content-Types, a CSP of 'self', an ETag that answers 304;

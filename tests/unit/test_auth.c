@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_auth.c — API keys (core/auth.h) and the per-client rate
- * limiter (core/ratelimit.h): tokens and their hashes (against sha256 test
+ * tests/unit/test_auth.c — API keys (core/bus/auth.h) and the per-client rate
+ * limiter (core/base/ratelimit.h): tokens and their hashes (against sha256 test
  * vectors), look-up of the right key and of none, rights per set with globs,
  * bearer headers (a guard page after each), the key table's refusals, and
  * token buckets driven by a fake clock.
@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/auth.h"
-#include "core/ratelimit.h"
+#include "core/bus/auth.h"
+#include "core/base/ratelimit.h"
 #include "testutil.h"
 
 /* A writable copy of a literal (the config structs hold char *). */

@@ -1,9 +1,9 @@
 /*
- * tests/unit/test_baggage.c — W3C Baggage member lookup (core/baggage.h).
+ * tests/unit/test_baggage.c — W3C Baggage member lookup (core/bus/baggage.h).
  */
 #include "testutil.h"
 
-#include "core/baggage.h"
+#include "core/bus/baggage.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_batch.c — Kafka record batch v2 (core/batch.h): builder and
+ * tests/unit/test_batch.c — Kafka record batch v2 (core/log/batch.h): builder and
  * reader round trips for both codecs and lanes, the exact header and record
  * bytes (including a batch written by Kafka itself), CRC and sanity checks on
  * damaged or truncated input, and malformed records decoded right before a
@@ -7,8 +7,8 @@
  */
 #include "testutil.h"
 
-#include "core/crc32c.h"
-#include "core/varint.h"
+#include "core/base/crc32c.h"
+#include "core/base/varint.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,9 +7,9 @@
  */
 #include "testutil.h"
 
-#include "connectors/ce_binding.h"
-#include "core/connector.h"
-#include "core/metrics.h" /* sl_buf_printf() */
+#include "core/bus/ce_binding.h"
+#include "core/bus/connector.h"
+#include "core/base/metrics.h" /* sl_buf_printf() */
 
 #include <stdio.h>
 #include <stdlib.h>

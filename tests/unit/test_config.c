@@ -1,13 +1,13 @@
 /*
- * tests/unit/test_config.c — the Lua config loader (core/config.h): every
+ * tests/unit/test_config.c — the Lua config loader (server/config.h): every
  * key kind, every mistake reported with FILE:LINE, all mistakes at once,
- * paths relative to the file, and the rule cursors (rules/cursor.h).
+ * paths relative to the file, and the rule cursors (core/bus/cursor.h).
  */
 #include "testutil.h"
 
-#include "core/config.h"
-#include "core/metrics.h" /* sl_buf_printf() */
-#include "rules/cursor.h"
+#include "server/config.h"
+#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/bus/cursor.h"
 
 #include <fcntl.h>
 #include <stdio.h>

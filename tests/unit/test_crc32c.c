@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/crc32c.h"
+#include "core/base/crc32c.h"
 
 /* A fixed-seed generator, so a failure reproduces. */
 static uint64_t rng_state = 0x9E3779B97F4A7C15u;

@@ -1,16 +1,16 @@
 /*
- * tests/unit/test_databus.c — the Databus (core/databus.h): offsets handed
+ * tests/unit/test_databus.c — the Databus (core/bus/databus.h): offsets handed
  * out at publish time, what the writer stores for them, durable completion
  * and group commit, partitioning (Kafka's murmur2), lanes, linger, the
  * bounded buffers and their refusals, shutdown, the append callback and a
  * failing disk. A bus is started and sets are opened with on_open =
- * sl_databus_attach, as core/server.c wires them; every check reads the
+ * sl_databus_attach, as server/serve.c wires them; every check reads the
  * records back from the partition logs.
  */
 #include "testutil.h"
 
-#include "core/databus.h"
-#include "core/log_internal.h" /* to see which segments are synced */
+#include "core/bus/databus.h"
+#include "core/log/log_internal.h" /* to see which segments are synced */
 
 #include <errno.h>
 #include <pthread.h>
@@ -51,7 +51,7 @@ static void fx_open(fx *f)
         fail_msg("sl_sets_open: %s", err.msg);
 }
 
-/* core/server.c's order: the bus first (it drains into the logs), then the
+/* server/serve.c's order: the bus first (it drains into the logs), then the
  * sets. */
 static void fx_close(fx *f)
 {
@@ -947,7 +947,7 @@ static void test_linger_batches(void **state)
 
 /* ---- back-pressure ----------------------------------------------------------- */
 
-#define FRAME_HDR 17 /* core/databus.c: bytes buffered per event besides lane, key, value */
+#define FRAME_HDR 17 /* core/bus/databus.c: bytes buffered per event besides lane, key, value */
 
 static void test_backpressure(void **state)
 {
@@ -1452,7 +1452,7 @@ static void test_sets_open_failure_detaches(void **state)
         int rc = sl_sets_open(&so, &sets, &err);
         if (rc != SL_EIO || ar.n != 2)
             _exit(3);
-        /* core/server.c does exactly this after a failed open. */
+        /* server/serve.c does exactly this after a failed open. */
         sl_databus_free(bus);
         sl_sets_close(sets);
         _exit(0);
@@ -1491,7 +1491,7 @@ int main(void)
         T(test_empty_durable_publish),
         T(test_sets_open_failure_detaches),
         /* The only test publishing null keys: under UBSan, frame_put()'s
-         * memcpy(…, NULL, 0) ends the binary here (core/databus.c:177). */
+         * memcpy(…, NULL, 0) ends the binary here (core/bus/databus.c:177). */
         T(test_null_key_round_robin),
     };
 #undef T

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/clock.h"
-#include "core/event.h"
+#include "core/base/clock.h"
+#include "core/bus/event.h"
 
 #define NOW_MS 1714564800250LL /* 2024-05-01T12:00:00.250Z */
 #define NOW_TEXT "2024-05-01T12:00:00.250Z"

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 /* ---- oracle ------------------------------------------------------------ */
 

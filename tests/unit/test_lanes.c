@@ -1,10 +1,10 @@
 /*
- * tests/unit/test_lanes.c — the lane registry (core/lanes.h): declared lanes,
+ * tests/unit/test_lanes.c — the lane registry (core/bus/lanes.h): declared lanes,
  * lanes.auto with its state file, the hooks' order, drops.
  */
 #include "testutil.h"
 
-#include "core/lanes.h"
+#include "core/bus/lanes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_log.c — writing the partition log (core/log.h): append and
+ * tests/unit/test_log.c — writing the partition log (core/log/log.h): append and
  * read back across segment rolls, reopening and the clean marker, time
  * lookups, retention, codecs, big records, rolls by size and age, the error
  * paths, and recovery after a crash. Every check looks at what really
@@ -8,9 +8,9 @@
  */
 #include "testutil.h"
 
-#include "core/crc32c.h"
-#include "core/log_internal.h" /* to see which segments are synced */
-#include "core/varint.h"
+#include "core/base/crc32c.h"
+#include "core/log/log_internal.h" /* to see which segments are synced */
+#include "core/base/varint.h"
 
 #include <dirent.h>
 #include <fcntl.h>

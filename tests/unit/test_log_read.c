@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_log_read.c — reading the partition log (core/log.h): a
+ * tests/unit/test_log_read.c — reading the partition log (core/log/log.h): a
  * reader opened at every offset, offset gaps, lanes and their sidecar,
  * readers tailing a live writer, and zero-copy slices. Every check looks at
  * what really happened: records read back, bytes and files on disk. The
@@ -8,8 +8,8 @@
  */
 #include "testutil.h"
 
-#include "core/crc32c.h"
-#include "core/varint.h"
+#include "core/base/crc32c.h"
+#include "core/base/varint.h"
 
 #include <fcntl.h>
 #include <pthread.h>

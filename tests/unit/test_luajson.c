@@ -4,7 +4,7 @@
  * and UTF-8; big integers, negative zero and exotic floats; random documents
  * checked against jansson as an oracle and random numbers against strtod();
  * decode errors with their byte offsets (every input replayed right before a
- * PROT_NONE page) and the same accept/refuse verdict as core/json.h; encode
+ * PROT_NONE page) and the same accept/refuse verdict as core/base/json.h; encode
  * errors naming the path; sluice.json from Lua; and every allocation of a
  * decode failed in turn.
  */
@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "rules/luajson.h"
 #include "rules/sandbox.h"
 
@@ -582,7 +582,7 @@ static void test_decode_errors(void **state)
     assert_int_equal(lua_gettop(L), 0);
 }
 
-/* Random mutations of valid documents: accepted exactly when core/json.h
+/* Random mutations of valid documents: accepted exactly when core/base/json.h
  * accepts them (the same grammar, UTF-8 and depth rules). */
 static void test_same_verdict_as_core(void **state)
 {

@@ -22,8 +22,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/json.h"
+#include "server/config.h"
+#include "core/base/json.h"
 #include "rules/luajson.h"
 #include "rules/luaproxy.h"
 #include "rules/pattern.h"
@@ -982,7 +982,7 @@ static void test_rule_vm(void **state)
     tu_rmdir(dir);
 }
 
-/* Lane overrides (core/config.h): rule VMs number them after the rules; an
+/* Lane overrides (server/config.h): rule VMs number them after the rules; an
  * override's functions replace the base's, the others are inherited. */
 static const char LANE_CONFIG[] =
     "set \"s\" { }\n"

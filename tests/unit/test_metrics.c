@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_metrics.c — the /metrics text helpers of core/metrics.h:
+ * tests/unit/test_metrics.c — the /metrics text helpers of core/base/metrics.h:
  * family headers that refuse what Prometheus' linter refuses, escaped
  * label values, sample lines, regrouping of text from several writers
  * (one header per family, samples together, headerless families and
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
-#include "core/metrics.h"
+#include "core/base/err.h"
+#include "core/base/metrics.h"
 
 /* b's text, NUL-terminated (b keeps owning it). */
 static const char *text(sl_buf *b)

@@ -16,8 +16,8 @@
  */
 #include "testutil.h"
 
-#include "core/log_internal.h"
-#include "core/varint.h"
+#include "core/log/log_internal.h"
+#include "core/base/varint.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
- * tests/unit/test_redrive.c — dead-letter redrive (core/redrive.h) on real
- * sets and a real Databus, wired as core/server.c wires them: what moves and
+ * tests/unit/test_redrive.c — dead-letter redrive (core/bus/redrive.h) on real
+ * sets and a real Databus, wired as server/serve.c wires them: what moves and
  * what is stripped, the position across calls and reopenings, nothing lost
  * when the destination refuses (the position stays), a destination whose
  * buffer is smaller than a chunk, events the destination can never take,
@@ -12,10 +12,10 @@
  */
 #include "testutil.h"
 
-#include "core/databus.h"
-#include "core/redrive.h"
-#include "core/metrics.h" /* sl_buf_printf() */
-#include "rules/cursor.h"
+#include "core/bus/databus.h"
+#include "core/bus/redrive.h"
+#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/bus/cursor.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -353,7 +353,7 @@ static void test_skips_bad_records(void **state)
     assert_int_equal(read_set(to, seen, 3), 2);
 }
 
-/* Dead letters of a lane dropped since (core/lanes.h) stay in the
+/* Dead letters of a lane dropped since (core/bus/lanes.h) stay in the
  * dead-letter set: stored again, no consumer would deliver them. */
 static void test_dropped_lane_skipped(void **state)
 {

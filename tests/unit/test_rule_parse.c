@@ -8,7 +8,7 @@
  */
 #include "testutil.h"
 
-#include "core/config.h"
+#include "server/config.h"
 #include "rules/rule.h"
 
 #include <stdio.h>

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
+#include "core/base/clock.h"
 #include "rules/sandbox.h"
 
 /* Small limits keep the failing cases fast. */

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_set.c — the event-set registry (core/set.h): names, the
+ * tests/unit/test_set.c — the event-set registry (core/bus/set.h): names, the
  * duration and size parsers, set.json on disk, reopening sets with their
  * configuration and data, damaged set.json files, the on_open hook,
  * retention and concurrent creation. Every check looks at what really
@@ -8,7 +8,7 @@
  */
 #include "testutil.h"
 
-#include "core/set.h"
+#include "core/bus/set.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -739,7 +739,7 @@ static void test_refused_set_not_persisted(void **state)
 
 /* ---- define on an existing set ----------------------------------------------- */
 
-/* core/set.h: "an existing set keeps its partitions, the rest of cfg replaces
+/* core/bus/set.h: "an existing set keeps its partitions, the rest of cfg replaces
  * its settings". */
 static void test_define_existing_updates_config(void **state)
 {
@@ -1008,7 +1008,7 @@ static void test_each_and_count(void **state)
     }
     assert_int_equal(sl_sets_get(sets, "alpha", true, &s, &err), 0); /* no duplicate */
     assert_int_equal(sl_sets_count(sets), 5);
-    /* core/set.h: in name order, whatever the order of creation. */
+    /* core/bus/set.h: in name order, whatever the order of creation. */
     static const char *const sorted[] = {"alpha", "beta", "mid", "omega", "zeta"};
     sl_sets_each(sets, collect_name, &sn);
     assert_int_equal(sn.n, 5);

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_slog.c — the structured logger (core/slog.h): exact
+ * tests/unit/test_slog.c — the structured logger (core/base/slog.h): exact
  * logfmt and JSON lines, escaping of quotes, newlines, control characters
  * and bytes that are not UTF-8 (every JSON line parsed back with jansson),
  * \u-escapes of C1 controls, U+2028/2029 and bidi overrides, lifecycle
@@ -21,8 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/err.h"
-#include "core/slog.h"
+#include "core/base/err.h"
+#include "core/base/slog.h"
 #include "testutil.h"
 
 /* 2026-11-29T20:05:12.123Z */

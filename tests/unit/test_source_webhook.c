@@ -2,7 +2,7 @@
  * tests/unit/test_source_webhook.c — source.webhook without a server
  * (connectors/source_webhook.h): the config check; for every preset the
  * mapping of a verified request to one CloudEvent (type, id, source, data,
- * lane) that core/event.h accepts; every refusal (401 counted per reason,
+ * lane) that core/bus/event.h accepts; every refusal (401 counted per reason,
  * nothing to store; 400 for what a preset cannot map); Slack's challenge;
  * the two-step dedupe (claim, then stored or forgotten) and the
  * claim/settle calls of connectors/webhook_verify.h underneath; metrics.
@@ -10,7 +10,7 @@
 #include "testutil.h"
 
 #include "connectors/source_webhook.h"
-#include "core/event.h"
+#include "core/bus/event.h"
 
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -155,7 +155,7 @@ static void handle(sl_webhook_source *w, hdrs *h, const char *body, int64_t now,
     sl_webhook_source_handle(w, get_hdr, h, body, body ? strlen(body) : 0, now, res);
 }
 
-/* Asserts a STORE whose event passes core/event.h and returns it parsed
+/* Asserts a STORE whose event passes core/bus/event.h and returns it parsed
  * (caller json_decref()s). Settles the result as stored when stored. */
 static json_t *expect_store(sl_webhook_source *w, sl_webhook_result *res, bool stored)
 {

@@ -3,7 +3,7 @@
  * everything goes through the function table, as an event set will use it.
  */
 #include "testutil.h"
-#include "core/store.h"
+#include "core/log/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
 /*
- * tests/unit/test_store_park.c — pooled stores (core/store.h): a parked
+ * tests/unit/test_store_park.c — pooled stores (core/log/store.h): a parked
  * partition gives back its descriptors and keeps its data, offsets, readers
  * and retention; the pool's limit parks the least recently used; appends go
  * on while another thread parks.
  */
 #include "testutil.h"
-#include "core/store.h"
+#include "core/log/store.h"
 
 #include <dirent.h>
 #include <pthread.h>

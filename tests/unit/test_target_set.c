@@ -3,13 +3,13 @@
  * creation: a target whose set does not exist yet makes none at open, none
  * for payloads that are not events, and makes it (declared: never counted
  * against max_auto_sets) at the first delivery holding a valid event. A bus
- * and sets are wired as core/server.c does; the checks look at DATA/sets on
+ * and sets are wired as server/serve.c does; the checks look at DATA/sets on
  * disk, the registry and the records read back.
  */
 #include "testutil.h"
 
-#include "core/connector.h"
-#include "core/databus.h"
+#include "core/bus/connector.h"
+#include "core/bus/databus.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/varint.h"
+#include "core/base/varint.h"
 
 /* Sentinel that no decode in these tests produces by accident. */
 #define UNTOUCHED ((int64_t)0x5A5A5A5A5A5A5A5A)

@@ -2,9 +2,9 @@
  * tests/unit/testutil.c — shared helpers for the unit tests.
  */
 #include "testutil.h"
-#include "core/log_internal.h"
-#include "core/segment.h"
-#include "core/varint.h"
+#include "core/log/log_internal.h"
+#include "core/log/segment.h"
+#include "core/base/varint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -159,7 +159,7 @@ uint8_t *tu_read_file(const char *path, size_t *len)
 
 /* Checks, for every segment of the closed log in dir, that the .log holds only
  * whole valid batches and that .index, .timeindex and .lanes say exactly what
- * core/segment.h says they say about it. Independent of sl_log_verify(). */
+ * core/log/segment.h says they say about it. Independent of sl_log_verify(). */
 void tu_check_companions(const char *dir, const char *when)
 {
     int64_t *bases = NULL;
@@ -488,7 +488,7 @@ uint64_t tu_file_sum(const char *dir)
     return t;
 }
 
-/* One .lanes sidecar entry, as core/segment.h lays it out. */
+/* One .lanes sidecar entry, as core/log/segment.h lays it out. */
 #define LANES_ENTRY 48
 
 /* The .lanes sidecar of each segment holds one entry per run of batches of

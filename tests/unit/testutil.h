@@ -12,11 +12,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "core/batch.h"
-#include "core/log.h"
-#include "core/store.h"
+#include "core/log/batch.h"
+#include "core/log/log.h"
+#include "core/log/store.h"
 
-/* The embedded log behind partition p of an event set (core/set.h), for
+/* The embedded log behind partition p of an event set (core/bus/set.h), for
  * tests that look under the store interface. */
 #define TU_LOG(set, p) sl_store_log(&(set)->parts[(p)])
 
@@ -49,7 +49,7 @@ uint8_t *tu_read_file(const char *path, size_t *len);
 
 /* Checks, for every segment of the closed log in dir, that the .log holds
  * only whole valid batches and that .index, .timeindex and .lanes say exactly
- * what core/segment.h says about it (independent of sl_log_verify()); when
+ * what core/log/segment.h says about it (independent of sl_log_verify()); when
  * names the situation in failure messages. */
 void tu_check_companions(const char *dir, const char *when);
 

@@ -1,0 +1,85 @@
+/*
+ * core/base/buf.c — growable byte buffer.
+ */
+#include "core/base/buf.h"
+#include "core/base/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int sl_buf_reserve(sl_buf *b, size_t extra)
+{
+    if (extra <= b->cap - b->len)
+        return 0;
+    if (extra > SIZE_MAX / 2 - b->len)
+        return SL_ENOMEM;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < extra)
+        cap *= 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p)
+        return SL_ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+int sl_buf_append(sl_buf *b, const void *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = sl_buf_reserve(b, n);
+    if (rc)
+        return rc;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+void sl_buf_free(sl_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int sl_buf_read_file(sl_buf *b, const char *path, size_t max, sl_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_error_errno(err, errno, "%s", path);
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = sl_error_errno(err, errno, "%s", path);
+    else if (!S_ISREG(st.st_mode))
+        rc = sl_error_set(err, SL_EINVAL, "%s: not a regular file", path);
+    else if ((uint64_t)st.st_size > max)
+        rc = sl_error_set(err, SL_ETOOBIG, "%s: larger than %zu bytes", path, max);
+    else if ((rc = sl_buf_reserve(b, (size_t)st.st_size + 1)))
+        sl_error_set(err, rc, "%s: out of memory", path);
+    size_t len0 = b->len;
+    while (!rc) { /* to the end, whatever the size said */
+        if ((rc = sl_buf_reserve(b, 4096))) {
+            sl_error_set(err, rc, "%s: out of memory", path);
+            break;
+        }
+        ssize_t r = read(fd, b->data + b->len, b->cap - b->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            rc = sl_error_errno(err, errno, "%s: read", path);
+        else if (r == 0)
+            break;
+        else if ((b->len += (size_t)r) - len0 > max)
+            rc = sl_error_set(err, SL_ETOOBIG, "%s: larger than %zu bytes", path, max);
+    }
+    close(fd);
+    if (rc)
+        b->len = len0;
+    return rc;
+}

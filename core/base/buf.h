@@ -1,0 +1,37 @@
+/*
+ * core/base/buf.h — a growable byte buffer, the one way sluice builds byte strings.
+ */
+#ifndef SL_BUF_H
+#define SL_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sl_buf {
+    uint8_t *data; /* owned; NULL until the first append */
+    size_t len;
+    size_t cap;
+} sl_buf;
+
+#define SL_BUF_INIT                                                                                \
+    {                                                                                              \
+        NULL, 0, 0                                                                                 \
+    }
+
+/* Makes room for at least extra more bytes. Returns 0 or SL_ENOMEM (buffer
+ * unchanged). */
+int sl_buf_reserve(sl_buf *b, size_t extra);
+
+/* Appends n bytes. Returns 0 or SL_ENOMEM (buffer unchanged). */
+int sl_buf_append(sl_buf *b, const void *p, size_t n);
+
+/* Appends the whole regular file at path, refusing files over max bytes.
+ * Returns 0, or SL_ENOENT/SL_EIO/SL_EINVAL (not a regular file)/SL_ETOOBIG/
+ * SL_ENOMEM with err ("PATH: reason"); b is unchanged on error. */
+struct sl_error;
+int sl_buf_read_file(sl_buf *b, const char *path, size_t max, struct sl_error *err);
+
+/* Releases the memory; the buffer is empty and reusable afterwards. */
+void sl_buf_free(sl_buf *b);
+
+#endif

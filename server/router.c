@@ -1,0 +1,406 @@
+/*
+ * server/router.c — the running config and its reload (see router.h).
+ */
+#include "server/router.h"
+
+#include "server/sources.h"
+
+#include "core/base/clock.h"
+#include "core/bus/event.h"
+#include "core/bus/redrive.h"
+#include "rules/runner.h"
+#include "core/base/slog.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sl_router {
+    sl_sets *sets;
+    sl_databus *bus;
+    char *data_dir;
+    /* cfg and runner are read by HTTP and Databus threads under the read
+     * lock; a reload swaps them under the write lock. The runner is stopped
+     * outside the lock: its batches may wait for the Databus, whose writer
+     * calls on_append. */
+    pthread_rwlock_t lock;
+    sl_config *cfg;
+    sl_runner *runner;
+    sl_sources *sources; /* started after the runner, stopped before it */
+    /* The lanes outlive configs. A lane's first event waits (in the added
+     * hook) while a reload replaces the runner, so that its runs are made
+     * by the runner that will read it (core/bus/lanes.h). Order: swap_lock, then
+     * lock; the lanes' own lock is never held while they call a hook. */
+    sl_lanes *lanes;
+    pthread_mutex_t swap_lock;
+};
+
+/* Declares the sets of cfg; live sets keep their settings unless starting. */
+static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_error *err)
+{
+    for (size_t i = 0; i < cfg->nsets; i++) {
+        const sl_set_decl *d = &cfg->sets[i];
+        sl_set *s = NULL;
+        bool exists = sl_sets_get(r->sets, d->name, false, &s, NULL) == 0;
+        if (exists && !starting) {
+            if (!sl_set_config_equal(&s->cfg, &d->cfg))
+                sl_slog(SL_SLOG_WARN, "router",
+                        "reload: set %s: changed settings apply on the next "
+                        "restart",
+                        d->name);
+            continue;
+        }
+        if (exists && s->nparts != d->cfg.partitions)
+            sl_slog(SL_SLOG_WARN, "router",
+                    "set %s keeps its %d partitions (the config says %d; "
+                    "partitions are fixed once a set exists)",
+                    d->name, s->nparts, d->cfg.partitions);
+        int rc = sl_sets_define(r->sets, d->name, &d->cfg, &s, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int start_sources(sl_router *r, const sl_config *cfg, sl_sources **out, sl_error *err)
+{
+    sl_sources_options so = {
+        .cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
+    return sl_sources_start(&so, out, err);
+}
+
+/* Takes the running sources away (under the lock) and stops them (outside:
+ * a flush may wait for the Databus). */
+static void stop_sources(sl_router *r)
+{
+    pthread_rwlock_wrlock(&r->lock);
+    sl_sources *old = r->sources;
+    r->sources = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_sources_stop(old);
+}
+
+static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
+{
+    sl_runner_options ro = {
+        .cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
+    return sl_runner_start(&ro, out, err);
+}
+
+/* The lanes' hooks: a lane's runs are made (or dropped) in the runner of the
+ * moment; a reload in progress is waited for. */
+static int lane_added(void *ctx, const sl_lane_info *lane, sl_error *err)
+{
+    sl_router *r = ctx;
+    pthread_mutex_lock(&r->swap_lock);
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_add_lane(r->runner, lane, err) : 0;
+    pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
+    return rc;
+}
+
+static void lane_dropped(void *ctx, const char *lane)
+{
+    sl_router *r = ctx;
+    pthread_mutex_lock(&r->swap_lock);
+    pthread_rwlock_rdlock(&r->lock);
+    if (r->runner)
+        sl_runner_drop_lane(r->runner, lane);
+    pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
+}
+
+int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *data_dir,
+                    sl_router **out, sl_error *err)
+{
+    sl_router *r = calloc(1, sizeof *r);
+    if (!r || !(r->data_dir = strdup(data_dir))) {
+        free(r);
+        sl_config_free(cfg);
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    }
+    r->sets = sets;
+    r->bus = bus;
+    r->cfg = cfg;
+    pthread_mutex_init(&r->swap_lock, NULL);
+    /* Writers first: a reload must not wait behind a stream of ingest
+     * threads reading the schemas (no path takes the read lock twice). */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&r->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
+    int rc = sl_lanes_open(data_dir, &r->lanes, err);
+    if (!rc) {
+        sl_lanes_set_hooks(r->lanes, &(sl_lanes_hooks){r, lane_added, lane_dropped});
+        rc = declare_sets(r, cfg, true, err);
+    }
+    if (!rc)
+        rc = start_runner(r, cfg, &r->runner, err);
+    if (!rc) {
+        sl_lanes_configure(r->lanes, cfg);
+        sl_lanes_commit(r->lanes);
+    }
+    if (!rc)
+        rc = start_sources(r, cfg, &r->sources, err);
+    if (rc) {
+        sl_router_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* Stops the running rules and starts those of want, or those of fallback
+ * again when want's cannot start (fallback NULL: none); the lanes take the
+ * config that runs, which becomes r->cfg. All under swap_lock, so that a
+ * lane's first event meanwhile waits for the new runner. Sources are not
+ * touched. Returns 0, or want's error with *runs = fallback. */
+static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl_config **runs,
+                          sl_error *err)
+{
+    pthread_mutex_lock(&r->swap_lock);
+    pthread_rwlock_wrlock(&r->lock);
+    sl_runner *old = r->runner;
+    r->runner = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_runner_stop(old);
+    sl_runner *fresh = NULL;
+    *runs = want;
+    int rc = start_runner(r, want, &fresh, err);
+    if (rc && fallback) {
+        *runs = fallback; /* the old rules run again */
+        sl_error e2 = {0};
+        if (start_runner(r, fallback, &fresh, &e2))
+            sl_slog(SL_SLOG_ERROR, "router", "reload: the old rules could not restart either: %s",
+                    e2.msg);
+    }
+    sl_lanes_configure(r->lanes, *runs);
+    pthread_rwlock_wrlock(&r->lock);
+    r->runner = fresh;
+    r->cfg = *runs;
+    pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_unlock(&r->swap_lock);
+    return rc;
+}
+
+int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
+{
+    int rc = declare_sets(r, cfg, false, err);
+    if (rc) {
+        sl_config_free(cfg);
+        return rc;
+    }
+    /* The sources read the old config: they stop first and start again
+     * from their committed positions with the new one. Their webhooks keep
+     * answering until the new ones replace them. Sources start outside the
+     * swap lock: one may emit a new lane's first event while it starts. */
+    sl_sources_halt(r->sources);
+    sl_config *old = r->cfg, *keep;
+    rc = replace_runner(r, cfg, old, &keep, err);
+    sl_sources *src = NULL;
+    sl_error serr = {0};
+    int src_rc = start_sources(r, keep, &src, &serr);
+    if (src_rc && keep == cfg) {
+        /* The new sources cannot run: the whole old config runs again. */
+        sl_slog(SL_SLOG_ERROR, "router", "reload: %s; the old config runs again", serr.msg);
+        sl_error e2 = {0};
+        if (replace_runner(r, old, NULL, &keep, &e2) || start_sources(r, old, &src, &e2))
+            sl_slog(SL_SLOG_ERROR, "router", "reload: the old config could not restart either: %s",
+                    e2.msg);
+        if (!rc)
+            rc = sl_error_set(err, src_rc, "%s", serr.msg);
+    } else if (src_rc) {
+        sl_slog(SL_SLOG_ERROR, "router", "reload: the old sources could not restart: %s", serr.msg);
+    }
+    pthread_rwlock_wrlock(&r->lock);
+    sl_sources *old_src = r->sources;
+    r->sources = src;
+    pthread_rwlock_unlock(&r->lock);
+    sl_sources_stop(old_src);
+    sl_lanes_commit(r->lanes);
+    sl_config_free(keep == cfg ? old : cfg);
+    return rc;
+}
+
+static int validate(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = sl_config_check_event(sl_config_set(r->cfg, set->name), ev, err)
+                 ? SL_EVENT_SCHEMA_VIOLATION
+                 : 0;
+    pthread_rwlock_unlock(&r->lock);
+    /* The lane last: a refused event must not register a new lane. Outside
+     * the lock: a new lane waits for a reload to finish. */
+    return rc ? rc : (int)sl_lanes_admit(r->lanes, ev->lane, err);
+}
+
+/* GET /v1/lanes: each lane with what the runner did with it. */
+static int lane_extra(void *ctx, const char *lane, sl_buf *out)
+{
+    sl_router *r = ctx;
+    return r->runner ? sl_runner_lane_json(r->runner, lane, out) : 0;
+}
+
+static int lanes_json(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc =
+        sl_buf_printf(out, "{\"auto\":%s,\"lanes\":[", sl_lanes_auto(r->lanes) ? "true" : "false");
+    rc = rc ? rc : sl_lanes_json(r->lanes, lane_extra, r, out);
+    rc = rc ? rc : sl_buf_printf(out, "]}\n");
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int lane_drop(void *ctx, const char *lane, sl_error *err)
+{
+    sl_router *r = ctx;
+    return sl_lanes_drop(r->lanes, lane, err);
+}
+
+static int rules_json(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_rules_json(r->runner, out)
+                       : sl_buf_append(out, "{\"rules\":[]}\n", 13);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int metrics(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_metrics(r->runner, out) : 0;
+    if (!rc)
+        rc = sl_lanes_metrics(r->lanes, out);
+    if (!rc)
+        rc = sl_sources_metrics(r->sources, out);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+/* POST /v1/sets/{dlq}/redrive (core/bus/redrive.h): needs no config. */
+static int redrive(void *ctx, const char *dlq, const char *to, uint64_t max, sl_buf *out,
+                   sl_error *err)
+{
+    sl_router *r = ctx;
+    return sl_redrive(r->sets, r->bus, r->lanes, r->data_dir, dlq, to, max, out, err);
+}
+
+static int replay(void *ctx, const char *rule, int64_t from_ms, int64_t to_ms, sl_buf *out,
+                  sl_error *err)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = r->runner ? sl_runner_replay(r->runner, rule, from_ms, to_ms, out, err)
+                       : sl_error_set(err, SL_ENOENT, "no rule named %s", rule);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int replays_json(void *ctx, const char *rule, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = !r->runner || !sl_config_rule(r->cfg, rule)
+                 ? SL_ENOENT
+                 : sl_runner_replays_json(r->runner, rule, out);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+static int webhook(void *ctx, const char *name, sl_webhook_header_fn *get, void *hctx,
+                   const char *body, size_t len, sl_webhook_result *res)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    sl_webhook_source *w = sl_sources_webhook(r->sources, name);
+    if (w)
+        sl_webhook_source_handle(w, get, hctx, body, len, sl_clock_now_ms(), res);
+    pthread_rwlock_unlock(&r->lock);
+    return w ? 0 : SL_ENOENT;
+}
+
+static bool webhook_known(void *ctx, const char *name)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    bool known = sl_sources_webhook(r->sources, name) != NULL;
+    pthread_rwlock_unlock(&r->lock);
+    return known;
+}
+
+static void webhook_stored(void *ctx, const char *name, const sl_webhook_result *res, bool stored)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    sl_sources_webhook_stored(r->sources, name, res, stored);
+    pthread_rwlock_unlock(&r->lock);
+}
+
+static int sources_json(void *ctx, sl_buf *out)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    int rc = sl_sources_json(r->sources, out);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
+void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
+{
+    *out = (sl_http_hooks){.ctx = r,
+                           .validate = validate,
+                           .rules_json = rules_json,
+                           .metrics = metrics,
+                           .redrive = redrive,
+                           .replay = replay,
+                           .replays_json = replays_json,
+                           .webhook = webhook,
+                           .webhook_known = webhook_known,
+                           .webhook_stored = webhook_stored,
+                           .sources_json = sources_json,
+                           .lanes_json = lanes_json,
+                           .lane_drop = lane_drop};
+}
+
+void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    if (r->runner)
+        sl_runner_on_append(r->runner, set, partition, end, lane);
+    pthread_rwlock_unlock(&r->lock);
+}
+
+void sl_router_stop(sl_router *r)
+{
+    if (!r)
+        return;
+    stop_sources(r);
+    pthread_rwlock_wrlock(&r->lock);
+    sl_runner *old = r->runner;
+    r->runner = NULL;
+    pthread_rwlock_unlock(&r->lock);
+    sl_runner_stop(old); /* outside the lock: its batches may wait for the bus */
+}
+
+void sl_router_free(sl_router *r)
+{
+    if (!r)
+        return;
+    sl_router_stop(r);
+    sl_config_free(r->cfg);
+    sl_lanes_free(r->lanes);
+    pthread_mutex_destroy(&r->swap_lock);
+    pthread_rwlock_destroy(&r->lock);
+    free(r->data_dir);
+    free(r);
+}

@@ -1,5 +1,5 @@
 /*
- * http/http_internal.h — what the files of the HTTP API (http/*.c) share:
+ * http/http_internal.h — what the files of the HTTP API (http/) share:
  * the server and request structs, response helpers, and each file's
  * handlers (the routes[] table of http/http.c calls them). Not a public
  * interface (see http/http.h).

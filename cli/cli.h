@@ -11,7 +11,8 @@ int sl_cli_log_main(int argc, char **argv);
 /* sluice demo [DIR]: writes, reads back and verifies a small event set. */
 int sl_cli_demo_main(int argc, char **argv);
 
-/* sluice serve [--data DIR] [--listen HOST:PORT] …: the server. */
+/* sluice serve [--data DIR] [--listen HOST:PORT] …: the server (its
+ * lifecycle, server/serve.c). */
 int sl_cli_serve_main(int argc, char **argv);
 
 /* sluice put SET [FILE] …: publish NDJSON over HTTP. */
@@ -45,8 +46,9 @@ int sl_cli_key_main(int argc, char **argv);
 /* sluice check CONFIG.lua: check a config file without starting anything. */
 int sl_cli_check_main(int argc, char **argv);
 
-/* sluice test CONFIG.lua TESTS.lua: feed test events into rules and check what
- * their targets would receive, without starting anything (docs/testing.md). */
+/* sluice test CONFIG.lua TESTS.lua (cli/cli_ruletest.c): feed test events
+ * into rules and check what their targets would receive, without starting
+ * anything (docs/testing.md). */
 int sl_cli_test_main(int argc, char **argv);
 
 /* sluice databus --listen … --upstream URL: the local agent (agent/agent.h). */

@@ -1,8 +1,9 @@
 /*
- * cli/cli_demo.c — `sluice demo [DIR]`: what `make run` shows until the
- * server exists. Appends sample CloudEvents to a real partition (default
- * ./sluice-data/sets/demo/0), reads them back by lane and by time, and
- * verifies the files, printing what it did and how long it took.
+ * cli/cli_demo.c — `sluice demo [DIR]`: the log store on its own, without a
+ * server (what `make run` showed before the server existed). Appends sample
+ * CloudEvents to a real partition (default ./sluice-data/sets/demo/0), reads
+ * them back by lane and by time, and verifies the files, printing what it
+ * did and how long it took.
  */
 #include "cli/cli.h"
 #include "core/base/clock.h"

@@ -26,6 +26,7 @@ static void usage(FILE *f)
           "  replay RULE --from TIME    deliver a rule's events of a time window again\n"
           "  status [--server URL]      a report of a running server: sets, rules, lanes\n"
           "  key new [NAME]             make an API key: a token and its server.api_keys entry\n"
+          "  key hash < TOKEN_FILE      print the server.api_keys hash of an existing token\n"
           "  demo [DIR]                 append, read back and verify a sample event set\n"
           "  log append PARTITION_DIR   append stdin lines as records, print the last offset\n"
           "  log dump PARTITION_DIR     print batches and records\n"

@@ -357,7 +357,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         atomic_fetch_add(&h->conns, 1);
     else
         atomic_fetch_sub(&h->conns, 1);
-    /* and per client address (source_http_auth.c) */
+    /* and per client address (http_auth.c) */
     if (toe == MHD_CONNECTION_NOTIFY_STARTED)
         sl__http_conn_opened(h, c, socket_context);
     else
@@ -661,7 +661,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         atomic_fetch_add(&h->active, 1);
         /* With the headers: a refused request is answered now and its
          * body never read (connection limits, Host, API key, key-free
-         * routes: source_http_auth.c). */
+         * routes: http_auth.c). */
         enum MHD_Result ret;
         if (sl__http_admit(r, method, url, &ret))
             return ret;

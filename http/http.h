@@ -1,7 +1,9 @@
 /*
- * http/http.h — the HTTP API (libmicrohttpd): CloudEvents
- * ingest into the Databus, reading events back with long-polling, set
- * listings, health and metrics. Reference in docs/http-api.md.
+ * http/http.h — the HTTP API (libmicrohttpd): CloudEvents ingest into the
+ * Databus, reading events back with long-polling, set listings, health and
+ * metrics, the rules, lanes, sources, replays, pattern tests, redrive,
+ * webhooks and the web console. The routes are the routes[] table of
+ * http/http.c; the reference is docs/http-api.md.
  *
  * Threads: libmicrohttpd's epoll thread pool runs the handlers; a request
  * that has to wait (a durable publish until its fsync, a long-poll until data
@@ -9,8 +11,8 @@
  * writer or the poll timer thread. Thousands of waiting consumers therefore
  * cost memory, not threads.
  */
-#ifndef SL_SOURCE_HTTP_H
-#define SL_SOURCE_HTTP_H
+#ifndef SL_HTTP_H
+#define SL_HTTP_H
 
 #include "connectors/source_webhook.h"
 #include "core/bus/databus.h"

@@ -1,8 +1,11 @@
 /*
- * http/http_admin.c — GET /v1/rules (the rule runner's cursors,
- * lag and counts), GET /v1/sources (each source's counts and health) and
+ * http/http_admin.c — the admin side of the HTTP API: GET /v1/rules (the
+ * rule runner's cursors, lag and counts), POST /v1/rules/{rule}/replay and
+ * GET /v1/rules/{rule}/replays, GET /v1/lanes and DELETE /v1/lanes/{lane},
+ * GET /v1/sources (each source's counts and health) and
  * POST /v1/patterns/test (EventBridge's TestEventPattern: try a pattern on
- * an event without a config).
+ * an event without a config). Everything but the pattern test asks the
+ * running config through the server's hooks (http/http.h).
  */
 #include "http/http_internal.h"
 #include "core/base/clock.h"

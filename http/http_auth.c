@@ -39,7 +39,7 @@ static const char *ip_addr(const struct sl_http_ip *e)
 /* ---- which right an endpoint needs ------------------------------------------ */
 
 /* The right method+url needs; *set gets the set it concerns ("" when none).
- * Paths are split like route() does (source_http.c). */
+ * Paths are split like route() does (http.c). */
 static sl_auth_right classify(const char *method, const char *url, char *set, size_t cap,
                               bool *redrive)
 {

@@ -1,10 +1,11 @@
 /*
- * http/http_internal.h — what the files of the HTTP source
- * share: the server and request structs, and response helpers. Not a public
- * interface (see source_http.h).
+ * http/http_internal.h — what the files of the HTTP API (http/) share:
+ * the server and request structs, response helpers, and each file's
+ * handlers (the routes[] table of http/http.c calls them). Not a public
+ * interface (see http/http.h).
  */
-#ifndef SL_SOURCE_HTTP_INTERNAL_H
-#define SL_SOURCE_HTTP_INTERNAL_H
+#ifndef SL_HTTP_INTERNAL_H
+#define SL_HTTP_INTERNAL_H
 
 #include "http/http.h"
 #include "core/bus/auth.h"
@@ -18,7 +19,7 @@
 
 #define SL_HTTP_STATUS_MAX 600
 /* Connections accepted beyond max_connections, so that those get a 503
- * answer instead of a closed socket (source_http.c, the accept policy). */
+ * answer instead of a closed socket (http_auth.c, the accept policy). */
 #define SL_HTTP_CONN_HEADROOM 256
 /* Longest X-Request-Id taken from a client; longer ones are replaced. */
 #define SL_HTTP_REQUEST_ID_MAX 64
@@ -41,9 +42,9 @@ struct sl_http {
     _Atomic uint64_t open_body_bytes;
     bool loopback; /* the listen address is loopback (Host/Origin checks without keys) */
     _Atomic uint64_t status[SL_HTTP_STATUS_MAX];
-    _Atomic uint64_t rejected[16]; /* per sl_event_status (source_http_ingest.c) */
+    _Atomic uint64_t rejected[16]; /* per sl_event_status (http_ingest.c) */
     sl_http_hooks hooks;
-    /* security (source_http_auth.c): keys (borrowed, NULL or empty: open),
+    /* security (http_auth.c): keys (borrowed, NULL or empty: open),
      * the per-client publish rate, TLS material read at start */
     const sl_auth *_Atomic auth; /* swapped by sl_http_set_auth() */
     sl_ratelimit *rl;
@@ -69,7 +70,7 @@ struct sl_http_req {
     bool close;       /* close the connection after the answer */
     bool open_body;   /* no key on a server with keys: body counts in open_body_bytes */
     int64_t start_ns; /* when the headers were complete */
-    /* Authorization (source_http_auth.c), decided with the headers: the
+    /* Authorization (http_auth.c), decided with the headers: the
      * key used (NULL: none needed or none configured) and, for a refused
      * request, its answer, sent at once without reading the body. */
     const sl_auth_key *key;
@@ -119,19 +120,19 @@ enum MHD_Result sl__http_reply_stream(sl_http_req *r, unsigned status, struct MH
 
 /* Appends s as the inside of a JSON string, always valid JSON: quotes,
  * backslashes and control characters escaped, bytes that are not UTF-8 as
- * U+FFFD (source_http.c). */
+ * U+FFFD (http.c). */
 void sl__http_put_json_text(sl_buf *b, const char *s);
 
 /* Queues {"error":code,"message":msg,"request_id":id} with status. */
 enum MHD_Result sl__http_error(sl_http_req *r, unsigned status, const char *code, const char *fmt,
                                ...) __attribute__((format(printf, 4, 5)));
 
-/* GET /ui/… (source_http_ui.c): the web console's files; rest is the path
+/* GET /ui/… (http_console.c): the web console's files; rest is the path
  * after "/ui" ("" or "/…"). */
 enum MHD_Result sl__http_ui(sl_http_req *r, const char *rest);
 
 /* Admission of a request on its first call, from the headers alone and
- * before any body is read (source_http_auth.c): the connection limits
+ * before any body is read (http_auth.c): the connection limits
  * (503), the Host/Origin checks of an open loopback server (403), the API
  * key (401/403, fills r->key), and the key-free routes' method and webhook
  * name (405/404). A refused request is answered at once (true, with *ret)
@@ -168,7 +169,7 @@ void sl__http_conn_closed(sl_http *h, void **socket_context);
 int sl__http_tls_load(const char *cert, const char *key, char **cert_pem, char **key_pem,
                       sl_error *err);
 
-/* POST /v1/sets/{set}/events (source_http_ingest.c). */
+/* POST /v1/sets/{set}/events (http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
 
 /* The outcome of sl__http_publish_json(): 0 when the event is stored (for a
@@ -192,33 +193,33 @@ enum MHD_Result sl__http_publish_json(sl_http_req *r, const char *set_name, cons
 
 /* Whether r, a redrive into set `to`, may proceed: true, or false with a
  * 403 answered into *ret when r's key lacks publish on `to`
- * (source_http_auth.c). Always true without keys. */
+ * (http_auth.c). Always true without keys. */
 bool sl__http_redrive_allowed(sl_http_req *r, const char *to, enum MHD_Result *ret);
 
-/* POST /v1/webhooks/{name} (source_http_webhook.c). */
+/* POST /v1/webhooks/{name} (http_webhook.c). */
 enum MHD_Result sl__http_webhook(sl_http_req *r, const char *name);
 
-/* GET /v1/sets/{set}/events (source_http_read.c). */
+/* GET /v1/sets/{set}/events (http_read.c). */
 enum MHD_Result sl__http_read(sl_http_req *r, const char *set_name);
 
-/* GET /v1/sets, /v1/sets/{set}, /metrics (source_http_read.c). */
+/* GET /v1/sets, /v1/sets/{set}, /metrics (http_read.c). */
 enum MHD_Result sl__http_list_sets(sl_http_req *r);
 enum MHD_Result sl__http_show_set(sl_http_req *r, const char *set_name);
 enum MHD_Result sl__http_metrics(sl_http_req *r);
 
-/* GET /v1/rules and POST /v1/patterns/test (source_http_rules.c). */
+/* GET /v1/rules (http_admin.c). */
 enum MHD_Result sl__http_rules(sl_http_req *r);
 
-/* GET /v1/sources (source_http_rules.c). */
+/* GET /v1/sources (http_admin.c). */
 enum MHD_Result sl__http_sources(sl_http_req *r);
-/* GET /v1/lanes, DELETE /v1/lanes/{lane} (source_http_rules.c). */
+/* GET /v1/lanes, DELETE /v1/lanes/{lane}, POST /v1/patterns/test (http_admin.c). */
 enum MHD_Result sl__http_lanes(sl_http_req *r);
 enum MHD_Result sl__http_lane_drop(sl_http_req *r, const char *lane);
 enum MHD_Result sl__http_pattern_test(sl_http_req *r);
-/* source_http_rules.c: POST /v1/rules/{rule}/replay, GET …/replays */
+/* http_admin.c: POST /v1/rules/{rule}/replay, GET …/replays */
 enum MHD_Result sl__http_replay(sl_http_req *r, const char *rule);
 enum MHD_Result sl__http_replays(sl_http_req *r, const char *rule);
-/* source_http_redrive.c: POST /v1/sets/{dlq}/redrive */
+/* http_redrive.c: POST /v1/sets/{dlq}/redrive */
 enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name);
 
 /* Drops a request reference; frees it at zero. */

@@ -9,7 +9,7 @@
  * destination is full), far too long for one of libmicrohttpd's few pool
  * threads: the request is suspended, the redrive runs on a thread of its
  * own, and the answer is queued when the thread resumes the connection (the
- * path a durable ingest takes, source_http.c). The thread holds a reference
+ * path a durable ingest takes, http_ingest.c). The thread holds a reference
  * to the request and counts in the server's active requests until it is
  * done, so that sl_http_stop() waits for it; it gives the redrive the
  * server's stopping flag, so that a stopping server ends the redrive at the

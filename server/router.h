@@ -1,6 +1,7 @@
 /*
- * server/router.h — the running config: its sets, schemas and rule runner,
- * swapped as a whole on SIGHUP.
+ * server/router.h — the running config: its sets, schemas, lanes, rule
+ * runner and sources, swapped as a whole on SIGHUP, and the hooks through
+ * which the HTTP API and the Databus reach them.
  *
  * `sluice serve -c FILE` keeps one router. A reload loads and checks the new
  * file completely first; a config with any mistake is refused with its

@@ -1,6 +1,7 @@
 /*
- * server/serve.c — `sluice serve`: opens the event sets, starts the Databus
- * and the HTTP API, applies retention once a minute, and shuts down cleanly
+ * server/serve.c — `sluice serve`: opens the event sets, starts the Databus,
+ * the router (rules and sources, server/router.h) and the HTTP API, applies
+ * retention once a minute, reloads the config on SIGHUP, and shuts down cleanly
  * on SIGTERM/SIGINT (stop accepting, drain every buffer to disk, sync, close
  * every log with its clean marker, exit 0).
  */

@@ -1,6 +1,6 @@
 /*
- * core/base/httpc.c — the libcurl layer shared by `sluice put` and
- * `sluice tail` (see core/base/httpc.h).
+ * core/base/httpc.c — the libcurl layer shared by the CLI's server commands
+ * and the Databus agent (see core/base/httpc.h).
  */
 #include "core/base/httpc.h"
 #include "core/bus/auth.h"

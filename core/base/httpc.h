@@ -1,8 +1,11 @@
 /*
- * core/base/httpc.h — the small HTTP client layer shared by `sluice put` and
- * `sluice tail`: server URL resolution, one keep-alive libcurl handle per
- * request stream, Retry-After and back-off, and reading the server's JSON
- * answers (error bodies, integer members) with the core/base/json.h scanner.
+ * core/base/httpc.h — the small HTTP client layer shared by the commands that
+ * talk to a server (cli/: put, tail, status, lane, replay, redrive, schema
+ * infer, and the --api-key/--cacert flags they all take) and the Databus
+ * agent (agent/: upstream's answers, the config set it polls): server URL
+ * resolution, one keep-alive libcurl handle per request stream, Retry-After
+ * and back-off, and reading the server's JSON answers (error bodies, integer
+ * members) with the core/base/json.h scanner.
  */
 #ifndef SL_HTTPC_H
 #define SL_HTTPC_H

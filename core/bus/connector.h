@@ -1,16 +1,19 @@
 /*
- * core/bus/connector.h — the interface every target implements (ARCHITECTURE.md
- * §8; sources join it in the sources issue, loadable plugins fill the same
- * table).
+ * core/bus/connector.h — the interface every source and target kind
+ * implements: the built-in ones of connectors/ and the loadable plugins
+ * alike (core/bus/plugin.h; plugins/README.md is the ABI for their authors).
  *
  * Like every sluice vtable the first field is the ABI version, and a caller
- * reads a field only when the version says it exists. Built-in targets
- * register statically (sl_target_find); the rule runner owns the instances.
+ * reads a field only when the version says it exists. The built-in tables
+ * are listed by the registry of kinds (server/registry.c), which prefers a
+ * configured plugin's table; the rule runner (rules/) owns the target
+ * instances, the sources host (server/sources.c) the source instances.
  *
- * Delivery is asynchronous by contract: deliver() may complete some payloads
- * before it returns and others later from another thread (an HTTP response,
- * a Kafka delivery report). Each payload is completed exactly once. The
- * runner moves a rule's cursor only when every payload of a batch completed.
+ * Targets (ARCHITECTURE.md §8): delivery is asynchronous by contract.
+ * deliver() may complete some payloads before it returns and others later
+ * from another thread (an HTTP response, a Kafka delivery report). Each
+ * payload is completed exactly once. The runner moves a rule's cursor only
+ * when every payload of a batch completed.
  *
  * Statuses: 0 delivered; SL_EINVAL refused for good (the rule dead-letters
  * it); SL_EDEFERRED not attempted (it is retried without using up one of

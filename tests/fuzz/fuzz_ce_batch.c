@@ -1,7 +1,7 @@
 /*
  * tests/fuzz/fuzz_ce_batch.c — CloudEvents batched mode
  * (application/cloudevents-batch+json): the body is a JSON array of events.
- * As source_http_ingest.c parse_batch does: the whole body is validated with
+ * As http/http_ingest.c parse_batch does: the whole body is validated with
  * the event depth + 1, must be an array, and each element goes through
  * ingest's steps (fz_ingest_event) on its own.
  */

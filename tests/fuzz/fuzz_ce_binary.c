@@ -1,7 +1,7 @@
 /*
  * tests/fuzz/fuzz_ce_binary.c — CloudEvents binary mode: the input is
  * "Name: value" header lines, a blank line, then the body. The ce-* headers
- * (at most 64, as source_http_ingest.c collects them) and Content-Type go
+ * (at most 64, as http/http_ingest.c collects them) and Content-Type go
  * through sl_event_from_binary(); the structured event it builds must be
  * valid JSON, and goes on through ingest's steps (fz_ingest_event).
  */

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_ndjson.c — the NDJSON reader (Content-Type:
- * application/x-ndjson): lines split as source_http_ingest.c parse_ndjson
+ * application/x-ndjson): lines split as http/http_ingest.c parse_ndjson
  * does (blank and whitespace-only lines skipped, each other line one event
  * through ingest's steps, fz_ingest_event), plus the core/base/json.h scanner on
  * every line: validate, iterate every container, decode every string whole

@@ -67,7 +67,7 @@ int fz_write_file(const char *path, const void *data, size_t n);
 int fz_ingest_event(const char *json, size_t len, const sl_event_limits *lim, const char *lane);
 
 /* Splits "Name: value" lines (up to a blank line) into the ce-* headers
- * binary mode reads (at most 64, as source_http_ingest.c collects them) and
+ * binary mode reads (at most 64, as http/http_ingest.c collects them) and
  * the Content-Type; the rest of the input is the body. Every part is its own
  * allocation (freed by fz_binary_free). */
 typedef struct fz_binary {

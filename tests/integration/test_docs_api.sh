@@ -4,9 +4,10 @@
 # code, and every endpoint it lists exists:
 #
 #  1. error codes and statuses: every call sl__http_error(r, STATUS, "Code", …)
-#     (and the webhook source's answer_error / bad_request) in connectors/*.c
-#     and core/*.c, the `code = "…"` / `status = NNN` assignments beside them
-#     (a status or code chosen at run time), and the event statuses of
+#     (and the webhook source's answer_error / bad_request) in the .c files
+#     of the floors (core/*, rules, connectors, http, server, agent, cli),
+#     the `code = "…"` / `status = NNN` assignments beside them (a status or
+#     code chosen at run time), and the event statuses of
 #     core/bus/event.h's SL_EVENT_STATUS_MAP (per-event errors). Each code needs a
 #     row in the "Error codes" table naming each literal status it is sent
 #     with; each status a row in the "Status codes" table.

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_ce_binding.c — connectors/ce_binding: attribute look-up,
+ * tests/unit/test_ce_binding.c — core/bus/ce_binding: attribute look-up,
  * `{attr}` templates and their syntax check, the attributes binary mode
  * sends as headers, and binary-mode data (JSON, text, base64 with JSON
  * escapes); plus target.kafka's check() and a producer that refuses

@@ -157,13 +157,6 @@ void sl__http_client_of(sl_http_req *r, char *out, size_t cap);
 void sl__http_conn_opened(sl_http *h, struct MHD_Connection *c, void **socket_context);
 void sl__http_conn_closed(sl_http *h, void **socket_context);
 
-/* Reads and checks a PEM certificate (chain) and its private key with
- * libcrypto: both parse, and the key belongs to the certificate. Returns 0
- * with the files' texts in *cert_pem and *key_pem (caller frees), or
- * SL_EINVAL/SL_ENOENT/SL_EIO with err naming the file and the problem. */
-int sl__http_tls_load(const char *cert, const char *key, char **cert_pem, char **key_pem,
-                      sl_error *err);
-
 /* POST /v1/sets/{set}/events (source_http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
 

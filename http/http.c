@@ -844,8 +844,8 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     struct MHD_OptionItem extra[3];
     size_t nx = 0;
     if (opts->tls_cert || opts->tls_key) {
-        int rc = sl_tls_load_pem(opts->tls_cert, opts->tls_key, &h->tls_cert_pem, &h->tls_key_pem,
-                                 err);
+        int rc =
+            sl_tls_load_pem(opts->tls_cert, opts->tls_key, &h->tls_cert_pem, &h->tls_key_pem, err);
         if (!rc && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
             rc = sl_error_set(err, SL_EINVAL,
                               "this libmicrohttpd was built without TLS: cannot serve HTTPS");

@@ -331,8 +331,8 @@ static void test_append_race(void **state)
     pthread_join(t, NULL);
     pthread_barrier_destroy(&r.go);
     assert_int_equal(sl_store_end_offset(&f->a->parts[2]), RACE_ROUNDS);
-    print_message("%d of %d rounds waited for the append, %d missed it\n", waited,
-                  RACE_ROUNDS, missed);
+    print_message("%d of %d rounds waited for the append, %d missed it\n", waited, RACE_ROUNDS,
+                  missed);
     assert_int_equal(missed, 0);
 }
 

@@ -7,6 +7,7 @@
 #include "core/base/clock.h"
 #include "core/base/metrics.h"
 #include "core/base/slog.h"
+#include "core/base/tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -737,18 +738,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* ---- long-poll waiting ---------------------------------------------------- */
 
-static void poll_unlink(sl_http_req *r)
+/* The waiter's callbacks (core/bus/waits.h), run under the registry's
+ * lock: parking suspends the connection before any wake-up can resume it. */
+static void poll_park(sl_wait *w)
 {
-    *r->prev_poll = r->next_poll;
-    if (r->next_poll)
-        r->next_poll->prev_poll = r->prev_poll;
-    r->next_poll = NULL;
-    r->prev_poll = NULL;
+    sl_http_req *r = w->data;
+    r->ready = false;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
 }
 
-static void poll_wake(sl_http_req *r)
+static void poll_wake(sl_wait *w)
 {
-    poll_unlink(r);
+    sl_http_req *r = w->data;
     r->ready = true;
     r->suspended = false;
     MHD_resume_connection(r->conn);
@@ -756,64 +758,12 @@ static void poll_wake(sl_http_req *r)
 
 bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos, int64_t deadline_ns)
 {
-    sl_http *h = r->h;
-    pthread_mutex_lock(&h->poll_lock);
-    /* Re-check under the lock: an append between the read and here must
-     * not be missed, since its wake-up has already passed. */
-    if (h->stopping || sl_store_end_offset(&set->parts[part]) > pos) {
-        pthread_mutex_unlock(&h->poll_lock);
+    /* Once stopping, the registry is stopped too (or about to be, by the
+     * server): a long-poll starting now would only be woken at once. */
+    if (r->h->stopping)
         return false;
-    }
-    r->poll_set = set;
-    r->poll_part = part;
-    r->poll_pos = pos;
-    r->poll_deadline_ns = deadline_ns;
-    r->ready = false;
-    r->next_poll = h->polls;
-    r->prev_poll = &h->polls;
-    if (h->polls)
-        h->polls->prev_poll = &r->next_poll;
-    h->polls = r;
-    r->suspended = true;
-    MHD_suspend_connection(r->conn);
-    pthread_cond_signal(&h->poll_cond);
-    pthread_mutex_unlock(&h->poll_lock);
-    return true;
-}
-
-void sl_http_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end)
-{
-    sl_http *h = ctx;
-    pthread_mutex_lock(&h->poll_lock);
-    for (sl_http_req *r = h->polls, *next; r; r = next) {
-        next = r->next_poll;
-        if (r->poll_set == set && r->poll_part == partition && end > r->poll_pos)
-            poll_wake(r);
-    }
-    pthread_mutex_unlock(&h->poll_lock);
-}
-
-/* Resumes long-polls whose time is up. */
-static void *timer_main(void *arg)
-{
-    sl_http *h = arg;
-    pthread_mutex_lock(&h->poll_lock);
-    while (!h->stopping) {
-        int64_t now = sl_clock_mono_ns(), next = now + 1000000000;
-        for (sl_http_req *r = h->polls, *n; r; r = n) {
-            n = r->next_poll;
-            if (r->poll_deadline_ns <= now)
-                poll_wake(r);
-            else if (r->poll_deadline_ns < next)
-                next = r->poll_deadline_ns;
-        }
-        struct timespec ts = {.tv_sec = next / 1000000000, .tv_nsec = next % 1000000000};
-        pthread_cond_timedwait(&h->poll_cond, &h->poll_lock, &ts);
-    }
-    while (h->polls)
-        poll_wake(h->polls);
-    pthread_mutex_unlock(&h->poll_lock);
-    return NULL;
+    r->wait = (sl_wait){.data = r, .wake = poll_wake, .park = poll_park};
+    return sl_waits_add(r->h->waits, &r->wait, set, part, pos, deadline_ns);
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -834,10 +784,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, sl_http **out,
                   sl_error *err)
 {
+    if (!opts->waits)
+        return sl_error_set(err, SL_EINVAL, "the HTTP API needs a long-poll registry");
     sl_http *h = calloc(1, sizeof *h);
     if (!h)
         return SL_ENOMEM;
     h->opts = *opts;
+    h->waits = opts->waits;
     if (!h->opts.max_request_bytes)
         h->opts.max_request_bytes = 10u << 20;
     if (!h->opts.threads) {
@@ -861,12 +814,6 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     if (opts->hooks)
         h->hooks = *opts->hooks;
     h->opts.hooks = NULL;
-    pthread_mutex_init(&h->poll_lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->poll_cond, &ca);
-    pthread_condattr_destroy(&ca);
 
     /* An IPv4 address, or an IPv6 one (bare or in brackets: "::", "[::1]");
      * "localhost" is 127.0.0.1 (no resolver: it is loopback by the listen
@@ -897,8 +844,8 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     struct MHD_OptionItem extra[3];
     size_t nx = 0;
     if (opts->tls_cert || opts->tls_key) {
-        int rc = sl__http_tls_load(opts->tls_cert, opts->tls_key, &h->tls_cert_pem, &h->tls_key_pem,
-                                   err);
+        int rc =
+            sl_tls_load_pem(opts->tls_cert, opts->tls_key, &h->tls_cert_pem, &h->tls_key_pem, err);
         if (!rc && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
             rc = sl_error_set(err, SL_EINVAL,
                               "this libmicrohttpd was built without TLS: cannot serve HTTPS");
@@ -933,12 +880,6 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : opts->port;
-    int e = pthread_create(&h->timer, NULL, timer_main, h);
-    if (e) { /* without it, long-polls would never time out or be resumed */
-        sl_http_stop(h);
-        return sl_error_errno(err, e, "start the HTTP poll timer");
-    }
-    h->timer_started = true;
     *out = h;
     return 0;
 }
@@ -948,14 +889,12 @@ uint16_t sl_http_port(const sl_http *h)
     return h->port;
 }
 
-/* From now on /healthz says "stopping", no request starts a long-poll, and
- * the timer answers those waiting and exits. */
+/* From now on /healthz says "stopping" and no request starts a long-poll;
+ * those waiting are woken when the server stops the registry
+ * (sl_waits_stop()). */
 static void begin_stopping(sl_http *h)
 {
-    pthread_mutex_lock(&h->poll_lock);
-    h->stopping = true;
-    pthread_cond_signal(&h->poll_cond);
-    pthread_mutex_unlock(&h->poll_lock);
+    atomic_store(&h->stopping, true);
 }
 
 void sl_http_quiesce(sl_http *h)
@@ -976,16 +915,12 @@ void sl_http_stop(sl_http *h)
     if (!h)
         return;
     begin_stopping(h);
-    if (h->timer_started)
-        pthread_join(h->timer, NULL);
     /* Give resumed requests a moment to be answered before closing. */
     for (int i = 0; i < 200 && atomic_load(&h->active) > 0; i++)
         usleep(10000);
     if (h->d)
         MHD_stop_daemon(h->d);
     log_flush_suppressed(); /* no request can be answered any more */
-    pthread_mutex_destroy(&h->poll_lock);
-    pthread_cond_destroy(&h->poll_cond);
     sl_ratelimit_free(h->rl);
     pthread_mutex_destroy(&h->ip_lock);
     free(h->tls_cert_pem);

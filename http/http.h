@@ -8,7 +8,8 @@
  * Threads: libmicrohttpd's epoll thread pool runs the handlers; a request
  * that has to wait (a durable publish until its fsync, a long-poll until data
  * arrives) is suspended, not parked on a thread, and resumed by the Databus
- * writer or the poll timer thread. Thousands of waiting consumers therefore
+ * writer or the long-poll registry (core/bus/waits.h: an append, or its
+ * timer thread). Thousands of waiting consumers therefore
  * cost memory, not threads.
  */
 #ifndef SL_HTTP_H
@@ -18,6 +19,7 @@
 #include "core/bus/databus.h"
 #include "core/base/err.h"
 #include "core/bus/set.h"
+#include "core/bus/waits.h"
 
 #include <stdint.h>
 
@@ -90,6 +92,10 @@ typedef struct sl_http_options {
     double rate;                       /* events a second per client (key, or IP); 0: unlimited */
     double burst;                      /* bucket size; 0: rate */
     const struct sl_http_hooks *hooks; /* may be NULL; copied, in place before the port opens */
+    /* Where long-polls wait (core/bus/waits.h; required), borrowed: the
+     * server feeds it appends, and stops it (waking every long-poll) after
+     * sl_http_quiesce() and before sl_http_stop(). */
+    sl_waits *waits;
 } sl_http_options;
 
 typedef struct sl_http sl_http;
@@ -107,16 +113,12 @@ void sl_http_set_auth(sl_http *h, const struct sl_auth *auth);
 /* The port actually bound. */
 uint16_t sl_http_port(const sl_http *h);
 
-/* Wakes long-polls waiting on (set, partition); fits sl_databus_options's
- * on_append (pass the server as ctx). */
-void sl_http_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end);
-
 /* Stops accepting connections: new ones are closed at once, in-flight
  * requests finish. */
 void sl_http_quiesce(sl_http *h);
 
 /* Answers every waiting request, stops the threads and frees the server.
- * NULL is ignored. */
+ * Long-polls are answered once opts.waits was stopped. NULL is ignored. */
 void sl_http_stop(sl_http *h);
 
 #endif

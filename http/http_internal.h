@@ -9,6 +9,7 @@
 
 #include "http/http.h"
 #include "core/bus/auth.h"
+#include "core/bus/waits.h"
 #include "core/base/buf.h"
 #include "core/base/ratelimit.h"
 
@@ -52,12 +53,8 @@ struct sl_http {
     /* open connections per client address (max_connections_per_ip) */
     pthread_mutex_t ip_lock;
     struct sl_http_ip *ips[1024];
-    /* Suspended long-polls, woken by appends or their deadline. */
-    pthread_mutex_t poll_lock;
-    pthread_cond_t poll_cond;
-    sl_http_req *polls;
-    pthread_t timer;
-    bool timer_started;
+    /* Where long-polls wait (core/bus/waits.h), borrowed from opts. */
+    sl_waits *waits;
 };
 
 struct sl_http_req {
@@ -93,12 +90,11 @@ struct sl_http_req {
      * the request is resumed (sl__http_publish_json()). */
     void (*published)(void *ctx, int status);
     void *published_ctx;
-    /* long-poll state */
-    sl_http_req *next_poll, **prev_poll;
-    sl_set *poll_set;
-    int32_t poll_part;
+    /* long-poll state: where the read goes on, and when it gives up (0:
+     * not a long-poll yet); the waiter while suspended */
     int64_t poll_pos;
     int64_t poll_deadline_ns;
+    sl_wait wait;
 };
 
 /* Queues a response with body (taken over, even on failure) and status.
@@ -162,13 +158,6 @@ void sl__http_client_of(sl_http_req *r, char *out, size_t cap);
 void sl__http_conn_opened(sl_http *h, struct MHD_Connection *c, void **socket_context);
 void sl__http_conn_closed(sl_http *h, void **socket_context);
 
-/* Reads and checks a PEM certificate (chain) and its private key with
- * libcrypto: both parse, and the key belongs to the certificate. Returns 0
- * with the files' texts in *cert_pem and *key_pem (caller frees), or
- * SL_EINVAL/SL_ENOENT/SL_EIO with err naming the file and the problem. */
-int sl__http_tls_load(const char *cert, const char *key, char **cert_pem, char **key_pem,
-                      sl_error *err);
-
 /* POST /v1/sets/{set}/events (http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);
 
@@ -225,9 +214,10 @@ enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name);
 /* Drops a request reference; frees it at zero. */
 void sl__http_req_release(sl_http_req *r);
 
-/* Suspends r as a long-poll on (set, part) until pos < end or deadline; the
- * caller holds nothing. Returns false when data arrived meanwhile (answer
- * now instead). */
+/* Suspends r as a long-poll on (set, part) until pos < end or deadline
+ * (core/bus/waits.h), resumed with r->ready set; the caller holds nothing.
+ * Returns false when data arrived meanwhile or the server is stopping
+ * (answer now instead). */
 bool sl__http_poll_wait(sl_http_req *r, sl_set *set, int32_t part, int64_t pos,
                         int64_t deadline_ns);
 

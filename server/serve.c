@@ -14,6 +14,7 @@
 #include "core/bus/redrive.h"
 #include "server/router.h"
 #include "core/bus/set.h"
+#include "core/bus/waits.h"
 #include "core/base/slog.h"
 
 #include <errno.h>
@@ -96,14 +97,14 @@ static int parse_listen(const char *s, char *host, size_t hsize, uint16_t *port)
 
 /* Wakes long-polls and rules after every append. */
 typedef struct appenders {
-    sl_http *http;
+    sl_waits *waits;
     sl_router *router;
 } appenders;
 
 static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
 {
     appenders *a = ctx;
-    sl_http_on_append(a->http, set, partition, end);
+    sl_waits_on_append(a->waits, set, partition, end);
     if (a->router)
         sl_router_on_append(a->router, set, partition, end, lane);
 }
@@ -459,6 +460,7 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_databus *bus = NULL;
     sl_sets *sets = NULL;
     sl_http *http = NULL;
+    sl_waits *waits = NULL; /* long-polls of every front door */
     sl_router *router = NULL;
     sl_databus_options bo = {0};
     int rc = sl_databus_start(&bo, &bus, &err);
@@ -497,11 +499,15 @@ int sl_cli_serve_main(int argc, char **argv)
     ho.host = host;
     ho.port = port;
     if (!rc)
+        rc = sl_waits_start(&waits, &err);
+    ho.waits = waits;
+    if (!rc)
         rc = sl_http_start(&ho, sets, bus, &http, &err);
     if (rc) {
         sl_slog(SL_SLOG_ERROR, "server", "cannot start: %s",
                 err.msg[0] ? err.msg : sl_strerror(rc));
         sl_http_stop(http);
+        sl_waits_free(waits);
         sl_router_free(router);
         sl_databus_free(bus);
         sl_sets_close(sets);
@@ -510,7 +516,7 @@ int sl_cli_serve_main(int argc, char **argv)
         return 1;
     }
     /* Appends wake long-polls and rules; the bus was started before both. */
-    appenders app = {http, router};
+    appenders app = {waits, router};
     /* insecure from the flag only: a reload re-reads the file's. */
     security sec = {.http = http,
                     .auth = auth,
@@ -561,11 +567,13 @@ int sl_cli_serve_main(int argc, char **argv)
     }
     sl_slog_lifecycle("server", "stopping: draining buffers");
     sl_http_quiesce(http);
+    sl_waits_stop(waits); /* answers every long-poll */
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
     sl_router_stop(router);
     sl_databus_stop(bus);
     sl_http_stop(http);
+    sl_waits_free(waits);
     /* Only now nothing can call into the router: the Databus writer (its
      * append callback) and the HTTP threads (the hooks) have stopped. */
     sl_router_free(router);

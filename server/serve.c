@@ -8,6 +8,7 @@
 #include "core/bus/auth.h"
 #include "cli/cli.h"
 #include "core/base/clock.h"
+#include "core/base/net.h"
 #include "server/config.h"
 #include "core/bus/databus.h"
 #include "core/bus/redrive.h"
@@ -409,7 +410,7 @@ int sl_cli_serve_main(int argc, char **argv)
     raise_fd_limit();                         /* before the registry sizes its pool from it */
     /* Without keys, whoever reaches the port can publish, read and drop
      * lanes: only loopback may be that open, unless the operator says so. */
-    bool loopback = sl_auth_host_loopback(host);
+    bool loopback = sl_net_host_loopback(host);
     if (!loopback && !sl_auth_count(auth) && !insecure) {
         fprintf(stderr,
                 "sluice serve: refusing to listen on %s:%u without API keys: anyone who can "

@@ -883,7 +883,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     const char *host4 = strcasecmp(opts->host, "localhost") == 0 ? "127.0.0.1" : opts->host;
     if (inet_pton(AF_INET, host4, &sa.sin_addr) != 1) {
         if (inet_pton(AF_INET6, host6, &sa6.sin6_addr) != 1) {
-            sl_http_stop(h);
+            sl_http_free(h);
             return sl_error_set(err, SL_EINVAL,
                                 "listen address \"%s\" is not an IPv4 or IPv6 address", opts->host);
         }
@@ -903,7 +903,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
             rc = sl_error_set(err, SL_EINVAL,
                               "this libmicrohttpd was built without TLS: cannot serve HTTPS");
         if (rc) {
-            sl_http_stop(h);
+            sl_http_free(h);
             return rc;
         }
         flags |= MHD_USE_TLS;
@@ -912,7 +912,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     }
     extra[nx] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     if (opts->rate > 0 && !(h->rl = sl_ratelimit_new(opts->rate, opts->burst, 0))) {
-        sl_http_stop(h);
+        sl_http_free(h);
         return SL_ENOMEM;
     }
     const struct sockaddr *addr = v6 ? (const struct sockaddr *)&sa6 : (const struct sockaddr *)&sa;
@@ -928,14 +928,14 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         1024, MHD_OPTION_ARRAY, extra, MHD_OPTION_END);
     if (!h->d) {
         int e = errno;
-        sl_http_stop(h);
+        sl_http_free(h);
         return sl_error_errno(err, e ? e : EADDRINUSE, "listen on %s:%u", opts->host, opts->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : opts->port;
     int e = pthread_create(&h->timer, NULL, timer_main, h);
     if (e) { /* without it, long-polls would never time out or be resumed */
-        sl_http_stop(h);
+        sl_http_free(h);
         return sl_error_errno(err, e, "start the HTTP poll timer");
     }
     h->timer_started = true;
@@ -973,17 +973,27 @@ void sl_http_quiesce(sl_http *h)
 
 void sl_http_stop(sl_http *h)
 {
-    if (!h)
+    if (!h || h->stopped)
         return;
+    h->stopped = true;
     begin_stopping(h);
     if (h->timer_started)
         pthread_join(h->timer, NULL);
+    h->timer_started = false;
     /* Give resumed requests a moment to be answered before closing. */
     for (int i = 0; i < 200 && atomic_load(&h->active) > 0; i++)
         usleep(10000);
     if (h->d)
         MHD_stop_daemon(h->d);
+    h->d = NULL;
     log_flush_suppressed(); /* no request can be answered any more */
+}
+
+void sl_http_free(sl_http *h)
+{
+    if (!h)
+        return;
+    sl_http_stop(h);
     pthread_mutex_destroy(&h->poll_lock);
     pthread_cond_destroy(&h->poll_cond);
     sl_ratelimit_free(h->rl);

@@ -113,8 +113,13 @@ void sl_http_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end);
  * requests finish. */
 void sl_http_quiesce(sl_http *h);
 
-/* Answers every waiting request, stops the threads and frees the server.
- * NULL is ignored. */
+/* Answers every waiting request and stops the threads: no request is served
+ * from then on. Frees nothing (the server stays valid: sl_http_on_append(),
+ * sl_http_port() and a second stop are harmless); release it with
+ * sl_http_free(). NULL is ignored. */
 void sl_http_stop(sl_http *h);
+
+/* Stops the server if needed and frees it. NULL is ignored. */
+void sl_http_free(sl_http *h);
 
 #endif

@@ -57,6 +57,7 @@ struct sl_http {
     sl_http_req *polls;
     pthread_t timer;
     bool timer_started;
+    bool stopped; /* sl_http_stop() ran: threads joined, the daemon gone */
 };
 
 struct sl_http_req {

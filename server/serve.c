@@ -4,9 +4,10 @@
  * on SIGTERM/SIGINT (stop accepting, drain every buffer to disk, sync, close
  * every log with its clean marker, exit 0).
  */
+#include "server/serve.h"
+
 #include "http/http.h"
 #include "core/bus/auth.h"
-#include "cli/cli.h"
 #include "core/base/clock.h"
 #include "core/base/net.h"
 #include "server/config.h"
@@ -261,7 +262,7 @@ static void raise_fd_limit(void)
                 (unsigned long long)was, (unsigned long long)rl.rlim_max);
 }
 
-int sl_cli_serve_main(int argc, char **argv)
+int sl_serve_main(int argc, char **argv)
 {
     const char *data = "./sluice-data";
     char host[256] = "127.0.0.1";
@@ -501,7 +502,7 @@ int sl_cli_serve_main(int argc, char **argv)
     if (rc) {
         sl_slog(SL_SLOG_ERROR, "server", "cannot start: %s",
                 err.msg[0] ? err.msg : sl_strerror(rc));
-        sl_http_stop(http);
+        sl_http_free(http);
         sl_router_free(router);
         sl_databus_free(bus);
         sl_sets_close(sets);
@@ -567,9 +568,11 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_databus_stop(bus);
     sl_http_stop(http);
     /* Only now nothing can call into the router: the Databus writer (its
-     * append callback) and the HTTP threads (the hooks) have stopped. */
+     * append callback) and the HTTP threads (the hooks) have stopped; nor,
+     * once the bus is gone, into the HTTP server (the append callback). */
     sl_router_free(router);
     sl_databus_free(bus);
+    sl_http_free(http);
     sl_sets_close(sets);
     /* After the HTTP threads: they borrowed the tables. */
     sl_auth_free(sec.auth);

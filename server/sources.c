@@ -735,7 +735,7 @@ int sl_sources_start(const sl_sources_options *opts, sl_sources **out, sl_error 
     for (size_t i = 0; i < n; i++) {
         int rc = src_open(o, &opts->cfg->sources[i], &o->v[i], err);
         if (rc) {
-            sl_sources_stop(o);
+            sl_sources_free(o);
             return rc;
         }
         o->n++;
@@ -913,7 +913,7 @@ int sl_sources_metrics(sl_sources *o, sl_buf *out)
     return rc;
 }
 
-void sl_sources_halt(sl_sources *o)
+void sl_sources_stop(sl_sources *o)
 {
     if (!o || atomic_load(&o->stopping))
         return;
@@ -932,11 +932,11 @@ void sl_sources_halt(sl_sources *o)
         }
 }
 
-void sl_sources_stop(sl_sources *o)
+void sl_sources_free(sl_sources *o)
 {
     if (!o)
         return;
-    sl_sources_halt(o);
+    sl_sources_stop(o);
     for (size_t i = 0; i < o->n; i++)
         src_free(o->v[i]);
     free(o->v);

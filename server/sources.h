@@ -43,11 +43,13 @@ int sl_sources_json(sl_sources *s, sl_buf *out);
 int sl_sources_metrics(sl_sources *s, sl_buf *out);
 
 /* Stops every source's threads (flushes in progress end with SL_ESHUTDOWN)
- * and joins them; the webhooks, which have none, keep being served until
- * sl_sources_stop(), so that a reload does not answer 404 meanwhile. */
-void sl_sources_halt(sl_sources *s);
-
-/* Halts if needed and frees. NULL is ignored. */
+ * and joins them; frees nothing. The webhooks, which have no threads, keep
+ * being served until sl_sources_free(), so that a reload does not answer
+ * 404 meanwhile; GET /v1/sources keeps listing every source (stopped).
+ * A second call does nothing. NULL is ignored. */
 void sl_sources_stop(sl_sources *s);
+
+/* Stops the sources if needed and frees them. NULL is ignored. */
+void sl_sources_free(sl_sources *s);
 
 #endif

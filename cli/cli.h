@@ -11,10 +11,6 @@ int sl_cli_log_main(int argc, char **argv);
 /* sluice demo [DIR]: writes, reads back and verifies a small event set. */
 int sl_cli_demo_main(int argc, char **argv);
 
-/* sluice serve [--data DIR] [--listen HOST:PORT] …: the server (its
- * lifecycle, server/serve.c). */
-int sl_cli_serve_main(int argc, char **argv);
-
 /* sluice put SET [FILE] …: publish NDJSON over HTTP. */
 int sl_cli_put_main(int argc, char **argv);
 

@@ -3,6 +3,7 @@
  */
 #include "cli/cli.h"
 #include "core/base/httpc.h"
+#include "server/serve.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -63,7 +64,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "log") == 0)
         return sl_cli_log_main(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0)
-        return sl_cli_serve_main(argc - 1, argv + 1);
+        return sl_serve_main(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0)
         return sl_cli_check_main(argc - 1, argv + 1);
     if (strcmp(cmd, "test") == 0)

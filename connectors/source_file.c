@@ -1090,13 +1090,11 @@ static void sf_free(sf *s)
         close(s->wake_fd);
     if (s->has_re)
         regfree(&s->re);
-    sl_rule_vm_free(s->vm);
     for (size_t i = 0; i < s->nstored; i++)
         free(s->stored[i].path);
     free(s->stored);
     sl_buf_free(&s->rebuf);
     free(s->rbuf);
-    sl_buf_free(&s->out);
     sl_buf_free(&s->evbuf);
     sl_buf_free(&s->posbuf);
     free(s->pos_path);
@@ -1164,18 +1162,6 @@ static int open_(const sl_source_config *cfg, const sl_source_host *host, void *
             goto fail;
         }
         s->has_re = true;
-    }
-    if (cfg->parse == SL_PARSE_LUA) {
-        if (!cfg->owner) {
-            rc = sl_error_set(err, SL_EINVAL, "source.file: parse function without its config");
-            goto fail;
-        }
-        if ((rc = sl_rule_vm_new(cfg->owner, &s->vm, err)))
-            goto fail;
-        if (!sl_rule_vm_has_parse(s->vm, cfg->index)) {
-            rc = sl_error_set(err, SL_EINVAL, "source.file: its parse function was not found");
-            goto fail;
-        }
     }
     if ((s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         rc = sl_error_errno(err, errno, "source.file: eventfd");

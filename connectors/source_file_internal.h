@@ -6,14 +6,13 @@
  *   source_file.c        the instance: finding and following files (glob,
  *                        inotify, rotation, truncation), positions, commits
  *   source_file_lines.c  read bytes → lines → events: long lines, multi-line
- *                        groups, parse = json / text / Lua, ids
+ *                        groups, parse = json / text / Lua (run by the host), ids
  */
 #ifndef SL_SOURCE_FILE_INTERNAL_H
 #define SL_SOURCE_FILE_INTERNAL_H
 
 #include "core/base/buf.h"
 #include "core/bus/connector.h"
-#include "rules/rule.h" /* parse = function(line) */
 
 #include <pthread.h>
 #include <regex.h>
@@ -68,7 +67,6 @@ typedef struct sf {
     atomic_bool stop_asked; /* stop() was called */
     regex_t re;
     bool has_re;
-    sl_rule_vm *vm; /* parse = function(line) */
     const char *type;
     sf_file **files;
     size_t nfiles, cap;
@@ -79,7 +77,6 @@ typedef struct sf {
     sf_watch *watches;
     size_t nwatches;
     char *rbuf;    /* READ_BUF bytes */
-    sl_buf out;    /* what parse functions return */
     sl_buf posbuf; /* the positions file being written */
     char *pos_path, *pos_tmp;
     char *dir; /* the pattern's literal folder (for health) */

@@ -9,7 +9,8 @@
  * starts an event and the lines after it join it ('\n' between) until the
  * next match, max_line, or multiline_timeout_ms of quiet. Each line or group
  * becomes an event by parse: text, json (a CloudEvent line as it is, other
- * JSON as data, the rest as text) or a Lua function. Every event gets the id
+ * JSON as data, the rest as text) or a Lua function (which the host runs:
+ * SL_DATA_PARSE, core/bus/connector.h). Every event gets the id
  * DEV-INO-GEN-OFFSET (source_file.c says why) unless it is a CloudEvent
  * with its own; the generation is on disk before an id names it.
  */
@@ -52,44 +53,13 @@ static void emitted(sf *s, int rc, size_t n, const sl_error *err)
     s->batch_bytes += n;
 }
 
-/* A CloudEvent line (obj its validated object) as it is, or, without an
- * "id" member, with id added: into s->evbuf, *p and *n then point there.
- * Returns 0 or SL_ENOMEM. */
-static int with_id(sf *s, const sl_json_tok *obj, const char **p, size_t *n, const char *id,
-                   size_t idl)
-{
-    sl_json_iter it;
-    sl_json_tok k, v;
-    sl_json_iter_init(&it, obj);
-    while (sl_json_iter_member(&it, &k, &v))
-        if (k.len == 4 && memcmp(k.p, "\"id\"", 4) == 0)
-            return 0;
-    size_t head = (size_t)(obj->p - *p) + 1; /* up to and with '{' */
-    size_t first = head;
-    while (first < *n && strchr(" \t\r\n", (*p)[first]))
-        first++;
-    bool empty = first < *n && (*p)[first] == '}';
-    sl_buf *b = &s->evbuf;
-    b->len = 0;
-    if (sl_buf_append(b, *p, head) || sl_buf_append(b, "\"id\":", 5) ||
-        sl_json_put_string(b, id, idl) || (!empty && sl_buf_append(b, ",", 1)) ||
-        sl_buf_append(b, *p + head, *n - head))
-        return SL_ENOMEM;
-    *p = (const char *)b->data;
-    *n = b->len;
-    return 0;
-}
-
 /* emit_event() of a CloudEvent line (obj: its validated object, NULL: not
  * validated yet), which gets id when it has none. */
 static int emit_ce(sf *s, const char *p, size_t n, const sl_json_tok *obj, const char *id,
                    size_t idl, sl_error *err)
 {
     const sl_source_host *h = s->host;
-    sl_json_tok tok;
-    if (!obj && sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT, &tok, NULL) == 0)
-        obj = &tok;
-    if (obj && obj->type == SL_JSON_OBJECT && with_id(s, obj, &p, &n, id, idl))
+    if (sl_event_add_id(&p, &n, obj, id, idl, &s->evbuf))
         return sl_error_set(err, SL_ENOMEM, "out of memory");
     int rc = h->emit_event(h->ctx, p, n, NULL, err);
     if (s->evbuf.cap > (4u << 20))
@@ -140,38 +110,21 @@ static void emit_one(sf *s, sf_file *f, const char *p, size_t n, uint64_t at)
         rc = h->emit_data(h->ctx, p, n, &meta, &err);
         break;
     }
-    case SL_PARSE_LUA: {
-        sl_rule_parsed kind;
-        s->out.len = 0;
-        rc = sl_rule_vm_parse(s->vm, s->cfg->index, p, n, &s->out, &kind, &err);
-        if (rc) {
+    case SL_PARSE_LUA:
+        /* The host runs the function (a config function: its job) and adds
+         * what it returns. */
+        meta.data = SL_DATA_PARSE;
+        rc = h->emit_data(h->ctx, p, n, &meta, &err);
+        if (rc == SL_SOURCE_DROPPED)
+            return;
+        if (rc == SL_EPARSE) {
             /* Nothing is lost: the line goes on as text. */
             atomic_fetch_add(&s->n_parse_errors, 1);
             h->log(h->ctx, "%s: %s", f->path, err.msg);
+            meta.data = SL_DATA_TEXT;
             rc = h->emit_data(h->ctx, p, n, &meta, &err);
-            break;
         }
-        const char *o = (const char *)s->out.data;
-        switch (kind) {
-        case SL_PARSED_SKIP:
-            return;
-        case SL_PARSED_TEXT:
-            rc = h->emit_data(h->ctx, o ? o : "", s->out.len, &meta, &err);
-            break;
-        case SL_PARSED_DATA:
-            meta.data = SL_DATA_JSON;
-            rc = h->emit_data(h->ctx, o, s->out.len, &meta, &err);
-            break;
-        case SL_PARSED_EVENT:
-            rc = emit_ce(s, o, s->out.len, NULL, id, (size_t)idl, &err);
-            break;
-        default:
-            abort();
-        }
-        if (s->out.cap > (4u << 20))
-            sl_buf_free(&s->out);
         break;
-    }
     default:
         abort();
     }

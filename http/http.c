@@ -830,7 +830,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     const char *host4 = strcasecmp(opts->host, "localhost") == 0 ? "127.0.0.1" : opts->host;
     if (inet_pton(AF_INET, host4, &sa.sin_addr) != 1) {
         if (inet_pton(AF_INET6, host6, &sa6.sin6_addr) != 1) {
-            sl_http_stop(h);
+            sl_http_free(h);
             return sl_error_set(err, SL_EINVAL,
                                 "listen address \"%s\" is not an IPv4 or IPv6 address", opts->host);
         }
@@ -850,7 +850,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
             rc = sl_error_set(err, SL_EINVAL,
                               "this libmicrohttpd was built without TLS: cannot serve HTTPS");
         if (rc) {
-            sl_http_stop(h);
+            sl_http_free(h);
             return rc;
         }
         flags |= MHD_USE_TLS;
@@ -859,7 +859,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
     }
     extra[nx] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     if (opts->rate > 0 && !(h->rl = sl_ratelimit_new(opts->rate, opts->burst, 0))) {
-        sl_http_stop(h);
+        sl_http_free(h);
         return SL_ENOMEM;
     }
     const struct sockaddr *addr = v6 ? (const struct sockaddr *)&sa6 : (const struct sockaddr *)&sa;
@@ -875,7 +875,7 @@ int sl_http_start(const sl_http_options *opts, sl_sets *sets, sl_databus *bus, s
         1024, MHD_OPTION_ARRAY, extra, MHD_OPTION_END);
     if (!h->d) {
         int e = errno;
-        sl_http_stop(h);
+        sl_http_free(h);
         return sl_error_errno(err, e ? e : EADDRINUSE, "listen on %s:%u", opts->host, opts->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -912,15 +912,24 @@ void sl_http_quiesce(sl_http *h)
 
 void sl_http_stop(sl_http *h)
 {
-    if (!h)
+    if (!h || h->stopped)
         return;
+    h->stopped = true;
     begin_stopping(h);
     /* Give resumed requests a moment to be answered before closing. */
     for (int i = 0; i < 200 && atomic_load(&h->active) > 0; i++)
         usleep(10000);
     if (h->d)
         MHD_stop_daemon(h->d);
+    h->d = NULL;
     log_flush_suppressed(); /* no request can be answered any more */
+}
+
+void sl_http_free(sl_http *h)
+{
+    if (!h)
+        return;
+    sl_http_stop(h);
     sl_ratelimit_free(h->rl);
     pthread_mutex_destroy(&h->ip_lock);
     free(h->tls_cert_pem);

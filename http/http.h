@@ -117,8 +117,13 @@ uint16_t sl_http_port(const sl_http *h);
  * requests finish. */
 void sl_http_quiesce(sl_http *h);
 
-/* Answers every waiting request, stops the threads and frees the server.
- * Long-polls are answered once opts.waits was stopped. NULL is ignored. */
+/* Answers every waiting request and stops the threads: no request is served
+ * from then on (long-polls are answered once opts.waits was stopped). Frees
+ * nothing (the server stays valid: sl_http_port() and a second stop are
+ * harmless); release it with sl_http_free(). NULL is ignored. */
 void sl_http_stop(sl_http *h);
+
+/* Stops the server if needed and frees it. NULL is ignored. */
+void sl_http_free(sl_http *h);
 
 #endif

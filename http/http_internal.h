@@ -55,6 +55,7 @@ struct sl_http {
     struct sl_http_ip *ips[1024];
     /* Where long-polls wait (core/bus/waits.h), borrowed from opts. */
     sl_waits *waits;
+    bool stopped; /* sl_http_stop() ran: threads joined, the daemon gone */
 };
 
 struct sl_http_req {

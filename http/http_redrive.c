@@ -99,7 +99,7 @@ static void *job_main(void *arg)
     }
     pthread_mutex_unlock(&r->lock);
     sl__http_req_release(r);
-    /* Last: from here on, sl_http_stop() may free h. */
+    /* Last: from here on, sl_http_stop() may return and sl_http_free() free h. */
     atomic_fetch_sub(&h->active, 1);
     return NULL;
 }

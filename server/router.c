@@ -70,15 +70,15 @@ static int start_sources(sl_router *r, const sl_config *cfg, sl_sources **out, s
     return sl_sources_start(&so, out, err);
 }
 
-/* Takes the running sources away (under the lock) and stops them (outside:
- * a flush may wait for the Databus). */
+/* Takes the running sources away (under the lock), stops and frees them
+ * (outside: a flush may wait for the Databus). */
 static void stop_sources(sl_router *r)
 {
     pthread_rwlock_wrlock(&r->lock);
     sl_sources *old = r->sources;
     r->sources = NULL;
     pthread_rwlock_unlock(&r->lock);
-    sl_sources_stop(old);
+    sl_sources_free(old);
 }
 
 static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
@@ -197,7 +197,7 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
      * from their committed positions with the new one. Their webhooks keep
      * answering until the new ones replace them. Sources start outside the
      * swap lock: one may emit a new lane's first event while it starts. */
-    sl_sources_halt(r->sources);
+    sl_sources_stop(r->sources);
     sl_config *old = r->cfg, *keep;
     rc = replace_runner(r, cfg, old, &keep, err);
     sl_sources *src = NULL;
@@ -219,7 +219,7 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err)
     sl_sources *old_src = r->sources;
     r->sources = src;
     pthread_rwlock_unlock(&r->lock);
-    sl_sources_stop(old_src);
+    sl_sources_free(old_src);
     sl_lanes_commit(r->lanes);
     sl_config_free(keep == cfg ? old : cfg);
     return rc;

@@ -5,10 +5,12 @@
  * on SIGTERM/SIGINT (stop accepting, drain every buffer to disk, sync, close
  * every log with its clean marker, exit 0).
  */
+#include "server/serve.h"
+
 #include "http/http.h"
 #include "core/bus/auth.h"
-#include "cli/cli.h"
 #include "core/base/clock.h"
+#include "core/base/net.h"
 #include "server/config.h"
 #include "core/bus/databus.h"
 #include "core/bus/redrive.h"
@@ -262,7 +264,7 @@ static void raise_fd_limit(void)
                 (unsigned long long)was, (unsigned long long)rl.rlim_max);
 }
 
-int sl_cli_serve_main(int argc, char **argv)
+int sl_serve_main(int argc, char **argv)
 {
     const char *data = "./sluice-data";
     char host[256] = "127.0.0.1";
@@ -411,7 +413,7 @@ int sl_cli_serve_main(int argc, char **argv)
     raise_fd_limit();                         /* before the registry sizes its pool from it */
     /* Without keys, whoever reaches the port can publish, read and drop
      * lanes: only loopback may be that open, unless the operator says so. */
-    bool loopback = sl_auth_host_loopback(host);
+    bool loopback = sl_net_host_loopback(host);
     if (!loopback && !sl_auth_count(auth) && !insecure) {
         fprintf(stderr,
                 "sluice serve: refusing to listen on %s:%u without API keys: anyone who can "
@@ -506,7 +508,7 @@ int sl_cli_serve_main(int argc, char **argv)
     if (rc) {
         sl_slog(SL_SLOG_ERROR, "server", "cannot start: %s",
                 err.msg[0] ? err.msg : sl_strerror(rc));
-        sl_http_stop(http);
+        sl_http_free(http);
         sl_waits_free(waits);
         sl_router_free(router);
         sl_databus_free(bus);
@@ -573,11 +575,13 @@ int sl_cli_serve_main(int argc, char **argv)
     sl_router_stop(router);
     sl_databus_stop(bus);
     sl_http_stop(http);
-    sl_waits_free(waits);
     /* Only now nothing can call into the router: the Databus writer (its
-     * append callback) and the HTTP threads (the hooks) have stopped. */
+     * append callback) and the HTTP threads (the hooks) have stopped; nor,
+     * once the bus is gone, into the HTTP server (the append callback). */
     sl_router_free(router);
     sl_databus_free(bus);
+    sl_http_free(http);
+    sl_waits_free(waits); /* after everything that could wake or add a waiter */
     sl_sets_close(sets);
     /* After the HTTP threads: they borrowed the tables. */
     sl_auth_free(sec.auth);

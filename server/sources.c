@@ -12,10 +12,17 @@
  * reference-counted so that a stopping source can walk away from a publish
  * whose fsync never comes (a failing disk) without the Databus writing into
  * freed memory.
+ *
+ * A source whose config has a parse function (source.file's parse =
+ * function(line)) gets a rule VM of its own here, the config run again in
+ * a sandbox: the source hands its lines over (SL_DATA_PARSE) and the host
+ * runs the function, because running config functions is the host's job,
+ * never a connector's (connectors do not use rules/).
  */
 #include "server/sources.h"
 
 #include "connectors/source_kafka.h"
+#include "rules/rule.h"
 
 #include "core/base/clock.h"
 #include "core/bus/connector.h"
@@ -81,6 +88,10 @@ typedef struct src {
     const sl_set_decl *decl; /* the set in the source's config (its schemas) */
     bool schemas;            /* the set has schemas: every event takes the checked path */
     attr_cache type_cache, source_cache;
+    /* parse = function(line): its VM (NULL: none), used by the source's
+     * thread only (emit is one thread at a time), and what it returned */
+    sl_rule_vm *vm;
+    sl_buf parsed, with_id;
     int64_t time_ms; /* the last "time" formatted, and its text */
     char time_text[SL_TIME_RFC3339_MAX];
     size_t time_len;
@@ -411,6 +422,9 @@ static int emit_fast(src *s, const char *d, size_t len, const sl_source_meta *m,
     return 0;
 }
 
+static int emit_parsed(src *s, const char *line, size_t len, const sl_source_meta *m,
+                       sl_error *err);
+
 static int host_emit_data(void *ctx, const void *data, size_t len, const sl_source_meta *meta,
                           sl_error *err)
 {
@@ -418,6 +432,8 @@ static int host_emit_data(void *ctx, const void *data, size_t len, const sl_sour
     static const sl_source_meta none = {0};
     const sl_source_meta *m = meta ? meta : &none;
     const char *d = data ? data : "";
+    if (m->data == SL_DATA_PARSE)
+        return emit_parsed(s, d, len, m, err);
     /* JSON is checked here even when the source says it is (SL_DATA_JSON):
      * a plugin's or a Lua function's JSON must meet the limits every reader
      * of the set applies (depth, surrogates), or it would be stored and
@@ -467,6 +483,50 @@ static int host_emit_data(void *ctx, const void *data, size_t len, const sl_sour
     if (rc)
         return sl_error_set(err, SL_ENOMEM, "out of memory");
     return host_emit_event(s, (const char *)b->data, b->len, m->lane, err);
+}
+
+/* emit_data() of a line for the source's parse function: runs it and adds
+ * what it returned with the line's attributes (m). */
+static int emit_parsed(src *s, const char *line, size_t len, const sl_source_meta *m, sl_error *err)
+{
+    if (!s->vm)
+        return sl_error_set(err, SL_EPARSE, "source %s has no parse function", s->cfg->name);
+    sl_rule_parsed kind;
+    sl_error e = {0};
+    s->parsed.len = 0;
+    if (sl_rule_vm_parse(s->vm, s->cfg->index, line, len, &s->parsed, &kind, &e))
+        return sl_error_set(err, SL_EPARSE, "%s", e.msg);
+    sl_source_meta as = *m;
+    const char *o = (const char *)s->parsed.data;
+    size_t n = s->parsed.len;
+    int rc;
+    switch (kind) {
+    case SL_PARSED_SKIP:
+        rc = SL_SOURCE_DROPPED;
+        break;
+    case SL_PARSED_TEXT:
+        as.data = SL_DATA_TEXT;
+        rc = host_emit_data(s, o ? o : "", n, &as, err);
+        break;
+    case SL_PARSED_DATA:
+        as.data = SL_DATA_JSON;
+        rc = host_emit_data(s, o, n, &as, err);
+        break;
+    case SL_PARSED_EVENT:
+        /* Its own id, else the line's (a re-read repeats it). */
+        if (m->id && sl_event_add_id(&o, &n, NULL, m->id, m->id_len, &s->with_id))
+            rc = sl_error_set(err, SL_ENOMEM, "out of memory");
+        else
+            rc = host_emit_event(s, o, n, m->lane, err);
+        break;
+    default:
+        abort();
+    }
+    if (s->parsed.cap > (4u << 20))
+        sl_buf_free(&s->parsed);
+    if (s->with_id.cap > (4u << 20))
+        sl_buf_free(&s->with_id);
+    return rc;
 }
 
 static void waiter_release(waiter *w)
@@ -641,6 +701,9 @@ static void src_free(src *s)
     free(s->v);
     sl_buf_free(&s->arena);
     sl_buf_free(&s->wrap);
+    sl_rule_vm_free(s->vm);
+    sl_buf_free(&s->parsed);
+    sl_buf_free(&s->with_id);
     pthread_mutex_destroy(&s->log_lock);
     free(s);
 }
@@ -658,6 +721,22 @@ static const char *default_type(const sl_source_config *c)
         break;
     }
     return "sluice.plugin";
+}
+
+/* The VM of the source's parse function, before its instance runs. */
+static int open_parse(src *s, const sl_source_config *c, sl_error *err)
+{
+    sl_error e = {0};
+    int rc;
+    if (!c->owner)
+        rc = sl_error_set(&e, SL_EINVAL, "source.%s: parse function without its config",
+                          c->kind_name);
+    else if (!(rc = sl_rule_vm_new(c->owner, &s->vm, &e)) && !sl_rule_vm_has_parse(s->vm, c->index))
+        rc = sl_error_set(&e, SL_EINVAL, "source.%s: its parse function was not found",
+                          c->kind_name);
+    if (rc)
+        sl_error_set(err, rc, "source %s (line %d): %s", c->name, c->line, e.msg);
+    return rc;
 }
 
 static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_error *err)
@@ -691,6 +770,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
             rc = sl_error_set(err, SL_EIO, "source %s: cannot create %s: %s", c->name, s->state_dir,
                               strerror(errno));
     }
+    if (!rc && s->ops && c->parse == SL_PARSE_LUA)
+        rc = open_parse(s, c, err);
     if (!rc && s->ops) {
         s->host = (sl_source_host){.abi_version = SL_CONNECTOR_ABI_VERSION,
                                    .ctx = s,
@@ -735,7 +816,7 @@ int sl_sources_start(const sl_sources_options *opts, sl_sources **out, sl_error 
     for (size_t i = 0; i < n; i++) {
         int rc = src_open(o, &opts->cfg->sources[i], &o->v[i], err);
         if (rc) {
-            sl_sources_stop(o);
+            sl_sources_free(o);
             return rc;
         }
         o->n++;
@@ -913,7 +994,7 @@ int sl_sources_metrics(sl_sources *o, sl_buf *out)
     return rc;
 }
 
-void sl_sources_halt(sl_sources *o)
+void sl_sources_stop(sl_sources *o)
 {
     if (!o || atomic_load(&o->stopping))
         return;
@@ -929,14 +1010,17 @@ void sl_sources_halt(sl_sources *o)
             o->v[i]->ops->close(o->v[i]->impl);
             o->v[i]->ops = NULL;
             o->v[i]->impl = NULL;
+            /* Its thread is gone: nothing calls the parse function again. */
+            sl_rule_vm_free(o->v[i]->vm);
+            o->v[i]->vm = NULL;
         }
 }
 
-void sl_sources_stop(sl_sources *o)
+void sl_sources_free(sl_sources *o)
 {
     if (!o)
         return;
-    sl_sources_halt(o);
+    sl_sources_stop(o);
     for (size_t i = 0; i < o->n; i++)
         src_free(o->v[i]);
     free(o->v);

@@ -42,12 +42,16 @@ int sl_sources_json(sl_sources *s, sl_buf *out);
 /* /metrics lines of every source. */
 int sl_sources_metrics(sl_sources *s, sl_buf *out);
 
-/* Stops every source's threads (flushes in progress end with SL_ESHUTDOWN)
- * and joins them; the webhooks, which have none, keep being served until
- * sl_sources_stop(), so that a reload does not answer 404 meanwhile. */
-void sl_sources_halt(sl_sources *s);
-
-/* Halts if needed and frees. NULL is ignored. */
+/* Stops every source: asks its threads to stop (flushes in progress end
+ * with SL_ESHUTDOWN), joins them and closes its connector instance (with
+ * its parse function's VM: what only the threads used). The handle stays
+ * valid until sl_sources_free(): the webhooks, which have no threads, keep
+ * being served, so that a reload does not answer 404 meanwhile, and GET
+ * /v1/sources keeps listing every source (stopped). A second call does
+ * nothing. NULL is ignored. */
 void sl_sources_stop(sl_sources *s);
+
+/* Stops the sources if needed and frees them. NULL is ignored. */
+void sl_sources_free(sl_sources *s);
 
 #endif

@@ -3,8 +3,8 @@
  * and the Databus agent (see core/base/httpc.h).
  */
 #include "core/base/httpc.h"
-#include "core/bus/auth.h"
 #include "core/base/clock.h"
+#include "core/base/net.h"
 
 #include <curl/curl.h>
 
@@ -224,7 +224,7 @@ static void warn_cleartext(const char *url)
     char *colon = host[0] == '[' ? strstr(host, "]:") : strrchr(host, ':');
     if (colon)
         colon[host[0] == '[' ? 1 : 0] = '\0';
-    if (sl_auth_host_loopback(host))
+    if (sl_net_host_loopback(host))
         return;
     warned = true;
     fprintf(stderr,

@@ -4,8 +4,6 @@
  */
 #include "core/bus/auth.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -336,26 +334,4 @@ void sl_auth_hash_hex(const char *token, size_t len, char out[SL_AUTH_HEX_LEN + 
         out[2 * i + 1] = hx[h[i] & 15];
     }
     out[SL_AUTH_HEX_LEN] = '\0';
-}
-
-bool sl_auth_host_loopback(const char *host)
-{
-    if (!host)
-        return false;
-    if (strcasecmp(host, "localhost") == 0)
-        return true;
-    char tmp[64];
-    size_t n = strlen(host);
-    if (n >= 2 && host[0] == '[' && host[n - 1] == ']' && n - 2 < sizeof tmp) {
-        memcpy(tmp, host + 1, n - 2);
-        tmp[n - 2] = '\0';
-        host = tmp;
-    }
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return false;
 }

@@ -2,8 +2,8 @@
  * core/bus/auth.h — API keys of the HTTP API (docs/security.md): the key table
  * built from the config's server.api_keys, token look-up by SHA-256 with a
  * constant-time comparison, per-key rights on sets (glob patterns), the
- * `Authorization: Bearer` header, new random tokens for `sluice key new`, and
- * whether a listen address is loopback.
+ * `Authorization: Bearer` header and new random tokens for `sluice key new`
+ * (whether a listen address is loopback: core/base/net.h).
  *
  * A token is "sk_" followed by 43 base64url characters (32 bytes from the
  * kernel's CSPRNG). Only SHA-256(token) is kept, as 64 lower-case hex digits:
@@ -110,9 +110,5 @@ int sl_auth_new_token(char out[SL_AUTH_TOKEN_LEN + 1], sl_error *err);
 
 /* Writes SHA-256(token[0..len)) as 64 lower-case hex digits and a NUL. */
 void sl_auth_hash_hex(const char *token, size_t len, char out[SL_AUTH_HEX_LEN + 1]);
-
-/* Whether a listen host is loopback only: 127.0.0.0/8, ::1, "localhost".
- * Anything else (0.0.0.0, ::, a LAN address, a name) is not. */
-bool sl_auth_host_loopback(const char *host);
 
 #endif

@@ -131,10 +131,14 @@ const sl_target_ops *sl_target_ops_of(const sl_target_config *cfg);
 
 /* How emit_data() carries a payload that is not a CloudEvent. */
 typedef enum sl_source_data {
-    SL_DATA_AUTO, /* JSON when it parses, else text when UTF-8, else data_base64 */
-    SL_DATA_JSON, /* JSON text (checked again against the set's limits; text if it fails) */
-    SL_DATA_TEXT, /* a string (data_base64 when it is not UTF-8) */
+    SL_DATA_AUTO,  /* JSON when it parses, else text when UTF-8, else data_base64 */
+    SL_DATA_JSON,  /* JSON text (checked again against the set's limits; text if it fails) */
+    SL_DATA_TEXT,  /* a string (data_base64 when it is not UTF-8) */
+    SL_DATA_PARSE, /* a line for the source's parse function (see emit_data) */
 } sl_source_data;
+
+/* emit_data() of an SL_DATA_PARSE payload: the parse function dropped it. */
+#define SL_SOURCE_DROPPED 1
 
 /* Attributes of a wrapped payload; NULL / 0 fields take the defaults. */
 typedef struct sl_source_meta {
@@ -163,7 +167,17 @@ typedef struct sl_source_host {
      * is refused (counted, logged; nothing added), SL_ENOMEM. */
     int (*emit_event)(void *ctx, const char *json, size_t len, const char *lane, sl_error *err);
     /* Adds a payload wrapped as a CloudEvent (meta may be NULL). Same
-     * returns. */
+     * returns.
+     * With meta->data SL_DATA_PARSE the host first runs the parse function
+     * of the source's config (source.file's parse = function(line) … end,
+     * docs/sources.md) on the payload, in a Lua VM of the source's own,
+     * and adds what it returned: a string as text data, a table as JSON
+     * data, a table with specversion as a CloudEvent (given meta->id when it
+     * has no id), each with meta's other attributes. Besides the returns
+     * above: SL_SOURCE_DROPPED when it returned nil or false (nothing added,
+     * nothing counted); SL_EPARSE with err saying why when it failed or the
+     * source has none (nothing added, nothing counted, nothing logged: the
+     * source decides, e.g. adds the payload again as text). */
     int (*emit_data)(void *ctx, const void *data, size_t len, const sl_source_meta *meta,
                      sl_error *err);
     /* Events and bytes waiting in the batch. */

@@ -995,3 +995,34 @@ void sl_event_uuid7(int64_t now_ms, char out[37])
     }
     *w = '\0';
 }
+
+int sl_event_add_id(const char **json, size_t *len, const sl_json_tok *obj, const char *id,
+                    size_t id_len, sl_buf *buf)
+{
+    const char *p = *json;
+    size_t n = *len;
+    sl_json_tok tok;
+    if (!obj && sl_json_validate(p, n, SL_EVENT_MAX_DEPTH_DEFAULT, &tok, NULL) == 0)
+        obj = &tok;
+    if (!obj || obj->type != SL_JSON_OBJECT)
+        return 0;
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &k, &v))
+        if (k.len == 4 && memcmp(k.p, "\"id\"", 4) == 0)
+            return 0;
+    size_t head = (size_t)(obj->p - p) + 1; /* up to and with '{' */
+    size_t first = head;
+    while (first < n && strchr(" \t\r\n", p[first]))
+        first++;
+    bool empty = first < n && p[first] == '}';
+    buf->len = 0;
+    if (sl_buf_append(buf, p, head) || sl_buf_append(buf, "\"id\":", 5) ||
+        sl_json_put_string(buf, id, id_len) || (!empty && sl_buf_append(buf, ",", 1)) ||
+        sl_buf_append(buf, p + head, n - head))
+        return SL_ENOMEM;
+    *json = (const char *)buf->data;
+    *len = buf->len;
+    return 0;
+}

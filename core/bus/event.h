@@ -208,4 +208,15 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
  * Never fails. */
 void sl_event_uuid7(int64_t now_ms, char out[37]);
 
+/* Gives a CloudEvent's JSON text *json (*len bytes) the id id[0..id_len)
+ * when its top-level object has no "id" member: the text with "id":ID as
+ * its first member is written to buf (reset first), and *json and *len then
+ * point there. obj is the text's top-level value as sl_json_validate() gave
+ * it, or NULL to validate it here (to SL_EVENT_MAX_DEPTH_DEFAULT). Text that
+ * has an id, is not an object or is not JSON is left as it is (the event
+ * check refuses what it must). Returns 0, or SL_ENOMEM with *json and *len
+ * unchanged. */
+int sl_event_add_id(const char **json, size_t *len, const sl_json_tok *obj, const char *id,
+                    size_t id_len, sl_buf *buf);
+
 #endif

@@ -1334,7 +1334,7 @@ static void *racer_main(void *arg)
 }
 
 /* When /healthz (or any request) is answered, the server must already check
- * schemas and wake rules on appends. sl_cli_serve_main() installs both hooks
+ * schemas and wake rules on appends. sl_serve_main() installs both hooks
  * (sl_http_set_hooks(), sl_databus_set_on_append()) only after
  * sl_http_start() has opened the port: a request that arrives in between is
  * stored without its schema check, and its append never wakes the rules

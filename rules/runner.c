@@ -73,7 +73,7 @@ typedef struct item {
     uint64_t dead;         /* targets that gave up: to the dead-letter set */
     uint32_t attempts;     /* deliveries that failed */
     uint32_t tries;        /* rounds, deferred ones too: drives the back-off */
-    int64_t first_fail_ms; /* monotonic (mono_ms) */
+    int64_t first_fail_ms; /* monotonic (sl__runner_mono_ms) */
     int64_t retry_at_ns;   /* 0: to be scheduled */
     char *reason;          /* the last failure */
 } item;
@@ -85,7 +85,7 @@ typedef struct consumer {
     int32_t part;
     sl_cursor cur;             /* live consumers only */
     _Atomic int64_t committed; /* cur.offset (replay: progress), for the API threads */
-    int64_t pos;               /* next offset to read (see set_pos) */
+    int64_t pos;               /* next offset to read (see sl__runner_set_pos) */
     _Atomic int64_t read_pos;  /* pos, for periodic()'s lag check */
     int64_t start;             /* replay: where it began */
     _Atomic int64_t end;       /* replay: stop before this offset */
@@ -224,7 +224,7 @@ struct sl_runner {
 
 /* ---- queue (runner lock held) --------------------------------------------- */
 
-static void push(sl_runner *r, consumer *c)
+static void sl__runner_push(sl_runner *r, consumer *c)
 {
     if (c->queued || c->running || r->stopping || atomic_load(&c->done) ||
         atomic_load(&c->rule->dropped))
@@ -254,7 +254,7 @@ static consumer *pop(sl_runner *r)
 static void check_consumer(sl_runner *r, consumer *c, int64_t now)
 {
     if (c->retry_at_ns && now >= c->retry_at_ns) {
-        push(r, c);
+        sl__runner_push(r, c);
     } else if (!c->hold && !c->rp && !c->queued && !c->running &&
                atomic_load(&c->read_pos) < sl_store_end_offset(&c->rule->set->parts[c->part])) {
         /* A lane run lags behind every append of other lanes without
@@ -263,7 +263,7 @@ static void check_consumer(sl_runner *r, consumer *c, int64_t now)
         if (c->rule->lane[0] && now - c->lag_check_ns < 1000000000)
             return;
         c->lag_check_ns = now;
-        push(r, c);
+        sl__runner_push(r, c);
     }
 }
 
@@ -293,7 +293,7 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
         if (c->running)
             c->again = true;
         else if (!c->hold)
-            push(r, c);
+            sl__runner_push(r, c);
     }
     pthread_mutex_unlock(&r->lock);
 }
@@ -323,12 +323,12 @@ static void log_failure(rule_run *rr, int64_t offset, int32_t part, const char *
     pthread_mutex_unlock(&rr->err_lock);
 }
 
-static void rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why)
+static void sl__runner_rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why)
 {
     log_failure(rr, offset, part, why, 0);
 }
 
-static void rule_loss(rule_run *rr, int64_t offset, int32_t part, const char *why)
+static void sl__runner_rule_loss(rule_run *rr, int64_t offset, int32_t part, const char *why)
 {
     log_failure(rr, offset, part, why, 1);
 }
@@ -343,7 +343,7 @@ static void rule_loss(rule_run *rr, int64_t offset, int32_t part, const char *wh
         (p) = g_;                                                                                  \
     } while (0)
 
-static int grow_events(worker *w, size_t nev)
+static int sl__runner_grow_events(worker *w, size_t nev)
 {
     if (nev <= w->ev_cap)
         return 0;
@@ -358,7 +358,7 @@ static int grow_events(worker *w, size_t nev)
 }
 
 /* Records the lane and source of the payloads added since `from`. */
-static int tag_outputs(worker *w, size_t from, const char *lane, int32_t src)
+static int sl__runner_tag_outputs(worker *w, size_t from, const char *lane, int32_t src)
 {
     if (w->out.n > w->out_cap) {
         size_t cap = w->out.n * 2;
@@ -373,7 +373,7 @@ static int tag_outputs(worker *w, size_t from, const char *lane, int32_t src)
     return 0;
 }
 
-static int grow_round(worker *w, size_t n)
+static int sl__runner_grow_round(worker *w, size_t n)
 {
     if (n <= w->round_cap)
         return 0;
@@ -404,7 +404,7 @@ static int add_item(consumer *c, const item *it)
     return 0;
 }
 
-static void free_item(item *it)
+static void sl__runner_free_item(item *it)
 {
     free(it->payload);
     free(it->source);
@@ -413,7 +413,7 @@ static void free_item(item *it)
 
 /* max_age is measured on the monotonic clock: a clock step must not give
  * up on events early. */
-static int64_t mono_ms(void)
+static int64_t sl__runner_mono_ms(void)
 {
     return sl_clock_mono_ns() / 1000000;
 }
@@ -443,7 +443,7 @@ static int64_t backoff_ms(worker *w, const sl_retry_config *rc, uint32_t tries)
 
 /* ---- a delivery round --------------------------------------------------------- */
 
-static void on_done(void *ctx, size_t j, int status, const char *reason)
+static void sl__runner_on_done(void *ctx, size_t j, int status, const char *reason)
 {
     worker *w = ctx;
     pthread_mutex_lock(&w->lock);
@@ -459,9 +459,9 @@ static void on_done(void *ctx, size_t j, int status, const char *reason)
     pthread_mutex_unlock(&w->lock);
 }
 
-static void *worker_main(void *arg);
+static void *sl__runner_worker_main(void *arg);
 
-static int init_worker(sl_runner *r, worker *w, sl_error *err)
+static int sl__runner_init_worker(sl_runner *r, worker *w, sl_error *err)
 {
     w->r = r;
     w->rng = ((uint64_t)sl_clock_mono_ns() ^ ((uintptr_t)w * 0x9e3779b97f4a7c15ull)) | 1;
@@ -495,8 +495,8 @@ static void maybe_grow(sl_runner *r)
     worker *w = &r->workers[r->started];
     pthread_mutex_unlock(&r->lock);
     sl_error err = {0};
-    int rc = init_worker(r, w, &err);
-    if (!rc && pthread_create(&w->thread, NULL, worker_main, w))
+    int rc = sl__runner_init_worker(r, w, &err);
+    if (!rc && pthread_create(&w->thread, NULL, sl__runner_worker_main, w))
         rc = sl_error_set(&err, SL_ENOMEM, "cannot start a thread");
     pthread_mutex_lock(&r->lock);
     if (rc) {
@@ -513,7 +513,7 @@ static void maybe_grow(sl_runner *r)
 /* Waits until every payload of the worker's deliver() call completed. While
  * it waits it does what an idle worker would: queue due retries and missed
  * wake-ups, and grow the pool when every worker is waiting. */
-static void wait_targets(worker *w)
+static void sl__runner_wait_targets(worker *w)
 {
     sl_runner *r = w->r;
     pthread_mutex_lock(&r->lock);
@@ -541,7 +541,7 @@ static void wait_targets(worker *w)
     pthread_mutex_unlock(&r->lock);
 }
 
-static const char *reason_at(const worker *w, size_t off)
+static const char *sl__runner_reason_at(const worker *w, size_t off)
 {
     return off == SIZE_MAX ? "unknown error" : (const char *)w->reasons.data + off;
 }
@@ -551,7 +551,7 @@ static const char *reason_at(const worker *w, size_t off)
  * (SL_EINVAL), failed[i] whether a real attempt failed (a deferred payload,
  * one a target did not try, is not an attempt) and reason[i] the first
  * failure's reason (offset in w->reasons, valid until the next round). */
-static void round_deliver(worker *w, rule_run *rr, size_t n)
+static void sl__runner_round_deliver(worker *w, rule_run *rr, size_t n)
 {
     w->reasons.len = 0;
     for (size_t i = 0; i < n; i++) {
@@ -572,8 +572,8 @@ static void round_deliver(worker *w, rule_run *rr, size_t n)
         pthread_mutex_lock(&w->lock);
         w->pending = k;
         pthread_mutex_unlock(&w->lock);
-        rr->targets[t].ops->deliver(rr->targets[t].impl, w->sub, k, on_done, w);
-        wait_targets(w);
+        rr->targets[t].ops->deliver(rr->targets[t].impl, w->sub, k, sl__runner_on_done, w);
+        sl__runner_wait_targets(w);
         for (size_t j = 0; j < k; j++) {
             size_t i = w->map[j];
             int s = w->st[j];
@@ -596,7 +596,7 @@ static void round_deliver(worker *w, rule_run *rr, size_t n)
 
 /* Says (in last_error and the rate-limited log) why payloads of a round
  * will be retried. */
-static void note_retries(worker *w, consumer *c, size_t n, bool fresh)
+static void sl__runner_note_retries(worker *w, consumer *c, size_t n, bool fresh)
 {
     size_t k = 0, first = SIZE_MAX;
     int64_t off = c->pos;
@@ -609,8 +609,8 @@ static void note_retries(worker *w, consumer *c, size_t n, bool fresh)
     if (!k)
         return;
     char msg[SL_ERROR_MAX + 64];
-    snprintf(msg, sizeof msg, "%s (%zu payload(s) to retry)", reason_at(w, first), k);
-    rule_failure(c->rule, off, c->part, msg);
+    snprintf(msg, sizeof msg, "%s (%zu payload(s) to retry)", sl__runner_reason_at(w, first), k);
+    sl__runner_rule_failure(c->rule, off, c->part, msg);
 }
 
 /* ---- dead letters -------------------------------------------------------------- */
@@ -628,7 +628,7 @@ static void target_names(const rule_run *rr, uint64_t mask, char *out, size_t le
 }
 
 /* A reason fit for a string attribute: printable ASCII, bounded. */
-static void clean_reason(const char *in, char *out, size_t len)
+static void sl__runner_clean_reason(const char *in, char *out, size_t len)
 {
     size_t o = 0;
     for (; in && *in && o + 1 < len; in++)
@@ -705,7 +705,7 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
         }
     }
     char why[REASON_MAX], targets[256], at[SL_TIME_RFC3339_MAX];
-    clean_reason(it->reason, why, sizeof why);
+    sl__runner_clean_reason(it->reason, why, sizeof why);
     target_names(rr, it->dead, targets, sizeof targets);
     sl_time_format_rfc3339(sl_clock_now_ms(), at);
     rc = rc ? rc : sl_buf_printf(out, ",\"sluiceerror\":");
@@ -729,7 +729,7 @@ static bool letter_due(const item *it)
 /* Writes the dead letters of the pool's items with a dead mask to the rule's
  * dlq set (or counts them discarded when it has none). An item whose letter
  * could not be written keeps its mask and is tried again later. */
-static void dead_letters(worker *w, consumer *c)
+static void sl__runner_dead_letters(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     size_t n = 0;
@@ -747,7 +747,7 @@ static void dead_letters(worker *w, consumer *c)
             target_names(rr, it->dead, targets, sizeof targets);
             snprintf(msg, sizeof msg, "dropped (the rule has no dlq) after %u attempt(s) at %s: %s",
                      it->attempts, targets, it->reason ? it->reason : "");
-            rule_loss(rr, it->offset, c->part, msg);
+            sl__runner_rule_loss(rr, it->offset, c->part, msg);
             atomic_fetch_add(&c->ctr->discarded, 1);
             atomic_fetch_add(&c->ctr->failed, 1);
             it->dead = 0;
@@ -755,7 +755,7 @@ static void dead_letters(worker *w, consumer *c)
         return;
     }
     /* Out of memory: the items stay and are tried again. */
-    if (grow_round(w, n))
+    if (sl__runner_grow_round(w, n))
         return;
     if (n > w->dlq_cap) {
         size_t *e = realloc(w->dlq_ends, n * sizeof *e);
@@ -785,8 +785,8 @@ static void dead_letters(worker *w, consumer *c)
     pthread_mutex_lock(&w->lock);
     w->pending = k;
     pthread_mutex_unlock(&w->lock);
-    rr->dlq.ops->deliver(rr->dlq.impl, w->sub, k, on_done, w);
-    wait_targets(w);
+    rr->dlq.ops->deliver(rr->dlq.impl, w->sub, k, sl__runner_on_done, w);
+    sl__runner_wait_targets(w);
     for (size_t j = 0; j < k; j++) {
         item *it = w->its[j];
         if (w->st[j] == 0) {
@@ -797,16 +797,16 @@ static void dead_letters(worker *w, consumer *c)
             /* The dlq set cannot take it (e.g. larger than its max_event). */
             char msg[SL_ERROR_MAX];
             snprintf(msg, sizeof msg, "dropped: the dlq set %s refused its dead letter: %s",
-                     rr->rc->dlq, reason_at(w, w->rsub[j]));
-            rule_loss(rr, it->offset, c->part, msg);
+                     rr->rc->dlq, sl__runner_reason_at(w, w->rsub[j]));
+            sl__runner_rule_loss(rr, it->offset, c->part, msg);
             atomic_fetch_add(&c->ctr->discarded, 1);
             atomic_fetch_add(&c->ctr->failed, 1);
             it->dead = 0;
         } else {
             char msg[SL_ERROR_MAX];
             snprintf(msg, sizeof msg, "writing to the dlq set %s: %s (trying again)", rr->rc->dlq,
-                     reason_at(w, w->rsub[j]));
-            rule_failure(rr, it->offset, c->part, msg);
+                     sl__runner_reason_at(w, w->rsub[j]));
+            sl__runner_rule_failure(rr, it->offset, c->part, msg);
             it->retry_at_ns = 0;
         }
     }
@@ -814,11 +814,11 @@ static void dead_letters(worker *w, consumer *c)
 
 /* After a round: gives up on exhausted items, writes dead letters, drops
  * what is resolved and schedules the rest. */
-static void settle(worker *w, consumer *c)
+static void sl__runner_settle(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     const sl_retry_config *rc = &rr->rc->retry;
-    int64_t now_ms = mono_ms();
+    int64_t now_ms = sl__runner_mono_ms();
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
         if (!it->todo)
@@ -835,13 +835,13 @@ static void settle(worker *w, consumer *c)
             it->todo = 0;
         }
     }
-    dead_letters(w, c);
+    sl__runner_dead_letters(w, c);
     size_t keep = 0;
     uint32_t tries = 0;
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
         if (!it->todo && !it->dead) {
-            free_item(it);
+            sl__runner_free_item(it);
             atomic_fetch_sub(&c->ctr->retrying, 1);
             continue;
         }
@@ -864,12 +864,12 @@ static void settle(worker *w, consumer *c)
 }
 
 /* Delivers again the pool's items that are due. */
-static void retry_due(worker *w, consumer *c)
+static void sl__runner_retry_due(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     int64_t now = sl_clock_mono_ns();
     size_t n = 0;
-    if (grow_round(w, c->npool))
+    if (sl__runner_grow_round(w, c->npool))
         return;
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
@@ -885,8 +885,8 @@ static void retry_due(worker *w, consumer *c)
     }
     if (!n)
         return;
-    round_deliver(w, rr, n);
-    note_retries(w, c, n, false);
+    sl__runner_round_deliver(w, rr, n);
+    sl__runner_note_retries(w, c, n, false);
     for (size_t i = 0; i < n; i++) {
         item *it = w->its[i];
         it->todo = w->todo[i];
@@ -897,7 +897,7 @@ static void retry_due(worker *w, consumer *c)
         it->retry_at_ns = 0;
         if (w->reason[i] != SIZE_MAX) {
             free(it->reason);
-            it->reason = strdup(reason_at(w, w->reason[i]));
+            it->reason = strdup(sl__runner_reason_at(w, w->reason[i]));
         }
         if (!it->todo && !it->dead)
             atomic_fetch_add(&c->ctr->delivered, 1);
@@ -917,7 +917,7 @@ static int copy_source(const worker *w, size_t e, item *it)
 }
 
 /* Sets payload i of the fresh batch aside (copies what it needs). */
-static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
+static int sl__runner_keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
 {
     item it = {.todo = w->todo[i],
                .dead = w->dead[i],
@@ -930,22 +930,23 @@ static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
     int rc = w->out_src[i] >= 0 ? copy_source(w, (size_t)w->out_src[i], &it) : 0;
     if (!rc && (it.payload = malloc(it.len ? it.len : 1)))
         memcpy(it.payload, w->dl[i].data, it.len);
-    it.reason = strdup(reason_at(w, w->reason[i]));
+    it.reason = strdup(sl__runner_reason_at(w, w->reason[i]));
     if (rc || !it.payload || !it.reason || add_item(c, &it)) {
-        free_item(&it);
+        sl__runner_free_item(&it);
         return SL_ENOMEM;
     }
     return 0;
 }
 
 /* An event whose evaluation failed: straight to the dead letters. */
-static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
+static int sl__runner_keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 {
-    item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = mono_ms()};
+    item it = {
+        .dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = sl__runner_mono_ms()};
     memcpy(it.lane, w->lanes[e], SL_EVENT_LANE_MAX + 1);
     it.reason = strdup(why);
     if (copy_source(w, e, &it) || !it.reason || add_item(c, &it)) {
-        free_item(&it);
+        sl__runner_free_item(&it);
         return SL_ENOMEM;
     }
     return 0;
@@ -953,7 +954,7 @@ static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 
 /* ---- one turn of a consumer ----------------------------------------------- */
 
-static void set_pos(consumer *c, int64_t pos)
+static void sl__runner_set_pos(consumer *c, int64_t pos)
 {
     c->pos = pos;
     atomic_store(&c->read_pos, pos);
@@ -986,7 +987,7 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
                      "delivered them; going on at offset %" PRId64,
                      lost, start);
             atomic_fetch_add(&c->ctr->failed, (uint64_t)lost);
-            set_pos(c, start);
+            sl__runner_set_pos(c, start);
         } else {
             /* The log lost its unsynced tail in a crash (ack = "buffer"):
              * the offsets past its end will be given to new events. */
@@ -994,9 +995,9 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
                      "the cursor is past the end of the partition (%" PRId64
                      "), which lost its unsynced tail in a crash; going on at the end",
                      end);
-            set_pos(c, end);
+            sl__runner_set_pos(c, end);
         }
-        rule_loss(rr, c->pos, c->part, msg);
+        sl__runner_rule_loss(rr, c->pos, c->part, msg);
         rc = sl_store_reader_open(st, c->pos, rr->lane, &c->reader, &err);
     }
     if (rc) {
@@ -1019,7 +1020,7 @@ static int mark_replay(sl_buf *ev, const replay *rp)
 static int drop_turn(consumer *c, size_t pool_at, int rc)
 {
     while (c->npool > pool_at) {
-        free_item(&c->pool[--c->npool]);
+        sl__runner_free_item(&c->pool[--c->npool]);
         atomic_fetch_sub(&c->ctr->retrying, 1);
     }
     if (c->reader)
@@ -1038,7 +1039,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
     size_t pool_at = c->npool; /* a failed turn takes back what it set aside */
     *more = false;
     if (c->rp && c->pos >= c->end)
-        return 0; /* run_consumer() marks it done once its pool is empty */
+        return 0; /* sl__runner_run_consumer() marks it done once its pool is empty */
     if (!c->reader) {
         bool wait;
         int rc = open_reader(c, &wait, why, whylen);
@@ -1065,7 +1066,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
             at_end = true; /* the replay's window ends here */
             break;
         }
-        if ((rc = grow_events(w, nev + 1)))
+        if ((rc = sl__runner_grow_events(w, nev + 1)))
             break;
         size_t lane_len = rec.lane_len <= SL_EVENT_LANE_MAX ? rec.lane_len : 0;
         /* transform_batch gets one lane per call: a new lane ends the batch
@@ -1086,7 +1087,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
             (c->rp && mark_replay(&w->ev, c->rp))) {
             w->ev.len = at;
             atomic_fetch_add(&c->ctr->failed, 1);
-            rule_failure(rr, rec.offset, c->part, "stored event is not a JSON object");
+            sl__runner_rule_failure(rr, rec.offset, c->part, "stored event is not a JSON object");
             continue;
         }
         w->ev_ends[nev] = w->ev.len;
@@ -1130,13 +1131,13 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         int r =
             sl_rule_eval_batch(w->vm, rr->idx, w->evp, w->evl, nev, &ictx, &w->out, &passed, &e);
         if (r) {
-            rule_failure(rr, c->pos, c->part, e.msg);
+            sl__runner_rule_failure(rr, c->pos, c->part, e.msg);
             for (size_t i = 0; !rc && i < nev; i++)
-                rc = keep_failed_event(w, c, i, e.msg);
+                rc = sl__runner_keep_failed_event(w, c, i, e.msg);
         } else {
             atomic_fetch_add(&c->ctr->matched, passed);
             atomic_fetch_add(&c->ctr->filtered, nev - passed);
-            rc = tag_outputs(w, 0, w->lanes[0], -1);
+            rc = sl__runner_tag_outputs(w, 0, w->lanes[0], -1);
         }
     } else if (rr->rc->enabled && !rr->unrouted) {
         for (size_t i = 0; !rc && i < nev; i++) {
@@ -1146,8 +1147,8 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
             sl_error e = {0};
             int r = sl_rule_eval(w->vm, rr->idx, evj, w->evl[i], &ictx, &w->out, &oc, &e);
             if (r) {
-                rule_failure(rr, w->offs[i], c->part, e.msg);
-                rc = keep_failed_event(w, c, i, e.msg);
+                sl__runner_rule_failure(rr, w->offs[i], c->part, e.msg);
+                rc = sl__runner_keep_failed_event(w, c, i, e.msg);
                 continue;
             }
             _Atomic uint64_t *ctr = oc == SL_RULE_MATCHED    ? &c->ctr->matched
@@ -1156,12 +1157,12 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
                                                              : NULL;
             if (ctr)
                 atomic_fetch_add(ctr, 1);
-            rc = tag_outputs(w, from, w->lanes[i], (int32_t)i);
+            rc = sl__runner_tag_outputs(w, from, w->lanes[i], (int32_t)i);
         }
     }
     size_t n = w->out.n;
     if (!rc && n)
-        rc = grow_round(w, n);
+        rc = sl__runner_grow_round(w, n);
     if (rc) {
         snprintf(why, whylen, "evaluating: %s", sl_strerror(rc));
         return drop_turn(c, pool_at, rc);
@@ -1173,14 +1174,14 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         w->todo[i] = all;
     }
     if (n) {
-        round_deliver(w, rr, n);
-        note_retries(w, c, n, true);
+        sl__runner_round_deliver(w, rr, n);
+        sl__runner_note_retries(w, c, n, true);
     }
-    int64_t now_ms = mono_ms();
+    int64_t now_ms = sl__runner_mono_ms();
     for (size_t i = 0; i < n; i++) {
         if (!w->todo[i] && !w->dead[i])
             atomic_fetch_add(&c->ctr->delivered, 1);
-        else if ((rc = keep_payload(w, c, i, now_ms)))
+        else if ((rc = sl__runner_keep_payload(w, c, i, now_ms)))
             break;
     }
     if (rc) {
@@ -1188,7 +1189,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         snprintf(why, whylen, "keeping failed payloads: %s", sl_strerror(rc));
         return drop_turn(c, pool_at, rc);
     }
-    set_pos(c, next);
+    sl__runner_set_pos(c, next);
     return 0;
 }
 
@@ -1210,20 +1211,20 @@ static bool pool_blocks(const consumer *c)
 }
 
 /* Runs one turn and commits; decides whether the consumer goes on. */
-static bool run_consumer(worker *w, consumer *c)
+static bool sl__runner_run_consumer(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     char why[SL_ERROR_MAX + 64] = "";
     bool more = false;
     int rc = 0;
     if (c->npool) {
-        retry_due(w, c);
-        settle(w, c);
+        sl__runner_retry_due(w, c);
+        sl__runner_settle(w, c);
     }
     if (!pool_blocks(c)) {
         rc = fresh_batch(w, c, &more, why, sizeof why);
         if (c->npool)
-            settle(w, c);
+            sl__runner_settle(w, c);
     }
     int64_t safe = safe_position(c);
     if (c->rp) {
@@ -1274,12 +1275,12 @@ static bool run_consumer(worker *w, consumer *c)
     if (rc) {
         char msg[SL_ERROR_MAX + 128];
         snprintf(msg, sizeof msg, "%s (trying again in %d ms)", why, c->backoff_ms);
-        rule_failure(rr, c->pos, c->part, msg);
+        sl__runner_rule_failure(rr, c->pos, c->part, msg);
     }
     return more;
 }
 
-static void *worker_main(void *arg)
+static void *sl__runner_worker_main(void *arg)
 {
     worker *w = arg;
     sl_runner *r = w->r;
@@ -1305,11 +1306,11 @@ static void *worker_main(void *arg)
         c->running = true;
         c->again = false;
         pthread_mutex_unlock(&r->lock);
-        bool more = run_consumer(w, c);
+        bool more = sl__runner_run_consumer(w, c);
         pthread_mutex_lock(&r->lock);
         c->running = false;
         if ((more || c->again) && !c->hold)
-            push(r, c);
+            sl__runner_push(r, c);
     }
     pthread_mutex_unlock(&r->lock);
     return NULL;
@@ -1323,7 +1324,7 @@ static void free_consumer(consumer *c)
         sl_store_reader_close(&c->rule->set->parts[c->part], c->reader);
     c->reader = NULL;
     for (size_t i = 0; i < c->npool; i++)
-        free_item(&c->pool[i]);
+        sl__runner_free_item(&c->pool[i]);
     free(c->pool);
     c->pool = NULL;
     c->npool = 0;
@@ -1331,7 +1332,7 @@ static void free_consumer(consumer *c)
         sl_cursor_close(&c->cur);
 }
 
-static void free_replay(replay *rp)
+static void sl__runner_free_replay(replay *rp)
 {
     for (int32_t p = 0; rp->cons && p < rp->nparts; p++)
         free_consumer(&rp->cons[p]);
@@ -1387,7 +1388,7 @@ static void free_runner(sl_runner *r)
     while (r->replays) {
         replay *rp = r->replays;
         r->replays = rp->next;
-        free_replay(rp);
+        sl__runner_free_replay(rp);
     }
     /* Lane runs first: they may borrow their base run's targets. */
     for (size_t i = atomic_load(&r->nruns); i-- > 0;)
@@ -1513,7 +1514,7 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
             if ((rc2 = sl_cursor_commit(&c->cur, start, 0, err)))
                 return rc2;
         }
-        set_pos(c, c->cur.offset);
+        sl__runner_set_pos(c, c->cur.offset);
         atomic_store(&c->committed, c->cur.offset);
     }
     return open_targets(r, rr, err);
@@ -1628,7 +1629,7 @@ static int add_lane_runs(sl_runner *r, const sl_lane_info *lane, bool queue, sl_
             rule_run *rr = RUN(r, atomic_load(&r->nruns) - 1);
             pthread_mutex_lock(&r->lock);
             for (int32_t p = 0; p < rr->nparts; p++)
-                push(r, &rr->cons[p]);
+                sl__runner_push(r, &rr->cons[p]);
             pthread_mutex_unlock(&r->lock);
         }
     }
@@ -1683,7 +1684,7 @@ void sl_runner_drop_lane(sl_runner *r, const char *lane)
         rule_run *rr = RUN(r, i);
         if (strcmp(rr->lane, lane) || atomic_load(&rr->dropped))
             continue;
-        /* No new turn starts (push() refuses it), queued ones leave the
+        /* No new turn starts (sl__runner_push() refuses it), queued ones leave the
          * queue; a turn in progress finishes on its own (its own targets are
          * told to hurry) and is not waited for: a hung endpoint must not
          * hold the drop. The run stays, idle, until the runner stops. */
@@ -1759,11 +1760,11 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
         rc = ls.rc;
     }
     for (unsigned i = 0; !rc && i < nw; i++)
-        rc = init_worker(r, &r->workers[r->nworkers++], err);
+        rc = sl__runner_init_worker(r, &r->workers[r->nworkers++], err);
     /* Under the lock: a running worker may grow the pool (maybe_grow). */
     pthread_mutex_lock(&r->lock);
     for (unsigned i = 0; !rc && i < r->nworkers; i++) {
-        if (pthread_create(&r->workers[i].thread, NULL, worker_main, &r->workers[i]))
+        if (pthread_create(&r->workers[i].thread, NULL, sl__runner_worker_main, &r->workers[i]))
             rc = sl_error_set(err, SL_ENOMEM, "rule runner: cannot start a worker thread");
         else
             r->started++;
@@ -1777,7 +1778,7 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0, n = atomic_load(&r->nruns); i < n; i++)
         for (int32_t p = 0; p < RUN(r, i)->nparts; p++)
-            push(r, &RUN(r, i)->cons[p]);
+            sl__runner_push(r, &RUN(r, i)->cons[p]);
     pthread_mutex_unlock(&r->lock);
     *out = r;
     return 0;
@@ -1824,11 +1825,11 @@ static int put_text(sl_buf *out, const char *s)
     if (sl_json_put_string(out, s, strlen(s)) == 0)
         return 0;
     char clean[SL_ERROR_MAX];
-    clean_reason(s, clean, sizeof clean);
+    sl__runner_clean_reason(s, clean, sizeof clean);
     return sl_json_put_string(out, clean, strlen(clean));
 }
 
-static int counters_json(sl_buf *out, const counters *k)
+static int sl__runner_counters_json(sl_buf *out, const counters *k)
 {
     return sl_buf_printf(
         out,
@@ -1883,7 +1884,7 @@ static int replay_json(sl_buf *out, replay *rp)
         sl_time_format_rfc3339(fin, f);
         rc = sl_buf_printf(out, "\"finished\":\"%s\",", f);
     }
-    rc = rc ? rc : counters_json(out, &rp->ctr);
+    rc = rc ? rc : sl__runner_counters_json(out, &rp->ctr);
     rc = rc ? rc : sl_buf_printf(out, ",\"partitions\":[");
     for (int32_t p = 0; !rc && p < rp->nparts; p++) {
         const consumer *c = &rp->cons[p];
@@ -1907,7 +1908,7 @@ static void trim_replays(sl_runner *r)
             idle = !rp->cons[p].queued && !rp->cons[p].running;
         if (idle && ++kept > REPLAYS_KEPT) {
             *pp = rp->next;
-            free_replay(rp);
+            sl__runner_free_replay(rp);
         } else {
             pp = &rp->next;
         }
@@ -1965,7 +1966,7 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
         if (rc)
             continue;
         c->start = start;
-        set_pos(c, start);
+        sl__runner_set_pos(c, start);
         atomic_store(&c->end, end);
         atomic_store(&c->committed, start);
         if (start >= end) {
@@ -1974,7 +1975,7 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
         }
     }
     if (rc) {
-        free_replay(rp);
+        sl__runner_free_replay(rp);
         return rc;
     }
     pthread_mutex_lock(&r->lock);
@@ -1984,7 +1985,7 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
     rp->next = r->replays;
     r->replays = rp;
     for (int32_t p = 0; p < rp->nparts; p++)
-        push(r, &rp->cons[p]);
+        sl__runner_push(r, &rp->cons[p]);
     rc = replay_json(out, rp);
     trim_replays(r);
     pthread_mutex_unlock(&r->lock);
@@ -2131,7 +2132,7 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
         /* The rule's counts are those of all its lanes; "lanes" splits them. */
         counters sum;
         sum_counters(r, rr, &sum);
-        rc = rc ? rc : counters_json(out, &sum);
+        rc = rc ? rc : sl__runner_counters_json(out, &sum);
         rc = rc ? rc : sl_buf_printf(out, ",\"last_error\":");
         if (!rc) {
             pthread_mutex_lock(&rr->err_lock);

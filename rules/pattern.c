@@ -224,7 +224,7 @@ static void utf8_locale_init(void)
 }
 
 /* Decodes one character of valid UTF-8 at *p and advances *p. */
-static uint32_t utf8_next(const unsigned char **p)
+static uint32_t sl__pattern_utf8_next(const unsigned char **p)
 {
     const unsigned char *s = *p;
     uint32_t c = s[0];
@@ -261,7 +261,7 @@ static int set_fold(matcher *m)
         return SL_ENOMEM;
     const unsigned char *p = (const unsigned char *)m->s, *end = p + m->slen;
     while (p < end) {
-        uint32_t c = utf8_next(&p);
+        uint32_t c = sl__pattern_utf8_next(&p);
         uint32_t *t = &m->fold[m->nfold++ * 3];
         t[0] = c;
         t[1] = utf8_locale ? (uint32_t)towlower_l((wint_t)c, utf8_locale) : c;
@@ -990,7 +990,7 @@ static bool fold_run(const matcher *m, const char *s, const char *e, const char 
     for (size_t i = 0; i < m->nfold; i++) {
         if (p >= pe)
             return false;
-        uint32_t c = utf8_next(&p);
+        uint32_t c = sl__pattern_utf8_next(&p);
         const uint32_t *t = &m->fold[i * 3];
         if (c != t[0] && c != t[1] && c != t[2])
             return false;
@@ -1372,7 +1372,7 @@ static bool leaf_scalar(const field *f, const sl_pattern_value *pv)
         for (size_t i = 0; i < f->nm; i++)
             if (f->m[i].kind == M_NUMERIC || f->m[i].kind == M_NUMVAL ||
                 (f->m[i].kind == M_ANYBUT && f->m[i].nsubs)) {
-                v.num = pe_number(pv->s, pv->len);
+                v.num = sl_pattern_value_num(pv);
                 break;
             }
     for (size_t i = 0; i < f->nm; i++)

@@ -15,50 +15,48 @@
 
 /* ---- parsed events ------------------------------------------------------ */
 
-#define NONE UINT32_MAX
-
-static void pe_reset(sl_pattern_event *ev)
+static void pe_reset(sl_evview *ev)
 {
     if (!ev->v) {
         ev->v = ev->inline_v;
-        ev->cap = SL_PATTERN_EVENT_INLINE;
+        ev->cap = SL_EVVIEW_INLINE;
     }
     ev->n = 0;
     ev->scratch_len = 0;
     ev->oom = false;
 }
 
-void sl_pattern_event_init(sl_pattern_event *ev)
+void sl_evview_init(sl_evview *ev)
 {
-    memset(ev, 0, offsetof(sl_pattern_event, inline_v));
+    memset(ev, 0, offsetof(sl_evview, inline_v));
     pe_reset(ev);
 }
 
-void sl_pattern_event_free(sl_pattern_event *ev)
+void sl_evview_free(sl_evview *ev)
 {
     if (ev->v && ev->v != ev->inline_v)
         free(ev->v);
     free(ev->scratch);
-    sl_pattern_event_init(ev);
+    sl_evview_init(ev);
 }
 
-static uint32_t pe_new(sl_pattern_event *ev)
+static uint32_t pe_new(sl_evview *ev)
 {
     if (ev->n == ev->cap) {
         size_t cap = ev->cap * 2;
-        sl_pattern_value *g =
+        sl_evview_value *g =
             ev->v == ev->inline_v ? malloc(cap * sizeof *g) : realloc(ev->v, cap * sizeof *g);
         if (!g) {
             ev->oom = true;
-            return NONE;
+            return SL_EVVIEW_NONE;
         }
         if (ev->v == ev->inline_v)
             memcpy(g, ev->inline_v, ev->n * sizeof *g);
         ev->v = g;
         ev->cap = cap;
     }
-    sl_pattern_value *v = &ev->v[ev->n];
-    v->first = v->next = NONE;
+    sl_evview_value *v = &ev->v[ev->n];
+    v->first = v->next = SL_EVVIEW_NONE;
     v->key = NULL;
     v->klen = 0;
     return (uint32_t)ev->n++;
@@ -94,7 +92,7 @@ static const char *quote_or_backslash(const char *p, const char *end)
     return p;
 }
 
-static const char *pe_string(sl_pattern_event *ev, const char *p, const char *end, const char **s,
+static const char *pe_string(sl_evview *ev, const char *p, const char *end, const char **s,
                              uint32_t *len)
 {
     const char *body = p + 1;
@@ -152,29 +150,28 @@ static double pe_number(const char *p, size_t len)
     return d;
 }
 
-static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
-                            int depth);
+static const char *pe_value(sl_evview *ev, const char *p, const char *end, uint32_t idx, int depth);
 
 /* The value starting at p (not whitespace) into node idx: see pe_value. */
-static const char *pe_value_at(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
+static const char *pe_value_at(sl_evview *ev, const char *p, const char *end, uint32_t idx,
                                int depth)
 {
     if (p >= end)
         return NULL;
-    sl_pattern_value *v = &ev->v[idx];
+    sl_evview_value *v = &ev->v[idx];
     char c = *p;
     if (c == '{' || c == '[') {
         if (depth > SL_JSON_DEPTH_LIMIT)
             return NULL;
         bool obj = c == '{';
         v->type = obj ? SL_JSON_OBJECT : SL_JSON_ARRAY;
-        uint32_t last = NONE;
+        uint32_t last = SL_EVVIEW_NONE;
         p = skip_ws(p + 1, end);
         if (p < end && *p == (obj ? '}' : ']'))
             return p + 1;
         for (;;) {
             uint32_t child = pe_new(ev);
-            if (child == NONE)
+            if (child == SL_EVVIEW_NONE)
                 return NULL;
             if (obj) {
                 p = skip_ws(p, end);
@@ -192,7 +189,7 @@ static const char *pe_value_at(sl_pattern_event *ev, const char *p, const char *
             if (!(p = pe_value(ev, p, end, child, depth + 1)))
                 return NULL;
             /* ev->v may have moved: index, never keep pointers */
-            if (last == NONE)
+            if (last == SL_EVVIEW_NONE)
                 ev->v[idx].first = child;
             else
                 ev->v[last].next = child;
@@ -247,8 +244,7 @@ static const char *pe_value_at(sl_pattern_event *ev, const char *p, const char *
  * byte after it, or NULL when the text is not JSON (or too deep, or out of
  * memory). Bounds are checked everywhere, so unvalidated input cannot make
  * it over-read. */
-static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end, uint32_t idx,
-                            int depth)
+static const char *pe_value(sl_evview *ev, const char *p, const char *end, uint32_t idx, int depth)
 {
     p = skip_ws(p, end);
     const char *q = pe_value_at(ev, p, end, idx, depth);
@@ -259,8 +255,7 @@ static const char *pe_value(sl_pattern_event *ev, const char *p, const char *end
     return q;
 }
 
-int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, bool validate,
-                           sl_error *err)
+int sl_evview_parse(sl_evview *ev, const char *json, size_t len, bool validate, sl_error *err)
 {
     if (!ev->v)
         pe_reset(ev);
@@ -286,7 +281,7 @@ int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, b
     }
     uint32_t root = pe_new(ev);
     const char *end = json + len;
-    const char *p = root == NONE ? NULL : pe_value(ev, json, end, root, 1);
+    const char *p = root == SL_EVVIEW_NONE ? NULL : pe_value(ev, json, end, root, 1);
     if (!p || skip_ws(p, end) != end) {
         if (ev->oom)
             return sl_error_set(err, SL_ENOMEM, "out of memory parsing the event");
@@ -297,7 +292,7 @@ int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, b
     return 0;
 }
 
-double sl_pattern_value_num(const sl_pattern_value *v)
+double sl_evview_num(const sl_evview_value *v)
 {
     return pe_number(v->s, v->len);
 }

@@ -17,34 +17,38 @@
  * (decoded strings, numbers as doubles) linked as a tree. Reusable: parse
  * again into the same struct and nothing is allocated once it has grown to
  * the size of the events it sees (small events fit the inline array). */
-#define SL_PATTERN_EVENT_INLINE 64
+#define SL_EVVIEW_INLINE 64
 
-typedef struct sl_pattern_value {
+/* The index of no value: first and next of a value without a child or a
+ * next sibling. */
+#define SL_EVVIEW_NONE UINT32_MAX
+
+typedef struct sl_evview_value {
     uint8_t type;         /* sl_json_type */
-    uint32_t first, next; /* first child, next sibling (UINT32_MAX: none) */
+    uint32_t first, next; /* first child, next sibling (SL_EVVIEW_NONE: none) */
     uint32_t klen, len;
     uint32_t raw_len;
     const char *key; /* member name, decoded */
     const char *s;   /* string (decoded) or the number's text */
     const char *raw; /* the value's JSON text as written (quotes and brackets
                         included): [raw, raw + raw_len) inside the parsed text */
-} sl_pattern_value;
+} sl_evview_value;
 
 /* The value of a number (type SL_JSON_NUMBER), as a double. Computed on
  * demand: most numbers of an event are never compared. */
-double sl_pattern_value_num(const sl_pattern_value *v);
+double sl_evview_num(const sl_evview_value *v);
 
-typedef struct sl_pattern_event {
-    sl_pattern_value *v; /* v[0] is the event object */
+typedef struct sl_evview {
+    sl_evview_value *v; /* v[0] is the event object */
     size_t n, cap;
     char *scratch; /* decoded escaped strings */
     size_t scratch_len, scratch_cap;
     bool oom; /* the last parse ran out of memory (not a syntax error) */
-    sl_pattern_value inline_v[SL_PATTERN_EVENT_INLINE];
-} sl_pattern_event;
+    sl_evview_value inline_v[SL_EVVIEW_INLINE];
+} sl_evview;
 
 /* Prepares ev (no allocation). */
-void sl_pattern_event_init(sl_pattern_event *ev);
+void sl_evview_init(sl_evview *ev);
 
 /* Parses the event JSON text [json, json + len), which must stay unchanged
  * while ev is used (values point into it). validate checks it strictly
@@ -52,10 +56,9 @@ void sl_pattern_event_init(sl_pattern_event *ev);
  * which were validated at ingest) malformed text is still refused safely,
  * never over-read. Returns 0, SL_EPARSE/SL_EPARTIAL (not JSON), SL_EINVAL
  * (not an object) or SL_ENOMEM, with err. */
-int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, bool validate,
-                           sl_error *err);
+int sl_evview_parse(sl_evview *ev, const char *json, size_t len, bool validate, sl_error *err);
 
 /* Frees what ev allocated; ev is empty and reusable after. */
-void sl_pattern_event_free(sl_pattern_event *ev);
+void sl_evview_free(sl_evview *ev);
 
 #endif

@@ -139,7 +139,7 @@ int sl_pattern_match(const sl_pattern *p, const char *event_json, size_t len, bo
                      sl_error *err);
 
 /* Whether pattern p matches the parsed event. Never allocates. */
-bool sl_pattern_match_event(const sl_pattern *p, const sl_pattern_event *ev);
+bool sl_pattern_match_event(const sl_pattern *p, const sl_evview *ev);
 
 /* Frees a pattern; NULL is allowed. */
 void sl_pattern_free(sl_pattern *p);

@@ -11,8 +11,6 @@
 
 #include "core/base/json.h"
 
-#define NONE UINT32_MAX
-
 /* ---- matching ----------------------------------------------------------- */
 
 /* One decoded leaf value of the event. */
@@ -177,14 +175,14 @@ static bool matcher_scalar(const matcher *m, const scalar *v)
 
 /* ---- matching over a parsed event ---------------------------------------- */
 
-static bool leaf_scalar(const field *f, const sl_pattern_value *pv)
+static bool leaf_scalar(const field *f, const sl_evview_value *pv)
 {
     scalar v = {pv->type, pv->s, pv->len, 0};
     if (pv->type == SL_JSON_NUMBER) /* only numeric matchers need the value */
         for (size_t i = 0; i < f->nm; i++)
             if (f->m[i].kind == M_NUMERIC || f->m[i].kind == M_NUMVAL ||
                 (f->m[i].kind == M_ANYBUT && f->m[i].nsubs)) {
-                v.num = sl_pattern_value_num(pv);
+                v.num = sl_evview_num(pv);
                 break;
             }
     for (size_t i = 0; i < f->nm; i++)
@@ -196,13 +194,13 @@ static bool leaf_scalar(const field *f, const sl_pattern_value *pv)
 /* Whether a non-exists matcher of f matches a leaf of value i (arrays are
  * searched element by element, nested arrays too); *has_leaf is set when
  * the value holds a leaf. */
-static bool leaf_any(const field *f, const sl_pattern_event *ev, uint32_t i, bool *has_leaf)
+static bool leaf_any(const field *f, const sl_evview *ev, uint32_t i, bool *has_leaf)
 {
-    const sl_pattern_value *v = &ev->v[i];
+    const sl_evview_value *v = &ev->v[i];
     if (v->type == SL_JSON_OBJECT)
         return false;
     if (v->type == SL_JSON_ARRAY) {
-        for (uint32_t c = v->first; c != NONE; c = ev->v[c].next)
+        for (uint32_t c = v->first; c != SL_EVVIEW_NONE; c = ev->v[c].next)
             if (leaf_any(f, ev, c, has_leaf))
                 return true;
         return false;
@@ -211,11 +209,11 @@ static bool leaf_any(const field *f, const sl_pattern_event *ev, uint32_t i, boo
     return leaf_scalar(f, v);
 }
 
-/* A leaf field against value i, or against a missing field (NONE). */
-static bool leaf_eval(const field *f, const sl_pattern_event *ev, uint32_t i)
+/* A leaf field against value i, or against a missing field (SL_EVVIEW_NONE). */
+static bool leaf_eval(const field *f, const sl_evview *ev, uint32_t i)
 {
     bool has_leaf = false;
-    if (i != NONE && leaf_any(f, ev, i, &has_leaf))
+    if (i != SL_EVVIEW_NONE && leaf_any(f, ev, i, &has_leaf))
         return true;
     for (size_t k = 0; k < f->nm; k++)
         if (f->m[k].kind == M_EXISTS && f->m[k].exists == has_leaf)
@@ -223,44 +221,46 @@ static bool leaf_eval(const field *f, const sl_pattern_event *ev, uint32_t i)
     return false;
 }
 
-static bool node_eval(const node *n, const sl_pattern_event *ev, uint32_t i);
+static bool node_eval(const node *n, const sl_evview *ev, uint32_t i);
 
-static bool field_eval(const field *f, const sl_pattern_event *ev, uint32_t i)
+static bool field_eval(const field *f, const sl_evview *ev, uint32_t i)
 {
     return f->child ? node_eval(f->child, ev, i) : leaf_eval(f, ev, i);
 }
 
-/* The first member named key from member c on (siblings), or NONE. */
-static uint32_t find_member(const sl_pattern_event *ev, const char *key, size_t klen, uint32_t c)
+/* The first member named key from member c on (siblings), or SL_EVVIEW_NONE. */
+static uint32_t find_member(const sl_evview *ev, const char *key, size_t klen, uint32_t c)
 {
-    for (; c != NONE; c = ev->v[c].next)
+    for (; c != SL_EVVIEW_NONE; c = ev->v[c].next)
         if (ev->v[c].klen == klen && memcmp(ev->v[c].key, key, klen) == 0)
             return c;
-    return NONE;
+    return SL_EVVIEW_NONE;
 }
 
 /* An object pattern against value i: an array matches when one of its
  * elements does (so two fields never match from different elements);
- * anything but an object (or NONE) is a missing object, which only patterns
+ * anything but an object (or SL_EVVIEW_NONE) is a missing object, which only patterns
  * made of exists:false can match. */
-static bool node_eval(const node *n, const sl_pattern_event *ev, uint32_t i)
+static bool node_eval(const node *n, const sl_evview *ev, uint32_t i)
 {
-    if (i != NONE && ev->v[i].type == SL_JSON_ARRAY) {
-        if (ev->v[i].first == NONE)
-            return node_eval(n, ev, NONE);
-        for (uint32_t c = ev->v[i].first; c != NONE; c = ev->v[c].next)
+    if (i != SL_EVVIEW_NONE && ev->v[i].type == SL_JSON_ARRAY) {
+        if (ev->v[i].first == SL_EVVIEW_NONE)
+            return node_eval(n, ev, SL_EVVIEW_NONE);
+        for (uint32_t c = ev->v[i].first; c != SL_EVVIEW_NONE; c = ev->v[c].next)
             if (node_eval(n, ev, c))
                 return true;
         return false;
     }
-    if (i != NONE && ev->v[i].type != SL_JSON_OBJECT)
-        i = NONE;
+    if (i != SL_EVVIEW_NONE && ev->v[i].type != SL_JSON_OBJECT)
+        i = SL_EVVIEW_NONE;
     for (size_t k = 0; k < n->nf; k++) {
         const field *f = &n->f[k];
-        uint32_t m = i == NONE ? NONE : find_member(ev, f->key, f->klen, ev->v[i].first);
+        uint32_t m =
+            i == SL_EVVIEW_NONE ? SL_EVVIEW_NONE : find_member(ev, f->key, f->klen, ev->v[i].first);
         bool ok = field_eval(f, ev, m);
         /* A name repeated in the event: any of its values may match. */
-        while (!ok && m != NONE && (m = find_member(ev, f->key, f->klen, ev->v[m].next)) != NONE)
+        while (!ok && m != SL_EVVIEW_NONE &&
+               (m = find_member(ev, f->key, f->klen, ev->v[m].next)) != SL_EVVIEW_NONE)
             ok = field_eval(f, ev, m);
         if (!ok)
             return false;
@@ -273,7 +273,7 @@ static bool node_eval(const node *n, const sl_pattern_event *ev, uint32_t i)
     return false;
 }
 
-bool sl_pattern_match_event(const sl_pattern *p, const sl_pattern_event *ev)
+bool sl_pattern_match_event(const sl_pattern *p, const sl_evview *ev)
 {
     return ev->n && node_eval(&p->root, ev, 0);
 }
@@ -281,8 +281,8 @@ bool sl_pattern_match_event(const sl_pattern *p, const sl_pattern_event *ev)
 int sl_pattern_match(const sl_pattern *p, const char *event_json, size_t len, bool *matched,
                      sl_error *err)
 {
-    sl_pattern_event ev;
-    sl_pattern_event_init(&ev);
+    sl_evview ev;
+    sl_evview_init(&ev);
     /* A small event needs no allocation: the nodes fit the inline array and
      * the scratch space only matters for escaped strings. */
     char scratch[1024];
@@ -290,11 +290,11 @@ int sl_pattern_match(const sl_pattern *p, const char *event_json, size_t len, bo
         ev.scratch = scratch;
         ev.scratch_cap = sizeof scratch;
     }
-    int rc = sl_pattern_event_parse(&ev, event_json, len, true, err);
+    int rc = sl_evview_parse(&ev, event_json, len, true, err);
     if (!rc)
         *matched = sl_pattern_match_event(p, &ev);
     if (ev.scratch == scratch)
         ev.scratch = NULL;
-    sl_pattern_event_free(&ev);
+    sl_evview_free(&ev);
     return rc;
 }

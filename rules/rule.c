@@ -1,7 +1,7 @@
 /*
  * rules/rule.c — one rule applied to events inside a worker's Lua state.
  *
- * Each event is parsed once (sl_pattern_event, without validation: events
+ * Each event is parsed once (sl_evview, without validation: events
  * come from the log, validated at ingest) for the rule's pattern and, by
  * default, handed to the Lua functions as a proxy over that parse
  * (rules/luaproxy.h); transform results are encoded before the proxies'
@@ -33,12 +33,12 @@ typedef struct rule_refs {
 struct sl_rule_vm {
     const sl_config *cfg;
     lua_State *L;
-    sl_luaproxy *px;      /* the state's event proxies */
-    bool tables;          /* events reach Lua as tables, not proxies */
-    sl_pattern_event pev; /* reused for every event */
+    sl_luaproxy *px; /* the state's event proxies */
+    bool tables;     /* events reach Lua as tables, not proxies */
+    sl_evview pev;   /* reused for every event */
     /* transform_batch with proxies: one parsed event per event that passed
      * (allocated on first need, reused), and the index of that event. */
-    sl_pattern_event **bev;
+    sl_evview **bev;
     size_t *bidx;
     size_t bcap;
     sl_buf enc;      /* encoding buffer, reused */
@@ -99,7 +99,7 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
         return sl_error_set(err, SL_ENOMEM, "rule worker: out of memory");
     }
     vm->cfg = cfg;
-    sl_pattern_event_init(&vm->pev);
+    sl_evview_init(&vm->pev);
     for (size_t i = 0; i < nconf; i++)
         vm->refs[i] = (rule_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF};
     for (size_t i = 0; i < cfg->nsources; i++)
@@ -171,10 +171,10 @@ void sl_rule_vm_free(sl_rule_vm *vm)
     if (!vm)
         return;
     sl_sandbox_close(vm->L);
-    sl_pattern_event_free(&vm->pev);
+    sl_evview_free(&vm->pev);
     for (size_t i = 0; i < vm->bcap; i++) {
         if (vm->bev[i])
-            sl_pattern_event_free(vm->bev[i]);
+            sl_evview_free(vm->bev[i]);
         free(vm->bev[i]);
     }
     free(vm->bev);
@@ -376,7 +376,7 @@ static int call_ref(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const cha
 /* Calls the function behind ref with proxies of evs[0..n) (one proxy, or a
  * list when list); leaves one result. */
 static int call_proxy(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const char *fn,
-                      const sl_pattern_event *const *evs, size_t n, bool list, sl_error *err)
+                      const sl_evview *const *evs, size_t n, bool list, sl_error *err)
 {
     lua_State *L = vm->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
@@ -393,13 +393,13 @@ static int call_proxy(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const c
  * calls that follow too). Returns 0 with *outcome NO_MATCH, FILTERED or
  * MATCHED (passed). */
 static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs, const char *event,
-                 size_t len, sl_pattern_event *pev, sl_rule_outcome *outcome, sl_error *err)
+                 size_t len, sl_evview *pev, sl_rule_outcome *outcome, sl_error *err)
 {
     bool lua =
         refs->filter != LUA_NOREF || refs->transform != LUA_NOREF || refs->batch != LUA_NOREF;
     if (rc->pattern || (lua && !vm->tables)) {
         /* Events reach rules from the log, where ingest validated them. */
-        int r = sl_pattern_event_parse(pev, event, len, false, err);
+        int r = sl_evview_parse(pev, event, len, false, err);
         if (r && err) {
             char msg[SL_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", err->msg);
@@ -419,7 +419,7 @@ static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs
             if (!r)
                 r = call_ref(vm, rc, refs->filter, "filter", err);
         } else {
-            const sl_pattern_event *one = pev;
+            const sl_evview *one = pev;
             r = call_proxy(vm, rc, refs->filter, "filter", &one, 1, false, err);
         }
         if (r)
@@ -457,7 +457,7 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
             if (!r)
                 r = call_ref(vm, rc, refs->transform, "transform", err);
         } else {
-            const sl_pattern_event *one = &vm->pev;
+            const sl_evview *one = &vm->pev;
             r = call_proxy(vm, rc, refs->transform, "transform", &one, 1, false, err);
         }
         if (!r)
@@ -481,7 +481,7 @@ static int batch_grow(sl_rule_vm *vm, size_t n)
 {
     if (n <= vm->bcap)
         return 0;
-    sl_pattern_event **g = realloc(vm->bev, n * sizeof *g);
+    sl_evview **g = realloc(vm->bev, n * sizeof *g);
     if (!g)
         return SL_ENOMEM;
     vm->bev = g;
@@ -492,7 +492,7 @@ static int batch_grow(sl_rule_vm *vm, size_t n)
     for (; vm->bcap < n; vm->bcap++) {
         if (!(vm->bev[vm->bcap] = malloc(sizeof **vm->bev)))
             return SL_ENOMEM;
-        sl_pattern_event_init(vm->bev[vm->bcap]);
+        sl_evview_init(vm->bev[vm->bcap]);
     }
     return 0;
 }
@@ -519,8 +519,8 @@ static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const ru
             vm->bidx[np++] = i;
     }
     if (!r && np && refs->batch != LUA_NOREF) {
-        r = call_proxy(vm, rc, refs->batch, "transform_batch",
-                       (const sl_pattern_event *const *)vm->bev, np, true, err);
+        r = call_proxy(vm, rc, refs->batch, "transform_batch", (const sl_evview *const *)vm->bev,
+                       np, true, err);
         if (!r)
             r = take_transformed(vm, rc, ictx, out, err);
     } else if (!r) {
@@ -533,7 +533,7 @@ static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const ru
      * held: big ones give it back (small events fit the inline array). */
     for (size_t i = 0; i < np; i++)
         if (vm->bev[i]->cap > BATCH_KEEP_VALUES || vm->bev[i]->scratch_cap > BATCH_KEEP_BYTES)
-            sl_pattern_event_free(vm->bev[i]);
+            sl_evview_free(vm->bev[i]);
     if (!r)
         *passed = np;
     return r;

@@ -828,8 +828,9 @@ static int load_config(bench *B, sl_error *err)
     B->rule_vip = (size_t)(a - B->cfg->rules);
     B->rule_vip_matched = (size_t)(b - B->cfg->rules);
     B->rule_big = (size_t)(c - B->cfg->rules);
-    if ((rc = sl_rule_vm_new(B->cfg, &B->vm, err)) ||
-        (rc = sl_rule_vm_new(B->cfg, &B->vm_tables, err)))
+    sl_ruleset rs;
+    sl_config_ruleset(B->cfg, &rs);
+    if ((rc = sl_rule_vm_new(&rs, &B->vm, err)) || (rc = sl_rule_vm_new(&rs, &B->vm_tables, err)))
         return rc;
     sl_rule_vm_use_tables(B->vm, false); /* whatever SLUICE_LUA_TABLES says */
     sl_rule_vm_use_tables(B->vm_tables, true);

@@ -1170,7 +1170,9 @@ static int open_(const sl_source_config *cfg, const sl_source_host *host, void *
             rc = sl_error_set(err, SL_EINVAL, "source.file: parse function without its config");
             goto fail;
         }
-        if ((rc = sl_rule_vm_new(cfg->owner, &s->vm, err)))
+        sl_ruleset rs;
+        sl_config_ruleset(cfg->owner, &rs);
+        if ((rc = sl_rule_vm_new(&rs, &s->vm, err)))
             goto fail;
         if (!sl_rule_vm_has_parse(s->vm, cfg->index)) {
             rc = sl_error_set(err, SL_EINVAL, "source.file: its parse function was not found");

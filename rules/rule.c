@@ -31,7 +31,7 @@ typedef struct rule_refs {
 } rule_refs;
 
 struct sl_rule_vm {
-    const sl_config *cfg;
+    sl_ruleset rs; /* the view it was built from (a copy) */
     lua_State *L;
     sl_luaproxy *px; /* the state's event proxies */
     bool tables;     /* events reach Lua as tables, not proxies */
@@ -42,8 +42,8 @@ struct sl_rule_vm {
     size_t *bidx;
     size_t bcap;
     sl_buf enc;      /* encoding buffer, reused */
-    rule_refs *refs; /* one per rule config: cfg->rules, then cfg->overrides (sl_config_rule_at) */
-    int *parse;      /* one per cfg->sources[i]: its parse function, or LUA_NOREF */
+    rule_refs *refs; /* one per rule config: rs.rules, then rs.overrides (sl_ruleset_rule_at) */
+    int *parse;      /* one per source i of rs: its parse function, or LUA_NOREF */
 };
 
 static int ref_field(lua_State *L, int body, const char *name)
@@ -87,30 +87,30 @@ static void override_refs(lua_State *L, int body, const sl_rule_config *o, rule_
     lua_pop(L, 2);
 }
 
-int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
+int sl_rule_vm_new(const sl_ruleset *rs, sl_rule_vm **out, sl_error *err)
 {
     sl_rule_vm *vm = calloc(1, sizeof *vm);
-    size_t nconf = cfg->nrules + cfg->noverrides;
+    size_t nconf = rs->nrules + rs->noverrides;
     if (!vm || !(vm->refs = calloc(nconf + 1, sizeof *vm->refs)) ||
-        !(vm->parse = calloc(cfg->nsources + 1, sizeof *vm->parse))) {
+        !(vm->parse = calloc(rs->nsources + 1, sizeof *vm->parse))) {
         if (vm)
             free(vm->refs);
         free(vm);
         return sl_error_set(err, SL_ENOMEM, "rule worker: out of memory");
     }
-    vm->cfg = cfg;
+    vm->rs = *rs;
     sl_evview_init(&vm->pev);
     for (size_t i = 0; i < nconf; i++)
         vm->refs[i] = (rule_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF};
-    for (size_t i = 0; i < cfg->nsources; i++)
+    for (size_t i = 0; i < rs->nsources; i++)
         vm->parse[i] = LUA_NOREF;
-    sl_sandbox_options so = {.mem_bytes = cfg->lua_memory,
-                             .instructions = cfg->lua_instructions,
+    sl_sandbox_options so = {.mem_bytes = rs->lua_memory,
+                             .instructions = rs->lua_instructions,
                              .privileged_src = sl_lua_src_prelude,
                              .privileged_len = sl_lua_src_prelude_len,
                              .privileged_name = "=prelude"};
     char chunkname[4096];
-    snprintf(chunkname, sizeof chunkname, "@%s", cfg->path);
+    snprintf(chunkname, sizeof chunkname, "@%s", rs->path);
     const char *tables = getenv("SLUICE_LUA_TABLES");
     vm->tables = tables && strcmp(tables, "1") == 0;
     int rc = sl_sandbox_new(&so, &vm->L, err);
@@ -119,7 +119,7 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
     if (!rc)
         rc = sl_luaproxy_install(vm->L, &vm->px, err);
     if (!rc)
-        rc = sl_sandbox_load(vm->L, cfg->source, cfg->source_len, chunkname, err);
+        rc = sl_sandbox_load(vm->L, rs->source, rs->source_len, chunkname, err);
     if (!rc)
         rc = sl_sandbox_call(vm->L, 0, 0, err);
     if (rc) {
@@ -139,24 +139,24 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
         const char *kind = lua_tostring(L, -2), *name = lua_tostring(L, -1);
         if (kind && strcmp(kind, "source") == 0) {
             size_t si = nsource++;
-            if (si < cfg->nsources) {
+            if (si < rs->nsources) {
                 lua_getfield(L, -3, "body");
                 if (lua_istable(L, -1))
                     vm->parse[si] = ref_field(L, lua_gettop(L), "parse");
                 lua_pop(L, 1);
             }
         }
-        for (size_t r = 0; name && kind && strcmp(kind, "rule") == 0 && r < cfg->nrules; r++) {
-            if (strcmp(cfg->rules[r].name, name))
+        for (size_t r = 0; name && kind && strcmp(kind, "rule") == 0 && r < rs->nrules; r++) {
+            if (strcmp(rs->rules[r].name, name))
                 continue;
             lua_getfield(L, -3, "body");
             int body = lua_gettop(L);
             vm->refs[r].filter = ref_field(L, body, "filter");
             vm->refs[r].transform = ref_field(L, body, "transform");
             vm->refs[r].batch = ref_field(L, body, "transform_batch");
-            for (size_t o = 0; o < cfg->noverrides; o++)
-                if (cfg->overrides[o].base == r)
-                    override_refs(L, body, &cfg->overrides[o], &vm->refs[cfg->nrules + o]);
+            for (size_t o = 0; o < rs->noverrides; o++)
+                if (rs->overrides[o].base == r)
+                    override_refs(L, body, &rs->overrides[o], &vm->refs[rs->nrules + o]);
             lua_pop(L, 1);
         }
         lua_pop(L, 3);
@@ -440,7 +440,7 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
                  const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
                  sl_error *err)
 {
-    const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
+    const sl_rule_config *rc = sl_ruleset_rule_at(&vm->rs, rule);
     const rule_refs *refs = &vm->refs[rule];
     size_t n0 = out->n, len0 = out->data.len;
     sl_rule_outcome oc;
@@ -543,7 +543,7 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, c
                        size_t n, const sl_input_ctx *ictx, sl_rule_out *out, size_t *passed,
                        sl_error *err)
 {
-    const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
+    const sl_rule_config *rc = sl_ruleset_rule_at(&vm->rs, rule);
     const rule_refs *refs = &vm->refs[rule];
     lua_State *L = vm->L;
     int top = lua_gettop(L);
@@ -592,14 +592,13 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, c
 
 bool sl_rule_vm_has_parse(const sl_rule_vm *vm, size_t source)
 {
-    return source < vm->cfg->nsources && vm->parse[source] != LUA_NOREF;
+    return source < vm->rs.nsources && vm->parse[source] != LUA_NOREF;
 }
 
 /* The name of source i, for messages. */
 static const char *source_name(const sl_rule_vm *vm, size_t i)
 {
-    const sl_source_config *sc = &vm->cfg->sources[i];
-    return sc->name ? sc->name : sc->kind_name ? sc->kind_name : "?";
+    return vm->rs.source_name ? vm->rs.source_name(vm->rs.source_ctx, i) : "?";
 }
 
 int sl_rule_vm_parse(sl_rule_vm *vm, size_t source, const char *line, size_t len, sl_buf *out,

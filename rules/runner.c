@@ -37,7 +37,7 @@ int sl__runner_init_worker(sl_runner *r, worker *w, sl_error *err)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
-    return sl_rule_vm_new(r->opts.cfg, &w->vm, err);
+    return sl_rule_vm_new(&r->opts.rules, &w->vm, err);
 }
 
 /* ---- start / stop ---------------------------------------------------------- */
@@ -279,12 +279,12 @@ static int lane_index(sl_runner *r, const char *lane)
     return (int)r->nlane_names++;
 }
 
-/* Makes and opens the run of cfg rule `rule` for lane (NULL: the base
+/* Makes and opens the run of base rule `rule` for lane (NULL: the base
  * run), and publishes it (RUN()). Returns 0 or an SL_E… code with err
  * (the run is freed). */
 static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error *err)
 {
-    const sl_config *cfg = r->opts.cfg;
+    const sl_ruleset *rs = &r->opts.rules;
     size_t n = atomic_load(&r->nruns);
     if (n == (size_t)RUN_CHUNK * RUN_CHUNKS)
         return sl_error_set(err, SL_ENOMEM,
@@ -298,13 +298,13 @@ static int add_run(sl_runner *r, size_t rule, const sl_lane_info *lane, sl_error
         return sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
     pthread_mutex_init(&rr->err_lock, NULL);
     rr->idx = rule;
-    rr->rc = &cfg->rules[rule];
+    rr->rc = &rs->rules[rule];
     snprintf(rr->label, sizeof rr->label, "%s", rr->rc->name);
     snprintf(rr->cursor_set, sizeof rr->cursor_set, "%s", rr->rc->set);
     if (lane) {
         rr->base_run = RUN(r, rule);
         size_t at;
-        const sl_rule_config *ov = sl_config_override(cfg, rule, lane->name, &at);
+        const sl_rule_config *ov = sl_ruleset_override(rs, rule, lane->name, &at);
         if (ov) {
             rr->rc = ov;
             rr->idx = at;
@@ -371,7 +371,7 @@ typedef struct lanes_start {
  * it is no auto lane: no runs then. */
 static bool lane_of_config(const sl_runner *r, const sl_lane_info *lane, sl_lane_info *out)
 {
-    const sl_lane_decl *d = sl_config_lane(r->opts.cfg, lane->name);
+    const sl_lane_decl *d = sl_ruleset_lane(&r->opts.rules, lane->name);
     if (!d && !lane->auto_)
         return false;
     *out = *lane;
@@ -385,7 +385,7 @@ static void start_lane(void *ctx, const sl_lane_info *lane)
 {
     lanes_start *ls = ctx;
     sl_lane_info li;
-    if (!ls->rc && lane->auto_ && !sl_config_lane(ls->r->opts.cfg, lane->name) &&
+    if (!ls->rc && lane->auto_ && !sl_ruleset_lane(&ls->r->opts.rules, lane->name) &&
         lane_of_config(ls->r, lane, &li))
         ls->rc = add_lane_runs(ls->r, &li, false, ls->err);
 }
@@ -449,8 +449,8 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadline_in() */
     pthread_cond_init(&r->cond, &ca);
     pthread_condattr_destroy(&ca);
-    const sl_config *cfg = opts->cfg;
-    unsigned nw = opts->workers ? opts->workers : cfg->workers;
+    const sl_ruleset *rs = &r->opts.rules;
+    unsigned nw = opts->workers ? opts->workers : rs->workers;
     if (!nw) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         nw = n > 0 ? (unsigned)n : 1;
@@ -465,13 +465,13 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     r->workers = calloc(r->max_workers, sizeof *r->workers);
     if (!r->lane_names || !r->workers)
         rc = sl_error_set(err, SL_ENOMEM, "rule runner: out of memory");
-    for (size_t i = 0; !rc && i < cfg->nrules; i++)
+    for (size_t i = 0; !rc && i < rs->nrules; i++)
         if (!(rc = add_run(r, i, NULL, err)))
             r->nbase++;
     /* The lanes the config declares (but those dropped), then the auto
      * lanes the registry remembers. */
-    for (size_t i = 0; !rc && i < cfg->nlanes; i++) {
-        const sl_lane_decl *d = &cfg->lanes[i];
+    for (size_t i = 0; !rc && i < rs->nlanes; i++) {
+        const sl_lane_decl *d = &rs->lanes[i];
         if (opts->lanes && sl_lanes_dropped(opts->lanes, d->name))
             continue;
         sl_lane_info li = {.env = d->env, .fallback_base = d->fallback_base};

@@ -25,20 +25,20 @@
 #define SL_RUNNER_H
 
 #include "core/base/buf.h"
-#include "server/config.h"
 #include "core/bus/databus.h"
 #include "core/base/err.h"
 #include "core/bus/lanes.h"
 #include "core/bus/set.h"
+#include "rules/ruleset.h"
 
 typedef struct sl_runner sl_runner;
 
 typedef struct sl_runner_options {
-    const sl_config *cfg; /* must outlive the runner */
-    sl_sets *sets;        /* every set the rules read is declared in cfg */
+    sl_ruleset rules; /* the config's rules (a view: the config must outlive the runner) */
+    sl_sets *sets;    /* every set the rules read is declared in the config */
     sl_databus *bus;
     const char *data_dir; /* cursors live in DATA/rules */
-    unsigned workers;     /* 0: cfg->workers, else the number of CPUs */
+    unsigned workers;     /* 0: rules.workers, else the number of CPUs */
     sl_lanes *lanes;      /* the lanes to run (sl_lanes_each); NULL: base lane only */
 } sl_runner_options;
 

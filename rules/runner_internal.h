@@ -114,7 +114,7 @@ typedef struct target_inst {
  * broken test lane never holds production delivery; fallback runs share the
  * base run's target instances (like its partitions do). */
 struct rule_run {
-    size_t idx; /* the rule number the VMs evaluate (sl_config_rule_at) */
+    size_t idx; /* the rule number the VMs evaluate (sl_ruleset_rule_at) */
     const sl_rule_config *rc;
     char lane[SL_EVENT_LANE_MAX + 1];
     char label[SL_EVENT_LANE_MAX + 160];      /* "billing", "billing (lane feature-x)" */
@@ -183,7 +183,7 @@ typedef struct worker {
 
 struct sl_runner {
     sl_runner_options opts;
-    /* Runs 0 … nbase-1 are the base rules (cfg->rules order), lane runs
+    /* Runs 0 … nbase-1 are the base rules (opts.rules.rules order), lane runs
      * follow, in chunks that never move (RUN()); runs are only freed with
      * the runner (a dropped lane's stay, idle), so readers load nruns and go
      * without the lock. */

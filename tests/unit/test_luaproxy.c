@@ -917,8 +917,10 @@ static void test_rule_vm(void **state)
     sl_buf_free(&diag);
     sl_rule_vm *vp = NULL, *vt = NULL;
     sl_error err = {0};
-    assert_int_equal(sl_rule_vm_new(cfg, &vp, &err), 0);
-    assert_int_equal(sl_rule_vm_new(cfg, &vt, &err), 0);
+    sl_ruleset rs;
+    sl_config_ruleset(cfg, &rs);
+    assert_int_equal(sl_rule_vm_new(&rs, &vp, &err), 0);
+    assert_int_equal(sl_rule_vm_new(&rs, &vt, &err), 0);
     sl_rule_vm_use_tables(vt, true);
     static const struct {
         const char *name;
@@ -1059,7 +1061,9 @@ static void test_rule_vm_lanes(void **state)
     for (int tables = 0; tables < 2; tables++) {
         sl_rule_vm *vm = NULL;
         sl_error err = {0};
-        assert_int_equal(sl_rule_vm_new(cfg, &vm, &err), 0);
+        sl_ruleset rs;
+        sl_config_ruleset(cfg, &rs);
+        assert_int_equal(sl_rule_vm_new(&rs, &vm, &err), 0);
         sl_rule_vm_use_tables(vm, tables);
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
             size_t rule = 0;

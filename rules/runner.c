@@ -495,7 +495,7 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     }
     pthread_mutex_unlock(&r->lock);
     if (rc) {
-        sl_runner_stop(r);
+        sl_runner_free(r);
         return rc;
     }
     /* Catch up from every cursor at once. */
@@ -516,8 +516,9 @@ static void cancel_target(const target_inst *ti)
 
 void sl_runner_stop(sl_runner *r)
 {
-    if (!r)
+    if (!r || r->stopped)
         return;
+    r->stopped = true;
     pthread_mutex_lock(&r->lock);
     r->stopping = true;
     pthread_cond_broadcast(&r->cond);
@@ -537,5 +538,12 @@ void sl_runner_stop(sl_runner *r)
     }
     for (unsigned i = 0; i < r->started; i++)
         pthread_join(r->workers[i].thread, NULL);
+}
+
+void sl_runner_free(sl_runner *r)
+{
+    if (!r)
+        return;
+    sl_runner_stop(r);
     free_runner(r);
 }

@@ -102,8 +102,13 @@ int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out);
 /* Lets the batches in progress finish (their deliveries complete and their
  * cursors commit; targets that can be slow, like target.http, are told to
  * hurry and fail what they cannot finish within a short grace, which is
- * delivered again after the restart), stops the workers, syncs and closes
- * every cursor and target, and frees the runner. NULL is ignored. */
+ * delivered again after the restart) and stops the workers. Frees nothing:
+ * the runner stays valid (idle) until sl_runner_free(). A second call does
+ * nothing; NULL is ignored. */
 void sl_runner_stop(sl_runner *r);
+
+/* Stops the runner if needed, syncs and closes every cursor and target, and
+ * frees it. NULL is ignored. */
+void sl_runner_free(sl_runner *r);
 
 #endif

@@ -198,6 +198,7 @@ struct sl_runner {
     pthread_cond_t cond;
     consumer *head, *tail;
     bool stopping;
+    bool stopped;          /* sl_runner_stop() joined the workers (the owner's thread only) */
     int64_t retry_scan_ns; /* when periodic() last ran */
     worker *workers;
     unsigned nworkers;    /* slots holding a worker's resources (freed with the runner) */

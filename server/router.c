@@ -167,7 +167,7 @@ static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl
     sl_runner *old = r->runner;
     r->runner = NULL;
     pthread_rwlock_unlock(&r->lock);
-    sl_runner_stop(old);
+    sl_runner_free(old);
     sl_runner *fresh = NULL;
     *runs = want;
     int rc = start_runner(r, want, &fresh, err);
@@ -390,7 +390,10 @@ void sl_router_stop(sl_router *r)
     sl_runner *old = r->runner;
     r->runner = NULL;
     pthread_rwlock_unlock(&r->lock);
-    sl_runner_stop(old); /* outside the lock: its batches may wait for the bus */
+    /* Outside the lock: its batches may wait for the bus. Its cursors sync and
+     * its targets close now, before the HTTP server and the bus stop. */
+    sl_runner_stop(old);
+    sl_runner_free(old);
 }
 
 void sl_router_free(sl_router *r)

@@ -71,7 +71,7 @@ $(B)/fuzzobj/replay_%.o: tests/fuzz/replay.c | deps
 $(B)/tests/test_fuzz_%: $(B)/fuzzobj/fuzz_%.o $(B)/fuzzobj/replay_%.o $(B)/fuzzobj/fuzzutil.o \
 		$(B)/libsluice-core.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(TEST_LIBS)
 
 .PRECIOUS: $(B)/fuzzobj/%.o $(B)/fuzzobj/replay_%.o $(FZ)/obj/tests/fuzz/%.o
 

@@ -330,7 +330,7 @@ static int proxy_push_root(lua_State *L, int mt_ref, const event *e, sl_error *e
 
 typedef struct bench {
     event match, miss;
-    sl_pattern_event pev; /* a parsed event, for rows 1a, 1b and 2 */
+    sl_evview pev; /* a parsed event, for rows 1a, 1b and 2 */
     sl_pattern *one;
     sl_pattern *set[RULESET_N];
     char *set_json[RULESET_N];
@@ -382,7 +382,7 @@ static int op_jansson_load(bench *B, const event *e, size_t n, sl_error *err)
  * parsed events"); row 1c pays the parse (with strict validation) too. */
 static int op_match_one(bench *B, const event *e, size_t n, sl_error *err)
 {
-    int rc = sl_pattern_event_parse(&B->pev, e->json, e->len, false, err);
+    int rc = sl_evview_parse(&B->pev, e->json, e->len, false, err);
     for (size_t i = 0; !rc && i < n; i++)
         B->sink += sl_pattern_match_event(B->one, &B->pev);
     return rc;
@@ -405,7 +405,7 @@ static int op_match_text(bench *B, const event *e, size_t n, sl_error *err)
 static int op_ruleset(bench *B, const event *e, size_t n, sl_error *err)
 {
     for (size_t i = 0; i < n; i++) {
-        int rc = sl_pattern_event_parse(&B->pev, e->json, e->len, false, err);
+        int rc = sl_evview_parse(&B->pev, e->json, e->len, false, err);
         if (rc)
             return rc;
         for (size_t k = 0; k < RULESET_N; k++)
@@ -828,8 +828,9 @@ static int load_config(bench *B, sl_error *err)
     B->rule_vip = (size_t)(a - B->cfg->rules);
     B->rule_vip_matched = (size_t)(b - B->cfg->rules);
     B->rule_big = (size_t)(c - B->cfg->rules);
-    if ((rc = sl_rule_vm_new(B->cfg, &B->vm, err)) ||
-        (rc = sl_rule_vm_new(B->cfg, &B->vm_tables, err)))
+    sl_ruleset rs;
+    sl_config_ruleset(B->cfg, &rs);
+    if ((rc = sl_rule_vm_new(&rs, &B->vm, err)) || (rc = sl_rule_vm_new(&rs, &B->vm_tables, err)))
         return rc;
     sl_rule_vm_use_tables(B->vm, false); /* whatever SLUICE_LUA_TABLES says */
     sl_rule_vm_use_tables(B->vm_tables, true);
@@ -868,7 +869,7 @@ static int setup(bench *B, int *ruleset_hits, sl_error *err)
     if ((B->ref_mt = proxy_setup(B->L, err)) == LUA_NOREF)
         return err && err->code ? err->code : SL_ENOMEM;
 
-    sl_pattern_event_init(&B->pev);
+    sl_evview_init(&B->pev);
     /* The answers. */
     bool m = false;
     if ((rc = sl_pattern_match(B->one, B->match.json, B->match.len, &m, err)) ||
@@ -923,7 +924,7 @@ static int setup(bench *B, int *ruleset_hits, sl_error *err)
 
 static void teardown(bench *B)
 {
-    sl_pattern_event_free(&B->pev);
+    sl_evview_free(&B->pev);
     sl_pattern_free(B->one);
     for (int i = 0; i < RULESET_N; i++) {
         sl_pattern_free(B->set[i]);
@@ -1048,7 +1049,7 @@ static void print_report(const row *rows, size_t nrows, const part *parts, size_
     }
 
     printf("\nnotes\n\n");
-    printf("- Rows 1a/1b match a ~%zu-byte event parsed once (sl_pattern_event_parse: a flat "
+    printf("- Rows 1a/1b match a ~%zu-byte event parsed once (sl_evview_parse: a flat "
            "array of decoded values; sl_pattern_match_event\n"
            "  never allocates). Row 1c pays strict validation + parse + match per call "
            "(sl_pattern_match, what POST /v1/patterns/test does).\n"
@@ -1060,7 +1061,7 @@ static void print_report(const row *rows, size_t nrows, const part *parts, size_
            ruleset_hits, RULESET_N, RULESET_N);
     printf("- Rows 3: sl_rule_eval() on a rule VM from sl_config_load(), payload appended to an "
            "sl_rule_out. Proxy (3a/3b, the default):\n"
-           "  the event parsed once (sl_pattern_event_parse, no validation), a lazy copy-on-write "
+           "  the event parsed once (sl_evview_parse, no validation), a lazy copy-on-write "
            "proxy to the transform (rules/luaproxy.h),\n"
            "  the result encoded with untouched members copied as text. Tables (3c/3d): "
            "sl_luajson_push, transform, sl_luajson_encode.\n"

@@ -28,10 +28,11 @@
 #include <string.h>
 
 typedef struct tester {
-    const sl_config *cfg;
-    const char *path; /* the tests file, for messages */
-    lua_State *T;     /* the tests file's state */
-    int list;         /* stack slot of __sluice_tests() in T */
+    const sl_config *cfg; /* its sets (ingest) */
+    sl_ruleset rs;        /* its rules (a view of cfg) */
+    const char *path;     /* the tests file, for messages */
+    lua_State *T;         /* the tests file's state */
+    int list;             /* stack slot of __sluice_tests() in T */
     bool verbose;
     int64_t now_ms;
     sl_event ev;
@@ -110,8 +111,8 @@ static int ingest(tester *t, const sl_rule_config *rc, const sl_set_decl *set, c
     if (st == SL_EVENT_OK && sl_config_check_event(set, &t->ev, &e))
         st = SL_EVENT_SCHEMA_VIOLATION;
     /* As the server's lane registry (core/bus/lanes.h) would. */
-    if (st == SL_EVENT_OK && t->ev.lane[0] && !t->cfg->lanes_auto &&
-        !sl_config_lane(t->cfg, t->ev.lane)) {
+    if (st == SL_EVENT_OK && t->ev.lane[0] && !t->rs.lanes_auto &&
+        !sl_ruleset_lane(&t->rs, t->ev.lane)) {
         st = SL_EVENT_UNKNOWN_LANE;
         sl_error_set(&e, SL_EINVAL, "lane \"%s\" is not declared", t->ev.lane);
     }
@@ -181,12 +182,12 @@ static void print_problems(const tester *t, const char *name, int slot)
 }
 
 /* "a, b, c" of the config's rule names, for an unknown rule. */
-static void rule_names(const sl_config *cfg, char *out, size_t cap)
+static void rule_names(const sl_ruleset *rs, char *out, size_t cap)
 {
     size_t o = 0;
     out[0] = '\0';
-    for (size_t i = 0; i < cfg->nrules && o + 4 < cap; i++) {
-        int n = snprintf(out + o, cap - o, "%s%s", i ? ", " : "", cfg->rules[i].name);
+    for (size_t i = 0; i < rs->nrules && o + 4 < cap; i++) {
+        int n = snprintf(out + o, cap - o, "%s%s", i ? ", " : "", rs->rules[i].name);
         o = n < 0 ? cap : o + (size_t)n;
     }
     if (o >= cap && cap > 4)
@@ -197,12 +198,12 @@ static void rule_names(const sl_config *cfg, char *out, size_t cap)
  * (docs/lanes.md): the rule number to evaluate in *at (the lane's override,
  * or the base rule when the lane falls back to it), or false when the lane
  * has no route here (ppe lanes by default: nothing is delivered). */
-static bool lane_route(const sl_config *cfg, size_t ridx, const char *lane, size_t *at)
+static bool lane_route(const sl_ruleset *rs, size_t ridx, const char *lane, size_t *at)
 {
     *at = ridx;
-    if (!*lane || sl_config_override(cfg, ridx, lane, at))
+    if (!*lane || sl_ruleset_override(rs, ridx, lane, at))
         return true;
-    const sl_lane_decl *d = sl_config_lane(cfg, lane);
+    const sl_lane_decl *d = sl_ruleset_lane(rs, lane);
     return !d || d->fallback_base; /* undeclared (ingest let it in): an auto lane, boe */
 }
 
@@ -211,7 +212,7 @@ static bool lane_route(const sl_config *cfg, size_t ridx, const char *lane, size
  * Returns 0 or SL_ENOMEM. */
 static int evaluate(tester *t, sl_rule_vm *vm, size_t ridx, size_t n, int slot)
 {
-    const sl_rule_config *rc = &t->cfg->rules[ridx];
+    const sl_rule_config *rc = &t->rs.rules[ridx];
     sl_input_ctx ictx = {.rule = rc->name, .now_ms = t->now_ms};
     sl_rule_out_reset(&t->out);
     /* The runner gives transform_batch one lane per call. */
@@ -219,9 +220,9 @@ static int evaluate(tester *t, sl_rule_vm *vm, size_t ridx, size_t n, int slot)
         for (b = a + 1; b < n && strcmp(t->lanes[a], t->lanes[b]) == 0; b++)
             ;
         size_t at;
-        if (!lane_route(t->cfg, ridx, t->lanes[a], &at))
+        if (!lane_route(&t->rs, ridx, t->lanes[a], &at))
             continue;
-        if (sl_config_rule_at(t->cfg, at)->transform_batch) {
+        if (sl_ruleset_rule_at(&t->rs, at)->transform_batch) {
             size_t passed = 0;
             sl_error err = {0};
             if (sl_rule_eval_batch(vm, at, t->evp + a, t->evl + a, b - a, &ictx, &t->out, &passed,
@@ -257,18 +258,18 @@ static int run_test(tester *t, lua_Integer i)
         return 0;
     }
     lua_getfield(T, ti, "rule");
-    const sl_rule_config *rc = sl_config_rule(t->cfg, lua_tostring(T, -1));
+    const sl_rule_config *rc = sl_ruleset_rule(&t->rs, lua_tostring(T, -1));
     if (!rc) {
         char names[512];
-        rule_names(t->cfg, names, sizeof names);
+        rule_names(&t->rs, names, sizeof names);
         lua_getfield(T, ti, "rule_line");
         printf("FAIL %s: %s:%d: unknown rule \"%s\" (%s %s%s)\n", name, t->path,
-               (int)lua_tointeger(T, -1), lua_tostring(T, -2), t->cfg->path,
-               t->cfg->nrules ? "has: " : "has no rules", names);
+               (int)lua_tointeger(T, -1), lua_tostring(T, -2), t->rs.path,
+               t->rs.nrules ? "has: " : "has no rules", names);
         lua_settop(T, top);
         return 0;
     }
-    size_t ridx = (size_t)(rc - t->cfg->rules);
+    size_t ridx = (size_t)(rc - t->rs.rules);
     const sl_set_decl *set = find_set(t->cfg, rc->set);
 
     lua_getfield(T, ti, "events");
@@ -317,7 +318,7 @@ static int run_test(tester *t, lua_Integer i)
      * cache) does not leak from one test into the next. */
     sl_rule_vm *vm = NULL;
     sl_error err = {0};
-    int r = sl_rule_vm_new(t->cfg, &vm, &err);
+    int r = sl_rule_vm_new(&t->rs, &vm, &err);
     if (r) {
         printf("FAIL %s: %s\n", name, err.msg[0] ? err.msg : sl_strerror(r));
         lua_settop(T, top);
@@ -453,6 +454,7 @@ int sl_cli_test_main(int argc, char **argv)
         goto done;
     }
     t->cfg = cfg;
+    sl_config_ruleset(cfg, &t->rs);
     t->path = paths[1];
     t->verbose = verbose;
     t->now_ms = sl_clock_now_ms();
@@ -460,7 +462,7 @@ int sl_cli_test_main(int argc, char **argv)
      * not one per test. */
     sl_rule_vm *vm = NULL;
     sl_error err = {0};
-    if ((rc = sl_rule_vm_new(cfg, &vm, &err))) {
+    if ((rc = sl_rule_vm_new(&t->rs, &vm, &err))) {
         fprintf(stderr, "%s\n", err.msg[0] ? err.msg : sl_strerror(rc));
         goto done;
     }

@@ -85,7 +85,7 @@ struct sl_luaproxy {
 
 typedef struct lp_proxy {
     sl_luaproxy *px;
-    const sl_pattern_event *ev;
+    const sl_evview *ev;
     uint64_t gen;
     lua_Integer len; /* arrays: the current length */
     uint32_t node;   /* the container in ev */
@@ -107,7 +107,7 @@ static inline uint8_t *lp_st(lp_proxy *p)
     return (uint8_t *)(lp_kid(p) + p->n0);
 }
 
-static inline const sl_pattern_value *lp_child(lp_proxy *p, uint32_t ord)
+static inline const sl_evview_value *lp_child(lp_proxy *p, uint32_t ord)
 {
     return &p->ev->v[lp_kid(p)[ord]];
 }
@@ -136,10 +136,10 @@ static lp_proxy *lp_test(lua_State *L, int idx, int mt_idx)
 /* ---- making proxies and reading values ---------------------------------- */
 
 /* Pushes a new proxy of container node of ev (mt_idx: absolute or pseudo). */
-static lp_proxy *lp_new(lua_State *L, sl_luaproxy *px, const sl_pattern_event *ev, uint32_t node,
+static lp_proxy *lp_new(lua_State *L, sl_luaproxy *px, const sl_evview *ev, uint32_t node,
                         int mt_idx)
 {
-    const sl_pattern_value *v = &ev->v[node];
+    const sl_evview_value *v = &ev->v[node];
     uint32_t n = 0;
     for (uint32_t c = v->first; c != NONE; c = ev->v[c].next)
         n++;
@@ -211,7 +211,7 @@ static void lp_orig_put(lua_State *L, lp_proxy *p, int pidx, uint32_t ord, int v
 
 /* A number as rules/luajson.c decodes it: integer text that fits an int64
  * as an integer, anything else as the double the parser computed. */
-static void lp_push_number(lua_State *L, const sl_pattern_value *v)
+static void lp_push_number(lua_State *L, const sl_evview_value *v)
 {
     const char *s = v->s, *e = v->s + v->len;
     bool neg = s < e && *s == '-';
@@ -229,10 +229,10 @@ static void lp_push_number(lua_State *L, const sl_pattern_value *v)
     if (integer && m <= (uint64_t)INT64_MAX + neg)
         lua_pushinteger(L, neg ? (lua_Integer)(0 - m) : (lua_Integer)m);
     else
-        lua_pushnumber(L, (lua_Number)sl_pattern_value_num(v));
+        lua_pushnumber(L, (lua_Number)sl_evview_num(v));
 }
 
-static void lp_push_scalar(lua_State *L, const sl_pattern_value *v, int null_idx)
+static void lp_push_scalar(lua_State *L, const sl_evview_value *v, int null_idx)
 {
     switch (v->type) {
     case SL_JSON_NULL:
@@ -272,7 +272,7 @@ static void lp_push_orig(lua_State *L, lp_proxy *p, int pidx, uint32_t ord, int 
     default:
         break;
     }
-    const sl_pattern_value *v = lp_child(p, ord);
+    const sl_evview_value *v = lp_child(p, ord);
     if (v->type != SL_JSON_OBJECT && v->type != SL_JSON_ARRAY) {
         lp_push_scalar(L, v, null_idx);
         return;
@@ -314,9 +314,9 @@ static bool lp_intkey(lua_State *L, int idx, lua_Integer *out)
 static int64_t lp_scan(lp_proxy *p, const char *k, size_t kl)
 {
     const uint32_t *kid = lp_kid(p);
-    const sl_pattern_value *v = p->ev->v;
+    const sl_evview_value *v = p->ev->v;
     for (uint32_t i = p->n0; i-- > 0;) {
-        const sl_pattern_value *m = &v[kid[i]];
+        const sl_evview_value *m = &v[kid[i]];
         if (m->klen == kl && memcmp(m->key, k, kl) == 0)
             return i;
     }
@@ -333,7 +333,7 @@ static void lp_build_map(lua_State *L, lp_proxy *p, int pidx)
     lua_createtable(L, 0, n > INT_MAX ? INT_MAX : (int)n);
     int map = lua_gettop(L);
     for (uint32_t i = 0; obj && i < p->n0; i++) {
-        const sl_pattern_value *m = lp_child(p, i);
+        const sl_evview_value *m = lp_child(p, i);
         lua_pushlstring(L, m->key, m->klen);
         lua_pushinteger(L, (lua_Integer)i);
         lua_rawset(L, map);
@@ -395,7 +395,7 @@ static int lp_key_cmp(const void *a, const void *b, void *ctx)
 {
     lp_proxy *p = ctx;
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    const sl_pattern_value *m = lp_child(p, x), *n = lp_child(p, y);
+    const sl_evview_value *m = lp_child(p, x), *n = lp_child(p, y);
     if (m->klen != n->klen)
         return m->klen < n->klen ? -1 : 1;
     int c = memcmp(m->key, n->key, m->klen);
@@ -420,7 +420,7 @@ static void lp_dups(lp_proxy *p)
         uint64_t seen[4] = {0, 0, 0, 0};
         bool maybe = false;
         for (uint32_t i = 0; i < n && !maybe; i++) {
-            const sl_pattern_value *m = lp_child(p, i);
+            const sl_evview_value *m = lp_child(p, i);
             const unsigned char *k = (const unsigned char *)m->key;
             uint32_t h = m->klen * 0x9E3779B1u;
             if (m->klen)
@@ -435,9 +435,9 @@ static void lp_dups(lp_proxy *p)
         if (!maybe)
             return;
         for (uint32_t i = 0; i < n; i++) {
-            const sl_pattern_value *m = lp_child(p, i);
+            const sl_evview_value *m = lp_child(p, i);
             for (uint32_t j = i + 1; j < n; j++) {
-                const sl_pattern_value *o = lp_child(p, j);
+                const sl_evview_value *o = lp_child(p, j);
                 if (o->klen == m->klen && memcmp(o->key, m->key, m->klen) == 0) {
                     st[i] |= LP_SHADOWED;
                     break;
@@ -453,7 +453,7 @@ static void lp_dups(lp_proxy *p)
         ord[i] = i;
     qsort_r(ord, n, sizeof *ord, lp_key_cmp, p);
     for (uint32_t i = 0; i + 1 < n; i++) {
-        const sl_pattern_value *m = lp_child(p, ord[i]), *o = lp_child(p, ord[i + 1]);
+        const sl_evview_value *m = lp_child(p, ord[i]), *o = lp_child(p, ord[i + 1]);
         if (m->klen == o->klen && memcmp(m->key, o->key, m->klen) == 0)
             st[ord[i]] |= LP_SHADOWED;
     }
@@ -472,10 +472,10 @@ static void lp_shadow_before(lp_proxy *p, uint32_t pos)
         lp_dups(p);
         return;
     }
-    const sl_pattern_value *m = lp_child(p, pos);
+    const sl_evview_value *m = lp_child(p, pos);
     uint8_t *st = lp_st(p);
     for (uint32_t i = 0; i < pos; i++) {
-        const sl_pattern_value *o = lp_child(p, i);
+        const sl_evview_value *o = lp_child(p, i);
         if (o->klen == m->klen && memcmp(o->key, m->key, m->klen) == 0)
             st[i] |= LP_SHADOWED;
     }
@@ -650,7 +650,7 @@ static bool lp_step(lua_State *L, lp_proxy *p, int pidx, lp_cursor *c, int null_
                 uint8_t s = st[c->at];
                 if ((s & LP_SHADOWED) || (s & LP_STMASK) == LP_DEL)
                     continue;
-                const sl_pattern_value *m = lp_child(p, (uint32_t)c->at);
+                const sl_evview_value *m = lp_child(p, (uint32_t)c->at);
                 lua_pushlstring(L, m->key, m->klen);
                 lp_push_orig(L, p, pidx, (uint32_t)c->at, null_idx, mt_idx);
                 c->at++;
@@ -832,7 +832,7 @@ static int lp_encode_object(sl_luajson_enc *E, lua_State *L, lp_proxy *p, int pi
     uintptr_t s0 = (uintptr_t)p->ev->scratch, s1 = s0 + p->ev->scratch_len;
     for (uint32_t i = 0; i < p->n0; i++) {
         uint8_t s = st[i];
-        const sl_pattern_value *m = lp_child(p, i);
+        const sl_evview_value *m = lp_child(p, i);
         if (s == LP_ORIG && run.start) {
             run.end = m->raw + m->raw_len; /* the text since the run began */
             continue;
@@ -908,7 +908,7 @@ static int lp_encode_array(sl_luajson_enc *E, lua_State *L, lp_proxy *p, int pid
         if ((rc = lp_run_flush(E, &run)) || (i > 1 && (rc = sl_luajson_enc_raw(E, ",", 1))))
             return rc;
         if (orig) {
-            const sl_pattern_value *m = lp_child(p, (uint32_t)(i - 1));
+            const sl_evview_value *m = lp_child(p, (uint32_t)(i - 1));
             run.start = m->raw;
             run.end = m->raw + m->raw_len;
             continue;
@@ -939,7 +939,7 @@ static int lp_encode(sl_luajson_udata *self, sl_luajson_enc *E, lua_State *L, in
     if (p->gen != px->gen)
         return sl_luajson_enc_fail(E, lp_stale_msg);
     if (!(p->flags & (F_OV | F_MOD | F_KID))) {
-        const sl_pattern_value *v = &p->ev->v[p->node];
+        const sl_evview_value *v = &p->ev->v[p->node];
         return sl_luajson_enc_raw(E, v->raw, v->raw_len);
     }
     if (p->flags & F_ODD) {
@@ -1207,7 +1207,7 @@ int sl_luaproxy_install(lua_State *L, sl_luaproxy **out, sl_error *err)
 
 typedef struct lp_call_args {
     sl_luaproxy *px;
-    const sl_pattern_event *const *evs;
+    const sl_evview *const *evs;
     size_t n;
     bool list;
 } lp_call_args;
@@ -1232,7 +1232,7 @@ static int lp_call_p(lua_State *L)
     return 1;
 }
 
-int sl_luaproxy_call(lua_State *L, sl_luaproxy *px, const sl_pattern_event *const *evs, size_t n,
+int sl_luaproxy_call(lua_State *L, sl_luaproxy *px, const sl_evview *const *evs, size_t n,
                      bool list, sl_error *err)
 {
     px->gen++;

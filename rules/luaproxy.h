@@ -1,7 +1,7 @@
 /*
  * rules/luaproxy.h — events as lazy, copy-on-write Lua proxies.
  *
- * The rule VM parses each event once (sl_pattern_event, for its pattern)
+ * The rule VM parses each event once (sl_evview, for its pattern)
  * and hands Lua functions a proxy over that parse instead of building
  * tables: a full userdata (__name "sluice.event") holding the parsed event,
  * a node of it and the call's generation. Reading a member decodes just that
@@ -70,7 +70,7 @@ int sl_luaproxy_install(lua_State *L, sl_luaproxy **out, sl_error *err);
  * stay unchanged until the next call or sl_luaproxy_release(). Returns 0
  * with the function's one result pushed, or the codes of sl_sandbox_call
  * with nothing pushed. */
-int sl_luaproxy_call(lua_State *L, sl_luaproxy *px, const sl_pattern_event *const *evs, size_t n,
+int sl_luaproxy_call(lua_State *L, sl_luaproxy *px, const sl_evview *const *evs, size_t n,
                      bool list, sl_error *err);
 
 /* Makes the proxies of the last call unusable (call it once their results

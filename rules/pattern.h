@@ -102,6 +102,8 @@
 #ifndef SL_PATTERN_H
 #define SL_PATTERN_H
 
+#include "rules/evview.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,53 +138,8 @@ int sl_pattern_compile(const char *json, size_t len, sl_pattern **out, sl_error 
 int sl_pattern_match(const sl_pattern *p, const char *event_json, size_t len, bool *matched,
                      sl_error *err);
 
-/* An event parsed once for matching many patterns: a flat array of values
- * (decoded strings, numbers as doubles) linked as a tree. Reusable: parse
- * again into the same struct and nothing is allocated once it has grown to
- * the size of the events it sees (small events fit the inline array). */
-#define SL_PATTERN_EVENT_INLINE 64
-
-typedef struct sl_pattern_value {
-    uint8_t type;         /* sl_json_type */
-    uint32_t first, next; /* first child, next sibling (UINT32_MAX: none) */
-    uint32_t klen, len;
-    uint32_t raw_len;
-    const char *key; /* member name, decoded */
-    const char *s;   /* string (decoded) or the number's text */
-    const char *raw; /* the value's JSON text as written (quotes and brackets
-                        included): [raw, raw + raw_len) inside the parsed text */
-} sl_pattern_value;
-
-/* The value of a number (type SL_JSON_NUMBER), as a double. Computed on
- * demand: most numbers of an event are never compared. */
-double sl_pattern_value_num(const sl_pattern_value *v);
-
-typedef struct sl_pattern_event {
-    sl_pattern_value *v; /* v[0] is the event object */
-    size_t n, cap;
-    char *scratch; /* decoded escaped strings */
-    size_t scratch_len, scratch_cap;
-    bool oom; /* the last parse ran out of memory (not a syntax error) */
-    sl_pattern_value inline_v[SL_PATTERN_EVENT_INLINE];
-} sl_pattern_event;
-
-/* Prepares ev (no allocation). */
-void sl_pattern_event_init(sl_pattern_event *ev);
-
-/* Parses the event JSON text [json, json + len), which must stay unchanged
- * while ev is used (values point into it). validate checks it strictly
- * first (RFC 8259, UTF-8); without it (for events sluice stored itself,
- * which were validated at ingest) malformed text is still refused safely,
- * never over-read. Returns 0, SL_EPARSE/SL_EPARTIAL (not JSON), SL_EINVAL
- * (not an object) or SL_ENOMEM, with err. */
-int sl_pattern_event_parse(sl_pattern_event *ev, const char *json, size_t len, bool validate,
-                           sl_error *err);
-
-/* Frees what ev allocated; ev is empty and reusable after. */
-void sl_pattern_event_free(sl_pattern_event *ev);
-
 /* Whether pattern p matches the parsed event. Never allocates. */
-bool sl_pattern_match_event(const sl_pattern *p, const sl_pattern_event *ev);
+bool sl_pattern_match_event(const sl_pattern *p, const sl_evview *ev);
 
 /* Frees a pattern; NULL is allowed. */
 void sl_pattern_free(sl_pattern *p);

@@ -1,7 +1,7 @@
 /*
  * rules/rule.c — one rule applied to events inside a worker's Lua state.
  *
- * Each event is parsed once (sl_pattern_event, without validation: events
+ * Each event is parsed once (sl_evview, without validation: events
  * come from the log, validated at ingest) for the rule's pattern and, by
  * default, handed to the Lua functions as a proxy over that parse
  * (rules/luaproxy.h); transform results are encoded before the proxies'
@@ -31,19 +31,19 @@ typedef struct rule_refs {
 } rule_refs;
 
 struct sl_rule_vm {
-    const sl_config *cfg;
+    sl_ruleset rs; /* the view it was built from (a copy) */
     lua_State *L;
-    sl_luaproxy *px;      /* the state's event proxies */
-    bool tables;          /* events reach Lua as tables, not proxies */
-    sl_pattern_event pev; /* reused for every event */
+    sl_luaproxy *px; /* the state's event proxies */
+    bool tables;     /* events reach Lua as tables, not proxies */
+    sl_evview pev;   /* reused for every event */
     /* transform_batch with proxies: one parsed event per event that passed
      * (allocated on first need, reused), and the index of that event. */
-    sl_pattern_event **bev;
+    sl_evview **bev;
     size_t *bidx;
     size_t bcap;
     sl_buf enc;      /* encoding buffer, reused */
-    rule_refs *refs; /* one per rule config: cfg->rules, then cfg->overrides (sl_config_rule_at) */
-    int *parse;      /* one per cfg->sources[i]: its parse function, or LUA_NOREF */
+    rule_refs *refs; /* one per rule config: rs.rules, then rs.overrides (sl_ruleset_rule_at) */
+    int *parse;      /* one per source i of rs: its parse function, or LUA_NOREF */
 };
 
 static int ref_field(lua_State *L, int body, const char *name)
@@ -87,30 +87,30 @@ static void override_refs(lua_State *L, int body, const sl_rule_config *o, rule_
     lua_pop(L, 2);
 }
 
-int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
+int sl_rule_vm_new(const sl_ruleset *rs, sl_rule_vm **out, sl_error *err)
 {
     sl_rule_vm *vm = calloc(1, sizeof *vm);
-    size_t nconf = cfg->nrules + cfg->noverrides;
+    size_t nconf = rs->nrules + rs->noverrides;
     if (!vm || !(vm->refs = calloc(nconf + 1, sizeof *vm->refs)) ||
-        !(vm->parse = calloc(cfg->nsources + 1, sizeof *vm->parse))) {
+        !(vm->parse = calloc(rs->nsources + 1, sizeof *vm->parse))) {
         if (vm)
             free(vm->refs);
         free(vm);
         return sl_error_set(err, SL_ENOMEM, "rule worker: out of memory");
     }
-    vm->cfg = cfg;
-    sl_pattern_event_init(&vm->pev);
+    vm->rs = *rs;
+    sl_evview_init(&vm->pev);
     for (size_t i = 0; i < nconf; i++)
         vm->refs[i] = (rule_refs){LUA_NOREF, LUA_NOREF, LUA_NOREF};
-    for (size_t i = 0; i < cfg->nsources; i++)
+    for (size_t i = 0; i < rs->nsources; i++)
         vm->parse[i] = LUA_NOREF;
-    sl_sandbox_options so = {.mem_bytes = cfg->lua_memory,
-                             .instructions = cfg->lua_instructions,
+    sl_sandbox_options so = {.mem_bytes = rs->lua_memory,
+                             .instructions = rs->lua_instructions,
                              .privileged_src = sl_lua_src_prelude,
                              .privileged_len = sl_lua_src_prelude_len,
                              .privileged_name = "=prelude"};
     char chunkname[4096];
-    snprintf(chunkname, sizeof chunkname, "@%s", cfg->path);
+    snprintf(chunkname, sizeof chunkname, "@%s", rs->path);
     const char *tables = getenv("SLUICE_LUA_TABLES");
     vm->tables = tables && strcmp(tables, "1") == 0;
     int rc = sl_sandbox_new(&so, &vm->L, err);
@@ -119,7 +119,7 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
     if (!rc)
         rc = sl_luaproxy_install(vm->L, &vm->px, err);
     if (!rc)
-        rc = sl_sandbox_load(vm->L, cfg->source, cfg->source_len, chunkname, err);
+        rc = sl_sandbox_load(vm->L, rs->source, rs->source_len, chunkname, err);
     if (!rc)
         rc = sl_sandbox_call(vm->L, 0, 0, err);
     if (rc) {
@@ -139,24 +139,24 @@ int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err)
         const char *kind = lua_tostring(L, -2), *name = lua_tostring(L, -1);
         if (kind && strcmp(kind, "source") == 0) {
             size_t si = nsource++;
-            if (si < cfg->nsources) {
+            if (si < rs->nsources) {
                 lua_getfield(L, -3, "body");
                 if (lua_istable(L, -1))
                     vm->parse[si] = ref_field(L, lua_gettop(L), "parse");
                 lua_pop(L, 1);
             }
         }
-        for (size_t r = 0; name && kind && strcmp(kind, "rule") == 0 && r < cfg->nrules; r++) {
-            if (strcmp(cfg->rules[r].name, name))
+        for (size_t r = 0; name && kind && strcmp(kind, "rule") == 0 && r < rs->nrules; r++) {
+            if (strcmp(rs->rules[r].name, name))
                 continue;
             lua_getfield(L, -3, "body");
             int body = lua_gettop(L);
             vm->refs[r].filter = ref_field(L, body, "filter");
             vm->refs[r].transform = ref_field(L, body, "transform");
             vm->refs[r].batch = ref_field(L, body, "transform_batch");
-            for (size_t o = 0; o < cfg->noverrides; o++)
-                if (cfg->overrides[o].base == r)
-                    override_refs(L, body, &cfg->overrides[o], &vm->refs[cfg->nrules + o]);
+            for (size_t o = 0; o < rs->noverrides; o++)
+                if (rs->overrides[o].base == r)
+                    override_refs(L, body, &rs->overrides[o], &vm->refs[rs->nrules + o]);
             lua_pop(L, 1);
         }
         lua_pop(L, 3);
@@ -171,10 +171,10 @@ void sl_rule_vm_free(sl_rule_vm *vm)
     if (!vm)
         return;
     sl_sandbox_close(vm->L);
-    sl_pattern_event_free(&vm->pev);
+    sl_evview_free(&vm->pev);
     for (size_t i = 0; i < vm->bcap; i++) {
         if (vm->bev[i])
-            sl_pattern_event_free(vm->bev[i]);
+            sl_evview_free(vm->bev[i]);
         free(vm->bev[i]);
     }
     free(vm->bev);
@@ -376,7 +376,7 @@ static int call_ref(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const cha
 /* Calls the function behind ref with proxies of evs[0..n) (one proxy, or a
  * list when list); leaves one result. */
 static int call_proxy(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const char *fn,
-                      const sl_pattern_event *const *evs, size_t n, bool list, sl_error *err)
+                      const sl_evview *const *evs, size_t n, bool list, sl_error *err)
 {
     lua_State *L = vm->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
@@ -393,13 +393,13 @@ static int call_proxy(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const c
  * calls that follow too). Returns 0 with *outcome NO_MATCH, FILTERED or
  * MATCHED (passed). */
 static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs, const char *event,
-                 size_t len, sl_pattern_event *pev, sl_rule_outcome *outcome, sl_error *err)
+                 size_t len, sl_evview *pev, sl_rule_outcome *outcome, sl_error *err)
 {
     bool lua =
         refs->filter != LUA_NOREF || refs->transform != LUA_NOREF || refs->batch != LUA_NOREF;
     if (rc->pattern || (lua && !vm->tables)) {
         /* Events reach rules from the log, where ingest validated them. */
-        int r = sl_pattern_event_parse(pev, event, len, false, err);
+        int r = sl_evview_parse(pev, event, len, false, err);
         if (r && err) {
             char msg[SL_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", err->msg);
@@ -419,7 +419,7 @@ static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs
             if (!r)
                 r = call_ref(vm, rc, refs->filter, "filter", err);
         } else {
-            const sl_pattern_event *one = pev;
+            const sl_evview *one = pev;
             r = call_proxy(vm, rc, refs->filter, "filter", &one, 1, false, err);
         }
         if (r)
@@ -440,7 +440,7 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
                  const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
                  sl_error *err)
 {
-    const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
+    const sl_rule_config *rc = sl_ruleset_rule_at(&vm->rs, rule);
     const rule_refs *refs = &vm->refs[rule];
     size_t n0 = out->n, len0 = out->data.len;
     sl_rule_outcome oc;
@@ -457,7 +457,7 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
             if (!r)
                 r = call_ref(vm, rc, refs->transform, "transform", err);
         } else {
-            const sl_pattern_event *one = &vm->pev;
+            const sl_evview *one = &vm->pev;
             r = call_proxy(vm, rc, refs->transform, "transform", &one, 1, false, err);
         }
         if (!r)
@@ -481,7 +481,7 @@ static int batch_grow(sl_rule_vm *vm, size_t n)
 {
     if (n <= vm->bcap)
         return 0;
-    sl_pattern_event **g = realloc(vm->bev, n * sizeof *g);
+    sl_evview **g = realloc(vm->bev, n * sizeof *g);
     if (!g)
         return SL_ENOMEM;
     vm->bev = g;
@@ -492,7 +492,7 @@ static int batch_grow(sl_rule_vm *vm, size_t n)
     for (; vm->bcap < n; vm->bcap++) {
         if (!(vm->bev[vm->bcap] = malloc(sizeof **vm->bev)))
             return SL_ENOMEM;
-        sl_pattern_event_init(vm->bev[vm->bcap]);
+        sl_evview_init(vm->bev[vm->bcap]);
     }
     return 0;
 }
@@ -519,8 +519,8 @@ static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const ru
             vm->bidx[np++] = i;
     }
     if (!r && np && refs->batch != LUA_NOREF) {
-        r = call_proxy(vm, rc, refs->batch, "transform_batch",
-                       (const sl_pattern_event *const *)vm->bev, np, true, err);
+        r = call_proxy(vm, rc, refs->batch, "transform_batch", (const sl_evview *const *)vm->bev,
+                       np, true, err);
         if (!r)
             r = take_transformed(vm, rc, ictx, out, err);
     } else if (!r) {
@@ -533,7 +533,7 @@ static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const ru
      * held: big ones give it back (small events fit the inline array). */
     for (size_t i = 0; i < np; i++)
         if (vm->bev[i]->cap > BATCH_KEEP_VALUES || vm->bev[i]->scratch_cap > BATCH_KEEP_BYTES)
-            sl_pattern_event_free(vm->bev[i]);
+            sl_evview_free(vm->bev[i]);
     if (!r)
         *passed = np;
     return r;
@@ -543,7 +543,7 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, c
                        size_t n, const sl_input_ctx *ictx, sl_rule_out *out, size_t *passed,
                        sl_error *err)
 {
-    const sl_rule_config *rc = sl_config_rule_at(vm->cfg, rule);
+    const sl_rule_config *rc = sl_ruleset_rule_at(&vm->rs, rule);
     const rule_refs *refs = &vm->refs[rule];
     lua_State *L = vm->L;
     int top = lua_gettop(L);
@@ -592,14 +592,13 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, c
 
 bool sl_rule_vm_has_parse(const sl_rule_vm *vm, size_t source)
 {
-    return source < vm->cfg->nsources && vm->parse[source] != LUA_NOREF;
+    return source < vm->rs.nsources && vm->parse[source] != LUA_NOREF;
 }
 
 /* The name of source i, for messages. */
 static const char *source_name(const sl_rule_vm *vm, size_t i)
 {
-    const sl_source_config *sc = &vm->cfg->sources[i];
-    return sc->name ? sc->name : sc->kind_name ? sc->kind_name : "?";
+    return vm->rs.source_name ? vm->rs.source_name(vm->rs.source_ctx, i) : "?";
 }
 
 int sl_rule_vm_parse(sl_rule_vm *vm, size_t source, const char *line, size_t len, sl_buf *out,

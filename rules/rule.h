@@ -13,8 +13,8 @@
 #define SL_RULE_H
 
 #include "core/base/buf.h"
-#include "server/config.h"
 #include "core/base/err.h"
+#include "rules/ruleset.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,11 +22,12 @@
 
 typedef struct sl_rule_vm sl_rule_vm;
 
-/* Builds a VM for cfg (which must outlive it): a sandbox with the config's
- * memory and instruction limits, the config source run again, every rule's
- * functions and every source's `parse` function referenced. Returns 0 and
- * *out, or SL_ESCRIPT/SL_ENOMEM with err. */
-int sl_rule_vm_new(const sl_config *cfg, sl_rule_vm **out, sl_error *err);
+/* Builds a VM for the rule set rs (the view is copied; the config it points
+ * into must outlive the VM): a sandbox with the config's memory and
+ * instruction limits, the config source run again, every rule's functions
+ * and every source's `parse` function referenced. Returns 0 and *out, or
+ * SL_ESCRIPT/SL_ENOMEM with err. */
+int sl_rule_vm_new(const sl_ruleset *rs, sl_rule_vm **out, sl_error *err);
 void sl_rule_vm_free(sl_rule_vm *vm);
 
 /* How events reach the rule's Lua functions: as lazy copy-on-write proxies
@@ -57,7 +58,7 @@ typedef enum sl_rule_outcome {
     SL_RULE_MATCHED,  /* one or more payloads were added */
 } sl_rule_outcome;
 
-/* Evaluates rule cfg->rules[rule] on one event (JSON text): appends its
+/* Evaluates rule config number rule (sl_ruleset_rule_at) on one event (JSON text): appends its
  * payloads to out. Returns 0 with *outcome, or, when the event fails (a Lua
  * error, an exceeded budget or memory cap, a transform that returned
  * something that is not an event, an event that is not JSON): SL_ESCRIPT,
@@ -86,10 +87,10 @@ typedef enum sl_rule_parsed {
     SL_PARSED_EVENT, /* a table with specversion: out holds a whole CloudEvent's JSON */
 } sl_rule_parsed;
 
-/* True when cfg->sources[source] declared parse = function(line) … end. */
+/* True when source number source of the rule set declared parse = function(line) … end. */
 bool sl_rule_vm_has_parse(const sl_rule_vm *vm, size_t source);
 
-/* Calls the parse function of cfg->sources[source] with the line (len bytes,
+/* Calls the parse function of source number source with the line (len bytes,
  * any bytes) as a Lua string, and appends what it returned to out as
  * *kind says. Returns 0; or, with out as it was: SL_EINVAL when the source
  * has no parse function or the function returned something else than nil,

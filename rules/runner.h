@@ -25,20 +25,20 @@
 #define SL_RUNNER_H
 
 #include "core/base/buf.h"
-#include "server/config.h"
 #include "core/bus/databus.h"
 #include "core/base/err.h"
 #include "core/bus/lanes.h"
 #include "core/bus/set.h"
+#include "rules/ruleset.h"
 
 typedef struct sl_runner sl_runner;
 
 typedef struct sl_runner_options {
-    const sl_config *cfg; /* must outlive the runner */
-    sl_sets *sets;        /* every set the rules read is declared in cfg */
+    sl_ruleset rules; /* the config's rules (a view: the config must outlive the runner) */
+    sl_sets *sets;    /* every set the rules read is declared in the config */
     sl_databus *bus;
     const char *data_dir; /* cursors live in DATA/rules */
-    unsigned workers;     /* 0: cfg->workers, else the number of CPUs */
+    unsigned workers;     /* 0: rules.workers, else the number of CPUs */
     sl_lanes *lanes;      /* the lanes to run (sl_lanes_each); NULL: base lane only */
 } sl_runner_options;
 
@@ -102,8 +102,13 @@ int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out);
 /* Lets the batches in progress finish (their deliveries complete and their
  * cursors commit; targets that can be slow, like target.http, are told to
  * hurry and fail what they cannot finish within a short grace, which is
- * delivered again after the restart), stops the workers, syncs and closes
- * every cursor and target, and frees the runner. NULL is ignored. */
+ * delivered again after the restart) and stops the workers. Frees nothing:
+ * the runner stays valid (idle) until sl_runner_free(). A second call does
+ * nothing; NULL is ignored. */
 void sl_runner_stop(sl_runner *r);
+
+/* Stops the runner if needed, syncs and closes every cursor and target, and
+ * frees it. NULL is ignored. */
+void sl_runner_free(sl_runner *r);
 
 #endif

@@ -23,6 +23,7 @@
 #include "core/bus/set.h"
 #include "rules/input.h"
 #include "rules/pattern.h"
+#include "rules/ruleset.h"
 #include "rules/schema.h"
 
 #include <stdbool.h>
@@ -146,61 +147,8 @@ typedef struct sl_source_config {
     const struct sl_config *owner; /* the config this block belongs to */
 } sl_source_config;
 
-typedef enum sl_backoff {
-    SL_BACKOFF_EXPONENTIAL, /* initial, 2×, 4× … up to max, with full jitter */
-    SL_BACKOFF_FIXED,       /* initial each time, with full jitter */
-} sl_backoff;
-
-/* rule.retry (EventBridge's retry policy; its defaults). */
-typedef struct sl_retry_config {
-    int64_t attempts;   /* deliveries of one event to one target; default 185 */
-    int64_t max_age_ms; /* retried this long after its first failure; -1 forever; 24 h */
-    sl_backoff backoff;
-    int64_t initial_ms; /* first back-off; default 100 ms */
-    int64_t max_ms;     /* longest back-off; default 5 min */
-} sl_retry_config;
-
-typedef struct sl_rule_config {
-    char *name;
-    int line;
-    char *set;
-    char *description;
-    char *match_json;                        /* the pattern as JSON text; NULL matches everything */
-    sl_pattern *pattern;                     /* compiled match_json */
-    bool filter, transform, transform_batch; /* which Lua functions it has */
-    sl_input *input;                         /* input transformer; NULL none */
-    sl_target_config *targets;
-    size_t ntargets;
-    bool from_beginning; /* start = "beginning": a new rule reads the whole set */
-    bool target_given;   /* target(s) was written, even if refused */
-    bool enabled;
-    sl_retry_config retry;
-    char *dlq;    /* dead-letter set; NULL: failed events are dropped (counted) */
-    bool ordered; /* default true: a failing event holds its partition */
-    /* Lane overrides (rule { lanes = { ["L"] = { … } } }). A base rule has
-     * lane NULL. Each override is a complete rule config in cfg->overrides:
-     * the base rule's keys with the override's (match, filter, transform,
-     * transform_batch, input, target/targets) on top, same name and set
-     * (transform or transform_batch replaces both, target or targets both).
-     * An override's line is that of its ["L"] = { … } entry. */
-    char *lane;             /* override: the lane it serves; NULL: a base rule */
-    size_t base;            /* override: index of its base rule in cfg->rules */
-    bool targets_from_base; /* override: target(s) not overridden (it may share the base's) */
-} sl_rule_config;
-
-/* lane "NAME" { env = "boe"|"ppe", fallback = "base"|"none" } (ARCHITECTURE.md §7). */
-typedef enum sl_lane_env {
-    SL_LANE_BOE, /* offline test lanes: many in parallel; fallback "base" by default */
-    SL_LANE_PPE, /* pre-production: fallback "none" by default */
-} sl_lane_env;
-
-typedef struct sl_lane_decl {
-    char *name; /* [a-z0-9-]{1,32} */
-    int line;   /* 0: declared implicitly (an override naming it under lanes.auto) */
-    sl_lane_env env;
-    bool fallback_base; /* events without an override go to the base rule (else nowhere) */
-    char *description;
-} sl_lane_decl;
+/* sl_backoff, sl_retry_config and sl_rule_config are in rules/ruleset.h,
+ * sl_lane_env and sl_lane_decl in core/bus/lanes.h. */
 
 typedef struct sl_schema_entry {
     char *type; /* event type */
@@ -281,6 +229,11 @@ const sl_rule_config *sl_config_override(const sl_config *cfg, size_t rule, cons
 
 /* The declaration of lane name (explicit or implicit), or NULL. */
 const sl_lane_decl *sl_config_lane(const sl_config *cfg, const char *name);
+
+/* Fills *out with the view of cfg the rules take (rules/ruleset.h): pointers
+ * into cfg, which must outlive every use of the view
+ * (server/config_ruleset.c). */
+void sl_config_ruleset(const sl_config *cfg, sl_ruleset *out);
 
 /* The schema for events of type in set decl, or NULL. */
 const sl_schema *sl_config_schema(const sl_set_decl *set, const char *type, size_t type_len);

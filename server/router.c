@@ -84,7 +84,8 @@ static void stop_sources(sl_router *r)
 static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
 {
     sl_runner_options ro = {
-        .cfg = cfg, .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
+        .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
+    sl_config_ruleset(cfg, &ro.rules);
     return sl_runner_start(&ro, out, err);
 }
 
@@ -140,7 +141,7 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     if (!rc)
         rc = start_runner(r, cfg, &r->runner, err);
     if (!rc) {
-        sl_lanes_configure(r->lanes, cfg);
+        sl_lanes_configure(r->lanes, cfg->lanes, cfg->nlanes, cfg->lanes_auto);
         sl_lanes_commit(r->lanes);
     }
     if (!rc)
@@ -166,7 +167,7 @@ static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl
     sl_runner *old = r->runner;
     r->runner = NULL;
     pthread_rwlock_unlock(&r->lock);
-    sl_runner_stop(old);
+    sl_runner_free(old);
     sl_runner *fresh = NULL;
     *runs = want;
     int rc = start_runner(r, want, &fresh, err);
@@ -177,7 +178,7 @@ static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl
             sl_slog(SL_SLOG_ERROR, "router", "reload: the old rules could not restart either: %s",
                     e2.msg);
     }
-    sl_lanes_configure(r->lanes, *runs);
+    sl_lanes_configure(r->lanes, (*runs)->lanes, (*runs)->nlanes, (*runs)->lanes_auto);
     pthread_rwlock_wrlock(&r->lock);
     r->runner = fresh;
     r->cfg = *runs;
@@ -389,7 +390,10 @@ void sl_router_stop(sl_router *r)
     sl_runner *old = r->runner;
     r->runner = NULL;
     pthread_rwlock_unlock(&r->lock);
-    sl_runner_stop(old); /* outside the lock: its batches may wait for the bus */
+    /* Outside the lock: its batches may wait for the bus. Its cursors sync and
+     * its targets close now, before the HTTP server and the bus stop. */
+    sl_runner_stop(old);
+    sl_runner_free(old);
 }
 
 void sl_router_free(sl_router *r)

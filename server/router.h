@@ -39,7 +39,8 @@ void sl_router_http_hooks(sl_router *r, sl_http_hooks *out);
 /* Wakes the rules reading (set, partition); fits sl_databus_append_fn. */
 void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane);
 
-/* Stops the rules (batches in progress finish). The router stays valid for
+/* Stops the rules (batches in progress finish) and releases the runner it
+ * owns (its cursors sync, its targets close). The router stays valid for
  * the HTTP hooks and the Databus callback, which may still run: free it
  * with sl_router_free() once the HTTP server and the Databus have stopped.
  * NULL is ignored. */

@@ -727,11 +727,13 @@ static const char *default_type(const sl_source_config *c)
 static int open_parse(src *s, const sl_source_config *c, sl_error *err)
 {
     sl_error e = {0};
+    sl_ruleset rs;
     int rc;
     if (!c->owner)
         rc = sl_error_set(&e, SL_EINVAL, "source.%s: parse function without its config",
                           c->kind_name);
-    else if (!(rc = sl_rule_vm_new(c->owner, &s->vm, &e)) && !sl_rule_vm_has_parse(s->vm, c->index))
+    else if (sl_config_ruleset(c->owner, &rs), !(rc = sl_rule_vm_new(&rs, &s->vm, &e)) &&
+             !sl_rule_vm_has_parse(s->vm, c->index))
         rc = sl_error_set(&e, SL_EINVAL, "source.%s: its parse function was not found",
                           c->kind_name);
     if (rc)

@@ -193,16 +193,16 @@ void sl_lanes_set_hooks(sl_lanes *l, const sl_lanes_hooks *hooks)
     pthread_rwlock_unlock(&l->lock);
 }
 
-void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
+void sl_lanes_configure(sl_lanes *l, const sl_lane_decl *decls, size_t n, bool auto_lanes)
 {
     pthread_rwlock_wrlock(&l->lock);
     for (size_t i = 0; i < l->n; i++)
         l->v[i].declared = false;
-    for (size_t i = 0; i < cfg->nlanes; i++) {
-        const sl_lane_decl *d = &cfg->lanes[i];
+    for (size_t i = 0; i < n; i++) {
+        const sl_lane_decl *d = &decls[i];
         /* A lane only an override names, under lanes.auto, is an auto lane
          * (dropping it forgets it). */
-        if (d->line == 0 && cfg->lanes_auto)
+        if (d->line == 0 && auto_lanes)
             continue;
         lane *e = find(l, d->name);
         if (!e && !(e = add(l, d->name))) {
@@ -232,7 +232,7 @@ void sl_lanes_configure(sl_lanes *l, const sl_config *cfg)
             e->state = LANE_GONE;
         }
     }
-    l->autolanes = cfg->lanes_auto;
+    l->autolanes = auto_lanes;
     pthread_rwlock_unlock(&l->lock);
 }
 

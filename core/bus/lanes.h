@@ -28,14 +28,29 @@
 #define SL_LANES_H
 
 #include "core/base/buf.h"
-#include "server/config.h"
 #include "core/base/err.h"
 #include "core/bus/event.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SL_LANES_MAX 4096 /* lanes a registry can hold, declared and auto */
+
+/* lane "NAME" { env = "boe"|"ppe", fallback = "base"|"none" } (ARCHITECTURE.md §7). */
+typedef enum sl_lane_env {
+    SL_LANE_BOE, /* offline test lanes: many in parallel; fallback "base" by default */
+    SL_LANE_PPE, /* pre-production: fallback "none" by default */
+} sl_lane_env;
+
+/* A lane declaration, as the config loader (server/config.h) makes it. */
+typedef struct sl_lane_decl {
+    char *name; /* [a-z0-9-]{1,32} */
+    int line;   /* 0: declared implicitly (an override naming it under lanes.auto) */
+    sl_lane_env env;
+    bool fallback_base; /* events without an override go to the base rule (else nowhere) */
+    char *description;
+} sl_lane_decl;
 
 typedef struct sl_lanes sl_lanes;
 
@@ -63,11 +78,12 @@ int sl_lanes_open(const char *data_dir, sl_lanes **out, sl_error *err);
 
 void sl_lanes_set_hooks(sl_lanes *l, const sl_lanes_hooks *hooks);
 
-/* Takes the declarations of cfg (env, fallback, lanes.auto): call it once
- * the runner of cfg runs. Lanes only an override names under lanes.auto are
- * auto lanes. A lane dropped while declared stays dropped until
- * sl_lanes_commit() finds it no longer declared. */
-void sl_lanes_configure(sl_lanes *l, const sl_config *cfg);
+/* Takes a config's lane declarations (decls[0..n): env, fallback) and its
+ * lanes.auto (auto_lanes): call it once the runner of that config runs.
+ * Lanes only an override names (line 0) under lanes.auto are auto lanes. A
+ * lane dropped while declared stays dropped until sl_lanes_commit() finds it
+ * no longer declared. */
+void sl_lanes_configure(sl_lanes *l, const sl_lane_decl *decls, size_t n, bool auto_lanes);
 
 /* After a reload that stands (or the start): forgets the drop marks of lanes
  * the config no longer declares (a failed reload configures the old config

@@ -3,7 +3,7 @@
  * (rules/pattern.h). The first line of the input is the pattern; every
  * further line is an event matched against it, both by the streaming
  * matcher (sl_pattern_match) and by the parse-once matcher
- * (sl_pattern_event_parse with validation + sl_pattern_match_event). The
+ * (sl_evview_parse with validation + sl_pattern_match_event). The
  * two must agree: on whether the event is acceptable JSON and, when it is,
  * on the match.
  */
@@ -28,17 +28,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(pt == NULL && err.msg[0], "compile error without a message or with a pattern");
         return 0;
     }
-    static sl_pattern_event pev;
+    static sl_evview pev;
     static bool init;
     if (!init) {
-        sl_pattern_event_init(&pev);
+        sl_evview_init(&pev);
         init = true;
     }
     while (fz_line(&p, end, &line, &len)) {
         char *ev = fz_dup(line, len, false);
         bool m1 = false, m2;
         int r1 = sl_pattern_match(pt, ev, len, &m1, &err);
-        int r2 = sl_pattern_event_parse(&pev, ev, len, true, &err);
+        int r2 = sl_evview_parse(&pev, ev, len, true, &err);
         FZ_CHECK(r1 != SL_ENOMEM && r2 != SL_ENOMEM, "out of memory");
         FZ_CHECK((r1 == 0) == (r2 == 0), "streaming match says %d, parse says %d", r1, r2);
         if (r2 == 0) {
@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         /* Events sluice stored itself are parsed without validation: it
          * must refuse malformed text safely too. */
-        sl_pattern_event_parse(&pev, ev, len, false, &err);
+        sl_evview_parse(&pev, ev, len, false, &err);
         free(ev);
     }
     sl_pattern_free(pt);

@@ -41,9 +41,13 @@ static void on_dropped(void *ctx, const char *lane)
     snprintf(h->last, sizeof h->last, "%s", lane);
 }
 
-/* A config with the given lanes (name, env, fallback) and lanes.auto. */
+/* A config's lane declarations (name, env, fallback) and lanes.auto. */
 typedef struct fake_cfg {
-    sl_config cfg;
+    struct {
+        sl_lane_decl *lanes;
+        size_t nlanes;
+        bool lanes_auto;
+    } cfg;
     sl_lane_decl decl[4];
 } fake_cfg;
 
@@ -79,7 +83,7 @@ static void test_declared(void **state)
     fake_cfg f;
     fake(&f, false, 2, (const char *const[]){"feature-x", "release-1"},
          (const sl_lane_env[]){SL_LANE_BOE, SL_LANE_PPE});
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     sl_error err = {0};
     assert_int_equal(sl_lanes_admit(l, "", &err), SL_EVENT_OK);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_OK);
@@ -114,29 +118,31 @@ static void test_declared(void **state)
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_LANE_DROPPED);
     assert_int_equal(sl_lanes_drop(l, "feature-x", &err), SL_ENOENT);
     assert_int_equal(sl_lanes_drop(l, "", &err), SL_EINVAL);
-    sl_lanes_configure(l, &f.cfg); /* the same config: still dropped */
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes,
+                       f.cfg.lanes_auto); /* the same config: still dropped */
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_LANE_DROPPED);
     sl_lanes_free(l);
     /* … across a restart too. */
     l = open_lanes(dir, &h);
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_LANE_DROPPED);
     fake_cfg keep = f;
     fake(&f, false, 1, (const char *const[]){"release-1"}, (const sl_lane_env[]){SL_LANE_PPE});
     /* A config without it that does not stand (a failed reload configures
      * the old one again before committing): the drop mark survives. */
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     keep.cfg.lanes = keep.decl;
-    sl_lanes_configure(l, &keep.cfg);
+    sl_lanes_configure(l, keep.cfg.lanes, keep.cfg.nlanes, keep.cfg.lanes_auto);
     sl_lanes_commit(l);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_LANE_DROPPED);
     /* One that stands: the mark has done its job. */
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     sl_lanes_commit(l);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_UNKNOWN_LANE);
     fake(&f, false, 2, (const char *const[]){"feature-x", "release-1"},
          (const sl_lane_env[]){SL_LANE_BOE, SL_LANE_PPE});
-    sl_lanes_configure(l, &f.cfg); /* declared again: a new lane */
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes,
+                       f.cfg.lanes_auto); /* declared again: a new lane */
     sl_lanes_commit(l);
     assert_int_equal(sl_lanes_admit(l, "feature-x", &err), SL_EVENT_OK);
     sl_lanes_free(l);
@@ -151,7 +157,7 @@ static void test_auto(void **state)
     sl_lanes *l = open_lanes(dir, &h);
     fake_cfg f;
     fake(&f, true, 0, NULL, NULL);
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     sl_error err = {0};
     /* The hook fails once: the event is refused, the lane tried again next time. */
     assert_int_equal(sl_lanes_admit(l, "pr-17", &err), SL_EVENT_UNKNOWN_LANE);
@@ -171,7 +177,7 @@ static void test_auto(void **state)
     assert_true(len > 11 && memcmp(text, "auto pr-17 ", 11) == 0);
     free(text);
     l = open_lanes(dir, &h);
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     sl_lane_info info;
     assert_true(sl_lanes_get(l, "pr-17", &info));
     assert_true(info.auto_);
@@ -186,7 +192,7 @@ static void test_auto(void **state)
 
     /* lanes.auto off: unknown lanes are refused again. */
     fake(&f, false, 0, NULL, NULL);
-    sl_lanes_configure(l, &f.cfg);
+    sl_lanes_configure(l, f.cfg.lanes, f.cfg.nlanes, f.cfg.lanes_auto);
     assert_int_equal(sl_lanes_admit(l, "pr-18", &err), SL_EVENT_UNKNOWN_LANE);
     sl_lanes_free(l);
     tu_rmdir(dir);

@@ -35,7 +35,7 @@
 typedef struct fx {
     lua_State *L;
     sl_luaproxy *px;
-    sl_pattern_event ev[3];
+    sl_evview ev[3];
     tu_guard g[3];
 } fx;
 
@@ -56,7 +56,7 @@ static int fx_setup(void **state)
     fx *f = calloc(1, sizeof *f);
     f->L = new_state(64u << 20, &f->px);
     for (int i = 0; i < 3; i++)
-        sl_pattern_event_init(&f->ev[i]);
+        sl_evview_init(&f->ev[i]);
     *state = f;
     return 0;
 }
@@ -66,7 +66,7 @@ static int fx_teardown(void **state)
     fx *f = *state;
     sl_sandbox_close(f->L);
     for (int i = 0; i < 3; i++) {
-        sl_pattern_event_free(&f->ev[i]);
+        sl_evview_free(&f->ev[i]);
         tu_guard_free(&f->g[i]);
     }
     free(f);
@@ -88,7 +88,7 @@ static void parse(fx *f, int slot, const char *json)
     size_t n = strlen(json);
     sl_error err = {0};
     const char *p = tu_guard_put(&f->g[slot], json, n);
-    if (sl_pattern_event_parse(&f->ev[slot], p, n, true, &err))
+    if (sl_evview_parse(&f->ev[slot], p, n, true, &err))
         fail_msg("parse %s: %s", json, err.msg);
 }
 
@@ -115,7 +115,7 @@ static char *run_proxy(fx *f, const char *json, const char *fn_src, int *rc, sl_
 {
     parse(f, 0, json);
     load_fn(f->L, fn_src);
-    const sl_pattern_event *one = &f->ev[0];
+    const sl_evview *one = &f->ev[0];
     *rc = sl_luaproxy_call(f->L, f->px, &one, 1, false, err);
     if (*rc)
         return NULL;
@@ -187,7 +187,7 @@ static void expect_error(fx *f, const char *json, const char *body, int code, co
 /* ---- structural comparison (the rules of rules/luajson.h) --------------------- */
 
 /* A number's kind: 1 an integer that fits an int64 (*i), 2 a float (*d). */
-static int num_kind(const sl_pattern_value *v, long long *i, double *d)
+static int num_kind(const sl_evview_value *v, long long *i, double *d)
 {
     char buf[512];
     size_t n = v->len < sizeof buf - 1 ? v->len : sizeof buf - 1;
@@ -202,15 +202,15 @@ static int num_kind(const sl_pattern_value *v, long long *i, double *d)
             return 1;
         }
     }
-    *d = sl_pattern_value_num(v);
+    *d = sl_evview_num(v);
     return 2;
 }
 
-static bool same(const sl_pattern_event *a, uint32_t i, const sl_pattern_event *b, uint32_t j);
+static bool same(const sl_evview *a, uint32_t i, const sl_evview *b, uint32_t j);
 
 /* The last member of object o named like member m (of another event), or
  * UINT32_MAX. */
-static uint32_t last_named(const sl_pattern_event *ev, uint32_t o, const char *k, uint32_t kl)
+static uint32_t last_named(const sl_evview *ev, uint32_t o, const char *k, uint32_t kl)
 {
     uint32_t found = UINT32_MAX;
     for (uint32_t c = ev->v[o].first; c != UINT32_MAX; c = ev->v[c].next)
@@ -219,8 +219,7 @@ static uint32_t last_named(const sl_pattern_event *ev, uint32_t o, const char *k
     return found;
 }
 
-static bool same_members(const sl_pattern_event *a, uint32_t i, const sl_pattern_event *b,
-                         uint32_t j)
+static bool same_members(const sl_evview *a, uint32_t i, const sl_evview *b, uint32_t j)
 {
     for (uint32_t c = a->v[i].first; c != UINT32_MAX; c = a->v[c].next) {
         uint32_t o = last_named(b, j, a->v[c].key, a->v[c].klen);
@@ -231,9 +230,9 @@ static bool same_members(const sl_pattern_event *a, uint32_t i, const sl_pattern
     return true;
 }
 
-static bool same(const sl_pattern_event *a, uint32_t i, const sl_pattern_event *b, uint32_t j)
+static bool same(const sl_evview *a, uint32_t i, const sl_evview *b, uint32_t j)
 {
-    const sl_pattern_value *x = &a->v[i], *y = &b->v[j];
+    const sl_evview_value *x = &a->v[i], *y = &b->v[j];
     if (x->type != y->type)
         return false;
     switch (x->type) {
@@ -264,20 +263,20 @@ static bool same_json(const char *x, const char *y)
 {
     if (strcmp(x, "nil") == 0 || strcmp(y, "nil") == 0)
         return strcmp(x, y) == 0;
-    sl_pattern_event a, b;
-    sl_pattern_event_init(&a);
-    sl_pattern_event_init(&b);
+    sl_evview a, b;
+    sl_evview_init(&a);
+    sl_evview_init(&b);
     sl_error err = {0};
     /* Texts that are not objects are wrapped so the parser takes them. */
     char *wx = malloc(strlen(x) + 8), *wy = malloc(strlen(y) + 8);
     sprintf(wx, "{\"v\":%s}", x);
     sprintf(wy, "{\"v\":%s}", y);
-    if (sl_pattern_event_parse(&a, wx, strlen(wx), true, &err) ||
-        sl_pattern_event_parse(&b, wy, strlen(wy), true, &err))
+    if (sl_evview_parse(&a, wx, strlen(wx), true, &err) ||
+        sl_evview_parse(&b, wy, strlen(wy), true, &err))
         fail_msg("not JSON: %s / %s: %s", x, y, err.msg);
     bool ok = same(&a, 0, &b, 0);
-    sl_pattern_event_free(&a);
-    sl_pattern_event_free(&b);
+    sl_evview_free(&a);
+    sl_evview_free(&b);
     free(wx);
     free(wy);
     return ok;
@@ -507,7 +506,7 @@ static void test_stale(void **state)
      * sl_luaproxy_release ends it even without another call. */
     parse(f, 0, ev);
     load_fn(f->L, "return function(e) return e end");
-    const sl_pattern_event *one = &f->ev[0];
+    const sl_evview *one = &f->ev[0];
     sl_error err = {0};
     assert_int_equal(sl_luaproxy_call(f->L, f->px, &one, 1, false, &err), 0);
     sl_luaproxy_release(f->px);
@@ -635,7 +634,7 @@ static void test_list_call(void **state)
             "  out[#out + 1] = list[2].keep\n"
             "  return out\n"
             "end");
-    const sl_pattern_event *evs[3] = {&f->ev[0], &f->ev[1], &f->ev[2]};
+    const sl_evview *evs[3] = {&f->ev[0], &f->ev[1], &f->ev[2]};
     sl_error err = {0};
     assert_int_equal(sl_luaproxy_call(f->L, f->px, evs, 3, true, &err), 0);
     int rc;
@@ -653,15 +652,15 @@ static void test_memory_cap(void **state)
     (void)state;
     sl_luaproxy *px;
     lua_State *L = new_state(1u << 20, &px);
-    sl_pattern_event ev;
-    sl_pattern_event_init(&ev);
+    sl_evview ev;
+    sl_evview_init(&ev);
     char big[20000];
     size_t o = (size_t)snprintf(big, sizeof big, "{");
     for (int i = 0; i < 500; i++)
         o += (size_t)snprintf(big + o, sizeof big - o, "%s\"m%d\":[%d]", i ? "," : "", i, i);
     snprintf(big + o, sizeof big - o, "}");
     sl_error err = {0};
-    assert_int_equal(sl_pattern_event_parse(&ev, big, strlen(big), true, &err), 0);
+    assert_int_equal(sl_evview_parse(&ev, big, strlen(big), true, &err), 0);
     int oom = 0, ok = 0;
     for (int waste = 0; waste < 1100; waste += 25) {
         char src[512];
@@ -674,7 +673,7 @@ static void test_memory_cap(void **state)
                  waste);
         if (sl_sandbox_load(L, src, strlen(src), "=cap", &err) || sl_sandbox_call(L, 0, 1, &err))
             fail_msg("%s", err.msg);
-        const sl_pattern_event *one = &ev;
+        const sl_evview *one = &ev;
         int rc = sl_luaproxy_call(L, px, &one, 1, false, &err);
         if (rc == 0) {
             ok++;
@@ -687,11 +686,11 @@ static void test_memory_cap(void **state)
     }
     assert_true(ok > 0 && oom > 0);
     load_fn(L, "return function(e) return e.m1[1] end");
-    const sl_pattern_event *one = &ev;
+    const sl_evview *one = &ev;
     assert_int_equal(sl_luaproxy_call(L, px, &one, 1, false, &err), 0);
     assert_int_equal(lua_tointeger(L, -1), 1);
     lua_pop(L, 1);
-    sl_pattern_event_free(&ev);
+    sl_evview_free(&ev);
     sl_sandbox_close(L);
 }
 
@@ -918,8 +917,10 @@ static void test_rule_vm(void **state)
     sl_buf_free(&diag);
     sl_rule_vm *vp = NULL, *vt = NULL;
     sl_error err = {0};
-    assert_int_equal(sl_rule_vm_new(cfg, &vp, &err), 0);
-    assert_int_equal(sl_rule_vm_new(cfg, &vt, &err), 0);
+    sl_ruleset rs;
+    sl_config_ruleset(cfg, &rs);
+    assert_int_equal(sl_rule_vm_new(&rs, &vp, &err), 0);
+    assert_int_equal(sl_rule_vm_new(&rs, &vt, &err), 0);
     sl_rule_vm_use_tables(vt, true);
     static const struct {
         const char *name;
@@ -1060,7 +1061,9 @@ static void test_rule_vm_lanes(void **state)
     for (int tables = 0; tables < 2; tables++) {
         sl_rule_vm *vm = NULL;
         sl_error err = {0};
-        assert_int_equal(sl_rule_vm_new(cfg, &vm, &err), 0);
+        sl_ruleset rs;
+        sl_config_ruleset(cfg, &rs);
+        assert_int_equal(sl_rule_vm_new(&rs, &vm, &err), 0);
         sl_rule_vm_use_tables(vm, tables);
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
             size_t rule = 0;

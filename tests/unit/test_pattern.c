@@ -741,14 +741,14 @@ static void test_parse_error_at_capacity(void **state)
     (void)state;
     char ev[4096];
     size_t n = (size_t)snprintf(ev, sizeof ev, "{");
-    for (int i = 0; i < SL_PATTERN_EVENT_INLINE - 1; i++)
+    for (int i = 0; i < SL_EVVIEW_INLINE - 1; i++)
         n += (size_t)snprintf(ev + n, sizeof ev - n, "%s\"k%d\":%d", i ? "," : "", i, i);
     n += (size_t)snprintf(ev + n, sizeof ev - n, "}x");
-    sl_pattern_event pe;
-    sl_pattern_event_init(&pe);
+    sl_evview pe;
+    sl_evview_init(&pe);
     sl_error err = {0};
-    assert_int_equal(sl_pattern_event_parse(&pe, ev, n, false, &err), SL_EPARSE);
-    sl_pattern_event_free(&pe);
+    assert_int_equal(sl_evview_parse(&pe, ev, n, false, &err), SL_EPARSE);
+    sl_evview_free(&pe);
 }
 
 static void test_no_alloc(void **state)

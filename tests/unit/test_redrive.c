@@ -366,8 +366,7 @@ static void test_dropped_lane_skipped(void **state)
     sl_error err = {0};
     assert_int_equal(sl_lanes_open(f->dir, &lanes, &err), 0);
     sl_lane_decl decl = {.name = (char *)"boe-a", .line = 1, .fallback_base = true};
-    sl_config cfg = {.lanes = &decl, .nlanes = 1};
-    sl_lanes_configure(lanes, &cfg);
+    sl_lanes_configure(lanes, &decl, 1, false);
     assert_int_equal(sl_lanes_drop(lanes, "boe-a", &err), 0);
     sl_buf out = SL_BUF_INIT;
     assert_int_equal(sl_redrive(f->sets, f->bus, lanes, f->dir, "dlq", "to", 0, &out, &err), 0);

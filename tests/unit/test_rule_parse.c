@@ -57,7 +57,9 @@ static int setup(void **state)
         fail_msg("config: %.*s", (int)d.len, d.data ? (char *)d.data : "");
     sl_buf_free(&d);
     sl_error err = {0};
-    if (sl_rule_vm_new(f->cfg, &f->vm, &err))
+    sl_ruleset rs;
+    sl_config_ruleset(f->cfg, &rs);
+    if (sl_rule_vm_new(&rs, &f->vm, &err))
         fail_msg("vm: %s", err.msg);
     *state = f;
     return 0;

@@ -1,0 +1,249 @@
+/*
+ * rules/runner_internal.h — what the files of the rule runner share (rules/runner.c and
+ * runner_queue.c, runner_turn.c, runner_deliver.c, runner_dlq.c, runner_replay.c,
+ * runner_report.c): its limits, the runner's structs and the sl__runner_ functions
+ * one file defines and another calls. Not an interface: rules/runner.h is.
+ */
+#ifndef SL_RUNNER_INTERNAL_H
+#define SL_RUNNER_INTERNAL_H
+
+#include "rules/runner.h"
+
+#include "core/bus/connector.h"
+#include "core/bus/cursor.h"
+#include "rules/rule.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define BATCH_RECORDS 512         /* records per turn of one consumer, by default */
+#define BATCH_RECORDS_MAX 8192    /* when its targets ask for more (batch_hint) */
+#define BATCH_EVENT_BYTES 2048    /* bytes of events per record of the limit */
+#define CURSOR_SYNC_NS 1000000000 /* fdatasync cursors at most once a second */
+#define BACKOFF_MIN_MS 1000       /* read and cursor errors: 1 s doubling … */
+#define BACKOFF_MAX_MS 30000      /* … up to 30 s */
+#define POOL_MAX 4096             /* ordered = false: payloads set aside per partition */
+#define RULE_BIT 63               /* in a dead mask: the evaluation itself failed */
+#define REASON_MAX 1024           /* bytes of a reason kept in sluiceerror */
+#define REPLAYS_KEPT 32           /* finished replays still shown */
+#define REPLAYS_RUNNING_MAX 16    /* replays running at once */
+#define SCAN_NS 20000000          /* periodic(): retry times and missed wake-ups */
+#define SCAN_BUSY_NS 100000000    /* … at least this often when the queue is never empty */
+#define WAIT_CHECK_NS 50000000    /* a worker waiting for a target looks around this often */
+
+#define RUN_CHUNK 1024                /* runs per chunk of sl_runner.chunks */
+#define RUN_CHUNKS 1024               /* at most RUN_CHUNK * RUN_CHUNKS runs per runner */
+#define LANE_NAMES (2 * SL_LANES_MAX) /* distinct lanes one runner sums up */
+#define RUN(r, i) ((r)->chunks[(i) / RUN_CHUNK][(i) % RUN_CHUNK])
+
+typedef struct rule_run rule_run;
+typedef struct replay replay;
+
+/* What a rule, or one replay of it, counts. */
+typedef struct counters {
+    _Atomic uint64_t read, matched, filtered, dropped, failed, delivered, retries, dead_lettered,
+        discarded;
+    _Atomic int64_t retrying; /* payloads in pools now */
+} counters;
+
+/* A payload (or an event whose evaluation failed) not resolved yet. */
+typedef struct item {
+    char *payload; /* NULL: the evaluation failed (dead has RULE_BIT) */
+    size_t len;
+    char *source; /* the source event (decorated JSON), NULL if not known */
+    size_t source_len;
+    char lane[SL_EVENT_LANE_MAX + 1];
+    int64_t offset;        /* of the source event */
+    uint64_t todo;         /* targets still to deliver to (bit t) */
+    uint64_t dead;         /* targets that gave up: to the dead-letter set */
+    uint32_t attempts;     /* deliveries that failed */
+    uint32_t tries;        /* rounds, deferred ones too: drives the back-off */
+    int64_t first_fail_ms; /* monotonic (sl__runner_mono_ms) */
+    int64_t retry_at_ns;   /* 0: to be scheduled */
+    char *reason;          /* the last failure */
+} item;
+
+typedef struct consumer {
+    rule_run *rule;
+    replay *rp; /* NULL: the rule's live consumer */
+    counters *ctr;
+    int32_t part;
+    sl_cursor cur;             /* live consumers only */
+    _Atomic int64_t committed; /* cur.offset (replay: progress), for the API threads */
+    int64_t pos;               /* next offset to read (see sl__runner_set_pos) */
+    _Atomic int64_t read_pos;  /* pos, for periodic()'s lag check */
+    int64_t start;             /* replay: where it began */
+    _Atomic int64_t end;       /* replay: stop before this offset */
+    void *reader;              /* open between turns; NULL after a failure */
+    item *pool;                /* owned by the worker running the consumer */
+    size_t npool, pool_cap;
+    _Atomic bool done; /* replay: reached its end with an empty pool */
+    /* under the runner's lock */
+    bool queued, running, again;
+    bool hold;            /* run only at retry_at_ns (back-off, or a pool that blocks) */
+    int64_t retry_at_ns;  /* 0: nothing timed */
+    int backoff_ms;       /* read and cursor errors */
+    int64_t lag_check_ns; /* lane runs: when periodic() last queued it for lag */
+    struct consumer *next;
+} consumer;
+
+struct replay {
+    replay *next;
+    char id[24];
+    rule_run *rule;
+    int64_t from_ms, to_ms, started_ms;
+    _Atomic int64_t finished_ms; /* 0 while running */
+    consumer *cons;
+    int32_t nparts;
+    _Atomic int32_t remaining; /* partitions not done */
+    counters ctr;
+};
+
+typedef struct target_inst {
+    const sl_target_ops *ops;
+    void *impl;
+    sl_target_kind kind;
+    char label[32]; /* "http", or "http#2" when the rule has several http targets */
+} target_inst;
+
+/* One (rule, lane) pair: the base rule (lane ""), or the rule for the events
+ * of one lane (its override, the base rule as a fallback, or nothing but a
+ * count: mode UNROUTED). Each has its own cursors, pools and counters, so a
+ * broken test lane never holds production delivery; fallback runs share the
+ * base run's target instances (like its partitions do). */
+struct rule_run {
+    size_t idx; /* the rule number the VMs evaluate (sl_ruleset_rule_at) */
+    const sl_rule_config *rc;
+    char lane[SL_EVENT_LANE_MAX + 1];
+    char label[SL_EVENT_LANE_MAX + 160];      /* "billing", "billing (lane feature-x)" */
+    char cursor_set[SL_EVENT_LANE_MAX + 160]; /* "orders", "orders/lanes/feature-x" */
+    rule_run *base_run;                       /* lane runs: the base rule's run (targets, dlq) */
+    int lane_idx;                             /* in sl_runner.lane_names, -1 if it did not fit */
+    bool unrouted;        /* lane without override nor fallback: events are only counted */
+    bool was_new;         /* its cursors were created at this start */
+    bool borrowed;        /* targets and dlq are base_run's */
+    _Atomic bool dropped; /* `sluice lane drop`: consumers stopped, never queued again */
+    _Atomic uint64_t unrouted_n;
+    sl_set *set;
+    target_inst *targets;
+    size_t ntargets;
+    target_inst dlq;          /* impl NULL: no dead-letter set */
+    sl_target_config dlq_cfg; /* target.set { set = rc->dlq }: outlives its instance */
+    consumer *cons;
+    int32_t nparts;
+    counters ctr;
+    size_t batch_records;     /* records per turn: what its targets want */
+    _Atomic uint64_t wrapped; /* dead letters made for payloads that are not events */
+    pthread_mutex_t err_lock;
+    char last_error[SL_ERROR_MAX];
+    int64_t last_log_ns[2]; /* see log_failure() */
+    uint64_t unlogged[2];
+};
+
+/* One worker's reusable state. */
+typedef struct worker {
+    sl_runner *r;
+    pthread_t thread;
+    sl_rule_vm *vm;
+    uint64_t rng;
+    /* the events of a batch */
+    sl_buf ev;        /* decorated events, back to back */
+    size_t *ev_ends;  /* end of event i in ev */
+    const char **evp; /* pointers into ev, for transform_batch */
+    size_t *evl;
+    int64_t *offs;                        /* offset of event i */
+    char (*lanes)[SL_EVENT_LANE_MAX + 1]; /* lane of event i */
+    size_t ev_cap;
+    /* the payloads they made */
+    sl_rule_out out;
+    char (*out_lanes)[SL_EVENT_LANE_MAX + 1];
+    int32_t *out_src; /* event index of payload i, -1 if not known (transform_batch) */
+    size_t out_cap;
+    /* a delivery round over n payloads */
+    sl_delivery *dl, *sub;
+    uint64_t *todo, *dead;
+    bool *failed;
+    size_t *map;    /* sub[j] is dl[map[j]] */
+    int *st;        /* status of sub[j] */
+    size_t *rsub;   /* reason of sub[j]: offset in reasons, SIZE_MAX none */
+    size_t *reason; /* reason of payload i: offset in reasons, SIZE_MAX none */
+    item **its;     /* retries: the item of payload i */
+    size_t round_cap;
+    sl_buf reasons;
+    sl_buf dlq; /* dead letters being written */
+    size_t *dlq_ends;
+    size_t dlq_cap;
+    /* completion of a delivery */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t pending;
+} worker;
+
+struct sl_runner {
+    sl_runner_options opts;
+    /* Runs 0 … nbase-1 are the base rules (opts.rules.rules order), lane runs
+     * follow, in chunks that never move (RUN()); runs are only freed with
+     * the runner (a dropped lane's stay, idle), so readers load nruns and go
+     * without the lock. */
+    rule_run **chunks[RUN_CHUNKS];
+    _Atomic size_t nruns;
+    size_t nbase;
+    /* Lane names of the runs (rule_run.lane_idx), for per-lane sums. */
+    char (*lane_names)[SL_EVENT_LANE_MAX + 1];
+    size_t nlane_names;
+    pthread_mutex_t lanes_lock; /* adding and dropping lanes, one at a time */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    consumer *head, *tail;
+    bool stopping;
+    bool stopped;          /* sl_runner_stop() joined the workers (the owner's thread only) */
+    int64_t retry_scan_ns; /* when periodic() last ran */
+    worker *workers;
+    unsigned nworkers;    /* slots holding a worker's resources (freed with the runner) */
+    unsigned started;     /* workers 0..started-1 run (joined at stop) */
+    unsigned max_workers; /* the pool's limit (workers' size) */
+    unsigned waiting;     /* workers waiting for a target */
+    bool growing;         /* maybe_grow() is building a worker */
+    replay *replays;      /* newest first; under lock */
+    unsigned replay_seq;
+};
+
+/* Grows array p to cap elements; returns SL_ENOMEM from the calling
+ * function when it cannot. */
+#define GROW(p, cap)                                                                               \
+    do {                                                                                           \
+        void *g_ = realloc((p), (cap) * sizeof *(p));                                              \
+        if (!g_)                                                                                   \
+            return SL_ENOMEM;                                                                      \
+        (p) = g_;                                                                                  \
+    } while (0)
+
+void sl__runner_push(sl_runner *r, consumer *c);
+void sl__runner_rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why);
+void sl__runner_rule_loss(rule_run *rr, int64_t offset, int32_t part, const char *why);
+int sl__runner_grow_events(worker *w, size_t nev);
+int sl__runner_tag_outputs(worker *w, size_t from, const char *lane, int32_t src);
+int sl__runner_grow_round(worker *w, size_t n);
+void sl__runner_free_item(item *it);
+int64_t sl__runner_mono_ms(void);
+void sl__runner_on_done(void *ctx, size_t j, int status, const char *reason);
+int sl__runner_init_worker(sl_runner *r, worker *w, sl_error *err);
+void sl__runner_wait_targets(worker *w);
+const char *sl__runner_reason_at(const worker *w, size_t off);
+void sl__runner_round_deliver(worker *w, rule_run *rr, size_t n);
+void sl__runner_note_retries(worker *w, consumer *c, size_t n, bool fresh);
+void sl__runner_clean_reason(const char *in, char *out, size_t len);
+void sl__runner_dead_letters(worker *w, consumer *c);
+void sl__runner_settle(worker *w, consumer *c);
+void sl__runner_retry_due(worker *w, consumer *c);
+int sl__runner_keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms);
+int sl__runner_keep_failed_event(worker *w, consumer *c, size_t e, const char *why);
+void sl__runner_set_pos(consumer *c, int64_t pos);
+bool sl__runner_run_consumer(worker *w, consumer *c);
+void *sl__runner_worker_main(void *arg);
+void sl__runner_free_replay(replay *rp);
+int sl__runner_counters_json(sl_buf *out, const counters *k);
+
+#endif

@@ -33,14 +33,14 @@ export PKG_CONFIG_PATH=$tmp/usr/lib/pkgconfig
 other=$(nm -D --defined-only "$tmp/usr/lib/libsluice.so" | awk '{print $3}' \
         | grep -v '^sl_client_' || true)
 [[ -z $other ]] || fail "libsluice.so exports more than sl_client_*: $other"
-nm -D --defined-only "$tmp/usr/lib/libsluice.so" | grep -q ' T sl_client_send$' \
+nm -D --defined-only "$tmp/usr/lib/libsluice.so" | grep ' T sl_client_send$' >/dev/null \
   || fail "libsluice.so does not export sl_client_send"
-objdump -p "$tmp/usr/lib/libsluice.so" | grep -q 'SONAME *libsluice.so.0$' || fail "soname"
+objdump -p "$tmp/usr/lib/libsluice.so" | grep 'SONAME *libsluice.so.0$' >/dev/null || fail "soname"
 
 # Shared: the example finds the header and the library through pkg-config only.
 cc -std=c11 -Wall -Wextra -Werror -o "$tmp/ex-shared" examples/client/main.c \
   $(pkg-config --cflags --libs sluice) -pthread || fail "shared build"
-objdump -p "$tmp/ex-shared" | grep -q 'NEEDED *libsluice.so.0' \
+objdump -p "$tmp/ex-shared" | grep 'NEEDED *libsluice.so.0' >/dev/null \
   || fail "shared build not linked to libsluice.so.0"
 
 # Static: the archive itself, with the private dependencies pkg-config --static adds.
@@ -48,7 +48,7 @@ libs=$(pkg-config --static --libs sluice | sed 's/ -lsluice / /; s/^-lsluice //;
 cc -std=c11 -Wall -Wextra -Werror -o "$tmp/ex-static" examples/client/main.c \
   $(pkg-config --cflags sluice) "$(pkg-config --variable=libdir sluice)/libsluice.a" $libs \
   || fail "static build"
-objdump -p "$tmp/ex-static" | grep -q 'NEEDED *libsluice' && fail "static build needs libsluice.so"
+objdump -p "$tmp/ex-static" | grep 'NEEDED *libsluice' >/dev/null && fail "static build needs libsluice.so"
 
 # Both run against a server, on a random free port (another try if it was taken).
 up=

@@ -51,11 +51,6 @@
  * a stop right after the start (docs/sources.md). */
 #define COOP_SAFE_VERSION 0x020300ff
 
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 /* ---- configuration ------------------------------------------------------------ */
 
 /* Whether the librdkafka in use (at run time, not the headers') can close
@@ -217,7 +212,7 @@ static const char *src_name(const kafka_source *k)
  * make long, and it should not pass in silence. nparts: the assignment. */
 void sl__source_kafka_set_joining(kafka_source *k, bool joining, int nparts)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     pthread_mutex_lock(&k->mlock);
     bool changed = k->joining != joining;
     int64_t waited = now - k->state_mono_ms;
@@ -256,7 +251,7 @@ static void join_reason(const kafka_source *k, int64_t now, char *why, size_t ca
  * grace, the moment health() turns false. */
 void sl__source_kafka_join_check(kafka_source *k)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     char why[400];
     pthread_mutex_lock(&k->mlock);
     bool warn = k->joining && !k->join_warned && now - k->state_mono_ms >= JOIN_GRACE_MS;
@@ -494,7 +489,7 @@ const char *sl_source_kafka_state(void *impl, int64_t *since_ms, char *why, size
         *since_ms = k->fail_wall_ms;
         st = "failing";
     } else if (k->joining) {
-        join_reason(k, mono_ms(), why, cap);
+        join_reason(k, sl_clock_mono_ms(), why, cap);
         *since_ms = k->state_wall_ms;
         st = "joining";
     } else {
@@ -517,7 +512,7 @@ int sl__source_kafka_health(void *impl, char *msg, size_t len)
     if (strcmp(st, "failing") == 0)
         return 1;
     pthread_mutex_lock(&k->mlock);
-    bool late = k->joining && mono_ms() - k->state_mono_ms >= JOIN_GRACE_MS;
+    bool late = k->joining && sl_clock_mono_ms() - k->state_mono_ms >= JOIN_GRACE_MS;
     pthread_mutex_unlock(&k->mlock);
     if (!late)
         msg[0] = '\0';

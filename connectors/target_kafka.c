@@ -114,11 +114,6 @@ struct kafka_target {
     int64_t refresh_at_ms; /* last metadata look-up for an unknown topic (guarded by mlock) */
 };
 
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 /* ---- logging ------------------------------------------------------------------ */
 
 /* One line on stderr, at most one per LOG_INTERVAL_MS per instance (a broker
@@ -126,7 +121,7 @@ static int64_t mono_ms(void)
 static void log_line(kafka_target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_line(kafka_target *t, const char *fmt, ...)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     pthread_mutex_lock(&t->mlock);
     if (t->log_at_ms && now - t->log_at_ms < LOG_INTERVAL_MS) {
         t->log_dropped++;
@@ -465,10 +460,10 @@ static void probe_brokers(kafka_target *t)
 static void *poll_thread(void *arg)
 {
     kafka_target *t = arg;
-    int64_t deadline = -1, probe_at = mono_ms();
+    int64_t deadline = -1, probe_at = sl_clock_mono_ms();
     while (!atomic_load(&t->poll_stop)) {
         rd_kafka_poll(t->rk, 50);
-        int64_t now = mono_ms();
+        int64_t now = sl_clock_mono_ms();
         if (atomic_load(&t->hurry)) {
             if (deadline < 0)
                 deadline = now + CANCEL_GRACE_MS;
@@ -533,14 +528,14 @@ static void abandon(kafka_target *t)
  * writing, with the poll thread stopped. */
 static void drain(kafka_target *t, int64_t limit_ms)
 {
-    int64_t end = mono_ms() + limit_ms;
-    while (atomic_load(&t->outstanding) && mono_ms() < end)
+    int64_t end = sl_clock_mono_ms() + limit_ms;
+    while (atomic_load(&t->outstanding) && sl_clock_mono_ms() < end)
         rd_kafka_poll(t->rk, 20);
     int64_t purge_at = 0;
-    for (end = mono_ms() + PURGE_LIMIT_MS; atomic_load(&t->outstanding) && mono_ms() < end;) {
-        if (mono_ms() >= purge_at) {
+    for (end = sl_clock_mono_ms() + PURGE_LIMIT_MS; atomic_load(&t->outstanding) && sl_clock_mono_ms() < end;) {
+        if (sl_clock_mono_ms() >= purge_at) {
             rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-            purge_at = mono_ms() + 1000;
+            purge_at = sl_clock_mono_ms() + 1000;
         }
         rd_kafka_poll(t->rk, 20);
     }
@@ -823,7 +818,7 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
         atomic_fetch_sub(&c->refs, 1); /* deliver() still holds its own */
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || atomic_load(&t->stopping))
             return err;
-        int64_t now = mono_ms();
+        int64_t now = sl_clock_mono_ms();
         if (end < 0)
             end = now + queue_wait_ms(t);
         if (now >= end) {
@@ -840,7 +835,7 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
  * next retry. Caller holds rklock for reading. */
 static void refresh_topic(kafka_target *t, const char *topic)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     pthread_mutex_lock(&t->mlock);
     bool due = now - t->refresh_at_ms >= 1000;
     if (due)

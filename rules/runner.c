@@ -411,13 +411,6 @@ static void free_item(item *it)
     free(it->reason);
 }
 
-/* max_age is measured on the monotonic clock: a clock step must not give
- * up on events early. */
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 static uint64_t next_random(worker *w)
 {
     /* xorshift64*: jitter needs no more */
@@ -818,7 +811,9 @@ static void settle(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     const sl_retry_config *rc = &rr->rc->retry;
-    int64_t now_ms = mono_ms();
+    /* max_age is measured on the monotonic clock: a clock step must not give
+     * up on events early. */
+    int64_t now_ms = sl_clock_mono_ms();
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
         if (!it->todo)
@@ -941,7 +936,7 @@ static int keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
 /* An event whose evaluation failed: straight to the dead letters. */
 static int keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 {
-    item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = mono_ms()};
+    item it = {.dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = sl_clock_mono_ms()};
     memcpy(it.lane, w->lanes[e], SL_EVENT_LANE_MAX + 1);
     it.reason = strdup(why);
     if (copy_source(w, e, &it) || !it.reason || add_item(c, &it)) {
@@ -1176,7 +1171,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         round_deliver(w, rr, n);
         note_retries(w, c, n, true);
     }
-    int64_t now_ms = mono_ms();
+    int64_t now_ms = sl_clock_mono_ms();
     for (size_t i = 0; i < n; i++) {
         if (!w->todo[i] && !w->dead[i])
             atomic_fetch_add(&c->ctr->delivered, 1);

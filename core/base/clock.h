@@ -14,6 +14,10 @@ int64_t sl_clock_now_ms(void);
 /* Monotonic nanoseconds, for measuring durations only. */
 int64_t sl_clock_mono_ns(void);
 
+/* Monotonic milliseconds (sl_clock_mono_ns() / 1000000), for deadlines and
+ * durations kept in milliseconds. */
+int64_t sl_clock_mono_ms(void);
+
 /* Room sl_time_format_rfc3339() needs, NUL included. */
 #define SL_TIME_RFC3339_MAX 32
 

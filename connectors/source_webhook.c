@@ -14,6 +14,7 @@
 #include "connectors/source_webhook.h"
 
 #include "core/log/batch.h" /* sl_lane_valid() */
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
@@ -471,35 +472,6 @@ static bool media_ok(const char *ct)
     return true;
 }
 
-static const char k_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* Appends "s" as padded base64 in quotes. */
-static int put_base64(sl_buf *out, const unsigned char *s, size_t len)
-{
-    if (sl_buf_reserve(out, (len + 2) / 3 * 4 + 2))
-        return SL_ENOMEM;
-    char *w = (char *)out->data + out->len;
-    *w++ = '"';
-    size_t i = 0;
-    for (; i + 2 < len; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-        *w++ = k_b64[v >> 18];
-        *w++ = k_b64[v >> 12 & 63];
-        *w++ = k_b64[v >> 6 & 63];
-        *w++ = k_b64[v & 63];
-    }
-    if (i < len) {
-        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < len ? (uint32_t)s[i + 1] << 8 : 0);
-        *w++ = k_b64[v >> 18];
-        *w++ = k_b64[v >> 12 & 63];
-        *w++ = i + 1 < len ? k_b64[v >> 6 & 63] : '=';
-        *w++ = '=';
-    }
-    *w++ = '"';
-    out->len = (size_t)(w - (char *)out->data);
-    return 0;
-}
-
 /* Appends ,"name":"value" (value UTF-8). */
 static int put_attr(sl_buf *b, const char *name, const char *value)
 {
@@ -549,7 +521,7 @@ static int build_event(sl_webhook_source *w, const mapped *m, sl_webhook_header_
             rc = rc ? rc : sl_json_put_string(b, body, len);
         } else {
             rc = rc ? rc : sl_buf_append(b, ",\"data_base64\":", 15);
-            rc = rc ? rc : put_base64(b, (const unsigned char *)body, len);
+            rc = rc ? rc : sl_base64_append(b, body, len, SL_BASE64_QUOTED);
         }
     }
     rc = rc ? rc : sl_buf_append(b, "}", 1);

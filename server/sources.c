@@ -17,6 +17,7 @@
 
 #include "connectors/source_kafka.h"
 
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/bus/connector.h"
 #include "core/log/batch.h"
@@ -28,7 +29,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -273,20 +273,6 @@ static int put_attr(sl_buf *b, const char *name, const char *v, size_t len)
            sl_buf_append(b, "\":", 2) || sl_json_put_string(b, v, len);
 }
 
-static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
-{
-    if (len > (SIZE_MAX / 4) * 3 - 3 || sl_buf_reserve(b, 4 * ((len + 2) / 3) + 3))
-        return SL_ENOMEM;
-    b->data[b->len++] = '"';
-    for (size_t off = 0; off < len;) {
-        size_t chunk = len - off > 3 * 4096 ? 3 * 4096 : len - off; /* int-sized calls */
-        b->len += (size_t)EVP_EncodeBlock(b->data + b->len, d + off, (int)chunk);
-        off += chunk;
-    }
-    b->data[b->len++] = '"';
-    return 0;
-}
-
 /* Whether s[0..len) is a string attribute value the CloudEvents String type
  * allows: non-empty UTF-8 without controls (U+0000–U+001F, U+007F–U+009F) or
  * noncharacters. Values that fail take the checked path, which refuses
@@ -461,7 +447,7 @@ static int host_emit_data(void *ctx, const void *data, size_t len, const sl_sour
         rc = sl_buf_append(b, ",\"data\":", 8) || sl_json_put_string(b, d, len);
     else if (!rc)
         rc = sl_buf_append(b, ",\"data_base64\":", 15) ||
-             put_base64(b, (const unsigned char *)d, len);
+             sl_base64_append(b, d, len, SL_BASE64_QUOTED);
     if (!rc)
         rc = sl_buf_append(b, "}", 1);
     if (rc)

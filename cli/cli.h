@@ -5,6 +5,24 @@
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
+#include <stdbool.h>
+
+/* The exit status of a usage error (a wrong option, argument or value). */
+#define SL_CLI_USAGE 2
+
+/* What a subcommand prints with a usage error. */
+typedef struct sl_cli_usage {
+    const char *cmd;  /* "lane": the message starts "sluice lane: " */
+    const char *text; /* the usage text (ending in a newline), or NULL */
+    bool blank_line;  /* a blank line between the message and the text */
+} sl_cli_usage;
+
+/* Prints "sluice CMD: MESSAGE" and a newline to stderr, MESSAGE formatted
+ * from fmt as printf() does, then u->text. Returns SL_CLI_USAGE, for
+ * `return sl_cli_usage_error(…);`. */
+int sl_cli_usage_error(const sl_cli_usage *u, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* sluice log append|dump|verify|recover … (argv[0] is "log"). */
 int sl_cli_log_main(int argc, char **argv);
 

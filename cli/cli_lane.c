@@ -23,13 +23,7 @@ static const char lane_usage[] =
     "         lane if events name it again); its stored events stay until retention\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice lane: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", lane_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"lane", lane_usage, false};
 
 static int64_t member_i64(const sl_json_tok *obj, const char *key)
 {
@@ -92,30 +86,30 @@ int sl_cli_lane_main(int argc, char **argv)
             return 0;
         } else if (sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!cmd) {
             cmd = a;
         } else if (!lane) {
             lane = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!cmd || (strcmp(cmd, "list") && strcmp(cmd, "drop")))
-        return usage_error("%s", "want list or drop");
+        return sl_cli_usage_error(&k_usage, "want list or drop");
     bool drop = strcmp(cmd, "drop") == 0;
     if (drop && !lane)
-        return usage_error("%s", "drop needs the lane's name");
+        return sl_cli_usage_error(&k_usage, "drop needs the lane's name");
     if (!drop && lane)
-        return usage_error("unexpected argument \"%s\"", lane);
+        return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", lane);
     if (drop && (!*lane || !sl_lane_valid(lane, strlen(lane))))
-        return usage_error("\"%s\" is not a lane name ([a-z0-9-]{1,32})", lane);
+        return sl_cli_usage_error(&k_usage, "\"%s\" is not a lane name ([a-z0-9-]{1,32})", lane);
     char server[1024], url[1200], msg[600];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     snprintf(url, sizeof url, drop ? "%s/v1/lanes/%s" : "%s/v1/lanes", server, lane);
     sl_httpc h;
     if (sl_httpc_init(&h, &err)) {

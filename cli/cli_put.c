@@ -47,6 +47,8 @@ static const char put_usage[] =
     "  Exit status: 0 all accepted, 1 some line failed or the server could not be\n"
     "  used, 2 usage error.\n";
 
+static const sl_cli_usage k_usage = {"put", put_usage, false};
+
 /* One event of the current batch: its input line and its bytes in the body
  * (the trailing newline included). */
 typedef struct put_entry {
@@ -90,14 +92,6 @@ typedef struct put_ctx {
     bool progress_shown;
     int64_t start_ns, progress_ns;
 } put_ctx;
-
-static int put_usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice put: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", put_usage);
-    return 2;
-}
 
 static void clear_progress(put_ctx *c)
 {
@@ -470,32 +464,33 @@ int sl_cli_put_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--source", &c.source, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
-                return put_usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return put_usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!c.set) {
             c.set = a;
         } else if (!file) {
             file = a;
         } else {
-            return put_usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!c.set)
-        return put_usage_error("%s", "missing the event set name");
+        return sl_cli_usage_error(&k_usage, "missing the event set name");
     if (!sl_set_name_valid(c.set))
-        return put_usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", c.set);
+        return sl_cli_usage_error(&k_usage, "invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})",
+                                  c.set);
     if (c.lane && !sl_lane_valid(c.lane, strlen(c.lane)))
-        return put_usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32})", c.lane);
+        return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32})", c.lane);
     if (!c.type != !c.source)
-        return put_usage_error("%s", "--type and --source go together");
+        return sl_cli_usage_error(&k_usage, "--type and --source go together");
     if (c.type && (!*c.type || !sl_json_utf8_valid(c.type, strlen(c.type))))
-        return put_usage_error("--type \"%s\" must be non-empty UTF-8", c.type);
+        return sl_cli_usage_error(&k_usage, "--type \"%s\" must be non-empty UTF-8", c.type);
     if (c.source && (!*c.source || !sl_json_utf8_valid(c.source, strlen(c.source))))
-        return put_usage_error("--source \"%s\" must be non-empty UTF-8", c.source);
+        return sl_cli_usage_error(&k_usage, "--source \"%s\" must be non-empty UTF-8", c.source);
     sl_error err = {0};
     if (sl_httpc_server(server, c.server, sizeof c.server, &err))
-        return put_usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     snprintf(c.url, sizeof c.url, "%s/v1/sets/%s/events", c.server, c.set);
 
     c.in = stdin;

@@ -28,13 +28,7 @@ static const char replay_usage[] =
     "  --no-wait       print the replay's id and return at once\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice replay: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", replay_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"replay", replay_usage, false};
 
 /* RFC 3339, epoch ms, or a duration before now. */
 static int parse_when(const char *s, int64_t *ms)
@@ -136,30 +130,33 @@ int sl_cli_replay_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--to", &to, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!rule) {
             rule = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!rule)
-        return usage_error("%s", "missing the rule name");
+        return sl_cli_usage_error(&k_usage, "missing the rule name");
     if (!sl_set_name_valid(rule))
-        return usage_error("invalid rule name \"%s\" (want [A-Za-z0-9._-]{1,128})", rule);
+        return sl_cli_usage_error(&k_usage, "invalid rule name \"%s\" (want [A-Za-z0-9._-]{1,128})",
+                                  rule);
     if (!from)
-        return usage_error("%s", "--from TIME is required");
+        return sl_cli_usage_error(&k_usage, "--from TIME is required");
     int64_t from_ms, to_ms = 0;
     if (parse_when(from, &from_ms))
-        return usage_error("--from \"%s\": want RFC 3339, epoch ms or a duration like 2h", from);
+        return sl_cli_usage_error(
+            &k_usage, "--from \"%s\": want RFC 3339, epoch ms or a duration like 2h", from);
     if (to && parse_when(to, &to_ms))
-        return usage_error("--to \"%s\": want RFC 3339, epoch ms or a duration like 2h", to);
+        return sl_cli_usage_error(&k_usage,
+                                  "--to \"%s\": want RFC 3339, epoch ms or a duration like 2h", to);
     char server[1024];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     char url[1400], body[128], msg[600];
     snprintf(url, sizeof url, "%s/v1/rules/%s/replay", server, rule);
     snprintf(body, sizeof body, "{\"from\":%" PRId64 ",\"to\":%" PRId64 "}", from_ms, to_ms);

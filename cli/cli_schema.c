@@ -40,6 +40,8 @@ static const char schema_usage[] =
     "  --lane L        read lane L instead of the base lane; * reads every lane\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
+static const sl_cli_usage k_usage = {"schema", schema_usage, false};
+
 /* The samples of one event type. */
 typedef struct group {
     char *type; /* decoded, owned; may hold NULs (len counts) */
@@ -68,14 +70,6 @@ typedef struct schema_ctx {
     long skipped;  /* events without JSON data */
     long rejected; /* data the inference refused (not JSON) */
 } schema_ctx;
-
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice schema: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", schema_usage);
-    return 2;
-}
 
 /* GET url into c->http.body, retrying 503, other 5xx and lost connections
  * with back-off for up to SCHEMA_RETRY_BUDGET_MS (reading is safe to
@@ -321,33 +315,35 @@ static int infer_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--lane", &c.lane, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!c.set) {
             c.set = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!c.set)
-        return usage_error("%s", "missing the event set name");
+        return sl_cli_usage_error(&k_usage, "missing the event set name");
     if (!sl_set_name_valid(c.set))
-        return usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", c.set);
+        return sl_cli_usage_error(&k_usage, "invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})",
+                                  c.set);
     if (sample) {
         char *end;
         errno = 0;
         long v = strtol(sample, &end, 10);
         if (errno || end == sample || *end || v < 1 || v > SCHEMA_MAX_SAMPLE)
-            return usage_error("--sample \"%s\": want a number of events from 1 to 1000000",
-                               sample);
+            return sl_cli_usage_error(
+                &k_usage, "--sample \"%s\": want a number of events from 1 to 1000000", sample);
         c.sample = v;
     }
     if (c.lane && strcmp(c.lane, "*") != 0 && !sl_lane_valid(c.lane, strlen(c.lane)))
-        return usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)", c.lane);
+        return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)",
+                                  c.lane);
     sl_error err = {0};
     if (sl_httpc_server(server, c.server, sizeof c.server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     if (sl_httpc_init(&c.http, &err)) {
         fprintf(stderr, "sluice schema: %s\n", err.msg);
         return 1;
@@ -401,5 +397,5 @@ int sl_cli_schema_main(int argc, char **argv)
     }
     if (strcmp(argv[1], "infer") == 0)
         return infer_main(argc - 1, argv + 1);
-    return usage_error("unknown subcommand \"%s\" (want infer)", argv[1]);
+    return sl_cli_usage_error(&k_usage, "unknown subcommand \"%s\" (want infer)", argv[1]);
 }

@@ -30,13 +30,7 @@ static const char status_usage[] =
     "  --interval S    measure the rates over S seconds (default 1; 0: no rates)\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice status: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", status_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"status", status_usage, false};
 
 /* ---- tables ------------------------------------------------------------------------ */
 
@@ -402,11 +396,11 @@ int sl_cli_status_main(int argc, char **argv)
         } else if (sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--interval", &interval_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     double interval = 1.0;
@@ -416,13 +410,14 @@ int sl_cli_status_main(int argc, char **argv)
         interval = strtod(interval_opt, &end);
         if (errno || end == interval_opt || *end || !isfinite(interval) || interval < 0 ||
             interval > 3600)
-            return usage_error("--interval \"%s\": want a number of seconds from 0 to 3600",
-                               interval_opt);
+            return sl_cli_usage_error(&k_usage,
+                                      "--interval \"%s\": want a number of seconds from 0 to 3600",
+                                      interval_opt);
     }
     char server[1024];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
 
     session s = {.server = server};
     if (sl_httpc_init(&s.h, &err)) {

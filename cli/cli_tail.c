@@ -45,6 +45,8 @@ static const char tail_usage[] =
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n"
     "  Without --follow, stops at the end offsets the set had when tail started.\n";
 
+static const sl_cli_usage k_usage = {"tail", tail_usage, false};
+
 typedef enum tail_state {
     TAIL_READY,   /* the next request can start now */
     TAIL_RUNNING, /* a request is in flight */
@@ -90,14 +92,6 @@ static void on_signal(int sig)
     if (tail_wake_fd >= 0)
         (void)!write(tail_wake_fd, "x", 1);
     errno = saved;
-}
-
-static int tail_usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice tail: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", tail_usage);
-    return 2;
 }
 
 /* Writes all of [p, p + n) to stdout. Returns 0, 1 when the reader went
@@ -521,41 +515,45 @@ int sl_cli_tail_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--partition", &part, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
-                return tail_usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return tail_usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!c.set) {
             c.set = a;
         } else {
-            return tail_usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!c.set)
-        return tail_usage_error("%s", "missing the event set name");
+        return sl_cli_usage_error(&k_usage, "missing the event set name");
     if (!sl_set_name_valid(c.set))
-        return tail_usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", c.set);
+        return sl_cli_usage_error(&k_usage, "invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})",
+                                  c.set);
     if (!c.from)
         c.from = c.follow ? "end" : "beginning";
     int64_t ms;
     if (strcmp(c.from, "beginning") != 0 && strcmp(c.from, "end") != 0 &&
         sl_time_parse_rfc3339(c.from, strlen(c.from), &ms) != 0)
-        return tail_usage_error("--from \"%s\": want beginning, end or an RFC 3339 time "
-                                "such as 2024-05-01T12:00:00Z",
-                                c.from);
+        return sl_cli_usage_error(&k_usage,
+                                  "--from \"%s\": want beginning, end or an RFC 3339 time "
+                                  "such as 2024-05-01T12:00:00Z",
+                                  c.from);
     if (c.lane && strcmp(c.lane, "*") != 0 && !sl_lane_valid(c.lane, strlen(c.lane)))
-        return tail_usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)", c.lane);
+        return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)",
+                                  c.lane);
     int32_t only = -1;
     if (part) {
         char *end;
         errno = 0;
         long v = strtol(part, &end, 10);
         if (errno || end == part || *end || v < 0 || v > 65535)
-            return tail_usage_error("--partition \"%s\": want a partition number", part);
+            return sl_cli_usage_error(&k_usage, "--partition \"%s\": want a partition number",
+                                      part);
         only = (int32_t)v;
     }
     sl_error err = {0};
     if (sl_httpc_server(server, c.server, sizeof c.server, &err))
-        return tail_usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     signal(SIGPIPE, SIG_IGN);
 
     if (read_set_info(&c, only))

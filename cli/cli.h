@@ -6,6 +6,9 @@
 #define SL_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
+
+#include "core/base/json.h"
 
 /* The exit status of a usage error (a wrong option, argument or value). */
 #define SL_CLI_USAGE 2
@@ -22,6 +25,14 @@ typedef struct sl_cli_usage {
  * `return sl_cli_usage_error(…);`. */
 int sl_cli_usage_error(const sl_cli_usage *u, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Checks a command's event set argument. A missing or invalid name is a
+ * usage error, printed with u. Returns 0, or SL_CLI_USAGE. */
+int sl_cli_set_arg(const sl_cli_usage *u, const char *set);
+
+/* The integer member key of a server answer's object, or 0 when it is
+ * absent or not an integer (what the tables print). */
+int64_t sl_cli_member_i64(const sl_json_tok *obj, const char *key);
 
 /* sluice log append|dump|verify|recover … (argv[0] is "log"). */
 int sl_cli_log_main(int argc, char **argv);

@@ -5,8 +5,9 @@
  * its keys then win (docs/agent.md).
  */
 #include "agent/agent.h"
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 
 #include <stdio.h>

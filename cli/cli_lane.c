@@ -2,7 +2,7 @@
  * cli/cli_lane.c — `sluice lane list|drop`: the lanes of a running server
  * (GET /v1/lanes, DELETE /v1/lanes/LANE; docs/lanes.md).
  */
-#include "core/log/batch.h" /* sl_lane_valid() */
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/json.h"
@@ -25,20 +25,11 @@ static const char lane_usage[] =
 
 static const sl_cli_usage k_usage = {"lane", lane_usage, false};
 
-static int64_t member_i64(const sl_json_tok *obj, const char *key)
-{
-    sl_json_tok v;
-    int64_t n = 0;
-    if (sl_httpc_json_get(obj, key, &v))
-        sl_httpc_json_i64(&v, &n);
-    return n;
-}
-
 static void member_str(const sl_json_tok *obj, const char *key, char *out, size_t cap)
 {
     sl_json_tok v;
     out[0] = '\0';
-    if (sl_httpc_json_get(obj, key, &v) && v.type == SL_JSON_STRING)
+    if (sl_json_get(obj, key, &v) && v.type == SL_JSON_STRING)
         sl_httpc_json_str(&v, out, cap);
 }
 
@@ -47,11 +38,11 @@ static int print_lanes(const sl_buf *body)
 {
     sl_json_tok doc, list, el, v;
     if (sl_json_validate((const char *)body->data, body->len, 16, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "lanes", &list) || list.type != SL_JSON_ARRAY) {
+        !sl_json_get(&doc, "lanes", &list) || list.type != SL_JSON_ARRAY) {
         fprintf(stderr, "sluice lane: unexpected answer from the server\n");
         return 1;
     }
-    bool autolanes = sl_httpc_json_get(&doc, "auto", &v) && v.type == SL_JSON_TRUE;
+    bool autolanes = sl_json_get(&doc, "auto", &v) && v.type == SL_JSON_TRUE;
     printf("%-34s %-5s %-9s %-8s %12s %12s %12s\n", "LANE", "ENV", "FALLBACK", "STATE", "EVENTS IN",
            "DELIVERED", "UNROUTED");
     sl_json_iter it;
@@ -61,15 +52,15 @@ static int print_lanes(const sl_buf *body)
         member_str(&el, "name", name, sizeof name);
         member_str(&el, "env", env, sizeof env);
         member_str(&el, "fallback", fallback, sizeof fallback);
-        bool dropped = sl_httpc_json_get(&el, "dropped", &v) && v.type == SL_JSON_TRUE;
-        bool isauto = sl_httpc_json_get(&el, "auto", &v) && v.type == SL_JSON_TRUE;
+        bool dropped = sl_json_get(&el, "dropped", &v) && v.type == SL_JSON_TRUE;
+        bool isauto = sl_json_get(&el, "auto", &v) && v.type == SL_JSON_TRUE;
         printf("%-34s %-5s %-9s %-8s %12" PRId64 " %12" PRId64 " %12" PRId64 "\n",
                name[0] ? name : "(base)", env, fallback[0] ? fallback : "-",
                dropped  ? "dropped"
                : isauto ? "auto"
                         : "declared",
-               member_i64(&el, "events_in"), member_i64(&el, "delivered"),
-               member_i64(&el, "unrouted"));
+               sl_cli_member_i64(&el, "events_in"), sl_cli_member_i64(&el, "delivered"),
+               sl_cli_member_i64(&el, "unrouted"));
     }
     printf("lanes.auto is %s\n", autolanes ? "on" : "off");
     return 0;

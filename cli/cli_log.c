@@ -3,6 +3,7 @@
  * partition directory: append, dump, verify, recover.
  */
 #include "cli/cli.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
 #include "core/log/log.h"
 

@@ -8,12 +8,12 @@
  * input line. A 503 is retried with back-off (nothing was stored); anything
  * that leaves the outcome unknown stops the command and says which lines.
  */
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 
 #include <errno.h>
@@ -199,25 +199,25 @@ static bool read_results(put_ctx *c, size_t a, size_t b)
         doc.type != SL_JSON_OBJECT)
         return false;
     int64_t acc = -1, fail = -1, listed_fail = 0, listed_ok = 0;
-    if (sl_httpc_json_get(&doc, "accepted", &v))
-        sl_httpc_json_i64(&v, &acc);
-    if (sl_httpc_json_get(&doc, "failed", &v))
-        sl_httpc_json_i64(&v, &fail);
-    if (sl_httpc_json_get(&doc, "results", &results) && results.type == SL_JSON_ARRAY) {
+    if (sl_json_get(&doc, "accepted", &v))
+        sl_json_i64(&v, &acc);
+    if (sl_json_get(&doc, "failed", &v))
+        sl_json_i64(&v, &fail);
+    if (sl_json_get(&doc, "results", &results) && results.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &results);
         size_t pos = 0;
         while (sl_json_iter_elem(&it, &v)) {
             sl_json_tok code, msg, index;
-            if (sl_httpc_json_get(&v, "error", &code)) {
+            if (sl_json_get(&v, "error", &code)) {
                 int64_t idx = (int64_t)pos;
-                if (sl_httpc_json_get(&v, "index", &index))
-                    sl_httpc_json_i64(&index, &idx);
+                if (sl_json_get(&v, "index", &index))
+                    sl_json_i64(&index, &idx);
                 if (idx < 0 || (size_t)idx >= b - a)
                     idx = pos < b - a ? (int64_t)pos : (int64_t)(b - a - 1);
                 char ctext[64], mtext[200] = "";
                 sl_httpc_json_str(&code, ctext, sizeof ctext);
-                if (sl_httpc_json_get(&v, "message", &msg))
+                if (sl_json_get(&v, "message", &msg))
                     sl_httpc_json_str(&msg, mtext, sizeof mtext);
                 add_failure(c, c->entries[a + (size_t)idx].line, "%s%s%s", ctext,
                             mtext[0] ? ": " : "", mtext);
@@ -255,7 +255,7 @@ static bool stored_maybe(const sl_httpc *h)
     char text[32];
     if (!h->body.len ||
         sl_json_validate((const char *)h->body.data, h->body.len, 64, &doc, NULL) != 0 ||
-        !sl_httpc_json_get(&doc, "error", &code))
+        !sl_json_get(&doc, "error", &code))
         return false;
     sl_httpc_json_str(&code, text, sizeof text);
     return strcmp(text, "NotConfirmed") == 0;
@@ -386,7 +386,7 @@ static bool build_event(put_ctx *c, int64_t line, const char *s, size_t n)
         return false;
     }
     int rc = 0;
-    if (tok.type == SL_JSON_OBJECT && sl_httpc_json_get(&tok, "specversion", &sv)) {
+    if (tok.type == SL_JSON_OBJECT && sl_json_get(&tok, "specversion", &sv)) {
         rc = sl_buf_append(&c->scratch, tok.p, tok.len);
     } else if (!c->type) {
         add_failure(c, line,
@@ -475,11 +475,8 @@ int sl_cli_put_main(int argc, char **argv)
             return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
-    if (!c.set)
-        return sl_cli_usage_error(&k_usage, "missing the event set name");
-    if (!sl_set_name_valid(c.set))
-        return sl_cli_usage_error(&k_usage, "invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})",
-                                  c.set);
+    if (sl_cli_set_arg(&k_usage, c.set))
+        return SL_CLI_USAGE;
     if (c.lane && !sl_lane_valid(c.lane, strlen(c.lane)))
         return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32})", c.lane);
     if (!c.type != !c.source)

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 
 #include <errno.h>
@@ -41,23 +41,23 @@ static int print_summary(const sl_buf *body, const char *dlq, const char *to)
     sl_json_tok doc, v, list, el, t;
     int64_t moved = -1, skipped = 0;
     if (sl_json_validate((const char *)body->data, body->len, 16, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "redriven", &v) || !sl_httpc_json_i64(&v, &moved)) {
+        !sl_json_get(&doc, "redriven", &v) || !sl_json_i64(&v, &moved)) {
         fprintf(stderr, "sluice redrive: unexpected answer from the server\n");
         return 1;
     }
-    if (sl_httpc_json_get(&doc, "skipped", &v))
-        sl_httpc_json_i64(&v, &skipped);
-    if (sl_httpc_json_get(&doc, "skipped_events", &list) && list.type == SL_JSON_ARRAY) {
+    if (sl_json_get(&doc, "skipped", &v))
+        sl_json_i64(&v, &skipped);
+    if (sl_json_get(&doc, "skipped_events", &list) && list.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &list);
         while (sl_json_iter_elem(&it, &el)) {
             int64_t part = -1, off = -1;
             char reason[512] = "";
-            if (sl_httpc_json_get(&el, "partition", &t))
-                sl_httpc_json_i64(&t, &part);
-            if (sl_httpc_json_get(&el, "offset", &t))
-                sl_httpc_json_i64(&t, &off);
-            if (sl_httpc_json_get(&el, "reason", &t))
+            if (sl_json_get(&el, "partition", &t))
+                sl_json_i64(&t, &part);
+            if (sl_json_get(&el, "offset", &t))
+                sl_json_i64(&t, &off);
+            if (sl_json_get(&el, "reason", &t))
                 sl_httpc_json_str(&t, reason, sizeof reason);
             fprintf(stderr,
                     "sluice redrive: skipped partition %" PRId64 " offset %" PRId64 ": %s\n", part,

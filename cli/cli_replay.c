@@ -8,6 +8,7 @@
 #include "core/base/httpc.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 
 #include <inttypes.h>
@@ -59,27 +60,27 @@ static bool read_progress(const sl_json_tok *rp, progress *p)
 {
     sl_json_tok v, parts, el;
     memset(p, 0, sizeof *p);
-    if (!sl_httpc_json_get(rp, "id", &v))
+    if (!sl_json_get(rp, "id", &v))
         return false;
     sl_httpc_json_str(&v, p->id, sizeof p->id);
-    if (sl_httpc_json_get(rp, "state", &v))
+    if (sl_json_get(rp, "state", &v))
         sl_httpc_json_str(&v, p->state, sizeof p->state);
     const char *names[] = {"delivered", "dead_lettered", "discarded", "failed"};
     int64_t *dst[] = {&p->delivered, &p->dead, &p->discarded, &p->failed};
     for (size_t i = 0; i < 4; i++)
-        if (sl_httpc_json_get(rp, names[i], &v))
-            sl_httpc_json_i64(&v, dst[i]);
-    if (sl_httpc_json_get(rp, "partitions", &parts) && parts.type == SL_JSON_ARRAY) {
+        if (sl_json_get(rp, names[i], &v))
+            sl_json_i64(&v, dst[i]);
+    if (sl_json_get(rp, "partitions", &parts) && parts.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &parts);
         while (sl_json_iter_elem(&it, &el)) {
             int64_t start = 0, end = 0, pos = 0;
-            if (sl_httpc_json_get(&el, "start", &v))
-                sl_httpc_json_i64(&v, &start);
-            if (sl_httpc_json_get(&el, "end", &v))
-                sl_httpc_json_i64(&v, &end);
-            if (sl_httpc_json_get(&el, "position", &v))
-                sl_httpc_json_i64(&v, &pos);
+            if (sl_json_get(&el, "start", &v))
+                sl_json_i64(&v, &start);
+            if (sl_json_get(&el, "end", &v))
+                sl_json_i64(&v, &end);
+            if (sl_json_get(&el, "position", &v))
+                sl_json_i64(&v, &pos);
             p->total += end > start ? end - start : 0;
             p->done += pos > start ? (pos < end ? pos : end) - start : 0;
         }
@@ -105,7 +106,7 @@ static bool find_replay(const sl_buf *body, const char *id, progress *p)
 {
     sl_json_tok doc, list, el;
     if (sl_json_validate((const char *)body->data, body->len, 16, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "replays", &list) || list.type != SL_JSON_ARRAY)
+        !sl_json_get(&doc, "replays", &list) || list.type != SL_JSON_ARRAY)
         return false;
     sl_json_iter it;
     sl_json_iter_init(&it, &list);

@@ -8,11 +8,11 @@
  * that still has events for its share of what is missing, starting from the
  * oldest event kept, until N events are read or every partition is done.
  */
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 #include "rules/schema.h"
 
@@ -112,8 +112,7 @@ static int read_set_info(schema_ctx *c)
     sl_json_tok doc, v, info, el, t;
     int64_t n = -1;
     if (sl_json_validate((const char *)c->http.body.data, c->http.body.len, 64, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "partitions", &v) || !sl_httpc_json_i64(&v, &n) || n < 1 ||
-        n > 65536) {
+        !sl_json_get(&doc, "partitions", &v) || !sl_json_i64(&v, &n) || n < 1 || n > 65536) {
         fprintf(stderr,
                 "sluice schema: unexpected answer from %s for set \"%s\" (no partition "
                 "count)\n",
@@ -127,18 +126,17 @@ static int read_set_info(schema_ctx *c)
     c->nparts = (int)n;
     for (int i = 0; i < c->nparts; i++)
         c->parts[i] = (spart){.offset = -1, .end = -1};
-    if (sl_httpc_json_get(&doc, "partition_info", &info) && info.type == SL_JSON_ARRAY) {
+    if (sl_json_get(&doc, "partition_info", &info) && info.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &info);
         while (sl_json_iter_elem(&it, &el)) {
             int64_t id, start = -1, end = -1;
-            if (!sl_httpc_json_get(&el, "partition", &t) || !sl_httpc_json_i64(&t, &id) ||
-                id < 0 || id >= n)
+            if (!sl_json_get(&el, "partition", &t) || !sl_json_i64(&t, &id) || id < 0 || id >= n)
                 continue;
-            if (sl_httpc_json_get(&el, "start_offset", &t))
-                sl_httpc_json_i64(&t, &start);
-            if (sl_httpc_json_get(&el, "end_offset", &t))
-                sl_httpc_json_i64(&t, &end);
+            if (sl_json_get(&el, "start_offset", &t))
+                sl_json_i64(&t, &start);
+            if (sl_json_get(&el, "end_offset", &t))
+                sl_json_i64(&t, &end);
             c->parts[id].end = end;
             /* An empty partition needs no request. */
             c->parts[id].done = start >= 0 && end >= 0 && start >= end;
@@ -181,8 +179,8 @@ static int add_event(schema_ctx *c, const sl_json_tok *ev)
 {
     sl_json_tok type, data;
     c->read++;
-    if (!sl_httpc_json_get(ev, "type", &type) || type.type != SL_JSON_STRING ||
-        !sl_httpc_json_get(ev, "data", &data)) {
+    if (!sl_json_get(ev, "type", &type) || type.type != SL_JSON_STRING ||
+        !sl_json_get(ev, "data", &data)) {
         c->skipped++; /* no data, or binary data (data_base64) */
         return 0;
     }
@@ -235,7 +233,7 @@ static int read_part(schema_ctx *c, int id, long max)
     const sl_buf *b = &c->http.body;
     sl_json_tok doc, events, ev, t;
     if (sl_json_validate((const char *)b->data, b->len, SL_JSON_DEPTH_LIMIT, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
+        !sl_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
         fprintf(stderr, "sluice schema: partition %d: unexpected answer from %s (no events)\n", id,
                 c->server);
         return -1;
@@ -249,8 +247,8 @@ static int read_part(schema_ctx *c, int id, long max)
         count++;
     }
     int64_t next = -1;
-    if (sl_httpc_json_get(&doc, "next_offset", &t))
-        sl_httpc_json_i64(&t, &next);
+    if (sl_json_get(&doc, "next_offset", &t))
+        sl_json_i64(&t, &next);
     /* Done at the end seen at start, or when an answer makes no progress. */
     if (next < 0 || (count == 0 && next <= p->offset) || (p->end >= 0 && next >= p->end))
         p->done = true;
@@ -324,11 +322,8 @@ static int infer_main(int argc, char **argv)
             return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
-    if (!c.set)
-        return sl_cli_usage_error(&k_usage, "missing the event set name");
-    if (!sl_set_name_valid(c.set))
-        return sl_cli_usage_error(&k_usage, "invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})",
-                                  c.set);
+    if (sl_cli_set_arg(&k_usage, c.set))
+        return SL_CLI_USAGE;
     if (sample) {
         char *end;
         errno = 0;

@@ -75,20 +75,6 @@ struct kchunk {
 
 /* ---- the chunk queue ------------------------------------------------------------ */
 
-/* An absolute CLOCK_MONOTONIC time ms from now. */
-static struct timespec deadline(int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    return ts;
-}
-
 /* An empty chunk (recycled when possible), or NULL. */
 static kchunk *chunk_get(kafka_source *k)
 {
@@ -139,7 +125,7 @@ static int chunk_push(kafka_source *k, kchunk *c)
 {
     pthread_mutex_lock(&k->qlock);
     while (k->qn >= QUEUE_CHUNKS && !atomic_load(&k->stop) && !k->e_done) {
-        struct timespec ts = deadline(POLL_MS);
+        struct timespec ts = sl_clock_mono_deadline(POLL_MS);
         pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
     }
     bool ok = !atomic_load(&k->stop) && !k->e_done;
@@ -165,7 +151,7 @@ static kchunk *chunk_pop(kafka_source *k, bool *idle)
 {
     pthread_mutex_lock(&k->qlock);
     if (!k->qhead && !atomic_load(&k->stop) && !k->c_done) {
-        struct timespec ts = deadline(POLL_MS);
+        struct timespec ts = sl_clock_mono_deadline(POLL_MS);
         pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
     }
     kchunk *c = k->qhead;
@@ -291,7 +277,7 @@ static void barrier(kafka_source *k)
         return;
     pthread_mutex_lock(&k->qlock);
     while (k->bdone < want && !atomic_load(&k->stop) && !k->e_done) {
-        struct timespec ts = deadline(POLL_MS);
+        struct timespec ts = sl_clock_mono_deadline(POLL_MS);
         pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
     }
     pthread_mutex_unlock(&k->qlock);

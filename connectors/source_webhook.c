@@ -13,11 +13,12 @@
  */
 #include "connectors/source_webhook.h"
 
-#include "core/log/batch.h" /* sl_lane_valid() */
+#include "core/base/lane_name.h"
 #include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 #include "core/bus/set.h"
 
@@ -281,28 +282,12 @@ typedef struct mapped {
     sl_json_tok root;               /* … this one */
 } mapped;
 
-/* Whether key (a string token) decodes to exactly name (shorter than 64). */
-static bool key_is(const sl_json_tok *key, const char *name)
-{
-    char buf[64];
-    size_t n = 0;
-    if (sl_json_unescape(key, buf, sizeof buf, &n) != 0)
-        return false;
-    return n == strlen(name) && memcmp(buf, name, n) == 0;
-}
-
 /* Member name of object obj (the first one), or type NONE. */
 static sl_json_tok member(const sl_json_tok *obj, const char *name)
 {
-    sl_json_tok key, val, none = {0};
-    if (obj->type != SL_JSON_OBJECT)
-        return none;
-    sl_json_iter it;
-    sl_json_iter_init(&it, obj);
-    while (sl_json_iter_member(&it, &key, &val))
-        if (key_is(&key, name))
-            return val;
-    return none;
+    sl_json_tok v = {0};
+    sl_json_get(obj, name, &v);
+    return v;
 }
 
 /* Decodes string token t into out[0..cap) (NUL-terminated); false when t is

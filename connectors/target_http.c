@@ -27,7 +27,7 @@
 #include "core/bus/connector.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <curl/curl.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
  */
 #include "http/http_internal.h"
 #include "core/base/clock.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/base/slog.h"
 
 #include <arpa/inet.h>

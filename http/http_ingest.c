@@ -10,10 +10,11 @@
  * create_set()), so that junk never leaves a set behind.
  */
 #include "http/http_internal.h"
+#include "core/base/lane_name.h"
 #include "core/bus/baggage.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 
 #include <inttypes.h>
 #include <stdio.h>

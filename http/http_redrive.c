@@ -17,7 +17,7 @@
  */
 #include "http/http_internal.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/redrive.h"
 
 #include <errno.h>

@@ -16,6 +16,7 @@
 #include "core/bus/connector.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 #include "core/bus/cursor.h"
 #include "rules/rule.h"

@@ -12,6 +12,7 @@
 #include "core/bus/databus.h"
 #include "core/bus/redrive.h"
 #include "server/router.h"
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 #include "core/base/slog.h"
 

@@ -20,10 +20,11 @@
 #include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/bus/connector.h"
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
 #include "core/bus/lanes.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 #include "core/base/slog.h"
 
@@ -148,14 +149,7 @@ static bool host_wait(void *ctx, int64_t ms)
 {
     src *s = ctx;
     sl_sources *o = s->owner;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = sl_clock_mono_deadline(ms);
     pthread_mutex_lock(&o->lock);
     while (!atomic_load(&o->stopping) && pthread_cond_timedwait(&o->cond, &o->lock, &ts) == 0)
         ;

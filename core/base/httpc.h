@@ -2,7 +2,7 @@
  * core/base/httpc.h — the small HTTP client layer shared by `sluice put` and
  * `sluice tail`: server URL resolution, one keep-alive libcurl handle per
  * request stream, Retry-After and back-off, and reading the server's JSON
- * answers (error bodies, integer members) with the core/base/json.h scanner.
+ * answers (error bodies) with the core/base/json.h scanner.
  */
 #ifndef SL_HTTPC_H
 #define SL_HTTPC_H
@@ -98,14 +98,6 @@ int64_t sl_httpc_backoff_ms(int attempt, int64_t retry_after_ms);
 
 /* Sleeps ms milliseconds (resuming after signals). */
 void sl_httpc_sleep_ms(int64_t ms);
-
-/* Finds member key of a validated object token. Returns true and fills *val,
- * or false when obj is not an object or has no such member. */
-bool sl_httpc_json_get(const sl_json_tok *obj, const char *key, sl_json_tok *val);
-
-/* Reads an integer number token into *out. Returns false when tok is not an
- * integer or does not fit in int64_t (out untouched). */
-bool sl_httpc_json_i64(const sl_json_tok *tok, int64_t *out);
 
 /* Decodes a string token into out as a NUL-terminated string, truncated to
  * cap - 1 bytes. Writes "" when tok is not a string. */

@@ -55,6 +55,8 @@ int sl_base64_append(sl_buf *b, const void *in, size_t n, unsigned flags)
     if (n > SIZE_MAX / 4 * 3 - 3) /* the length below would overflow */
         return SL_ENOMEM;
     size_t need = sl_base64_encoded_len(n, flags) + quotes;
+    if (need == 0) /* b may have no memory yet */
+        return 0;
     if (sl_buf_reserve(b, need))
         return SL_ENOMEM;
     char *w = (char *)b->data + b->len;

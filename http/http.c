@@ -346,6 +346,17 @@ void sl__http_req_release(sl_http_req *r)
     free(r);
 }
 
+void sl__http_req_answered(sl_http_req *r)
+{
+    r->ready = true;
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+    pthread_mutex_unlock(&r->lock);
+    sl__http_req_release(r);
+}
+
 /* Counts open connections. libmicrohttpd's own limit is set above ours and
  * would close sockets silently; below it, requests past our limit get an
  * answer (503) instead. */

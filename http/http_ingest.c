@@ -411,13 +411,7 @@ static void durable_done(void *ctx, int status)
         published(r->published_ctx, status);
     pthread_mutex_lock(&r->lock);
     r->wait_status = status;
-    r->ready = true;
-    if (r->suspended) {
-        r->suspended = false;
-        MHD_resume_connection(r->conn);
-    }
-    pthread_mutex_unlock(&r->lock);
-    sl__http_req_release(r);
+    sl__http_req_answered(r);
 }
 
 static void fill_event(const ingest *in, const entry *e, sl_databus_event *ev)

@@ -510,17 +510,8 @@ static enum MHD_Result publish(ingest *in)
      * order. rank[k]: the place among the accepted entries of evs[k]. */
     size_t *rank = ok > 1 ? malloc(ok * sizeof *rank) : NULL;
     sl_databus_result *tmp = ok > 1 ? malloc(ok * sizeof *tmp) : NULL;
-    if (ok > 1 && (!rank || !tmp)) {
-        free(rank);
-        free(tmp);
-        free(evs);
-        free(res);
-        if (in->done)
-            in->done(in->done_ctx, SL_ENOMEM);
-        return sl__http_error(r, 500, "Internal", "out of memory");
-    }
     size_t k = 0;
-    if (group_by_lane(in, evs, rank, &k)) {
+    if ((ok > 1 && (!rank || !tmp)) || group_by_lane(in, evs, rank, &k)) {
         free(rank);
         free(tmp);
         free(evs);

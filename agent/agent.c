@@ -7,7 +7,7 @@
  */
 #include "agent/agent_internal.h"
 #include "agent/agent_spool.h"
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
 #include "core/bus/set.h"

@@ -9,11 +9,11 @@
  * self-pipe; the loop applies them exactly like a reloaded file.
  */
 #include "agent/agent_internal.h"
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "core/base/httpc.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
-#include "core/bus/set.h"
+#include "core/base/parse.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -181,7 +181,7 @@ static void poll_once(ag_poll *p, sl_httpc *h, const char *base)
     sl_json_tok top, parts, part, v;
     char path[512];
     snprintf(path, sizeof path, "/v1/sets/%s", p->set);
-    if (!get_json(h, base, path, &top) || !sl_httpc_json_get(&top, "partition_info", &parts) ||
+    if (!get_json(h, base, path, &top) || !sl_json_get(&top, "partition_info", &parts) ||
         parts.type != SL_JSON_ARRAY)
         return;
     /* Copy the partition list out: h's body is reused by the next GET. */
@@ -191,8 +191,8 @@ static void poll_once(ag_poll *p, sl_httpc *h, const char *base)
     sl_json_iter_init(&it, &parts);
     while (np < 64 && sl_json_iter_elem(&it, &part)) {
         int64_t e = 0;
-        if (sl_httpc_json_get(&part, "end_offset", &v))
-            sl_httpc_json_i64(&v, &e);
+        if (sl_json_get(&part, "end_offset", &v))
+            sl_json_i64(&v, &e);
         ends[np++] = e;
     }
     int64_t best_t = INT64_MIN;
@@ -204,7 +204,7 @@ static void poll_once(ag_poll *p, sl_httpc *h, const char *base)
         snprintf(path, sizeof path, "/v1/sets/%s/events?partition=%d&offset=%" PRId64 "&max=1",
                  p->set, i, ends[i] - 1);
         sl_json_tok evs, ev, data, key;
-        if (!get_json(h, base, path, &top) || !sl_httpc_json_get(&top, "events", &evs) ||
+        if (!get_json(h, base, path, &top) || !sl_json_get(&top, "events", &evs) ||
             evs.type != SL_JSON_ARRAY)
             continue;
         sl_json_iter_init(&it, &evs);
@@ -212,11 +212,11 @@ static void poll_once(ag_poll *p, sl_httpc *h, const char *base)
             continue;
         char ts[64] = "";
         int64_t t = 0;
-        if (sl_httpc_json_get(&ev, "time", &v))
+        if (sl_json_get(&ev, "time", &v))
             sl_httpc_json_str(&v, ts, sizeof ts);
         if (sl_time_parse_rfc3339(ts, strlen(ts), &t) != 0)
             t = 0;
-        if (t < best_t || !sl_httpc_json_get(&ev, "data", &data) || data.type != SL_JSON_OBJECT)
+        if (t < best_t || !sl_json_get(&ev, "data", &data) || data.type != SL_JSON_OBJECT)
             continue;
         best_t = t;
         snprintf(best_id, sizeof best_id, "%d/%" PRId64, i, ends[i] - 1);

@@ -336,9 +336,9 @@ static void error_of(const sl_json_tok *obj, char *code, size_t ccap, char *msg,
 {
     sl_json_tok v;
     code[0] = msg[0] = '\0';
-    if (sl_httpc_json_get(obj, "error", &v))
+    if (sl_json_get(obj, "error", &v))
         sl_httpc_json_str(&v, code, ccap);
-    if (sl_httpc_json_get(obj, "message", &v))
+    if (sl_json_get(obj, "message", &v))
         sl_httpc_json_str(&v, msg, mcap);
 }
 
@@ -371,7 +371,7 @@ static bool results_valid(const sl_buf *resp, uint32_t count, sl_json_tok *res)
 {
     sl_json_tok top;
     if (sl_json_validate((const char *)resp->data, resp->len, 64, &top, NULL) != 0 ||
-        top.type != SL_JSON_OBJECT || !sl_httpc_json_get(&top, "results", res) ||
+        top.type != SL_JSON_OBJECT || !sl_json_get(&top, "results", res) ||
         res->type != SL_JSON_ARRAY)
         return false;
     sl_json_iter it;
@@ -403,7 +403,7 @@ static void answer_results(sl_agent *a, ag_batch *b, bool fast, const sl_json_to
     for (uint32_t i = 0; i < b->count; i++) {
         sl_json_tok ent, v;
         bool err = false;
-        if (sl_json_iter_elem(&it, &ent) && sl_httpc_json_get(&ent, "error", &v)) {
+        if (sl_json_iter_elem(&it, &ent) && sl_json_get(&ent, "error", &v)) {
             error_of(&ent, code, sizeof code, msg, sizeof msg);
             /* One spelling for clients, whether the agent or the server
              * found the bad JSON. */
@@ -481,9 +481,8 @@ static bool final_refusal(long status, const sl_buf *resp, char *code, size_t cc
         return false;
     sl_json_tok top, e, m;
     if (sl_json_validate((const char *)resp->data, resp->len, 64, &top, NULL) != 0 ||
-        top.type != SL_JSON_OBJECT || !sl_httpc_json_get(&top, "error", &e) ||
-        e.type != SL_JSON_STRING || !sl_httpc_json_get(&top, "message", &m) ||
-        m.type != SL_JSON_STRING)
+        top.type != SL_JSON_OBJECT || !sl_json_get(&top, "error", &e) || e.type != SL_JSON_STRING ||
+        !sl_json_get(&top, "message", &m) || m.type != SL_JSON_STRING)
         return false;
     error_of(&top, code, ccap, msg, mcap);
     /* 507 is final only as SetLimit (no more sets may be created on first

@@ -5,6 +5,35 @@
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/base/json.h"
+
+/* The exit status of a usage error (a wrong option, argument or value). */
+#define SL_CLI_USAGE 2
+
+/* What a subcommand prints with a usage error. */
+typedef struct sl_cli_usage {
+    const char *cmd;  /* "lane": the message starts "sluice lane: " */
+    const char *text; /* the usage text (ending in a newline), or NULL */
+    bool blank_line;  /* a blank line between the message and the text */
+} sl_cli_usage;
+
+/* Prints "sluice CMD: MESSAGE" and a newline to stderr, MESSAGE formatted
+ * from fmt as printf() does, then u->text. Returns SL_CLI_USAGE, for
+ * `return sl_cli_usage_error(…);`. */
+int sl_cli_usage_error(const sl_cli_usage *u, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Checks a command's event set argument. A missing or invalid name is a
+ * usage error, printed with u. Returns 0, or SL_CLI_USAGE. */
+int sl_cli_set_arg(const sl_cli_usage *u, const char *set);
+
+/* The integer member key of a server answer's object, or 0 when it is
+ * absent or not an integer (what the tables print). */
+int64_t sl_cli_member_i64(const sl_json_tok *obj, const char *key);
+
 /* sluice log append|dump|verify|recover … (argv[0] is "log"). */
 int sl_cli_log_main(int argc, char **argv);
 

@@ -5,8 +5,9 @@
  * its keys then win (docs/agent.md).
  */
 #include "agent/agent.h"
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 
 #include <stdio.h>
@@ -46,14 +47,7 @@ static const char databus_usage[] =
     "                      (ignored there), is applied\n"
     "  --config-poll-ms N  how often the config set is polled (default 10000)\n";
 
-static int usage_err(const char *fmt, const char *v)
-{
-    fputs("sluice databus: ", stderr);
-    fprintf(stderr, fmt, v);
-    fputs("\n\n", stderr);
-    fputs(databus_usage, stderr);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"databus", databus_usage, true};
 
 int sl_cli_databus_main(int argc, char **argv)
 {
@@ -77,66 +71,67 @@ int sl_cli_databus_main(int argc, char **argv)
             return 0;
         }
         if (i + 1 >= argc)
-            return usage_err("%s: unknown option or missing value", a);
+            return sl_cli_usage_error(&k_usage, "%s: unknown option or missing value", a);
         const char *v = argv[++i];
         uint64_t u;
         int64_t ms;
         if (strcmp(a, "--listen") == 0) {
             if (o.nlisten == SL_AGENT_MAX_LISTEN)
-                return usage_err("--listen %s: at most 8 listeners", v);
+                return sl_cli_usage_error(&k_usage, "--listen %s: at most 8 listeners", v);
             o.listen[o.nlisten++] = v;
         } else if (strcmp(a, "--upstream") == 0) {
             if (sl_agent_upstream_set(v, o.upstream, &err))
-                return usage_err("%s", err.msg);
+                return sl_cli_usage_error(&k_usage, "%s", err.msg);
         } else if (strcmp(a, "--lane") == 0) {
             if (strlen(v) > SL_LANE_MAX || !sl_lane_valid(v, strlen(v)))
-                return usage_err("--lane %s: want \"\" or [a-z0-9-]{1,32}", v);
+                return sl_cli_usage_error(&k_usage, "--lane %s: want \"\" or [a-z0-9-]{1,32}", v);
             snprintf(o.lane, sizeof o.lane, "%s", v);
         } else if (strcmp(a, "--spool") == 0) {
             if (strlen(v) == 0 || strlen(v) >= sizeof o.spool_dir - 64)
-                return usage_err("--spool %s: empty or too long", v);
+                return sl_cli_usage_error(&k_usage, "--spool %s: empty or too long", v);
             snprintf(o.spool_dir, sizeof o.spool_dir, "%s", v);
         } else if (strcmp(a, "--spool-max") == 0) {
             if (sl_parse_bytes(v, &u))
-                return usage_err("--spool-max %s: want a size such as 256MiB", v);
+                return sl_cli_usage_error(&k_usage, "--spool-max %s: want a size such as 256MiB",
+                                          v);
             o.spool_max = u;
         } else if (strcmp(a, "--linger-ms") == 0) {
             if (sl_parse_duration_ms(v, &ms) || ms < 0 || ms > 60000)
-                return usage_err("--linger-ms %s: want 0..60000", v);
+                return sl_cli_usage_error(&k_usage, "--linger-ms %s: want 0..60000", v);
             o.linger_ms = ms;
         } else if (strcmp(a, "--spool-after-ms") == 0) {
             if (sl_parse_duration_ms(v, &ms) || ms < 0)
-                return usage_err("--spool-after-ms %s: want a duration", v);
+                return sl_cli_usage_error(&k_usage, "--spool-after-ms %s: want a duration", v);
             o.spool_after_ms = ms;
         } else if (strcmp(a, "--batch-bytes") == 0) {
             if (sl_parse_bytes(v, &u) || u < 1 || u > (8u << 20))
-                return usage_err("--batch-bytes %s: want 1B..8MiB", v);
+                return sl_cli_usage_error(&k_usage, "--batch-bytes %s: want 1B..8MiB", v);
             o.batch_bytes = u;
         } else if (strcmp(a, "--max-line") == 0) {
             if (sl_parse_bytes(v, &u) || u < 256 || u > (16u << 20))
-                return usage_err("--max-line %s: want 256B..16MiB", v);
+                return sl_cli_usage_error(&k_usage, "--max-line %s: want 256B..16MiB", v);
             o.max_line = u;
         } else if (strcmp(a, "--streams") == 0) {
             if (sl_agent_conf_set(&o, "streams", v, &err))
-                return usage_err("--%s", err.msg);
+                return sl_cli_usage_error(&k_usage, "--%s", err.msg);
         } else if (strcmp(a, "--config-set") == 0) {
             if (!sl_set_name_valid(v))
-                return usage_err("--config-set %s: not a valid set name", v);
+                return sl_cli_usage_error(&k_usage, "--config-set %s: not a valid set name", v);
             snprintf(o.config_set, sizeof o.config_set, "%s", v);
         } else if (strcmp(a, "--config-poll-ms") == 0) {
             if (sl_parse_duration_ms(v, &ms) || ms < 10 || ms > 3600000)
-                return usage_err("--config-poll-ms %s: want 10..3600000", v);
+                return sl_cli_usage_error(&k_usage, "--config-poll-ms %s: want 10..3600000", v);
             o.config_poll_ms = ms;
         } else if (strcmp(a, "--config") == 0) {
             /* read above */
         } else {
-            return usage_err("%s: unknown option", a);
+            return sl_cli_usage_error(&k_usage, "%s: unknown option", a);
         }
     }
     if (o.nlisten == 0)
-        return usage_err("%s", "no --listen given");
+        return sl_cli_usage_error(&k_usage, "no --listen given");
     if (!o.upstream[0])
-        return usage_err("%s", "no --upstream given");
+        return sl_cli_usage_error(&k_usage, "no --upstream given");
     if (sl_agent_run(&o, &err)) {
         fprintf(stderr, "sluice databus: %s\n", err.msg);
         return 1;

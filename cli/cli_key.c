@@ -22,6 +22,8 @@ static const char key_usage[] =
     "  hash  prints the SHA-256 of the token on stdin's first line (for a token made\n"
     "        elsewhere, which must carry at least 128 random bits)\n";
 
+static const sl_cli_usage k_usage = {"key new", key_usage, false};
+
 /* Prints "{ "a", "b" }" for the comma-separated list s; false when an item
  * is not a set pattern. */
 static bool print_list(FILE *f, const char *s)
@@ -61,8 +63,7 @@ static int key_new(int argc, char **argv)
             name = argv[i];
             named = true;
         } else {
-            fprintf(stderr, "sluice key new: unexpected argument \"%s\"\n%s", argv[i], key_usage);
-            return 2;
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", argv[i]);
         }
     }
     if (!sl_auth_name_valid(name)) {

@@ -2,7 +2,7 @@
  * cli/cli_lane.c — `sluice lane list|drop`: the lanes of a running server
  * (GET /v1/lanes, DELETE /v1/lanes/LANE; docs/lanes.md).
  */
-#include "core/log/batch.h" /* sl_lane_valid() */
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/json.h"
@@ -23,28 +23,13 @@ static const char lane_usage[] =
     "         lane if events name it again); its stored events stay until retention\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice lane: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", lane_usage);
-    return 2;
-}
-
-static int64_t member_i64(const sl_json_tok *obj, const char *key)
-{
-    sl_json_tok v;
-    int64_t n = 0;
-    if (sl_httpc_json_get(obj, key, &v))
-        sl_httpc_json_i64(&v, &n);
-    return n;
-}
+static const sl_cli_usage k_usage = {"lane", lane_usage, false};
 
 static void member_str(const sl_json_tok *obj, const char *key, char *out, size_t cap)
 {
     sl_json_tok v;
     out[0] = '\0';
-    if (sl_httpc_json_get(obj, key, &v) && v.type == SL_JSON_STRING)
+    if (sl_json_get(obj, key, &v) && v.type == SL_JSON_STRING)
         sl_httpc_json_str(&v, out, cap);
 }
 
@@ -53,11 +38,11 @@ static int print_lanes(const sl_buf *body)
 {
     sl_json_tok doc, list, el, v;
     if (sl_json_validate((const char *)body->data, body->len, 16, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "lanes", &list) || list.type != SL_JSON_ARRAY) {
+        !sl_json_get(&doc, "lanes", &list) || list.type != SL_JSON_ARRAY) {
         fprintf(stderr, "sluice lane: unexpected answer from the server\n");
         return 1;
     }
-    bool autolanes = sl_httpc_json_get(&doc, "auto", &v) && v.type == SL_JSON_TRUE;
+    bool autolanes = sl_json_get(&doc, "auto", &v) && v.type == SL_JSON_TRUE;
     printf("%-34s %-5s %-9s %-8s %12s %12s %12s\n", "LANE", "ENV", "FALLBACK", "STATE", "EVENTS IN",
            "DELIVERED", "UNROUTED");
     sl_json_iter it;
@@ -67,15 +52,15 @@ static int print_lanes(const sl_buf *body)
         member_str(&el, "name", name, sizeof name);
         member_str(&el, "env", env, sizeof env);
         member_str(&el, "fallback", fallback, sizeof fallback);
-        bool dropped = sl_httpc_json_get(&el, "dropped", &v) && v.type == SL_JSON_TRUE;
-        bool isauto = sl_httpc_json_get(&el, "auto", &v) && v.type == SL_JSON_TRUE;
+        bool dropped = sl_json_get(&el, "dropped", &v) && v.type == SL_JSON_TRUE;
+        bool isauto = sl_json_get(&el, "auto", &v) && v.type == SL_JSON_TRUE;
         printf("%-34s %-5s %-9s %-8s %12" PRId64 " %12" PRId64 " %12" PRId64 "\n",
                name[0] ? name : "(base)", env, fallback[0] ? fallback : "-",
                dropped  ? "dropped"
                : isauto ? "auto"
                         : "declared",
-               member_i64(&el, "events_in"), member_i64(&el, "delivered"),
-               member_i64(&el, "unrouted"));
+               sl_cli_member_i64(&el, "events_in"), sl_cli_member_i64(&el, "delivered"),
+               sl_cli_member_i64(&el, "unrouted"));
     }
     printf("lanes.auto is %s\n", autolanes ? "on" : "off");
     return 0;
@@ -92,30 +77,30 @@ int sl_cli_lane_main(int argc, char **argv)
             return 0;
         } else if (sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!cmd) {
             cmd = a;
         } else if (!lane) {
             lane = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!cmd || (strcmp(cmd, "list") && strcmp(cmd, "drop")))
-        return usage_error("%s", "want list or drop");
+        return sl_cli_usage_error(&k_usage, "want list or drop");
     bool drop = strcmp(cmd, "drop") == 0;
     if (drop && !lane)
-        return usage_error("%s", "drop needs the lane's name");
+        return sl_cli_usage_error(&k_usage, "drop needs the lane's name");
     if (!drop && lane)
-        return usage_error("unexpected argument \"%s\"", lane);
+        return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", lane);
     if (drop && (!*lane || !sl_lane_valid(lane, strlen(lane))))
-        return usage_error("\"%s\" is not a lane name ([a-z0-9-]{1,32})", lane);
+        return sl_cli_usage_error(&k_usage, "\"%s\" is not a lane name ([a-z0-9-]{1,32})", lane);
     char server[1024], url[1200], msg[600];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     snprintf(url, sizeof url, drop ? "%s/v1/lanes/%s" : "%s/v1/lanes", server, lane);
     sl_httpc h;
     if (sl_httpc_init(&h, &err)) {

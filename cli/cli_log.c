@@ -3,6 +3,7 @@
  * partition directory: append, dump, verify, recover.
  */
 #include "cli/cli.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
 #include "core/log/log.h"
 
@@ -32,13 +33,7 @@ static const char log_usage[] =
     "  sluice log recover PARTITION_DIR\n"
     "      CRC-checks every batch, truncates at the first bad one, rebuilds indexes.\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice log: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", log_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"log", log_usage, false};
 
 static int parse_i64(const char *s, int64_t *out)
 {
@@ -140,17 +135,20 @@ static int cmd_append(const char *dir, int argc, char **argv)
             sync = true;
         } else if (strcmp(argv[i], "--compression") == 0 && i + 1 < argc) {
             if (sl_codec_parse(argv[++i], &codec))
-                return usage_error("unknown compression \"%s\" (none or zstd)", argv[i]);
+                return sl_cli_usage_error(&k_usage, "unknown compression \"%s\" (none or zstd)",
+                                          argv[i]);
         } else if (strcmp(argv[i], "--lane") == 0 && i + 1 < argc) {
             lane = argv[++i];
             if (!sl_lane_valid(lane, strlen(lane)))
-                return usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32})", lane);
+                return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32})",
+                                          lane);
         } else if (strcmp(argv[i], "--segment-bytes") == 0 && i + 1 < argc) {
             if (parse_i64(argv[++i], &v) || v < 1024 || v > UINT32_MAX)
-                return usage_error("--segment-bytes %s: want 1024..4294967295", argv[i]);
+                return sl_cli_usage_error(&k_usage, "--segment-bytes %s: want 1024..4294967295",
+                                          argv[i]);
             cfg.segment_bytes = (uint64_t)v;
         } else {
-            return usage_error("unknown append option \"%s\"", argv[i]);
+            return sl_cli_usage_error(&k_usage, "unknown append option \"%s\"", argv[i]);
         }
     }
     sl_log *log;
@@ -211,14 +209,14 @@ static int cmd_dump(const char *dir, int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--from") == 0 && i + 1 < argc) {
             if (parse_i64(argv[++i], &from) || from < 0)
-                return usage_error("--from %s: want an offset", argv[i]);
+                return sl_cli_usage_error(&k_usage, "--from %s: want an offset", argv[i]);
         } else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
             if (parse_i64(argv[++i], &max) || max < 0)
-                return usage_error("--max %s: want a count", argv[i]);
+                return sl_cli_usage_error(&k_usage, "--max %s: want a count", argv[i]);
         } else if (strcmp(argv[i], "--lane") == 0 && i + 1 < argc) {
             lane = strcmp(argv[++i], "*") == 0 ? NULL : argv[i];
         } else {
-            return usage_error("unknown dump option \"%s\"", argv[i]);
+            return sl_cli_usage_error(&k_usage, "unknown dump option \"%s\"", argv[i]);
         }
     }
     sl_log_config cfg;
@@ -309,17 +307,17 @@ int sl_cli_log_main(int argc, char **argv)
         return 0;
     }
     if (argc < 3)
-        return usage_error("%s", "missing command or partition directory");
+        return sl_cli_usage_error(&k_usage, "missing command or partition directory");
     const char *cmd = argv[1], *dir = argv[2];
     if (strcmp(cmd, "append") == 0)
         return cmd_append(dir, argc - 3, argv + 3);
     if (strcmp(cmd, "dump") == 0)
         return cmd_dump(dir, argc - 3, argv + 3);
     if (argc > 3)
-        return usage_error("unexpected argument \"%s\"", argv[3]);
+        return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", argv[3]);
     if (strcmp(cmd, "verify") == 0)
         return cmd_verify(dir);
     if (strcmp(cmd, "recover") == 0)
         return cmd_recover(dir);
-    return usage_error("unknown command \"%s\"", cmd);
+    return sl_cli_usage_error(&k_usage, "unknown command \"%s\"", cmd);
 }

@@ -8,12 +8,12 @@
  * input line. A 503 is retried with back-off (nothing was stored); anything
  * that leaves the outcome unknown stops the command and says which lines.
  */
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 
 #include <errno.h>
@@ -46,6 +46,8 @@ static const char put_usage[] =
     "  --server URL   default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n"
     "  Exit status: 0 all accepted, 1 some line failed or the server could not be\n"
     "  used, 2 usage error.\n";
+
+static const sl_cli_usage k_usage = {"put", put_usage, false};
 
 /* One event of the current batch: its input line and its bytes in the body
  * (the trailing newline included). */
@@ -90,14 +92,6 @@ typedef struct put_ctx {
     bool progress_shown;
     int64_t start_ns, progress_ns;
 } put_ctx;
-
-static int put_usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice put: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", put_usage);
-    return 2;
-}
 
 static void clear_progress(put_ctx *c)
 {
@@ -205,25 +199,25 @@ static bool read_results(put_ctx *c, size_t a, size_t b)
         doc.type != SL_JSON_OBJECT)
         return false;
     int64_t acc = -1, fail = -1, listed_fail = 0, listed_ok = 0;
-    if (sl_httpc_json_get(&doc, "accepted", &v))
-        sl_httpc_json_i64(&v, &acc);
-    if (sl_httpc_json_get(&doc, "failed", &v))
-        sl_httpc_json_i64(&v, &fail);
-    if (sl_httpc_json_get(&doc, "results", &results) && results.type == SL_JSON_ARRAY) {
+    if (sl_json_get(&doc, "accepted", &v))
+        sl_json_i64(&v, &acc);
+    if (sl_json_get(&doc, "failed", &v))
+        sl_json_i64(&v, &fail);
+    if (sl_json_get(&doc, "results", &results) && results.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &results);
         size_t pos = 0;
         while (sl_json_iter_elem(&it, &v)) {
             sl_json_tok code, msg, index;
-            if (sl_httpc_json_get(&v, "error", &code)) {
+            if (sl_json_get(&v, "error", &code)) {
                 int64_t idx = (int64_t)pos;
-                if (sl_httpc_json_get(&v, "index", &index))
-                    sl_httpc_json_i64(&index, &idx);
+                if (sl_json_get(&v, "index", &index))
+                    sl_json_i64(&index, &idx);
                 if (idx < 0 || (size_t)idx >= b - a)
                     idx = pos < b - a ? (int64_t)pos : (int64_t)(b - a - 1);
                 char ctext[64], mtext[200] = "";
                 sl_httpc_json_str(&code, ctext, sizeof ctext);
-                if (sl_httpc_json_get(&v, "message", &msg))
+                if (sl_json_get(&v, "message", &msg))
                     sl_httpc_json_str(&msg, mtext, sizeof mtext);
                 add_failure(c, c->entries[a + (size_t)idx].line, "%s%s%s", ctext,
                             mtext[0] ? ": " : "", mtext);
@@ -261,7 +255,7 @@ static bool stored_maybe(const sl_httpc *h)
     char text[32];
     if (!h->body.len ||
         sl_json_validate((const char *)h->body.data, h->body.len, 64, &doc, NULL) != 0 ||
-        !sl_httpc_json_get(&doc, "error", &code))
+        !sl_json_get(&doc, "error", &code))
         return false;
     sl_httpc_json_str(&code, text, sizeof text);
     return strcmp(text, "NotConfirmed") == 0;
@@ -392,7 +386,7 @@ static bool build_event(put_ctx *c, int64_t line, const char *s, size_t n)
         return false;
     }
     int rc = 0;
-    if (tok.type == SL_JSON_OBJECT && sl_httpc_json_get(&tok, "specversion", &sv)) {
+    if (tok.type == SL_JSON_OBJECT && sl_json_get(&tok, "specversion", &sv)) {
         rc = sl_buf_append(&c->scratch, tok.p, tok.len);
     } else if (!c->type) {
         add_failure(c, line,
@@ -470,32 +464,30 @@ int sl_cli_put_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--source", &c.source, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
-                return put_usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return put_usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!c.set) {
             c.set = a;
         } else if (!file) {
             file = a;
         } else {
-            return put_usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
-    if (!c.set)
-        return put_usage_error("%s", "missing the event set name");
-    if (!sl_set_name_valid(c.set))
-        return put_usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", c.set);
+    if (sl_cli_set_arg(&k_usage, c.set))
+        return SL_CLI_USAGE;
     if (c.lane && !sl_lane_valid(c.lane, strlen(c.lane)))
-        return put_usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32})", c.lane);
+        return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32})", c.lane);
     if (!c.type != !c.source)
-        return put_usage_error("%s", "--type and --source go together");
+        return sl_cli_usage_error(&k_usage, "--type and --source go together");
     if (c.type && (!*c.type || !sl_json_utf8_valid(c.type, strlen(c.type))))
-        return put_usage_error("--type \"%s\" must be non-empty UTF-8", c.type);
+        return sl_cli_usage_error(&k_usage, "--type \"%s\" must be non-empty UTF-8", c.type);
     if (c.source && (!*c.source || !sl_json_utf8_valid(c.source, strlen(c.source))))
-        return put_usage_error("--source \"%s\" must be non-empty UTF-8", c.source);
+        return sl_cli_usage_error(&k_usage, "--source \"%s\" must be non-empty UTF-8", c.source);
     sl_error err = {0};
     if (sl_httpc_server(server, c.server, sizeof c.server, &err))
-        return put_usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     snprintf(c.url, sizeof c.url, "%s/v1/sets/%s/events", c.server, c.set);
 
     c.in = stdin;

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 
 #include <errno.h>
@@ -32,13 +32,7 @@ static const char redrive_usage[] =
     "  --max N         move at most N events (default: all)\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice redrive: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", redrive_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"redrive", redrive_usage, false};
 
 /* Prints the summary line (and the skipped events on stderr) from the
  * server's answer. Returns 0, or 1 when the answer is not what we expect. */
@@ -47,23 +41,23 @@ static int print_summary(const sl_buf *body, const char *dlq, const char *to)
     sl_json_tok doc, v, list, el, t;
     int64_t moved = -1, skipped = 0;
     if (sl_json_validate((const char *)body->data, body->len, 16, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "redriven", &v) || !sl_httpc_json_i64(&v, &moved)) {
+        !sl_json_get(&doc, "redriven", &v) || !sl_json_i64(&v, &moved)) {
         fprintf(stderr, "sluice redrive: unexpected answer from the server\n");
         return 1;
     }
-    if (sl_httpc_json_get(&doc, "skipped", &v))
-        sl_httpc_json_i64(&v, &skipped);
-    if (sl_httpc_json_get(&doc, "skipped_events", &list) && list.type == SL_JSON_ARRAY) {
+    if (sl_json_get(&doc, "skipped", &v))
+        sl_json_i64(&v, &skipped);
+    if (sl_json_get(&doc, "skipped_events", &list) && list.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &list);
         while (sl_json_iter_elem(&it, &el)) {
             int64_t part = -1, off = -1;
             char reason[512] = "";
-            if (sl_httpc_json_get(&el, "partition", &t))
-                sl_httpc_json_i64(&t, &part);
-            if (sl_httpc_json_get(&el, "offset", &t))
-                sl_httpc_json_i64(&t, &off);
-            if (sl_httpc_json_get(&el, "reason", &t))
+            if (sl_json_get(&el, "partition", &t))
+                sl_json_i64(&t, &part);
+            if (sl_json_get(&el, "offset", &t))
+                sl_json_i64(&t, &off);
+            if (sl_json_get(&el, "reason", &t))
                 sl_httpc_json_str(&t, reason, sizeof reason);
             fprintf(stderr,
                     "sluice redrive: skipped partition %" PRId64 " offset %" PRId64 ": %s\n", part,
@@ -88,36 +82,39 @@ int sl_cli_redrive_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--max", &max, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!dlq) {
             dlq = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!dlq)
-        return usage_error("%s", "missing the dead-letter set name");
+        return sl_cli_usage_error(&k_usage, "missing the dead-letter set name");
     if (!sl_set_name_valid(dlq))
-        return usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", dlq);
+        return sl_cli_usage_error(&k_usage, "invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})",
+                                  dlq);
     if (!to)
-        return usage_error("%s", "--to SET is required");
+        return sl_cli_usage_error(&k_usage, "--to SET is required");
     if (!sl_set_name_valid(to))
-        return usage_error("--to \"%s\": not a set name (want [A-Za-z0-9._-]{1,128})", to);
+        return sl_cli_usage_error(&k_usage,
+                                  "--to \"%s\": not a set name (want [A-Za-z0-9._-]{1,128})", to);
     uint64_t max_n = 0;
     if (max) {
         char *end;
         errno = 0;
         unsigned long long v = strtoull(max, &end, 10);
         if (errno || end == max || *end || max[0] == '-' || v == 0)
-            return usage_error("--max \"%s\": want a positive number of events", max);
+            return sl_cli_usage_error(&k_usage, "--max \"%s\": want a positive number of events",
+                                      max);
         max_n = v;
     }
     char server[1024];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
 
     sl_buf body = SL_BUF_INIT;
     char url[1400];

@@ -8,6 +8,7 @@
 #include "core/base/httpc.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 
 #include <inttypes.h>
@@ -28,13 +29,7 @@ static const char replay_usage[] =
     "  --no-wait       print the replay's id and return at once\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice replay: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", replay_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"replay", replay_usage, false};
 
 /* RFC 3339, epoch ms, or a duration before now. */
 static int parse_when(const char *s, int64_t *ms)
@@ -65,27 +60,27 @@ static bool read_progress(const sl_json_tok *rp, progress *p)
 {
     sl_json_tok v, parts, el;
     memset(p, 0, sizeof *p);
-    if (!sl_httpc_json_get(rp, "id", &v))
+    if (!sl_json_get(rp, "id", &v))
         return false;
     sl_httpc_json_str(&v, p->id, sizeof p->id);
-    if (sl_httpc_json_get(rp, "state", &v))
+    if (sl_json_get(rp, "state", &v))
         sl_httpc_json_str(&v, p->state, sizeof p->state);
     const char *names[] = {"delivered", "dead_lettered", "discarded", "failed"};
     int64_t *dst[] = {&p->delivered, &p->dead, &p->discarded, &p->failed};
     for (size_t i = 0; i < 4; i++)
-        if (sl_httpc_json_get(rp, names[i], &v))
-            sl_httpc_json_i64(&v, dst[i]);
-    if (sl_httpc_json_get(rp, "partitions", &parts) && parts.type == SL_JSON_ARRAY) {
+        if (sl_json_get(rp, names[i], &v))
+            sl_json_i64(&v, dst[i]);
+    if (sl_json_get(rp, "partitions", &parts) && parts.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &parts);
         while (sl_json_iter_elem(&it, &el)) {
             int64_t start = 0, end = 0, pos = 0;
-            if (sl_httpc_json_get(&el, "start", &v))
-                sl_httpc_json_i64(&v, &start);
-            if (sl_httpc_json_get(&el, "end", &v))
-                sl_httpc_json_i64(&v, &end);
-            if (sl_httpc_json_get(&el, "position", &v))
-                sl_httpc_json_i64(&v, &pos);
+            if (sl_json_get(&el, "start", &v))
+                sl_json_i64(&v, &start);
+            if (sl_json_get(&el, "end", &v))
+                sl_json_i64(&v, &end);
+            if (sl_json_get(&el, "position", &v))
+                sl_json_i64(&v, &pos);
             p->total += end > start ? end - start : 0;
             p->done += pos > start ? (pos < end ? pos : end) - start : 0;
         }
@@ -111,7 +106,7 @@ static bool find_replay(const sl_buf *body, const char *id, progress *p)
 {
     sl_json_tok doc, list, el;
     if (sl_json_validate((const char *)body->data, body->len, 16, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "replays", &list) || list.type != SL_JSON_ARRAY)
+        !sl_json_get(&doc, "replays", &list) || list.type != SL_JSON_ARRAY)
         return false;
     sl_json_iter it;
     sl_json_iter_init(&it, &list);
@@ -136,30 +131,33 @@ int sl_cli_replay_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--to", &to, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!rule) {
             rule = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     if (!rule)
-        return usage_error("%s", "missing the rule name");
+        return sl_cli_usage_error(&k_usage, "missing the rule name");
     if (!sl_set_name_valid(rule))
-        return usage_error("invalid rule name \"%s\" (want [A-Za-z0-9._-]{1,128})", rule);
+        return sl_cli_usage_error(&k_usage, "invalid rule name \"%s\" (want [A-Za-z0-9._-]{1,128})",
+                                  rule);
     if (!from)
-        return usage_error("%s", "--from TIME is required");
+        return sl_cli_usage_error(&k_usage, "--from TIME is required");
     int64_t from_ms, to_ms = 0;
     if (parse_when(from, &from_ms))
-        return usage_error("--from \"%s\": want RFC 3339, epoch ms or a duration like 2h", from);
+        return sl_cli_usage_error(
+            &k_usage, "--from \"%s\": want RFC 3339, epoch ms or a duration like 2h", from);
     if (to && parse_when(to, &to_ms))
-        return usage_error("--to \"%s\": want RFC 3339, epoch ms or a duration like 2h", to);
+        return sl_cli_usage_error(&k_usage,
+                                  "--to \"%s\": want RFC 3339, epoch ms or a duration like 2h", to);
     char server[1024];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     char url[1400], body[128], msg[600];
     snprintf(url, sizeof url, "%s/v1/rules/%s/replay", server, rule);
     snprintf(body, sizeof body, "{\"from\":%" PRId64 ",\"to\":%" PRId64 "}", from_ms, to_ms);

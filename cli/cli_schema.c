@@ -8,11 +8,11 @@
  * that still has events for its share of what is missing, starting from the
  * oldest event kept, until N events are read or every partition is done.
  */
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 #include "rules/schema.h"
 
@@ -39,6 +39,8 @@ static const char schema_usage[] =
     "  --sample N      how many events to read (default 100)\n"
     "  --lane L        read lane L instead of the base lane; * reads every lane\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
+
+static const sl_cli_usage k_usage = {"schema", schema_usage, false};
 
 /* The samples of one event type. */
 typedef struct group {
@@ -68,14 +70,6 @@ typedef struct schema_ctx {
     long skipped;  /* events without JSON data */
     long rejected; /* data the inference refused (not JSON) */
 } schema_ctx;
-
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice schema: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", schema_usage);
-    return 2;
-}
 
 /* GET url into c->http.body, retrying 503, other 5xx and lost connections
  * with back-off for up to SCHEMA_RETRY_BUDGET_MS (reading is safe to
@@ -118,8 +112,7 @@ static int read_set_info(schema_ctx *c)
     sl_json_tok doc, v, info, el, t;
     int64_t n = -1;
     if (sl_json_validate((const char *)c->http.body.data, c->http.body.len, 64, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "partitions", &v) || !sl_httpc_json_i64(&v, &n) || n < 1 ||
-        n > 65536) {
+        !sl_json_get(&doc, "partitions", &v) || !sl_json_i64(&v, &n) || n < 1 || n > 65536) {
         fprintf(stderr,
                 "sluice schema: unexpected answer from %s for set \"%s\" (no partition "
                 "count)\n",
@@ -133,18 +126,17 @@ static int read_set_info(schema_ctx *c)
     c->nparts = (int)n;
     for (int i = 0; i < c->nparts; i++)
         c->parts[i] = (spart){.offset = -1, .end = -1};
-    if (sl_httpc_json_get(&doc, "partition_info", &info) && info.type == SL_JSON_ARRAY) {
+    if (sl_json_get(&doc, "partition_info", &info) && info.type == SL_JSON_ARRAY) {
         sl_json_iter it;
         sl_json_iter_init(&it, &info);
         while (sl_json_iter_elem(&it, &el)) {
             int64_t id, start = -1, end = -1;
-            if (!sl_httpc_json_get(&el, "partition", &t) || !sl_httpc_json_i64(&t, &id) ||
-                id < 0 || id >= n)
+            if (!sl_json_get(&el, "partition", &t) || !sl_json_i64(&t, &id) || id < 0 || id >= n)
                 continue;
-            if (sl_httpc_json_get(&el, "start_offset", &t))
-                sl_httpc_json_i64(&t, &start);
-            if (sl_httpc_json_get(&el, "end_offset", &t))
-                sl_httpc_json_i64(&t, &end);
+            if (sl_json_get(&el, "start_offset", &t))
+                sl_json_i64(&t, &start);
+            if (sl_json_get(&el, "end_offset", &t))
+                sl_json_i64(&t, &end);
             c->parts[id].end = end;
             /* An empty partition needs no request. */
             c->parts[id].done = start >= 0 && end >= 0 && start >= end;
@@ -187,8 +179,8 @@ static int add_event(schema_ctx *c, const sl_json_tok *ev)
 {
     sl_json_tok type, data;
     c->read++;
-    if (!sl_httpc_json_get(ev, "type", &type) || type.type != SL_JSON_STRING ||
-        !sl_httpc_json_get(ev, "data", &data)) {
+    if (!sl_json_get(ev, "type", &type) || type.type != SL_JSON_STRING ||
+        !sl_json_get(ev, "data", &data)) {
         c->skipped++; /* no data, or binary data (data_base64) */
         return 0;
     }
@@ -241,7 +233,7 @@ static int read_part(schema_ctx *c, int id, long max)
     const sl_buf *b = &c->http.body;
     sl_json_tok doc, events, ev, t;
     if (sl_json_validate((const char *)b->data, b->len, SL_JSON_DEPTH_LIMIT, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
+        !sl_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
         fprintf(stderr, "sluice schema: partition %d: unexpected answer from %s (no events)\n", id,
                 c->server);
         return -1;
@@ -255,8 +247,8 @@ static int read_part(schema_ctx *c, int id, long max)
         count++;
     }
     int64_t next = -1;
-    if (sl_httpc_json_get(&doc, "next_offset", &t))
-        sl_httpc_json_i64(&t, &next);
+    if (sl_json_get(&doc, "next_offset", &t))
+        sl_json_i64(&t, &next);
     /* Done at the end seen at start, or when an answer makes no progress. */
     if (next < 0 || (count == 0 && next <= p->offset) || (p->end >= 0 && next >= p->end))
         p->done = true;
@@ -321,33 +313,32 @@ static int infer_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--lane", &c.lane, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!c.set) {
             c.set = a;
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
-    if (!c.set)
-        return usage_error("%s", "missing the event set name");
-    if (!sl_set_name_valid(c.set))
-        return usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", c.set);
+    if (sl_cli_set_arg(&k_usage, c.set))
+        return SL_CLI_USAGE;
     if (sample) {
         char *end;
         errno = 0;
         long v = strtol(sample, &end, 10);
         if (errno || end == sample || *end || v < 1 || v > SCHEMA_MAX_SAMPLE)
-            return usage_error("--sample \"%s\": want a number of events from 1 to 1000000",
-                               sample);
+            return sl_cli_usage_error(
+                &k_usage, "--sample \"%s\": want a number of events from 1 to 1000000", sample);
         c.sample = v;
     }
     if (c.lane && strcmp(c.lane, "*") != 0 && !sl_lane_valid(c.lane, strlen(c.lane)))
-        return usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)", c.lane);
+        return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)",
+                                  c.lane);
     sl_error err = {0};
     if (sl_httpc_server(server, c.server, sizeof c.server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     if (sl_httpc_init(&c.http, &err)) {
         fprintf(stderr, "sluice schema: %s\n", err.msg);
         return 1;
@@ -401,5 +392,5 @@ int sl_cli_schema_main(int argc, char **argv)
     }
     if (strcmp(argv[1], "infer") == 0)
         return infer_main(argc - 1, argv + 1);
-    return usage_error("unknown subcommand \"%s\" (want infer)", argv[1]);
+    return sl_cli_usage_error(&k_usage, "unknown subcommand \"%s\" (want infer)", argv[1]);
 }

@@ -30,13 +30,7 @@ static const char status_usage[] =
     "  --interval S    measure the rates over S seconds (default 1; 0: no rates)\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice status: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", status_usage);
-    return 2;
-}
+static const sl_cli_usage k_usage = {"status", status_usage, false};
 
 /* ---- tables ------------------------------------------------------------------------ */
 
@@ -98,19 +92,10 @@ static void table_print(const table *t)
 
 /* ---- reading answers --------------------------------------------------------------- */
 
-static int64_t member_i64(const sl_json_tok *obj, const char *key)
-{
-    sl_json_tok v;
-    int64_t n = 0;
-    if (sl_httpc_json_get(obj, key, &v))
-        sl_httpc_json_i64(&v, &n);
-    return n;
-}
-
 static bool member_true(const sl_json_tok *obj, const char *key)
 {
     sl_json_tok v;
-    return sl_httpc_json_get(obj, key, &v) && v.type == SL_JSON_TRUE;
+    return sl_json_get(obj, key, &v) && v.type == SL_JSON_TRUE;
 }
 
 /* Copies string member key into out (cap bytes), cut to max characters with
@@ -122,7 +107,7 @@ static void member_text(const sl_json_tok *obj, const char *key, char *out, size
 {
     sl_json_tok v;
     out[0] = '\0';
-    if (sl_httpc_json_get(obj, key, &v) && v.type == SL_JSON_STRING)
+    if (sl_json_get(obj, key, &v) && v.type == SL_JSON_STRING)
         sl_httpc_json_str(&v, out, cap);
     if (!out[0]) {
         snprintf(out, cap, "%s", dflt);
@@ -177,7 +162,7 @@ static int get_list(session *s, const char *path, const char *key, sl_json_tok *
     sl_json_tok doc;
     if (get_json(s, path, &doc))
         return -1;
-    if (!sl_httpc_json_get(&doc, key, list) || list->type != SL_JSON_ARRAY) {
+    if (!sl_json_get(&doc, key, list) || list->type != SL_JSON_ARRAY) {
         snprintf(s->msg, sizeof s->msg, "GET %s%s: unexpected answer (no \"%s\" list)", s->server,
                  path, key);
         return -1;
@@ -222,8 +207,8 @@ static int sample_sets(session *s, set_list *out)
     while (sl_json_iter_elem(&it, &el)) {
         set_info *si = &out->v[out->n];
         member_text(&el, "name", si->name, sizeof si->name, 0, "");
-        si->partitions = member_i64(&el, "partitions");
-        si->bytes = member_i64(&el, "bytes");
+        si->partitions = sl_cli_member_i64(&el, "partitions");
+        si->bytes = sl_cli_member_i64(&el, "bytes");
         if (si->name[0])
             out->n++;
     }
@@ -233,17 +218,17 @@ static int sample_sets(session *s, set_list *out)
         snprintf(path, sizeof path, "/v1/sets/%s", si->name);
         if (get_json(s, path, &doc))
             goto fail;
-        if (!sl_httpc_json_get(&doc, "partition_info", &parts) || parts.type != SL_JSON_ARRAY) {
+        if (!sl_json_get(&doc, "partition_info", &parts) || parts.type != SL_JSON_ARRAY) {
             snprintf(s->msg, sizeof s->msg, "GET %s%s: unexpected answer (no partition_info)",
                      s->server, path);
             goto fail;
         }
         si->events = 0;
-        si->bytes = member_i64(&doc, "bytes");
+        si->bytes = sl_cli_member_i64(&doc, "bytes");
         sl_json_iter pit;
         sl_json_iter_init(&pit, &parts);
         while (sl_json_iter_elem(&pit, &p))
-            si->events += member_i64(&p, "end_offset");
+            si->events += sl_cli_member_i64(&p, "end_offset");
     }
     return 0;
 fail:
@@ -290,13 +275,13 @@ static int add_rules(session *s, table *t)
             goto oom;
         member_text(&el, "name", row[0], CELL, 0, "?");
         member_text(&el, "set", row[1], CELL, 0, "?");
-        cell_i64(row[2], member_i64(&el, "lag"));
-        cell_i64(row[3], member_i64(&el, "delivered"));
-        cell_i64(row[4], member_i64(&el, "failed"));
-        cell_i64(row[5], member_i64(&el, "dead_lettered"));
-        cell_i64(row[6], member_i64(&el, "retrying"));
+        cell_i64(row[2], sl_cli_member_i64(&el, "lag"));
+        cell_i64(row[3], sl_cli_member_i64(&el, "delivered"));
+        cell_i64(row[4], sl_cli_member_i64(&el, "failed"));
+        cell_i64(row[5], sl_cli_member_i64(&el, "dead_lettered"));
+        cell_i64(row[6], sl_cli_member_i64(&el, "retrying"));
         int total = 0, ok = 0;
-        if (sl_httpc_json_get(&el, "health", &health) && health.type == SL_JSON_ARRAY) {
+        if (sl_json_get(&el, "health", &health) && health.type == SL_JSON_ARRAY) {
             sl_json_iter hit;
             sl_json_iter_init(&hit, &health);
             while (sl_json_iter_elem(&hit, &h)) {
@@ -342,9 +327,9 @@ static int add_lanes(session *s, table *t, size_t *others)
                  member_true(&el, "dropped") ? "dropped"
                  : isauto                    ? "active (auto)"
                                              : "active");
-        cell_i64(row[4], member_i64(&el, "events_in"));
-        cell_i64(row[5], member_i64(&el, "delivered"));
-        cell_i64(row[6], member_i64(&el, "unrouted"));
+        cell_i64(row[4], sl_cli_member_i64(&el, "events_in"));
+        cell_i64(row[5], sl_cli_member_i64(&el, "delivered"));
+        cell_i64(row[6], sl_cli_member_i64(&el, "unrouted"));
     }
     return 0;
 }
@@ -365,15 +350,15 @@ static int add_sources(session *s, table *t)
         member_text(&el, "name", row[0], CELL, 0, "?");
         member_text(&el, "kind", row[1], CELL, 0, "?");
         member_text(&el, "set", row[2], CELL, 0, "-");
-        cell_i64(row[3], member_i64(&el, "events"));
-        cell_i64(row[4], member_i64(&el, "refused"));
+        cell_i64(row[3], sl_cli_member_i64(&el, "events"));
+        cell_i64(row[4], sl_cli_member_i64(&el, "refused"));
         /* "joining 42s": how long matters (a dead predecessor's
          * session), not when. */
         char st[32];
         member_text(&el, "state", st, sizeof st, 0, "-");
         sl_json_tok secs_tok;
-        int64_t secs = member_i64(&el, "state_seconds");
-        if (strcmp(st, "-") && sl_httpc_json_get(&el, "state_seconds", &secs_tok))
+        int64_t secs = sl_cli_member_i64(&el, "state_seconds");
+        if (strcmp(st, "-") && sl_json_get(&el, "state_seconds", &secs_tok))
             snprintf(row[5], CELL, "%s %" PRId64 "s", st, secs);
         else
             snprintf(row[5], CELL, "%s", st);
@@ -402,11 +387,11 @@ int sl_cli_status_main(int argc, char **argv)
         } else if (sl_httpc_opt(argc, argv, &i, "--server", &server_opt, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--interval", &interval_opt, &missing)) {
             if (missing)
-                return usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else {
-            return usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
     double interval = 1.0;
@@ -416,13 +401,14 @@ int sl_cli_status_main(int argc, char **argv)
         interval = strtod(interval_opt, &end);
         if (errno || end == interval_opt || *end || !isfinite(interval) || interval < 0 ||
             interval > 3600)
-            return usage_error("--interval \"%s\": want a number of seconds from 0 to 3600",
-                               interval_opt);
+            return sl_cli_usage_error(&k_usage,
+                                      "--interval \"%s\": want a number of seconds from 0 to 3600",
+                                      interval_opt);
     }
     char server[1024];
     sl_error err = {0};
     if (sl_httpc_server(server_opt, server, sizeof server, &err))
-        return usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
 
     session s = {.server = server};
     if (sl_httpc_init(&s.h, &err)) {

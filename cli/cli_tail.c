@@ -8,12 +8,12 @@
  * curl_multi_poll() also watches a self-pipe that SIGINT/SIGTERM write to,
  * so the loop sleeps until data, a retry time, or a signal, and never spins.
  */
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "cli/cli.h"
 #include "core/base/httpc.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/bus/set.h"
 
 #include <curl/curl.h>
@@ -44,6 +44,8 @@ static const char tail_usage[] =
     "  --partition P   read only partition P (default: all)\n"
     "  --server URL    default $SLUICE_SERVER, else " SL_HTTPC_DEFAULT_SERVER "\n"
     "  Without --follow, stops at the end offsets the set had when tail started.\n";
+
+static const sl_cli_usage k_usage = {"tail", tail_usage, false};
 
 typedef enum tail_state {
     TAIL_READY,   /* the next request can start now */
@@ -90,14 +92,6 @@ static void on_signal(int sig)
     if (tail_wake_fd >= 0)
         (void)!write(tail_wake_fd, "x", 1);
     errno = saved;
-}
-
-static int tail_usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "sluice tail: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", tail_usage);
-    return 2;
 }
 
 /* Writes all of [p, p + n) to stdout. Returns 0, 1 when the reader went
@@ -160,19 +154,18 @@ static void partition_bounds(const sl_json_tok *doc, int64_t id, int64_t *start,
 {
     sl_json_tok info, v, t;
     *start = *end = -1;
-    if (!sl_httpc_json_get(doc, "partition_info", &info) || info.type != SL_JSON_ARRAY)
+    if (!sl_json_get(doc, "partition_info", &info) || info.type != SL_JSON_ARRAY)
         return;
     sl_json_iter it;
     sl_json_iter_init(&it, &info);
     while (sl_json_iter_elem(&it, &v)) {
         int64_t pid;
-        if (!sl_httpc_json_get(&v, "partition", &t) || !sl_httpc_json_i64(&t, &pid) ||
-            pid != id)
+        if (!sl_json_get(&v, "partition", &t) || !sl_json_i64(&t, &pid) || pid != id)
             continue;
-        if (sl_httpc_json_get(&v, "start_offset", &t))
-            sl_httpc_json_i64(&t, start);
-        if (sl_httpc_json_get(&v, "end_offset", &t))
-            sl_httpc_json_i64(&t, end);
+        if (sl_json_get(&v, "start_offset", &t))
+            sl_json_i64(&t, start);
+        if (sl_json_get(&v, "end_offset", &t))
+            sl_json_i64(&t, end);
         return;
     }
 }
@@ -194,8 +187,7 @@ static int read_set_info(tail_ctx *c, int32_t only)
     if (get_set_info(c, &h, msg, sizeof msg)) {
         fprintf(stderr, "sluice tail: %s\n", msg);
     } else if (sl_json_validate((const char *)h.body.data, h.body.len, 64, &doc, NULL) ||
-               !sl_httpc_json_get(&doc, "partitions", &v) || !sl_httpc_json_i64(&v, &n) ||
-               n < 1 || n > 65536) {
+               !sl_json_get(&doc, "partitions", &v) || !sl_json_i64(&v, &n) || n < 1 || n > 65536) {
         fprintf(stderr,
                 "sluice tail: unexpected answer from %s for set \"%s\" (no partition "
                 "count)\n",
@@ -302,7 +294,7 @@ static int handle_events(tail_ctx *c, tail_part *p)
     int64_t next = -1, count = 0;
     if (!b->len ||
         sl_json_validate((const char *)b->data, b->len, SL_JSON_DEPTH_LIMIT, &doc, NULL) ||
-        !sl_httpc_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
+        !sl_json_get(&doc, "events", &events) || events.type != SL_JSON_ARRAY) {
         fprintf(stderr, "sluice tail: partition %d: unexpected answer from %s (no events)\n", p->id,
                 c->server);
         return -1;
@@ -317,11 +309,11 @@ static int handle_events(tail_ctx *c, tail_part *p)
         }
         count++;
         int64_t off;
-        if (sl_httpc_json_get(&ev, "sluiceoffset", &t) && sl_httpc_json_i64(&t, &off))
+        if (sl_json_get(&ev, "sluiceoffset", &t) && sl_json_i64(&t, &off))
             next = off + 1; /* a fallback when next_offset is missing */
     }
-    if (sl_httpc_json_get(&doc, "next_offset", &t))
-        sl_httpc_json_i64(&t, &next);
+    if (sl_json_get(&doc, "next_offset", &t))
+        sl_json_i64(&t, &next);
     if (next < 0) {
         fprintf(stderr, "sluice tail: partition %d: answer from %s has no next_offset\n", p->id,
                 c->server);
@@ -521,41 +513,42 @@ int sl_cli_tail_main(int argc, char **argv)
                    sl_httpc_opt(argc, argv, &i, "--partition", &part, &missing) ||
                    sl_httpc_opt(argc, argv, &i, "--server", &server, &missing)) {
             if (missing)
-                return tail_usage_error("%s needs a value", a);
+                return sl_cli_usage_error(&k_usage, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
-            return tail_usage_error("unknown option \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unknown option \"%s\"", a);
         } else if (!c.set) {
             c.set = a;
         } else {
-            return tail_usage_error("unexpected argument \"%s\"", a);
+            return sl_cli_usage_error(&k_usage, "unexpected argument \"%s\"", a);
         }
     }
-    if (!c.set)
-        return tail_usage_error("%s", "missing the event set name");
-    if (!sl_set_name_valid(c.set))
-        return tail_usage_error("invalid set name \"%s\" (want [A-Za-z0-9._-]{1,128})", c.set);
+    if (sl_cli_set_arg(&k_usage, c.set))
+        return SL_CLI_USAGE;
     if (!c.from)
         c.from = c.follow ? "end" : "beginning";
     int64_t ms;
     if (strcmp(c.from, "beginning") != 0 && strcmp(c.from, "end") != 0 &&
         sl_time_parse_rfc3339(c.from, strlen(c.from), &ms) != 0)
-        return tail_usage_error("--from \"%s\": want beginning, end or an RFC 3339 time "
-                                "such as 2024-05-01T12:00:00Z",
-                                c.from);
+        return sl_cli_usage_error(&k_usage,
+                                  "--from \"%s\": want beginning, end or an RFC 3339 time "
+                                  "such as 2024-05-01T12:00:00Z",
+                                  c.from);
     if (c.lane && strcmp(c.lane, "*") != 0 && !sl_lane_valid(c.lane, strlen(c.lane)))
-        return tail_usage_error("invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)", c.lane);
+        return sl_cli_usage_error(&k_usage, "invalid lane \"%s\" (want [a-z0-9-]{1,32} or *)",
+                                  c.lane);
     int32_t only = -1;
     if (part) {
         char *end;
         errno = 0;
         long v = strtol(part, &end, 10);
         if (errno || end == part || *end || v < 0 || v > 65535)
-            return tail_usage_error("--partition \"%s\": want a partition number", part);
+            return sl_cli_usage_error(&k_usage, "--partition \"%s\": want a partition number",
+                                      part);
         only = (int32_t)v;
     }
     sl_error err = {0};
     if (sl_httpc_server(server, c.server, sizeof c.server, &err))
-        return tail_usage_error("%s", err.msg);
+        return sl_cli_usage_error(&k_usage, "%s", err.msg);
     signal(SIGPIPE, SIG_IGN);
 
     if (read_set_info(&c, only))

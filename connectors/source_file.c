@@ -118,11 +118,6 @@ struct sf_watch {
     char *dir;
 };
 
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 static void set_health(sf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_health(sf *s, const char *fmt, ...)
 {
@@ -321,7 +316,7 @@ static bool flush_commit(sf *s)
             }
         }
         s->batch_events = s->batch_bytes = 0;
-        s->now = mono_ms();
+        s->now = sl_clock_mono_ms();
     }
     commit(s, false);
     return true;
@@ -1018,7 +1013,7 @@ static void *run(void *arg)
 {
     sf *s = arg;
     const int64_t poll_ms = s->cfg->poll_ms > 0 ? s->cfg->poll_ms : 250;
-    s->now = mono_ms();
+    s->now = sl_clock_mono_ms();
     /* `start` is for the source's very first start: once a positions file
      * exists, a file without a position appeared while sluice was stopped
      * or reloading and is read from its beginning. */
@@ -1033,7 +1028,7 @@ static void *run(void *arg)
         s->dirty = true; /* the positions file says the first start happened */
     int64_t last_scan = s->now;
     while (!sl__source_file_halted(s) && !s->host->stopping(s->host->ctx)) {
-        s->now = mono_ms();
+        s->now = sl_clock_mono_ms();
         bool more = false;
         for (size_t i = 0; i < s->nfiles && !sl__source_file_halted(s); i++)
             more |= file_read(s, s->files[i]);
@@ -1051,7 +1046,7 @@ static void *run(void *arg)
                 struct pollfd pf[2] = {{.fd = s->wake_fd, .events = POLLIN},
                                        {.fd = s->ino_fd, .events = POLLIN}};
                 int np = poll(pf, s->ino_fd >= 0 ? 2 : 1, (int)wait);
-                s->now = mono_ms();
+                s->now = sl_clock_mono_ms();
                 if (np > 0 && (pf[1].revents & POLLIN) && s->ino_fd >= 0 && read_inotify(s))
                     last_scan = s->now - poll_ms; /* folders changed: scan now */
             }

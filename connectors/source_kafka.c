@@ -73,26 +73,7 @@ struct kchunk {
     bool barrier;
 };
 
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 /* ---- the chunk queue ------------------------------------------------------------ */
-
-/* An absolute CLOCK_MONOTONIC time ms from now. */
-static struct timespec deadline(int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    return ts;
-}
 
 /* An empty chunk (recycled when possible), or NULL. */
 static kchunk *chunk_get(kafka_source *k)
@@ -144,7 +125,7 @@ static int chunk_push(kafka_source *k, kchunk *c)
 {
     pthread_mutex_lock(&k->qlock);
     while (k->qn >= QUEUE_CHUNKS && !atomic_load(&k->stop) && !k->e_done) {
-        struct timespec ts = deadline(POLL_MS);
+        struct timespec ts = sl_clock_mono_deadline(POLL_MS);
         pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
     }
     bool ok = !atomic_load(&k->stop) && !k->e_done;
@@ -170,7 +151,7 @@ static kchunk *chunk_pop(kafka_source *k, bool *idle)
 {
     pthread_mutex_lock(&k->qlock);
     if (!k->qhead && !atomic_load(&k->stop) && !k->c_done) {
-        struct timespec ts = deadline(POLL_MS);
+        struct timespec ts = sl_clock_mono_deadline(POLL_MS);
         pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
     }
     kchunk *c = k->qhead;
@@ -296,7 +277,7 @@ static void barrier(kafka_source *k)
         return;
     pthread_mutex_lock(&k->qlock);
     while (k->bdone < want && !atomic_load(&k->stop) && !k->e_done) {
-        struct timespec ts = deadline(POLL_MS);
+        struct timespec ts = sl_clock_mono_deadline(POLL_MS);
         pthread_cond_timedwait(&k->qcond, &k->qlock, &ts);
     }
     pthread_mutex_unlock(&k->qlock);
@@ -306,7 +287,7 @@ static void barrier(kafka_source *k)
  * back; an idle consumer asks for metadata now and then. */
 static void probe_brokers(kafka_source *k)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     if (!atomic_load(&k->brokers_down) || now - k->probe_at_ms < PROBE_INTERVAL_MS)
         return;
     k->probe_at_ms = now;
@@ -699,9 +680,9 @@ static void settle_group(kafka_source *k)
     if (!k->coop_risk || atomic_load(&k->assigned_once))
         return;
     rd_kafka_message_t *msgs[64];
-    int64_t end = mono_ms() + SETTLE_WAIT_MS;
+    int64_t end = sl_clock_mono_ms() + SETTLE_WAIT_MS;
     while (!atomic_load(&k->assigned_once) && !atomic_load(&k->brokers_down) &&
-           !atomic_load(&k->fatal) && mono_ms() < end) {
+           !atomic_load(&k->fatal) && sl_clock_mono_ms() < end) {
         ssize_t n = rd_kafka_consume_batch_queue(k->q, POLL_MS, msgs, 64);
         for (ssize_t i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
@@ -781,7 +762,7 @@ static size_t kafka_metrics(void *impl, char *out, size_t cap)
         sl_metrics_u64(&b, fam[i][0], vals[i], "source", name, NULL);
     }
     pthread_mutex_lock(&k->alock);
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     if (!k->lag_at_ms || now - k->lag_at_ms >= LAG_INTERVAL_MS) {
         lag_refresh(k);
         k->lag_at_ms = now;

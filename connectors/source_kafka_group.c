@@ -51,11 +51,6 @@
  * a stop right after the start (docs/sources.md). */
 #define COOP_SAFE_VERSION 0x020300ff
 
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 /* ---- configuration ------------------------------------------------------------ */
 
 /* Whether the librdkafka in use (at run time, not the headers') can close
@@ -66,36 +61,15 @@ static bool coop_safe(void)
 }
 
 /* Properties sluice must own for its delivery guarantee. */
-static bool reserved(const char *name)
-{
-    return strcmp(name, "enable.auto.commit") == 0 || strcmp(name, "enable.auto.offset.store") == 0;
-}
+static const char *const k_reserved[] = {"enable.auto.commit", "enable.auto.offset.store", NULL};
 
 /* Applies one "name=value" property line. Returns 0, or SL_EINVAL with err. */
 static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err)
 {
-    char name[256];
-    const char *value = sl_kafka_property_name(line, name, sizeof name, err);
-    if (!value)
-        return SL_EINVAL;
-    if (reserved(name))
-        return sl_error_set(err, SL_EINVAL,
-                            "property %s: sluice sets it (offsets are committed only after the "
-                            "Databus acknowledged the events)",
-                            name);
-    return sl_kafka_conf_set(conf, name, value, err);
-}
-
-/* The value of property name in cfg's properties, or NULL. */
-static const char *property(const sl_source_config *cfg, const char *name)
-{
-    char n[256];
-    for (size_t i = 0; i < cfg->nproperties; i++) {
-        const char *v = sl_kafka_property_name(cfg->properties[i], n, sizeof n, NULL);
-        if (v && strcmp(n, name) == 0)
-            return v;
-    }
-    return NULL;
+    return sl_kafka_conf_line(conf, line, k_reserved,
+                              "offsets are committed only after the Databus acknowledged the "
+                              "events",
+                              err);
 }
 
 /* Fills conf: sluice's settings, then the properties, which win.
@@ -112,7 +86,8 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, cons
     /* Static membership: a restarted sluice is the same member, which
      * the coordinator gives its partitions back at once instead of waiting
      * for the old session. group.instance.id = "" in properties turns it off. */
-    if (!rc && instance_id && instance_id[0] && !property(cfg, "group.instance.id"))
+    if (!rc && instance_id && instance_id[0] &&
+        !sl_kafka_property(cfg->properties, cfg->nproperties, "group.instance.id"))
         rc = sl_kafka_conf_set(conf, "group.instance.id", instance_id, err);
     if (!rc)
         rc = sl_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
@@ -164,11 +139,6 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
         k->host->log(k->host->ctx, "source.kafka: %s: %s", fac, buf);
 }
 
-static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk, (void)level, (void)fac, (void)buf;
-}
-
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     kafka_source *k = opaque;
@@ -217,7 +187,7 @@ static const char *src_name(const kafka_source *k)
  * make long, and it should not pass in silence. nparts: the assignment. */
 void sl__source_kafka_set_joining(kafka_source *k, bool joining, int nparts)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     pthread_mutex_lock(&k->mlock);
     bool changed = k->joining != joining;
     int64_t waited = now - k->state_mono_ms;
@@ -256,7 +226,7 @@ static void join_reason(const kafka_source *k, int64_t now, char *why, size_t ca
  * grace, the moment health() turns false. */
 void sl__source_kafka_join_check(kafka_source *k)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     char why[400];
     pthread_mutex_lock(&k->mlock);
     bool warn = k->joining && !k->join_warned && now - k->state_mono_ms >= JOIN_GRACE_MS;
@@ -461,14 +431,8 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, on_log);
-    char es[512];
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es);
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        sl_kafka_redact(es, k->cfg->properties, k->cfg->nproperties);
-        sl_error_set(err, SL_EINVAL, "source.kafka: %s", es);
-    }
-    return rk;
+    return sl_kafka_new(RD_KAFKA_CONSUMER, conf, k->cfg->properties, k->cfg->nproperties,
+                        "source.kafka", err);
 }
 
 rd_kafka_t *sl__source_kafka_consumer(kafka_source *k, sl_error *err)
@@ -494,7 +458,7 @@ const char *sl_source_kafka_state(void *impl, int64_t *since_ms, char *why, size
         *since_ms = k->fail_wall_ms;
         st = "failing";
     } else if (k->joining) {
-        join_reason(k, mono_ms(), why, cap);
+        join_reason(k, sl_clock_mono_ms(), why, cap);
         *since_ms = k->state_wall_ms;
         st = "joining";
     } else {
@@ -517,7 +481,7 @@ int sl__source_kafka_health(void *impl, char *msg, size_t len)
     if (strcmp(st, "failing") == 0)
         return 1;
     pthread_mutex_lock(&k->mlock);
-    bool late = k->joining && mono_ms() - k->state_mono_ms >= JOIN_GRACE_MS;
+    bool late = k->joining && sl_clock_mono_ms() - k->state_mono_ms >= JOIN_GRACE_MS;
     pthread_mutex_unlock(&k->mlock);
     if (!late)
         msg[0] = '\0';
@@ -526,13 +490,6 @@ int sl__source_kafka_health(void *impl, char *msg, size_t len)
 
 /* ---- check --------------------------------------------------------------------- */
 
-static void add_problem(sl_buf *b, const char *msg)
-{
-    if (b->len)
-        sl_buf_append(b, "; ", 2);
-    sl_buf_append(b, msg, strlen(msg));
-}
-
 /* Every problem at once, so that one `sluice check` run shows them all. */
 int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
 {
@@ -540,9 +497,9 @@ int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
     sl_error e = {0};
     char m[SL_ERROR_MAX];
     if (!cfg->brokers || !cfg->brokers[0])
-        add_problem(&b, "brokers is required");
+        sl_kafka_problem(&b, "brokers is required");
     if (!cfg->ntopics)
-        add_problem(&b, "topics is required (names, or regexes starting with ^)");
+        sl_kafka_problem(&b, "topics is required (names, or regexes starting with ^)");
     for (size_t i = 0; i < cfg->ntopics; i++) {
         const char *t = cfg->topics[i];
         if (t[0] == '^') {
@@ -552,7 +509,7 @@ int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
                 char why[200];
                 regerror(rc, &re, why, sizeof why);
                 snprintf(m, sizeof m, "topics: regex \"%s\": %s", t, why);
-                add_problem(&b, m);
+                sl_kafka_problem(&b, m);
             } else {
                 regfree(&re);
             }
@@ -561,7 +518,7 @@ int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
                      "topics: \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -; "
                      "a regex starts with ^)",
                      t);
-            add_problem(&b, m);
+            sl_kafka_problem(&b, m);
         }
     }
     /* librdkafka's own checks on a scratch configuration: sluice's settings,
@@ -575,30 +532,22 @@ int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
         base.nproperties = 0;
         base.brokers = NULL;
         if (apply_config(conf, &base, cfg->group ? cfg->group : "sluice-check", NULL, &e))
-            add_problem(&b, e.msg);
+            sl_kafka_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))
-                add_problem(&b, e.msg);
+                sl_kafka_problem(&b, e.msg);
         if (b.len == before) {
-            char es[512];
-            rd_kafka_conf_set_log_cb(conf, quiet_log);
-            rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es);
-            if (rk) {
+            rd_kafka_conf_set_log_cb(conf, sl_kafka_quiet_log);
+            rd_kafka_t *rk =
+                sl_kafka_new(RD_KAFKA_CONSUMER, conf, cfg->properties, cfg->nproperties, NULL, &e);
+            conf = NULL; /* the consumer's, or destroyed */
+            if (rk)
                 rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-                conf = NULL;
-            } else {
-                sl_kafka_redact(es, cfg->properties, cfg->nproperties);
-                add_problem(&b, es);
-            }
+            else
+                sl_kafka_problem(&b, e.msg);
         }
         if (conf)
             rd_kafka_conf_destroy(conf);
     }
-    int rc = oom ? SL_ENOMEM : b.len ? SL_EINVAL : 0;
-    if (rc == SL_ENOMEM)
-        sl_error_set(err, rc, "out of memory");
-    else if (rc)
-        sl_error_set(err, rc, "%.*s", (int)b.len, (const char *)b.data);
-    sl_buf_free(&b);
-    return rc;
+    return sl_kafka_problems_end(&b, oom, err);
 }

@@ -17,6 +17,7 @@
  */
 #include "connectors/source_kafka_internal.h"
 
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
 
@@ -319,34 +320,6 @@ static bool looks_structured(const rd_kafka_message_t *m)
     return i < m->len && v[i] == '{' && memmem(v + i, m->len - i, "\"specversion\"", 13);
 }
 
-/* Appends the base64 (RFC 4648, padded) of d[0..len) with quotes. */
-static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    if (sl_buf_reserve(b, 4 * ((len + 2) / 3) + 2))
-        return SL_ENOMEM;
-    char *o = (char *)b->data + b->len;
-    *o++ = '"';
-    size_t i = 0;
-    for (; i + 3 <= len; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
-        *o++ = tab[v >> 18];
-        *o++ = tab[(v >> 12) & 63];
-        *o++ = tab[(v >> 6) & 63];
-        *o++ = tab[v & 63];
-    }
-    if (i < len) {
-        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < len ? (uint32_t)d[i + 1] << 8 : 0);
-        *o++ = tab[v >> 18];
-        *o++ = tab[(v >> 12) & 63];
-        *o++ = i + 1 < len ? tab[(v >> 6) & 63] : '=';
-        *o++ = '=';
-    }
-    *o++ = '"';
-    b->len = (size_t)(o - (char *)b->data);
-    return 0;
-}
-
 /* Appends the decimal text of v. */
 static int put_int(sl_buf *b, long long v)
 {
@@ -419,8 +392,8 @@ static int build_wrapped(kafka_source *k, const rd_kafka_message_t *m, const rec
     else if (!rc && text)
         rc = PUT(",\"data\":") ? SL_ENOMEM : sl_json_put_string(b, v, m->len);
     else if (!rc)
-        rc = PUT(",\"data_base64\":") || put_base64(b, (const unsigned char *)v, m->len) ? SL_ENOMEM
-                                                                                         : 0;
+        rc = PUT(",\"data_base64\":") || sl_base64_append(b, v, m->len, SL_BASE64_QUOTED) ? SL_ENOMEM
+                                                                                          : 0;
     if (!rc)
         rc = PUT("}") ? SL_ENOMEM : 0;
     return rc;

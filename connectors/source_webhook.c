@@ -13,10 +13,12 @@
  */
 #include "connectors/source_webhook.h"
 
-#include "core/log/batch.h" /* sl_lane_valid() */
+#include "core/base/lane_name.h"
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 #include "core/bus/set.h"
 
@@ -280,28 +282,12 @@ typedef struct mapped {
     sl_json_tok root;               /* … this one */
 } mapped;
 
-/* Whether key (a string token) decodes to exactly name (shorter than 64). */
-static bool key_is(const sl_json_tok *key, const char *name)
-{
-    char buf[64];
-    size_t n = 0;
-    if (sl_json_unescape(key, buf, sizeof buf, &n) != 0)
-        return false;
-    return n == strlen(name) && memcmp(buf, name, n) == 0;
-}
-
 /* Member name of object obj (the first one), or type NONE. */
 static sl_json_tok member(const sl_json_tok *obj, const char *name)
 {
-    sl_json_tok key, val, none = {0};
-    if (obj->type != SL_JSON_OBJECT)
-        return none;
-    sl_json_iter it;
-    sl_json_iter_init(&it, obj);
-    while (sl_json_iter_member(&it, &key, &val))
-        if (key_is(&key, name))
-            return val;
-    return none;
+    sl_json_tok v = {0};
+    sl_json_get(obj, name, &v);
+    return v;
 }
 
 /* Decodes string token t into out[0..cap) (NUL-terminated); false when t is
@@ -471,35 +457,6 @@ static bool media_ok(const char *ct)
     return true;
 }
 
-static const char k_b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* Appends "s" as padded base64 in quotes. */
-static int put_base64(sl_buf *out, const unsigned char *s, size_t len)
-{
-    if (sl_buf_reserve(out, (len + 2) / 3 * 4 + 2))
-        return SL_ENOMEM;
-    char *w = (char *)out->data + out->len;
-    *w++ = '"';
-    size_t i = 0;
-    for (; i + 2 < len; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-        *w++ = k_b64[v >> 18];
-        *w++ = k_b64[v >> 12 & 63];
-        *w++ = k_b64[v >> 6 & 63];
-        *w++ = k_b64[v & 63];
-    }
-    if (i < len) {
-        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < len ? (uint32_t)s[i + 1] << 8 : 0);
-        *w++ = k_b64[v >> 18];
-        *w++ = k_b64[v >> 12 & 63];
-        *w++ = i + 1 < len ? k_b64[v >> 6 & 63] : '=';
-        *w++ = '=';
-    }
-    *w++ = '"';
-    out->len = (size_t)(w - (char *)out->data);
-    return 0;
-}
-
 /* Appends ,"name":"value" (value UTF-8). */
 static int put_attr(sl_buf *b, const char *name, const char *value)
 {
@@ -549,7 +506,7 @@ static int build_event(sl_webhook_source *w, const mapped *m, sl_webhook_header_
             rc = rc ? rc : sl_json_put_string(b, body, len);
         } else {
             rc = rc ? rc : sl_buf_append(b, ",\"data_base64\":", 15);
-            rc = rc ? rc : put_base64(b, (const unsigned char *)body, len);
+            rc = rc ? rc : sl_base64_append(b, body, len, SL_BASE64_QUOTED);
         }
     }
     rc = rc ? rc : sl_buf_append(b, "}", 1);

@@ -27,7 +27,7 @@
 #include "core/bus/connector.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -95,11 +95,6 @@ struct http_target {
 
 /* What cancel() leaves requests in flight when the server stops. */
 #define CANCEL_GRACE_MS 2000
-
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
 
 /* ---- building requests (caller's thread) -------------------------------------- */
 
@@ -556,7 +551,7 @@ static void note_health(http_target *t, const char *why)
         t->failing_since_ms = 0;
     } else {
         if (!t->failing_since_ms)
-            t->failing_since_ms = mono_ms();
+            t->failing_since_ms = sl_clock_mono_ms();
         snprintf(t->failing, sizeof t->failing, "%s", why);
     }
     pthread_mutex_unlock(&t->hlock);
@@ -571,7 +566,7 @@ static int http_health(void *impl, char *msg, size_t len)
     int64_t since = t->failing_since_ms;
     if (since)
         snprintf(msg, len, "requests failing for %lld s: %s",
-                 (long long)((mono_ms() - since) / 1000), t->failing);
+                 (long long)((sl_clock_mono_ms() - since) / 1000), t->failing);
     pthread_mutex_unlock(&t->hlock);
     return since != 0;
 }
@@ -609,7 +604,7 @@ static void request_done(http_target *t, call *c, CURLcode res)
         status = SL_EIO;
         int64_t pause = code == 429 || code == 503 ? retry_after_ms(c->retry_after) : -1;
         if (pause >= 0) {
-            int64_t until = mono_ms() + pause;
+            int64_t until = sl_clock_mono_ms() + pause;
             if (until > t->paused_until_ms) {
                 t->paused_until_ms = until;
                 snprintf(t->paused_by, sizeof t->paused_by, "HTTP %ld from %s (Retry-After: %s)",
@@ -687,7 +682,7 @@ static void *http_thread(void *arg)
             ready_push(t, rev);
             rev = nx;
         }
-        int64_t now = mono_ms();
+        int64_t now = sl_clock_mono_ms();
         if (stopping) {
             call *c;
             while ((c = ready_pop(t)))
@@ -799,7 +794,7 @@ static int http_open(const sl_target_config *cfg, const sl_target_env *env, void
     long conns = (long)(cfg->concurrency > 0 ? cfg->concurrency : 8);
     curl_multi_setopt(t->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, conns);
     curl_multi_setopt(t->multi, CURLMOPT_MAXCONNECTS, conns);
-    t->tokens_at_ms = mono_ms();
+    t->tokens_at_ms = sl_clock_mono_ms();
     t->tokens = 1;
     pthread_mutex_init(&t->lock, NULL);
     if (pthread_create(&t->thread, NULL, http_thread, t)) {

@@ -114,11 +114,6 @@ struct kafka_target {
     int64_t refresh_at_ms; /* last metadata look-up for an unknown topic (guarded by mlock) */
 };
 
-static int64_t mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 /* ---- logging ------------------------------------------------------------------ */
 
 /* One line on stderr, at most one per LOG_INTERVAL_MS per instance (a broker
@@ -126,7 +121,7 @@ static int64_t mono_ms(void)
 static void log_line(kafka_target *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_line(kafka_target *t, const char *fmt, ...)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     pthread_mutex_lock(&t->mlock);
     if (t->log_at_ms && now - t->log_at_ms < LOG_INTERVAL_MS) {
         t->log_dropped++;
@@ -345,19 +340,7 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 /* Applies one "name=value" property line. Returns 0, or SL_EINVAL with err. */
 static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err)
 {
-    char name[256];
-    const char *value = sl_kafka_property_name(line, name, sizeof name, err);
-    return value ? sl_kafka_conf_set(conf, name, value, err) : SL_EINVAL;
-}
-
-/* Whether the properties set name themselves. */
-static bool user_sets(const sl_target_config *cfg, const char *name)
-{
-    size_t n = strlen(name);
-    for (size_t i = 0; i < cfg->nproperties; i++)
-        if (strncmp(cfg->properties[i], name, n) == 0 && cfg->properties[i][n] == '=')
-            return true;
-    return false;
+    return sl_kafka_conf_line(conf, line, NULL, NULL, err);
 }
 
 /* librdkafka copies a payload into its request buffer only up to
@@ -370,7 +353,7 @@ static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl
 {
     char v[32];
     size_t len = sizeof v;
-    if (user_sets(cfg, "message.copy.max.bytes") ||
+    if (sl_kafka_property(cfg->properties, cfg->nproperties, "message.copy.max.bytes") ||
         rd_kafka_conf_get(conf, "message.max.bytes", v, &len) != RD_KAFKA_CONF_OK)
         return 0;
     long long max = atoll(v);
@@ -428,14 +411,10 @@ static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, on_log);
-    char es[512];
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        sl_kafka_redact(es, t->cfg->properties, t->cfg->nproperties);
-        sl_error_set(err, SL_EINVAL, "target.kafka: %s", es);
+    rd_kafka_t *rk = sl_kafka_new(RD_KAFKA_PRODUCER, conf, t->cfg->properties, t->cfg->nproperties,
+                                  "target.kafka", err);
+    if (!rk)
         return NULL;
-    }
     /* A fixed topic is made known now: librdkafka then asks for its
      * metadata at once, where a topic first named by a produce call waits
      * for the next scan (a second), which a rule catching up would pay. */
@@ -465,10 +444,10 @@ static void probe_brokers(kafka_target *t)
 static void *poll_thread(void *arg)
 {
     kafka_target *t = arg;
-    int64_t deadline = -1, probe_at = mono_ms();
+    int64_t deadline = -1, probe_at = sl_clock_mono_ms();
     while (!atomic_load(&t->poll_stop)) {
         rd_kafka_poll(t->rk, 50);
-        int64_t now = mono_ms();
+        int64_t now = sl_clock_mono_ms();
         if (atomic_load(&t->hurry)) {
             if (deadline < 0)
                 deadline = now + CANCEL_GRACE_MS;
@@ -533,14 +512,14 @@ static void abandon(kafka_target *t)
  * writing, with the poll thread stopped. */
 static void drain(kafka_target *t, int64_t limit_ms)
 {
-    int64_t end = mono_ms() + limit_ms;
-    while (atomic_load(&t->outstanding) && mono_ms() < end)
+    int64_t end = sl_clock_mono_ms() + limit_ms;
+    while (atomic_load(&t->outstanding) && sl_clock_mono_ms() < end)
         rd_kafka_poll(t->rk, 20);
     int64_t purge_at = 0;
-    for (end = mono_ms() + PURGE_LIMIT_MS; atomic_load(&t->outstanding) && mono_ms() < end;) {
-        if (mono_ms() >= purge_at) {
+    for (end = sl_clock_mono_ms() + PURGE_LIMIT_MS; atomic_load(&t->outstanding) && sl_clock_mono_ms() < end;) {
+        if (sl_clock_mono_ms() >= purge_at) {
             rd_kafka_purge(t->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-            purge_at = mono_ms() + 1000;
+            purge_at = sl_clock_mono_ms() + 1000;
         }
         rd_kafka_poll(t->rk, 20);
     }
@@ -823,7 +802,7 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
         atomic_fetch_sub(&c->refs, 1); /* deliver() still holds its own */
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || atomic_load(&t->stopping))
             return err;
-        int64_t now = mono_ms();
+        int64_t now = sl_clock_mono_ms();
         if (end < 0)
             end = now + queue_wait_ms(t);
         if (now >= end) {
@@ -840,7 +819,7 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
  * next retry. Caller holds rklock for reading. */
 static void refresh_topic(kafka_target *t, const char *topic)
 {
-    int64_t now = mono_ms();
+    int64_t now = sl_clock_mono_ms();
     pthread_mutex_lock(&t->mlock);
     bool due = now - t->refresh_at_ms >= 1000;
     if (due)
@@ -1050,23 +1029,6 @@ static void kafka_close(void *impl)
     free_target(t);
 }
 
-/* check()'s producer says nothing: what matters is rd_kafka_new()'s error. */
-static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk;
-    (void)level;
-    (void)fac;
-    (void)buf;
-}
-
-/* Adds a problem to what check() reports. */
-static void add_problem(sl_buf *b, const char *msg)
-{
-    if (b->len)
-        sl_buf_append(b, "; ", 2);
-    sl_buf_append(b, msg, strlen(msg));
-}
-
 /* Every problem at once, so that one `sluice check` run shows them all. */
 static int kafka_check(const sl_target_config *cfg, sl_error *err)
 {
@@ -1075,23 +1037,23 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
     char m[SL_ERROR_MAX];
     if (cfg->topic && sl_ce_template_check(cfg->topic, &e)) {
         snprintf(m, sizeof m, "topic: %s", e.msg);
-        add_problem(&b, m);
+        sl_kafka_problem(&b, m);
     } else if (cfg->topic && !sl_ce_has_placeholder(cfg->topic) &&
                !topic_name_ok(cfg->topic, strlen(cfg->topic))) {
         snprintf(m, sizeof m,
                  "topic \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -)",
                  cfg->topic);
-        add_problem(&b, m);
+        sl_kafka_problem(&b, m);
     }
     if (cfg->key && sl_ce_template_check(cfg->key, &e)) {
         snprintf(m, sizeof m, "key: %s", e.msg);
-        add_problem(&b, m);
+        sl_kafka_problem(&b, m);
     }
     for (size_t i = 0; i < cfg->nheaders; i++) {
         const char *colon = strchr(cfg->headers[i], ':');
         if (!colon || colon == cfg->headers[i]) {
             snprintf(m, sizeof m, "header \"%s\": want Name: value", cfg->headers[i]);
-            add_problem(&b, m);
+            sl_kafka_problem(&b, m);
         }
     }
     /* librdkafka's own checks, on a scratch configuration: the settings
@@ -1108,34 +1070,27 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
         base.nproperties = 0;
         base.brokers = NULL;
         if (apply_config(conf, &base, &e))
-            add_problem(&b, e.msg);
+            sl_kafka_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))
-                add_problem(&b, e.msg);
+                sl_kafka_problem(&b, e.msg);
         if (b.len == before && raise_copy_max(conf, cfg, &e))
-            add_problem(&b, e.msg);
+            sl_kafka_problem(&b, e.msg);
         if (b.len == before) {
-            char es[512];
-            rd_kafka_conf_set_log_cb(conf, quiet_log);
-            rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
-            if (rk) {
-                rd_kafka_destroy(rk); /* it owned conf */
-                conf = NULL;
-            } else {
-                sl_kafka_redact(es, cfg->properties, cfg->nproperties);
-                add_problem(&b, es);
-            }
+            /* check()'s producer says nothing: what matters is rd_kafka_new()'s error. */
+            rd_kafka_conf_set_log_cb(conf, sl_kafka_quiet_log);
+            rd_kafka_t *rk =
+                sl_kafka_new(RD_KAFKA_PRODUCER, conf, cfg->properties, cfg->nproperties, NULL, &e);
+            conf = NULL; /* the producer's, or destroyed */
+            if (rk)
+                rd_kafka_destroy(rk);
+            else
+                sl_kafka_problem(&b, e.msg);
         }
         if (conf)
             rd_kafka_conf_destroy(conf);
     }
-    int rc = oom ? SL_ENOMEM : b.len ? SL_EINVAL : 0;
-    if (rc == SL_ENOMEM)
-        sl_error_set(err, rc, "out of memory");
-    else if (rc)
-        sl_error_set(err, rc, "%.*s", (int)b.len, (const char *)b.data);
-    sl_buf_free(&b);
-    return rc;
+    return sl_kafka_problems_end(&b, oom, err);
 }
 
 static int kafka_health(void *impl, char *msg, size_t len)

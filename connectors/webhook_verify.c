@@ -11,6 +11,7 @@
  * signature using CRYPTO_memcmp() on equal lengths.
  */
 #include "connectors/webhook_verify.h"
+#include "core/base/base64.h"
 
 #include "core/base/json.h"
 
@@ -205,21 +206,6 @@ static int decode_hex(const char *header, const char *s, size_t n, size_t want, 
     return 0;
 }
 
-static int b64_val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
 /* Decodes base64 s[0..n) (standard alphabet, '=' padding optional) into
  * exactly want bytes of out. */
 static int decode_b64(const char *header, const char *s, size_t n, size_t want, sig *out,
@@ -227,31 +213,17 @@ static int decode_b64(const char *header, const char *s, size_t n, size_t want, 
 {
     if (n == 0)
         return sl_error_set(err, SL_EINVAL, "%s: the signature is empty", header);
-    size_t pad = 0;
-    while (pad < 2 && n > 0 && s[n - 1] == '=')
-        n--, pad++;
-    if (n % 4 == 1 || (pad && (n + pad) % 4))
+    size_t bytes, o, bad;
+    if (sl_base64_decoded_len(s, n, &bytes))
         return sl_error_set(err, SL_EINVAL, "%s: the signature is not valid base64 (length)",
                             header);
-    size_t bytes = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
     if (bytes != want)
         return sl_error_set(err, SL_EINVAL, "%s: the signature decodes to %zu bytes, expected %zu",
                             header, bytes, want);
-    uint32_t acc = 0;
-    size_t bits = 0, o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64_val((unsigned char)s[i]);
-        if (v < 0)
-            return sl_error_set(err, SL_EINVAL,
-                                "%s: the signature has a non-base64 character at position %zu",
-                                header, i + 1);
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out->b[o++] = (unsigned char)(acc >> bits);
-        }
-    }
+    if (sl_base64_decode(s, n, 0, out->b, &o, &bad))
+        return sl_error_set(err, SL_EINVAL,
+                            "%s: the signature has a non-base64 character at position %zu",
+                            header, bad + 1);
     out->n = o;
     return 0;
 }

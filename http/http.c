@@ -5,7 +5,7 @@
  */
 #include "http/http_internal.h"
 #include "core/base/clock.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 #include "core/base/slog.h"
 #include "core/base/tls.h"
 
@@ -345,6 +345,17 @@ void sl__http_req_release(sl_http_req *r)
     sl_buf_free(&r->resp);
     pthread_mutex_destroy(&r->lock);
     free(r);
+}
+
+void sl__http_req_answered(sl_http_req *r)
+{
+    r->ready = true;
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    }
+    pthread_mutex_unlock(&r->lock);
+    sl__http_req_release(r);
 }
 
 /* Counts open connections. libmicrohttpd's own limit is set above ours and

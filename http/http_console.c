@@ -11,7 +11,7 @@
  * costs a 304.
  */
 #include "http/http_internal.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 
 #include <stdio.h>
 #include <string.h>

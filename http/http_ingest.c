@@ -10,10 +10,11 @@
  * create_set()), so that junk never leaves a set behind.
  */
 #include "http/http_internal.h"
+#include "core/base/lane_name.h"
 #include "core/bus/baggage.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -410,13 +411,7 @@ static void durable_done(void *ctx, int status)
         published(r->published_ctx, status);
     pthread_mutex_lock(&r->lock);
     r->wait_status = status;
-    r->ready = true;
-    if (r->suspended) {
-        r->suspended = false;
-        MHD_resume_connection(r->conn);
-    }
-    pthread_mutex_unlock(&r->lock);
-    sl__http_req_release(r);
+    sl__http_req_answered(r);
 }
 
 static void fill_event(const ingest *in, const entry *e, sl_databus_event *ev)
@@ -515,17 +510,8 @@ static enum MHD_Result publish(ingest *in)
      * order. rank[k]: the place among the accepted entries of evs[k]. */
     size_t *rank = ok > 1 ? malloc(ok * sizeof *rank) : NULL;
     sl_databus_result *tmp = ok > 1 ? malloc(ok * sizeof *tmp) : NULL;
-    if (ok > 1 && (!rank || !tmp)) {
-        free(rank);
-        free(tmp);
-        free(evs);
-        free(res);
-        if (in->done)
-            in->done(in->done_ctx, SL_ENOMEM);
-        return sl__http_error(r, 500, "Internal", "out of memory");
-    }
     size_t k = 0;
-    if (group_by_lane(in, evs, rank, &k)) {
+    if ((ok > 1 && (!rank || !tmp)) || group_by_lane(in, evs, rank, &k)) {
         free(rank);
         free(tmp);
         free(evs);

@@ -215,6 +215,12 @@ enum MHD_Result sl__http_redrive(sl_http_req *r, const char *set_name);
 /* Drops a request reference; frees it at zero. */
 void sl__http_req_release(sl_http_req *r);
 
+/* For a worker that answered a suspended request: called with r->lock
+ * held, after the answer is in r. Marks it ready, resumes the connection if
+ * it is suspended, unlocks r->lock and drops the worker's reference (r may
+ * be freed on return). */
+void sl__http_req_answered(sl_http_req *r);
+
 /* Suspends r as a long-poll on (set, part) until pos < end or deadline
  * (core/bus/waits.h), resumed with r->ready set; the caller holds nothing.
  * Returns false when data arrived meanwhile or the server is stopping

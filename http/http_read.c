@@ -3,8 +3,10 @@
  * from a partition (with long-polling), set listings, and /metrics.
  */
 #include "http/http_internal.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 
 #include <inttypes.h>

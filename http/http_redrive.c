@@ -17,7 +17,7 @@
  */
 #include "http/http_internal.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/redrive.h"
 
 #include <errno.h>
@@ -92,13 +92,7 @@ static void *job_main(void *arg)
     r->resp = out;
     r->resp_status = (int)status;
     r->wait_status = 0;
-    r->ready = true;
-    if (r->suspended) {
-        r->suspended = false;
-        MHD_resume_connection(r->conn);
-    }
-    pthread_mutex_unlock(&r->lock);
-    sl__http_req_release(r);
+    sl__http_req_answered(r);
     /* Last: from here on, sl_http_stop() may return and sl_http_free() free h. */
     atomic_fetch_sub(&h->active, 1);
     return NULL;

@@ -119,13 +119,6 @@ void sl__runner_free_item(item *it)
     free(it->reason);
 }
 
-/* max_age is measured on the monotonic clock: a clock step must not give
- * up on events early. */
-int64_t sl__runner_mono_ms(void)
-{
-    return sl_clock_mono_ns() / 1000000;
-}
-
 static uint64_t next_random(worker *w)
 {
     /* xorshift64*: jitter needs no more */
@@ -245,7 +238,9 @@ void sl__runner_settle(worker *w, consumer *c)
 {
     rule_run *rr = c->rule;
     const sl_retry_config *rc = &rr->rc->retry;
-    int64_t now_ms = sl__runner_mono_ms();
+    /* max_age is measured on the monotonic clock: a clock step must not give
+     * up on events early. */
+    int64_t now_ms = sl_clock_mono_ms();
     for (size_t i = 0; i < c->npool; i++) {
         item *it = &c->pool[i];
         if (!it->todo)
@@ -369,7 +364,7 @@ int sl__runner_keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms)
 int sl__runner_keep_failed_event(worker *w, consumer *c, size_t e, const char *why)
 {
     item it = {
-        .dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = sl__runner_mono_ms()};
+        .dead = 1ull << RULE_BIT, .attempts = 1, .tries = 1, .first_fail_ms = sl_clock_mono_ms()};
     memcpy(it.lane, w->lanes[e], SL_EVENT_LANE_MAX + 1);
     it.reason = strdup(why);
     if (copy_source(w, e, &it) || !it.reason || add_item(c, &it)) {

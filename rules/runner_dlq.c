@@ -5,11 +5,11 @@
  */
 #include "rules/runner_internal.h"
 
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
 
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,13 +94,8 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
                                (int)len, src);
         } else if (!rc && src) {
             size_t at = out->len;
-            rc = sl_buf_printf(out, ",\"data_base64\":\"");
-            rc = rc ? rc : sl_buf_reserve(out, 4 * ((len + 2) / 3) + 2);
-            if (!rc) {
-                int n = EVP_EncodeBlock(out->data + out->len, (const unsigned char *)src, (int)len);
-                out->len += (size_t)n;
-                rc = sl_buf_append(out, "\"", 1);
-            }
+            rc = sl_buf_printf(out, ",\"data_base64\":");
+            rc = rc ? rc : sl_base64_append(out, src, len, SL_BASE64_QUOTED);
             if (rc)
                 out->len = at;
         }

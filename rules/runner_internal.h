@@ -60,7 +60,7 @@ typedef struct item {
     uint64_t dead;         /* targets that gave up: to the dead-letter set */
     uint32_t attempts;     /* deliveries that failed */
     uint32_t tries;        /* rounds, deferred ones too: drives the back-off */
-    int64_t first_fail_ms; /* monotonic (sl__runner_mono_ms) */
+    int64_t first_fail_ms; /* monotonic (sl_clock_mono_ms) */
     int64_t retry_at_ns;   /* 0: to be scheduled */
     char *reason;          /* the last failure */
 } item;
@@ -227,7 +227,6 @@ int sl__runner_grow_events(worker *w, size_t nev);
 int sl__runner_tag_outputs(worker *w, size_t from, const char *lane, int32_t src);
 int sl__runner_grow_round(worker *w, size_t n);
 void sl__runner_free_item(item *it);
-int64_t sl__runner_mono_ms(void);
 void sl__runner_on_done(void *ctx, size_t j, int status, const char *reason);
 int sl__runner_init_worker(sl_runner *r, worker *w, sl_error *err);
 void sl__runner_wait_targets(worker *w);

@@ -238,7 +238,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         sl__runner_round_deliver(w, rr, n);
         sl__runner_note_retries(w, c, n, true);
     }
-    int64_t now_ms = sl__runner_mono_ms();
+    int64_t now_ms = sl_clock_mono_ms();
     for (size_t i = 0; i < n; i++) {
         if (!w->todo[i] && !w->dead[i])
             atomic_fetch_add(&c->ctr->delivered, 1);

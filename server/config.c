@@ -4,12 +4,14 @@
  * block validates, fills the struct and prints the docs).
  */
 #include "server/config.h"
+#include "core/base/lane_name.h"
 
 #include "connectors/source_webhook.h"
 #include "core/base/clock.h"
 #include "core/bus/connector.h"
 #include "core/bus/event.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
+#include "core/base/parse.h"
 #include "core/bus/plugin.h"
 #include "core/base/slog.h"
 #include "rules/lua_embed.h"

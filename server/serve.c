@@ -15,6 +15,7 @@
 #include "core/bus/databus.h"
 #include "core/bus/redrive.h"
 #include "server/router.h"
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 #include "core/bus/waits.h"
 #include "core/base/slog.h"
@@ -550,7 +551,7 @@ int sl_serve_main(int argc, char **argv)
     /* Periodic work: idle partitions park every few seconds (at most a
      * tenth of partition_idle late), retention runs every minute. */
     int64_t tick_ms = partition_idle_ms / 10 < 10000 ? partition_idle_ms / 10 : 10000;
-    int64_t next_retain = sl_clock_mono_ns() / 1000000 + 60000;
+    int64_t next_retain = sl_clock_mono_ms() + 60000;
     for (;;) {
         struct timespec tick = {tick_ms / 1000, (tick_ms % 1000) * 1000000};
         int sig = sigtimedwait(&sigs, NULL, &tick);
@@ -559,7 +560,7 @@ int sl_serve_main(int argc, char **argv)
         if (sig == SIGHUP)
             reload(router, cfg_path, &sec);
         if (sig < 0 && errno == EAGAIN) {
-            int64_t now = sl_clock_mono_ns() / 1000000;
+            int64_t now = sl_clock_mono_ms();
             if (now >= next_retain) {
                 sl_sets_retain(sets, sl_clock_now_ms());
                 next_retain = now + 60000;

@@ -24,18 +24,19 @@
 #include "connectors/source_kafka.h"
 #include "rules/rule.h"
 
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/bus/connector.h"
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
 #include "core/bus/lanes.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 #include "core/base/slog.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -159,14 +160,7 @@ static bool host_wait(void *ctx, int64_t ms)
 {
     src *s = ctx;
     sl_sources *o = s->owner;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = sl_clock_mono_deadline(ms);
     pthread_mutex_lock(&o->lock);
     while (!atomic_load(&o->stopping) && pthread_cond_timedwait(&o->cond, &o->lock, &ts) == 0)
         ;
@@ -282,20 +276,6 @@ static int put_attr(sl_buf *b, const char *name, const char *v, size_t len)
 {
     return sl_buf_append(b, ",\"", 2) || sl_buf_append(b, name, strlen(name)) ||
            sl_buf_append(b, "\":", 2) || sl_json_put_string(b, v, len);
-}
-
-static int put_base64(sl_buf *b, const unsigned char *d, size_t len)
-{
-    if (len > (SIZE_MAX / 4) * 3 - 3 || sl_buf_reserve(b, 4 * ((len + 2) / 3) + 3))
-        return SL_ENOMEM;
-    b->data[b->len++] = '"';
-    for (size_t off = 0; off < len;) {
-        size_t chunk = len - off > 3 * 4096 ? 3 * 4096 : len - off; /* int-sized calls */
-        b->len += (size_t)EVP_EncodeBlock(b->data + b->len, d + off, (int)chunk);
-        off += chunk;
-    }
-    b->data[b->len++] = '"';
-    return 0;
 }
 
 /* Whether s[0..len) is a string attribute value the CloudEvents String type
@@ -477,7 +457,7 @@ static int host_emit_data(void *ctx, const void *data, size_t len, const sl_sour
         rc = sl_buf_append(b, ",\"data\":", 8) || sl_json_put_string(b, d, len);
     else if (!rc)
         rc = sl_buf_append(b, ",\"data_base64\":", 15) ||
-             put_base64(b, (const unsigned char *)d, len);
+             sl_base64_append(b, d, len, SL_BASE64_QUOTED);
     if (!rc)
         rc = sl_buf_append(b, "}", 1);
     if (rc)

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -82,4 +84,19 @@ int sl_buf_read_file(sl_buf *b, const char *path, size_t max, sl_error *err)
     if (rc)
         b->len = len0;
     return rc;
+}
+
+int sl_buf_printf(sl_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || sl_buf_reserve(b, (size_t)n + 1))
+        return SL_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
 }

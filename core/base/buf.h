@@ -25,6 +25,9 @@ int sl_buf_reserve(sl_buf *b, size_t extra);
 /* Appends n bytes. Returns 0 or SL_ENOMEM (buffer unchanged). */
 int sl_buf_append(sl_buf *b, const void *p, size_t n);
 
+/* Appends printf-formatted text. Returns 0 or SL_ENOMEM (buffer unchanged). */
+int sl_buf_printf(sl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Appends the whole regular file at path, refusing files over max bytes.
  * Returns 0, or SL_ENOENT/SL_EIO/SL_EINVAL (not a regular file)/SL_ETOOBIG/
  * SL_ENOMEM with err ("PATH: reason"); b is unchanged on error. */

@@ -25,6 +25,24 @@ int64_t sl_clock_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t sl_clock_mono_ms(void)
+{
+    return sl_clock_mono_ns() / 1000000;
+}
+
+struct timespec sl_clock_mono_deadline(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    return ts;
+}
+
 /* Days since 1970-01-01 of y-m-d (m 1–12). */
 static int64_t days_from_civil(int64_t y, int m, int d)
 {

@@ -7,12 +7,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Milliseconds since the Unix epoch (event and batch timestamps). */
 int64_t sl_clock_now_ms(void);
 
 /* Monotonic nanoseconds, for measuring durations only. */
 int64_t sl_clock_mono_ns(void);
+
+/* Monotonic milliseconds (sl_clock_mono_ns() / 1000000), for deadlines and
+ * durations kept in milliseconds. */
+int64_t sl_clock_mono_ms(void);
+
+/* The CLOCK_MONOTONIC time ms from now, as the absolute deadline of
+ * pthread_cond_timedwait() on a condition set to that clock. */
+struct timespec sl_clock_mono_deadline(int64_t ms);
 
 /* Room sl_time_format_rfc3339() needs, NUL included. */
 #define SL_TIME_RFC3339_MAX 32

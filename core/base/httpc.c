@@ -339,10 +339,10 @@ void sl_httpc_describe(long status, const sl_buf *body, char *out, size_t cap)
     const char *p = (const char *)body->data;
     sl_json_tok doc, code, text;
     if (body->len && sl_json_validate(p, body->len, 64, &doc, NULL) == 0 &&
-        sl_httpc_json_get(&doc, "error", &code) && code.type == SL_JSON_STRING) {
+        sl_json_get(&doc, "error", &code) && code.type == SL_JSON_STRING) {
         char c[64], m[384] = "";
         sl_httpc_json_str(&code, c, sizeof c);
-        if (sl_httpc_json_get(&doc, "message", &text))
+        if (sl_json_get(&doc, "message", &text))
             sl_httpc_json_str(&text, m, sizeof m);
         snprintf(out, cap, "%ld %s%s%s", status, c, m[0] ? ": " : "", m);
         return;
@@ -383,47 +383,6 @@ void sl_httpc_sleep_ms(int64_t ms)
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
     }
-}
-
-bool sl_httpc_json_get(const sl_json_tok *obj, const char *key, sl_json_tok *val)
-{
-    if (obj->type != SL_JSON_OBJECT)
-        return false;
-    size_t klen = strlen(key);
-    sl_json_iter it;
-    sl_json_tok k, v;
-    sl_json_iter_init(&it, obj);
-    while (sl_json_iter_member(&it, &k, &v)) {
-        if (k.flags & SL_JSON_ESCAPED) {
-            char name[128];
-            size_t n;
-            if (sl_json_unescape(&k, name, sizeof name, &n) == 0 && n == klen &&
-                memcmp(name, key, n) == 0) {
-                *val = v;
-                return true;
-            }
-        } else if (k.len == klen + 2 && memcmp(k.p + 1, key, klen) == 0) {
-            *val = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-bool sl_httpc_json_i64(const sl_json_tok *tok, int64_t *out)
-{
-    if (tok->type != SL_JSON_NUMBER || !(tok->flags & SL_JSON_INTEGER) || tok->len > 20)
-        return false;
-    char tmp[24];
-    memcpy(tmp, tok->p, tok->len);
-    tmp[tok->len] = '\0';
-    char *end;
-    errno = 0;
-    long long v = strtoll(tmp, &end, 10);
-    if (errno || *end)
-        return false;
-    *out = v;
-    return true;
 }
 
 void sl_httpc_json_str(const sl_json_tok *tok, char *out, size_t cap)

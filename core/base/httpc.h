@@ -102,14 +102,6 @@ int64_t sl_httpc_backoff_ms(int attempt, int64_t retry_after_ms);
 /* Sleeps ms milliseconds (resuming after signals). */
 void sl_httpc_sleep_ms(int64_t ms);
 
-/* Finds member key of a validated object token. Returns true and fills *val,
- * or false when obj is not an object or has no such member. */
-bool sl_httpc_json_get(const sl_json_tok *obj, const char *key, sl_json_tok *val);
-
-/* Reads an integer number token into *out. Returns false when tok is not an
- * integer or does not fit in int64_t (out untouched). */
-bool sl_httpc_json_i64(const sl_json_tok *tok, int64_t *out);
-
 /* Decodes a string token into out as a NUL-terminated string, truncated to
  * cap - 1 bytes. Writes "" when tok is not a string. */
 void sl_httpc_json_str(const sl_json_tok *tok, char *out, size_t cap);

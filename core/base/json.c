@@ -1,5 +1,5 @@
 /*
- * core/base/json.c — validating JSON scanner, member iteration, unescaping,
+ * core/base/json.c — validating JSON scanner, member iteration and look-up, unescaping,
  * compaction and string output. See json.h for the contract.
  *
  * The scanner is one loop with an explicit container stack (one bit per
@@ -9,8 +9,10 @@
  */
 #include "core/base/json.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The eight-bytes-at-a-time scans find the first special byte with a
@@ -842,4 +844,45 @@ const char *sl_json_type_name(sl_json_type type)
     static const char *const names[] = {"nothing", "null",   "boolean", "boolean",
                                         "number",  "string", "array",   "object"};
     return (unsigned)type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+}
+
+bool sl_json_get(const sl_json_tok *obj, const char *key, sl_json_tok *val)
+{
+    if (obj->type != SL_JSON_OBJECT)
+        return false;
+    size_t klen = strlen(key);
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &k, &v)) {
+        if (k.flags & SL_JSON_ESCAPED) {
+            char name[128];
+            size_t n;
+            if (sl_json_unescape(&k, name, sizeof name, &n) == 0 && n == klen &&
+                memcmp(name, key, n) == 0) {
+                *val = v;
+                return true;
+            }
+        } else if (k.len == klen + 2 && memcmp(k.p + 1, key, klen) == 0) {
+            *val = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool sl_json_i64(const sl_json_tok *tok, int64_t *out)
+{
+    if (tok->type != SL_JSON_NUMBER || !(tok->flags & SL_JSON_INTEGER) || tok->len > 20)
+        return false;
+    char tmp[24];
+    memcpy(tmp, tok->p, tok->len);
+    tmp[tok->len] = '\0';
+    char *end;
+    errno = 0;
+    long long v = strtoll(tmp, &end, 10);
+    if (errno || *end)
+        return false;
+    *out = v;
+    return true;
 }

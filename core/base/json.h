@@ -129,4 +129,13 @@ bool sl_json_utf8_valid(const char *s, size_t len);
 /* Name of a token type ("string", "object", …), for messages. */
 const char *sl_json_type_name(sl_json_type type);
 
+/* Finds member key of a validated object token (the first one of that
+ * name, compared after unescaping). Returns true and fills *val, or false
+ * (val untouched) when obj is not an object or has no such member. */
+bool sl_json_get(const sl_json_tok *obj, const char *key, sl_json_tok *val);
+
+/* Reads an integer number token into *out. Returns false when tok is not an
+ * integer or does not fit in int64_t (out untouched). */
+bool sl_json_i64(const sl_json_tok *tok, int64_t *out);
+
 #endif

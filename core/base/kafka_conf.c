@@ -33,6 +33,30 @@ int sl_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value
     return sl_error_set(err, SL_EINVAL, "property %s: %s", name, es);
 }
 
+int sl_kafka_conf_line(rd_kafka_conf_t *conf, const char *line, const char *const *reserved,
+                       const char *why, sl_error *err)
+{
+    char name[256];
+    const char *value = sl_kafka_property_name(line, name, sizeof name, err);
+    if (!value)
+        return SL_EINVAL;
+    for (size_t i = 0; reserved && reserved[i]; i++)
+        if (strcmp(name, reserved[i]) == 0)
+            return sl_error_set(err, SL_EINVAL, "property %s: sluice sets it (%s)", name, why);
+    return sl_kafka_conf_set(conf, name, value, err);
+}
+
+const char *sl_kafka_property(char *const *lines, size_t n, const char *name)
+{
+    char k[256];
+    for (size_t i = 0; i < n; i++) {
+        const char *v = sl_kafka_property_name(lines[i], k, sizeof k, NULL);
+        if (v && strcmp(k, name) == 0)
+            return v;
+    }
+    return NULL;
+}
+
 const char *sl_kafka_property_name(const char *line, char *name, size_t cap, sl_error *err)
 {
     const char *eq = strchr(line, '=');
@@ -62,4 +86,43 @@ void sl_kafka_redact(char *msg, char *const *lines, size_t n)
             memmove(p + 3, p + vl, strlen(p + vl) + 1);
         }
     }
+}
+
+rd_kafka_t *sl_kafka_new(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *const *lines, size_t n,
+                         const char *who, sl_error *err)
+{
+    char es[512];
+    rd_kafka_t *rk = rd_kafka_new(type, conf, es, sizeof es);
+    if (rk)
+        return rk;
+    rd_kafka_conf_destroy(conf);
+    sl_kafka_redact(es, lines, n);
+    if (who)
+        sl_error_set(err, SL_EINVAL, "%s: %s", who, es);
+    else
+        sl_error_set(err, SL_EINVAL, "%s", es);
+    return NULL;
+}
+
+void sl_kafka_quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk, (void)level, (void)fac, (void)buf;
+}
+
+void sl_kafka_problem(sl_buf *b, const char *msg)
+{
+    if (b->len)
+        sl_buf_append(b, "; ", 2);
+    sl_buf_append(b, msg, strlen(msg));
+}
+
+int sl_kafka_problems_end(sl_buf *b, bool oom, sl_error *err)
+{
+    int rc = oom ? SL_ENOMEM : b->len ? SL_EINVAL : 0;
+    if (rc == SL_ENOMEM)
+        sl_error_set(err, rc, "out of memory");
+    else if (rc)
+        sl_error_set(err, rc, "%.*s", (int)b->len, (const char *)b->data);
+    sl_buf_free(b);
+    return rc;
 }

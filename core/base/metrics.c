@@ -24,21 +24,6 @@ void sl_histogram_observe(sl_histogram *h, int64_t ns)
     atomic_fetch_add_explicit(&h->sum_ns, (uint64_t)(ns > 0 ? ns : 0), memory_order_relaxed);
 }
 
-int sl_buf_printf(sl_buf *out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || sl_buf_reserve(out, (size_t)n + 1))
-        return SL_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf((char *)out->data + out->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    out->len += (size_t)n;
-    return 0;
-}
-
 int sl_histogram_write(const sl_histogram *h, const char *name, const char *help,
                        const char *labels, int with_header, sl_buf *out)
 {

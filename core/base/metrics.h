@@ -28,9 +28,6 @@ void sl_histogram_observe(sl_histogram *h, int64_t ns);
 int sl_histogram_write(const sl_histogram *h, const char *name, const char *help,
                        const char *labels, int with_header, sl_buf *out);
 
-/* Appends printf-formatted text. Returns 0 or SL_ENOMEM. */
-int sl_buf_printf(sl_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* ---- the /metrics text ------------------------------------------------------
  * Every family starts with one "# HELP" and one "# TYPE" line, written only by
  * sl_metrics_family, which also enforces the naming rules Prometheus' linter

@@ -3,6 +3,7 @@
  * sets, bearer headers and new tokens (see core/bus/auth.h).
  */
 #include "core/bus/auth.h"
+#include "core/base/base64.h"
 
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -302,24 +303,14 @@ int sl_auth_bearer(const char *h, const char **tok, size_t *len)
 
 int sl_auth_new_token(char out[SL_AUTH_TOKEN_LEN + 1], sl_error *err)
 {
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    unsigned char r[33] = {0}; /* 32 random bytes, one zero byte to make 11 groups of 3 */
+    unsigned char r[32];
     ssize_t got = getrandom(r, 32, 0);
     if (got != 32 && RAND_bytes(r, 32) != 1)
         return sl_error_set(err, SL_EIO, "no random bytes from getrandom() or RAND_bytes()");
-    char *w = out;
-    memcpy(w, "sk_", 3);
-    w += 3;
-    for (int i = 0; i < 33; i += 3) {
-        unsigned v = (unsigned)r[i] << 16 | (unsigned)r[i + 1] << 8 | r[i + 2];
-        *w++ = b64[v >> 18 & 63];
-        *w++ = b64[v >> 12 & 63];
-        *w++ = b64[v >> 6 & 63];
-        *w++ = b64[v & 63];
-    }
-    /* 44 characters were written for 33 bytes; the 43 of 32 bytes (256
-     * bits) are kept, the last one encoded only zero padding. */
-    out[SL_AUTH_TOKEN_LEN] = '\0';
+    memcpy(out, "sk_", 3);
+    /* 32 random bytes (256 bits) are 43 base64url characters without padding. */
+    size_t n = sl_base64_encode(out + 3, r, sizeof r, SL_BASE64_URL | SL_BASE64_NOPAD);
+    out[3 + n] = '\0';
     OPENSSL_cleanse(r, sizeof r);
     return 0;
 }

@@ -11,6 +11,7 @@
  * in offset order, so a swapped-out buffer is exactly the next offsets.
  */
 #include "core/bus/databus.h"
+#include "core/base/lane_name.h"
 #include "core/log/batch.h"
 #include "core/base/clock.h"
 #include "core/log/log.h"

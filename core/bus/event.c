@@ -9,6 +9,7 @@
  * be reported as InvalidJson whatever else is wrong with it.
  */
 #include "core/bus/event.h"
+#include "core/base/base64.h"
 #include "core/base/clock.h"
 
 #include <errno.h>
@@ -198,14 +199,6 @@ static long bad_char(const sl_json_tok *t)
     return -1;
 }
 
-static const char b64_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static bool b64_char(char c)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
-           c == '/';
-}
-
 /* RFC 4648 base64 with padding; NULL if valid, else the reason. */
 static const char *base64_problem(const sl_json_tok *t)
 {
@@ -217,7 +210,7 @@ static const char *base64_problem(const sl_json_tok *t)
                 pad++;
             else if (pad)
                 return "'=' padding may only appear at the end";
-            else if (!b64_char(chunk[i]))
+            else if (sl_base64_value((unsigned char)chunk[i]) < 0)
                 return "not a base64 character";
         }
     }
@@ -821,29 +814,6 @@ static int body_kind(const char *ct)
     return BODY_BINARY;
 }
 
-static int put_base64(sl_buf *out, const unsigned char *s, size_t n)
-{
-    if (sl_buf_reserve(out, (n + 2) / 3 * 4 + 2))
-        return SL_ENOMEM;
-    char *w = (char *)out->data + out->len;
-    *w++ = '"';
-    size_t i = 0;
-    for (; i + 3 <= n; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-        *w++ = b64_chars[v >> 18], *w++ = b64_chars[v >> 12 & 63];
-        *w++ = b64_chars[v >> 6 & 63], *w++ = b64_chars[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
-        *w++ = b64_chars[v >> 18], *w++ = b64_chars[v >> 12 & 63];
-        *w++ = i + 1 < n ? b64_chars[v >> 6 & 63] : '=';
-        *w++ = '=';
-    }
-    *w++ = '"';
-    out->len = (size_t)(w - (char *)out->data);
-    return 0;
-}
-
 /* Appends "name": to the object started at mark, after a comma unless it is
  * the first member. Returns 0, SL_EINVAL (name not UTF-8) or SL_ENOMEM. */
 static int put_name(sl_buf *out, size_t mark, const char *name, size_t n)
@@ -912,7 +882,7 @@ sl_event_status sl_event_from_binary(const sl_event_header *hdrs, size_t n,
         if (!rc)
             rc = kind == BODY_JSON   ? sl_json_compact(body, body_len, json_out)
                  : kind == BODY_TEXT ? sl_json_put_string(json_out, body, body_len)
-                                     : put_base64(json_out, (const unsigned char *)body, body_len);
+                                     : sl_base64_append(json_out, body, body_len, SL_BASE64_QUOTED);
     }
     if (!rc && !why)
         rc = sl_buf_append(json_out, "}", 1);

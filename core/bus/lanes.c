@@ -11,8 +11,9 @@
  */
 #include "core/bus/lanes.h"
 
-#include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 #include "core/base/slog.h"
 

@@ -12,7 +12,7 @@
  */
 #include "core/bus/plugin.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

@@ -8,7 +8,7 @@
 #include "core/base/clock.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/cursor.h"
 #include "core/base/slog.h"
 

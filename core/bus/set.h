@@ -187,12 +187,4 @@ int sl_sets_metrics(sl_sets *sets, sl_buf *out);
 /* Closes every log (cleanly) and frees the registry. NULL is ignored. */
 void sl_sets_close(sl_sets *sets);
 
-/* Parses "7d", "12h", "30m", "10s", "250ms", or a plain number of ms.
- * Returns 0 or SL_EINVAL. */
-int sl_parse_duration_ms(const char *s, int64_t *ms);
-
-/* Parses "128MiB", "1GiB", "512KiB", "10MB", or a plain number of bytes.
- * Returns 0 or SL_EINVAL. */
-int sl_parse_bytes(const char *s, uint64_t *bytes);
-
 #endif

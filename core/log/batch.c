@@ -4,6 +4,7 @@
  * against the end of the buffer before it is read.
  */
 #include "core/log/batch.h"
+#include "core/base/lane_name.h"
 #include "core/base/crc32c.h"
 #include "core/base/varint.h"
 
@@ -27,18 +28,6 @@ int sl_codec_parse(const char *name, sl_codec *out)
 const char *sl_codec_name(sl_codec c)
 {
     return c == SL_CODEC_ZSTD ? "zstd" : "none";
-}
-
-int sl_lane_valid(const char *lane, size_t len)
-{
-    if (len > SL_LANE_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = lane[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
-            return 0;
-    }
-    return 1;
 }
 
 int sl_batch_header(const uint8_t *p, size_t avail, sl_batch_info *out, sl_error *err)

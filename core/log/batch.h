@@ -36,6 +36,7 @@
 
 #include "core/base/buf.h"
 #include "core/base/err.h"
+#include "core/base/lane_name.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,7 +45,6 @@
 #define SL_BATCH_HEADER_SIZE 61
 #define SL_BATCH_LOG_OVERHEAD 12       /* baseOffset + batchLength */
 #define SL_BATCH_MAX_BYTES (64u << 20) /* largest batch, stored or decompressed */
-#define SL_LANE_MAX 32
 
 /* Byte positions of the header fields. */
 enum {
@@ -198,8 +198,5 @@ int sl_batch_validate(sl_batch_reader *br, const uint8_t *p, size_t len, const c
 
 /* Frees the reader's memory. */
 void sl_batch_reader_free(sl_batch_reader *r);
-
-/* Checks lane syntax: "" or [a-z0-9-]{1,32}. Returns 1 when valid. */
-int sl_lane_valid(const char *lane, size_t len);
 
 #endif

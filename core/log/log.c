@@ -3,6 +3,7 @@
  * retention, time lookup, and open-time recovery (see core/log/log.h).
  */
 #include "core/log/log.h"
+#include "core/base/lane_name.h"
 #include "core/log/log_internal.h"
 #include "core/base/clock.h"
 #include "core/base/varint.h"

@@ -8,6 +8,7 @@
  * batch being written is never seen half-done.
  */
 #include "core/log/log_internal.h"
+#include "core/base/lane_name.h"
 
 #include <inttypes.h>
 #include <sys/mman.h>

@@ -4,6 +4,7 @@
  * four when a segment is opened (format in core/log/segment.h).
  */
 #include "core/log/segment.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
 #include "core/base/varint.h"
 

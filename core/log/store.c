@@ -4,6 +4,7 @@
  * park (below).
  */
 #include "core/log/store.h"
+#include "core/base/lane_name.h"
 #include "core/base/clock.h"
 
 #include <inttypes.h>

@@ -12,7 +12,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

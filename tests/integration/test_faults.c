@@ -18,7 +18,7 @@
 
 #include "core/base/clock.h"   /* sl_time_format_rfc3339() */
 #include "core/base/crc32c.h"  /* sl_crc32c(), to read rule cursors */
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>

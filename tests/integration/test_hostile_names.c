@@ -15,7 +15,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <dirent.h>
 #include <stdio.h>

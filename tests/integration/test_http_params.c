@@ -8,7 +8,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "receiver.h"
 
 #include <librdkafka/rdkafka.h>

@@ -8,7 +8,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -13,7 +13,7 @@
 #include "receiver.h"
 
 #include "core/base/err.h"
-#include "core/base/metrics.h"
+#include "core/base/buf.h"
 
 #include <errno.h>
 #include <libgen.h>

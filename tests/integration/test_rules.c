@@ -9,7 +9,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -39,7 +39,7 @@
 #include "receiver.h"
 
 #include "core/bus/auth.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -19,7 +19,7 @@
 #include "itest.h"
 
 #include "core/base/clock.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <librdkafka/rdkafka.h> /* rd_kafka_version() */
 

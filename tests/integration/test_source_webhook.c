@@ -12,7 +12,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

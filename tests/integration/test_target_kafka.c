@@ -16,7 +16,7 @@
  */
 #include "itest.h"
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>

@@ -6,6 +6,7 @@
  * PROT_NONE guard page so that any over-read crashes the test.
  */
 #include "testutil.h"
+#include "core/base/lane_name.h"
 
 #include "core/base/crc32c.h"
 #include "core/base/varint.h"

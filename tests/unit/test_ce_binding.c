@@ -9,7 +9,7 @@
 
 #include "core/bus/ce_binding.h"
 #include "core/bus/connector.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

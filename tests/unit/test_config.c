@@ -6,7 +6,7 @@
 #include "testutil.h"
 
 #include "server/config.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/cursor.h"
 
 #include <fcntl.h>

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/base/err.h"
+#include "core/base/buf.h"
 #include "core/base/metrics.h"
 
 /* b's text, NUL-terminated (b keeps owning it). */

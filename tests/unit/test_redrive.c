@@ -14,7 +14,7 @@
 
 #include "core/bus/databus.h"
 #include "core/bus/redrive.h"
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "core/bus/cursor.h"
 
 #include <jansson.h>

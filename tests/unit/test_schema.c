@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/base/metrics.h" /* sl_buf_printf() */
+#include "core/base/buf.h"
 #include "rules/schema.h"
 
 static tu_guard data_guard;

@@ -8,6 +8,7 @@
  */
 #include "testutil.h"
 
+#include "core/base/parse.h"
 #include "core/bus/set.h"
 
 #include <dirent.h>

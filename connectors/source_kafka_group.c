@@ -87,7 +87,7 @@ static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err
 }
 
 /* The value of property name in cfg's properties, or NULL. */
-static const char *property(const sl_source_config *cfg, const char *name)
+static const char *property(const sl_source_kafka_conf *cfg, const char *name)
 {
     char n[256];
     for (size_t i = 0; i < cfg->nproperties; i++) {
@@ -100,8 +100,8 @@ static const char *property(const sl_source_config *cfg, const char *name)
 
 /* Fills conf: sluice's settings, then the properties, which win.
  * instance_id: the default group.instance.id (NULL: none). */
-static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, const char *group,
-                        const char *instance_id, sl_error *err)
+static int apply_config(rd_kafka_conf_t *conf, bool from_beginning, const sl_source_kafka_conf *cfg,
+                        const char *group, const char *instance_id, sl_error *err)
 {
     int rc = sl_kafka_conf_set(conf, "enable.auto.commit", "false", err);
     /* A member that died without leaving (kill -9, a lost host) holds its
@@ -121,7 +121,7 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, cons
                                coop_safe() ? "cooperative-sticky" : "range,roundrobin", err);
     if (!rc)
         rc = sl_kafka_conf_set(conf, "auto.offset.reset",
-                               cfg->from_beginning ? "earliest" : "latest", err);
+                               from_beginning ? "earliest" : "latest", err);
     /* librdkafka's default (100000) makes its fetcher pause whenever the
      * one consumer queue all partitions feed holds that many records: a
      * source catching up on a backlog then stalls for 100 ms at a time
@@ -427,7 +427,7 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     snprintf(id, sizeof id, "sluice-source-%s", k->host->name ? k->host->name : "kafka");
     sl_error e = {0};
     if (sl_kafka_conf_set(conf, "client.id", id, &e) ||
-        apply_config(conf, k->cfg, k->group, k->instance_id, &e)) {
+        apply_config(conf, k->cfg->from_beginning, k->conf, k->group, k->instance_id, &e)) {
         sl_error_set(err, e.code, "source.kafka: %s", e.msg);
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -465,7 +465,7 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, es, sizeof es);
     if (!rk) {
         rd_kafka_conf_destroy(conf);
-        sl_kafka_redact(es, k->cfg->properties, k->cfg->nproperties);
+        sl_kafka_redact(es, k->conf->properties, k->conf->nproperties);
         sl_error_set(err, SL_EINVAL, "source.kafka: %s", es);
     }
     return rk;
@@ -534,8 +534,9 @@ static void add_problem(sl_buf *b, const char *msg)
 }
 
 /* Every problem at once, so that one `sluice check` run shows them all. */
-int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
+int sl__source_kafka_check(const sl_source_config *sc, sl_error *err)
 {
+    const sl_source_kafka_conf *cfg = sc->conf;
     sl_buf b = SL_BUF_INIT;
     sl_error e = {0};
     char m[SL_ERROR_MAX];
@@ -571,10 +572,10 @@ int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
     bool oom = !conf;
     if (conf) {
         size_t before = b.len;
-        sl_source_config base = *cfg;
+        sl_source_kafka_conf base = *cfg;
         base.nproperties = 0;
         base.brokers = NULL;
-        if (apply_config(conf, &base, cfg->group ? cfg->group : "sluice-check", NULL, &e))
+        if (apply_config(conf, sc->from_beginning, &base, cfg->group ? cfg->group : "sluice-check", NULL, &e))
             add_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))

@@ -583,29 +583,6 @@ int sl_config_keys_markdown(sl_buf *out)
     return rc;
 }
 
-static void free_source(sl_source_config *sc)
-{
-    free(sc->name);
-    free(sc->set);
-    free(sc->lane);
-    free(sc->type);
-    free(sc->source);
-    free(sc->path);
-    free(sc->multiline);
-    free(sc->preset);
-    free(sc->secret);
-    free(sc->header);
-    free(sc->algorithm);
-    free(sc->prefix);
-    free(sc->timestamp_header);
-    free(sc->id_header);
-    free(sc->brokers);
-    sl__config_free_lines(sc->topics, sc->ntopics);
-    free(sc->group);
-    sl__config_free_lines(sc->properties, sc->nproperties);
-    sl__config_free_lines(sc->options, sc->noptions);
-}
-
 void sl__config_free_rule(sl_rule_config *r)
 {
     free(r->name);
@@ -614,29 +591,10 @@ void sl__config_free_rule(sl_rule_config *r)
     free(r->match_json);
     sl_pattern_free(r->pattern);
     sl_input_free(r->input);
-    for (size_t t = 0; t < r->ntargets; t++) {
-        sl_target_config *tc = &r->targets[t];
-        free(tc->path);
-        free(tc->set);
-        free(tc->url);
-        free(tc->method);
-        for (size_t h = 0; h < tc->nheaders; h++)
-            free(tc->headers[h]);
-        free(tc->headers);
-        free(tc->bearer);
-        free(tc->basic_user);
-        free(tc->basic_pass);
-        free(tc->api_key_header);
-        free(tc->api_key);
-        free(tc->ca_file);
-        free(tc->brokers);
-        free(tc->topic);
-        free(tc->key);
-        free(tc->compression);
-        sl__config_free_lines(tc->properties, tc->nproperties);
-        sl__config_free_lines(tc->options, tc->noptions);
-    }
+    for (size_t t = 0; t < r->ntargets; t++)
+        sl__config_free_target(&r->targets[t]);
     free(r->targets);
+    sl__config_free_target(&r->dlq_target);
     free(r->dlq);
     free(r->lane);
 }
@@ -657,7 +615,7 @@ void sl_config_free(sl_config *cfg)
     }
     free(cfg->lanes);
     for (size_t i = 0; i < cfg->nsources; i++)
-        free_source(&cfg->sources[i]);
+        sl__config_free_source(&cfg->sources[i]);
     free(cfg->sources);
     free(cfg->plugin_dir);
     for (size_t i = 0; i < cfg->nsets; i++) {

@@ -1,16 +1,43 @@
 /*
  * server/config_check.c — the checks of the config loader that need the
  * whole file: references between blocks (sets, dlqs, lanes), what each
- * rule, target and source requires, and the connectors' own checks.
+ * rule and source requires, and the connectors' own checks of their blocks
+ * (check_conf, check), each mistake named by its rule or source.
  */
 #include "server/config_internal.h"
 
-#include "connectors/source_webhook.h"
 #include "core/bus/connector.h"
 
-#include <regex.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+/* What a connector's check_conf() reports through (sl_conf_check). */
+typedef struct reporter {
+    loader *ld;
+    const char *who; /* the rule of a target, the source */
+    int line;        /* the block's */
+} reporter;
+
+static void report(void *ctx, const char *keyname, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void report(void *ctx, const char *keyname, const char *fmt, ...)
+{
+    reporter *rp = ctx;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sl__config_problem(rp->ld, keyname ? sl__config_key_line(rp->ld, rp->line, keyname) : rp->line,
+                       "%s: %s", rp->who, msg);
+}
+
+static bool set_declared(void *ctx, const char *name)
+{
+    reporter *rp = ctx;
+    return sl__config_find_set(rp->ld->cfg, name) != NULL;
+}
 
 /* The checks of a rule or an override that need the whole file; who names
  * it in messages. An override inherits set, dlq and retry from its base
@@ -18,7 +45,6 @@
  * own, so only what it may change is checked again. */
 static void check_rule(loader *ld, sl_rule_config *r, const char *who)
 {
-    sl_config *cfg = ld->cfg;
     if (r->transform && r->transform_batch)
         sl__config_problem(ld, r->line, "%s: use transform or transform_batch, not both", who);
     if (r->lane && r->targets_from_base)
@@ -28,29 +54,15 @@ static void check_rule(loader *ld, sl_rule_config *r, const char *who)
                            who);
     for (size_t t = 0; t < r->ntargets; t++) {
         sl_target_config *tc = &r->targets[t];
-        if (tc->kind == SL_TARGET_FILE && !tc->path)
-            sl__config_problem(ld, tc->line, "%s: target.file needs a path", who);
-        if (tc->kind == SL_TARGET_HTTP && !tc->url)
-            sl__config_problem(ld, tc->line, "%s: target.http needs a url", who);
-        else if (tc->kind == SL_TARGET_HTTP && strncmp(tc->url, "http://", 7) &&
-                 strncmp(tc->url, "https://", 8))
-            sl__config_problem(ld, tc->line,
-                               "%s: target.http url must start with http:// or https://", who);
-        if (tc->kind == SL_TARGET_SET && !tc->set)
-            sl__config_problem(ld, tc->line, "%s: target.set needs a set", who);
-        else if (tc->kind == SL_TARGET_SET && !sl__config_find_set(cfg, tc->set))
-            sl__config_problem(ld, tc->line,
-                               "%s: target.set: set \"%s\" is not declared (add set \"%s\" { })",
-                               who, tc->set, tc->set);
-        else if (tc->kind == SL_TARGET_SET && r->set && strcmp(tc->set, r->set) == 0)
-            sl__config_problem(ld, tc->line,
-                               "%s: target.set into the set it reads would loop forever", who);
-        if (tc->kind == SL_TARGET_KAFKA && (!tc->brokers || !tc->topic))
-            sl__config_problem(ld, tc->line, "%s: target.kafka needs brokers and a topic", who);
-        /* What only the connector knows (e.g. librdkafka's properties). */
-        const sl_target_ops *ops = sl_target_ops_of(tc);
+        /* What the kind requires of its keys, then what only the connector
+         * knows (e.g. librdkafka's properties). */
+        const sl_target_ops *ops = tc->ops;
+        reporter rp = {ld, who, tc->line};
+        sl_conf_check chk = {&rp, report, set_declared, r->set};
+        if (ops->check_conf)
+            ops->check_conf(tc, &chk);
         sl_error terr = {0};
-        if (ops && ops->check && ops->check(tc, &terr))
+        if (ops->check && ops->check(tc, &terr))
             sl__config_problem(ld, tc->line, "%s: target.%s: %s", who, ops->name, terr.msg);
     }
 }
@@ -164,35 +176,13 @@ void sl__config_check_sources(loader *ld)
                 "%s: lane \"%s\" is not declared (add lane \"%s\" { env = \"boe\" }, or "
                 "lanes.auto = true)",
                 what, sc->lane, sc->lane);
-        if (sc->kind == SL_SOURCE_FILE) {
-            if (!sc->path)
-                sl__config_problem(ld, sc->line, "%s: path is required (a file or a glob)", what);
-            regex_t re;
-            int rc = sc->multiline ? regcomp(&re, sc->multiline, REG_EXTENDED | REG_NOSUB) : 0;
-            if (rc) {
-                char msg[200];
-                regerror(rc, &re, msg, sizeof msg);
-                sl__config_problem(ld, sl__config_key_line(ld, sc->line, "multiline"),
-                                   "%s: multiline is not an extended regex: %s", what, msg);
-            } else if (sc->multiline) {
-                regfree(&re);
-            }
-        } else if (sc->kind == SL_SOURCE_WEBHOOK) {
-            sl_error werr = {0};
-            if (!sc->name || !sc->preset || !sc->secret)
-                sl__config_problem(ld, sc->line,
-                                   "%s: name, preset and secret are required (the URL is "
-                                   "/v1/webhooks/NAME)",
-                                   what);
-            else if (sl_webhook_source_check(sc, &werr))
-                sl__config_problem(ld, sc->line, "%s: %s", what, werr.msg);
-        } else if (sc->kind == SL_SOURCE_KAFKA) {
-            if (!sc->brokers || !sc->ntopics)
-                sl__config_problem(ld, sc->line, "%s: brokers and topics are required", what);
-        }
-        const sl_source_ops *ops = sl_source_ops_of(sc);
+        const sl_source_ops *ops = sc->ops;
+        reporter rp = {ld, what, sc->line};
+        sl_conf_check chk = {&rp, report, set_declared, NULL};
+        if (ops->check_conf)
+            ops->check_conf(sc, &chk);
         sl_error serr = {0};
-        if (ops && ops->check && ops->check(sc, &serr))
+        if (ops->check && ops->check(sc, &serr))
             sl__config_problem(ld, sc->line, "%s: %s", what, serr.msg);
     }
 }

@@ -18,50 +18,45 @@
 
 /* ---- key tables ----------------------------------------------------------- */
 
-typedef enum key_type {
-    K_STRING,   /* char * */
-    K_BOOL,     /* bool */
-    K_TRISTATE, /* int: -1 unset, 0, 1 */
-    K_INT,      /* integer of `size` bytes within [min, max] */
-    K_SIZE,     /* "128MiB" or an integer number of bytes, `size` bytes */
-    K_DURATION, /* "7d", "250ms" or an integer number of ms, `size` bytes; "forever" = -1 */
-    K_ACK,      /* "buffer" | "durable" */
-    K_CODEC,    /* "none" | "zstd" */
-    K_START,    /* "beginning" | "end" -> bool from_beginning */
-    K_FUNCTION, /* a Lua function: only its presence is kept (bool) */
-    K_PATTERN,  /* a Lua table or a JSON string */
-    K_INPUT,    /* "$.path" or { paths = {…}, template = "…" } */
-    K_TARGETS,  /* a target, or a list of targets */
-    K_SCHEMAS,  /* { ["type"] = "file.json" | { … } } */
-    K_SETBODY,  /* a table of set keys (server.set_defaults) */
-    K_HEADERS,  /* { ["Name"] = "value" } -> "Name: value" lines */
-    K_AUTH,  /* { bearer = s } | { basic = { user = s, password = s } } | { api_key = { header = s,
-                value = s } } */
-    K_BODY,  /* "structured" | "binary" | "data" */
-    K_RETRY, /* a table of retry_keys (rule.retry) */
-    K_BACKOFF,   /* "exponential" | "fixed" */
-    K_PROPS,     /* { ["name"] = string | number | boolean } -> "name=value" lines
-                  * (the field is a char ** followed by its size_t count) */
-    K_STRINGS,   /* a string or a list of strings (char ** followed by its size_t count) */
-    K_PARSE,     /* "json" | "text" | a function -> sl_source_parse */
-    K_LONGLINES, /* "split" | "skip" -> bool split_long */
-    K_ENCODING,  /* "hex" | "base64" -> bool base64 */
-    K_LANES,     /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
-    K_LANEENV,   /* "boe" | "ppe" -> sl_lane_env */
-    K_FALLBACK,  /* "base" | "none" -> bool fallback_base */
-    K_APIKEYS,   /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
-} key_type;
+/* The value types of core/bus/conf_key.h (the connectors' keys), then
+ * those only the server's own blocks use. */
+enum {
+    K_STRING = SL_KEY_STRING,
+    K_PATH = SL_KEY_PATH,
+    K_BOOL = SL_KEY_BOOL,
+    K_INT = SL_KEY_INT,
+    K_SIZE = SL_KEY_SIZE,
+    K_DURATION = SL_KEY_DURATION,
+    K_START = SL_KEY_START,
+    K_HEADERS = SL_KEY_HEADERS,
+    K_AUTH = SL_KEY_AUTH,
+    K_BODY = SL_KEY_BODY,
+    K_PROPS = SL_KEY_PROPS,
+    K_STRINGS = SL_KEY_STRINGS,
+    K_PARSE = SL_KEY_PARSE,
+    K_LONGLINES = SL_KEY_LONGLINES,
+    K_ENCODING = SL_KEY_ENCODING,
+    K_TRISTATE = SL_KEY__COUNT, /* int: -1 unset, 0, 1 */
+    K_ACK,                      /* "buffer" | "durable" */
+    K_CODEC,                    /* "none" | "zstd" */
+    K_FUNCTION,                 /* a Lua function: only its presence is kept (bool) */
+    K_PATTERN,                  /* a Lua table or a JSON string */
+    K_INPUT,                    /* "$.path" or { paths = {…}, template = "…" } */
+    K_TARGETS,                  /* a target, or a list of targets */
+    K_SCHEMAS,                  /* { ["type"] = "file.json" | { … } } */
+    K_SETBODY,                  /* a table of set keys (server.set_defaults) */
+    K_RETRY,                    /* a table of retry_keys (rule.retry) */
+    K_BACKOFF,                  /* "exponential" | "fixed" */
+    K_LANES,   /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
+    K_LANEENV, /* "boe" | "ppe" -> sl_lane_env */
+    K_FALLBACK, /* "base" | "none" -> bool fallback_base */
+    K_APIKEYS,  /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
+    K__COUNT
+};
 
-typedef struct key {
-    const char *name;
-    key_type type;
-    size_t off, size;
-    int64_t min, max;
-    const char *dflt; /* for the docs */
-    const char *doc;
-} key;
+typedef sl_conf_key key;
 
-#define FIELD(T, f) offsetof(T, f), sizeof(((T *)0)->f)
+#define FIELD(T, f) SL_CONF_FIELD(T, f)
 
 #define KEYS(k) k, sizeof k / sizeof *k
 
@@ -114,6 +109,14 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra);
 /* Walks the table at idx: every key must be in keys. */
 void sl__config_check_block(loader *ld, int idx, const key *keys, size_t nkeys, const block *b,
                             void *extra);
+/* The same with two tables, each read into its own block's struct (a
+ * source's common keys, then its kind's). */
+void sl__config_check_block2(loader *ld, int idx, const key *keys, size_t nkeys, const block *b,
+                             const key *keys2, size_t nkeys2, const block *b2, void *extra);
+
+/* A kind's config struct of size bytes, a copy of defaults (NULL: zeros),
+ * or NULL (ld->oom). */
+void *sl__config_new_conf(loader *ld, size_t size, const void *defaults);
 
 /* The body of a plugin's block: common keys into the struct, the plugin's
  * own keys as "name=value" option lines. */
@@ -123,6 +126,11 @@ void sl__config_read_plugin_body(loader *ld, int idx, const key *common, size_t 
 
 /* Appends one block's key reference (a Markdown table) to out. */
 int sl__config_keys_table(sl_buf *out, const char *title, const key *keys, size_t n);
+/* Appends rows for more keys to the table keys_table() began. */
+int sl__config_keys_rows(sl_buf *out, const key *keys, size_t n);
+
+/* Frees what the loader put in a struct read with keys (strings, lists). */
+void sl__config_free_keys(const key *keys, size_t n, void *obj);
 
 void sl__config_free_lines(char **v, size_t n);
 
@@ -144,6 +152,11 @@ void sl__config_read_lanes_settings(loader *ld);
 
 void sl__config_read_targets(loader *ld, int idx, const key *k, const block *b, sl_rule_config *r);
 void sl__config_read_source(loader *ld, int body, const char *kind, int line);
+/* rule r's dlq as a target.set { set = r->dlq } in r->dlq_target. */
+void sl__config_dlq_target(loader *ld, sl_rule_config *r);
+/* Frees a target's or a source's strings and own config (not the struct). */
+void sl__config_free_target(sl_target_config *tc);
+void sl__config_free_source(sl_source_config *sc);
 /* The key tables of every target kind, then every source kind. */
 int sl__config_kinds_markdown(sl_buf *out);
 

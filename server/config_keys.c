@@ -296,7 +296,7 @@ void sl__config_add_line(loader *ld, char ***list, size_t *n, const char *name, 
     (*list)[(*n)++] = line;
 }
 
-static void read_headers(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
+static void read_headers(loader *ld, int idx, const key *k, const block *b, char *field)
 {
     lua_State *L = ld->L;
     int line = sl__config_key_line(ld, b->line, k->name);
@@ -317,7 +317,7 @@ static void read_headers(loader *ld, int idx, const key *k, const block *b, sl_t
             sl__config_problem(ld, line, "%s: headers: %s must be a string without line breaks",
                                b->what, name);
         else
-            sl__config_add_line(ld, &t->headers, &t->nheaders, name, ": ", val);
+            sl__config_add_line(ld, (char ***)field, (size_t *)(field + sizeof(char **)), name, ": ", val);
         lua_pop(L, 1);
     }
 }
@@ -339,7 +339,7 @@ static char *auth_field(loader *ld, int idx, const char *name, int line, const b
     return s;
 }
 
-static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_target_config *t)
+static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_conf_auth *t)
 {
     lua_State *L = ld->L;
     int line = sl__config_key_line(ld, b->line, k->name);
@@ -478,6 +478,7 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra)
     int t = lua_type(L, idx);
     switch (k->type) {
     case K_STRING:
+    case K_PATH:
         if (t != LUA_TSTRING) {
             sl__config_problem(ld, line, "%s: %s must be a string, not a %s", b->what, k->name,
                                luaL_typename(L, idx));
@@ -486,7 +487,7 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra)
             const char *s = lua_tolstring(L, idx, &n);
             char **dst = (char **)field;
             free(*dst);
-            *dst = sl__config_dup(ld, s, n);
+            *dst = k->type == K_PATH ? sl__config_resolve_path(ld, s) : sl__config_dup(ld, s, n);
         }
         return;
     case K_BOOL:
@@ -590,10 +591,10 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra)
         return;
     }
     case K_HEADERS:
-        read_headers(ld, idx, k, b, b->obj);
+        read_headers(ld, idx, k, b, field);
         return;
     case K_AUTH:
-        read_auth(ld, idx, k, b, b->obj);
+        read_auth(ld, idx, k, b, (sl_conf_auth *)field);
         return;
     case K_APIKEYS:
         sl__config_read_api_keys(ld, idx, k, b);
@@ -672,6 +673,12 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra)
 void sl__config_check_block(loader *ld, int idx, const key *keys, size_t nkeys, const block *b,
                             void *extra)
 {
+    sl__config_check_block2(ld, idx, keys, nkeys, b, NULL, 0, b, extra);
+}
+
+void sl__config_check_block2(loader *ld, int idx, const key *keys, size_t nkeys, const block *b,
+                             const key *keys2, size_t nkeys2, const block *b2, void *extra)
+{
     lua_State *L = ld->L;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
@@ -685,22 +692,36 @@ void sl__config_check_block(loader *ld, int idx, const key *keys, size_t nkeys, 
         }
         const char *name = lua_tostring(L, -2);
         const key *k = NULL;
+        const block *kb = b;
         for (size_t i = 0; !k && i < nkeys; i++)
             if (strcmp(keys[i].name, name) == 0)
                 k = &keys[i];
+        for (size_t i = 0; !k && i < nkeys2; i++)
+            if (strcmp(keys2[i].name, name) == 0)
+                k = &keys2[i], kb = b2;
         if (!k) {
             char known[512] = "";
             size_t o = 0;
-            for (size_t i = 0; i < nkeys && o < sizeof known; i++)
+            for (size_t i = 0; i < nkeys + nkeys2 && o < sizeof known; i++)
                 o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "",
-                                      keys[i].name);
+                                      i < nkeys ? keys[i].name : keys2[i - nkeys].name);
             sl__config_problem(ld, sl__config_key_line(ld, b->line, name),
                                "%s: unknown key \"%s\" (known: %s)", b->what, name, known);
         } else {
-            sl__config_read_key(ld, k, b, extra);
+            sl__config_read_key(ld, k, kb, extra);
         }
         lua_pop(L, 1);
     }
+}
+
+void *sl__config_new_conf(loader *ld, size_t size, const void *defaults)
+{
+    void *c = calloc(1, size);
+    if (!c)
+        ld->oom = 1;
+    else if (defaults)
+        memcpy(c, defaults, size);
+    return c;
 }
 
 void *sl__config_grow(loader *ld, void *arr, size_t n, size_t size)
@@ -715,6 +736,7 @@ void *sl__config_grow(loader *ld, void *arr, size_t n, size_t size)
 
 static const char *const type_names[] = {
     [K_STRING] = "string",
+    [K_PATH] = "string",
     [K_BOOL] = "boolean",
     [K_TRISTATE] = "boolean",
     [K_INT] = "integer",
@@ -745,14 +767,49 @@ static const char *const type_names[] = {
     [K_APIKEYS] = "table",
 };
 
-int sl__config_keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
+int sl__config_keys_rows(sl_buf *out, const key *keys, size_t n)
 {
-    int rc = sl_buf_printf(
-        out, "\n### %s\n\n| key | type | default | meaning |\n|---|---|---|---|\n", title);
+    int rc = 0;
     for (size_t i = 0; !rc && i < n; i++)
         rc = sl_buf_printf(out, "| `%s` | %s | %s | %s |\n", keys[i].name, type_names[keys[i].type],
                            keys[i].dflt[0] ? keys[i].dflt : "—", keys[i].doc);
     return rc;
+}
+
+int sl__config_keys_table(sl_buf *out, const char *title, const key *keys, size_t n)
+{
+    int rc = sl_buf_printf(
+        out, "\n### %s\n\n| key | type | default | meaning |\n|---|---|---|---|\n", title);
+    return rc ? rc : sl__config_keys_rows(out, keys, n);
+}
+
+void sl__config_free_keys(const key *keys, size_t n, void *obj)
+{
+    for (size_t i = 0; obj && i < n; i++) {
+        char *field = (char *)obj + keys[i].off;
+        switch (keys[i].type) {
+        case K_STRING:
+        case K_PATH:
+            free(*(char **)field);
+            break;
+        case K_HEADERS:
+        case K_PROPS:
+        case K_STRINGS:
+            sl__config_free_lines(*(char ***)field, *(size_t *)(field + sizeof(char **)));
+            break;
+        case K_AUTH: {
+            sl_conf_auth *a = (sl_conf_auth *)field;
+            free(a->bearer);
+            free(a->basic_user);
+            free(a->basic_pass);
+            free(a->api_key_header);
+            free(a->api_key);
+            break;
+        }
+        default:
+            break;
+        }
+    }
 }
 
 void sl__config_free_lines(char **v, size_t n)

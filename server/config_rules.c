@@ -389,6 +389,7 @@ void sl__config_read_rule(loader *ld, int body, const char *name, int line)
         sl__config_check_block(ld, body, rule_keys, sizeof rule_keys / sizeof *rule_keys, &b, NULL);
         for (size_t t = 0; t < r->ntargets; t++)
             r->targets[t].ordered = r->ordered;
+        sl__config_dlq_target(ld, r);
         read_overrides(ld, body, cfg->nrules - 1);
     }
 }

@@ -7,76 +7,12 @@
 #include "server/config_internal.h"
 
 #include "core/bus/plugin.h"
+#include "server/registry.h"
 
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const key file_target_keys[] = {
-    {"path", K_STRING, FIELD(sl_target_config, path), 0, 0, "required",
-     "the NDJSON file (relative to the config file)"},
-    {"rotate_bytes", K_SIZE, FIELD(sl_target_config, rotate_bytes), 0, INT64_MAX, "never",
-     "rename the file to PATH.1 (PATH.1 to PATH.2, …) once it passes this size"},
-    {"keep", K_INT, FIELD(sl_target_config, keep), 1, 1000, "5", "rotated files kept"},
-};
-
-static const key set_target_keys[] = {
-    {"set", K_STRING, FIELD(sl_target_config, set), 0, 0, "required",
-     "the event set to append to (declared with `set`); events keep their lane"},
-};
-
-static const key http_target_keys[] = {
-    {"url", K_STRING, FIELD(sl_target_config, url), 0, 0, "required",
-     "the endpoint; `{attribute}` is replaced by the event's attribute (URL-encoded), e.g. "
-     "`https://x/{subject}`"},
-    {"method", K_STRING, FIELD(sl_target_config, method), 0, 0, "\"POST\"", "HTTP method"},
-    {"headers", K_HEADERS, FIELD(sl_target_config, headers), 0, 0, "none",
-     "`{ [\"Name\"] = \"value\" }` sent with every request"},
-    {"auth", K_AUTH, 0, 0, 0, 0, "none",
-     "`{ bearer = env \"TOKEN\" }`, `{ basic = { user = …, password = … } }` or "
-     "`{ api_key = { header = \"X-Api-Key\", value = … } }`"},
-    {"tls_verify", K_BOOL, FIELD(sl_target_config, tls_verify), 0, 0, "true",
-     "verify the server's certificate and name"},
-    {"ca_file", K_STRING, FIELD(sl_target_config, ca_file), 0, 0, "system",
-     "CA bundle for the server's certificate"},
-    {"connect_timeout", K_DURATION, FIELD(sl_target_config, connect_timeout_ms), 1, 600000,
-     "\"5s\"", "time to connect"},
-    {"timeout", K_DURATION, FIELD(sl_target_config, timeout_ms), 1, 3600000, "\"30s\"",
-     "time for a whole request"},
-    {"concurrency", K_INT, FIELD(sl_target_config, concurrency), 1, 1024, "8",
-     "requests in flight for this rule"},
-    {"rate", K_INT, FIELD(sl_target_config, rate), 0, 1000000, "unlimited",
-     "requests per second at most (EventBridge API destinations' invocation rate)"},
-    {"body", K_BODY, FIELD(sl_target_config, body), 0, 0, "\"structured\"",
-     "\"structured\": the CloudEvent as JSON; \"binary\": data as the body and ce-* headers; "
-     "\"data\": the payload alone (what `input` made)"},
-    {"batch", K_INT, FIELD(sl_target_config, batch), 1, 10000, "1",
-     "payloads per request, sent as a JSON array when more than 1"},
-};
-
-static const key kafka_target_keys[] = {
-    {"brokers", K_STRING, FIELD(sl_target_config, brokers), 0, 0, "required",
-     "bootstrap servers, `\"host:9092,host2:9092\"`"},
-    {"topic", K_STRING, FIELD(sl_target_config, topic), 0, 0, "required",
-     "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{type}\"` "
-     "(an event without the attribute is refused, permanently)"},
-    {"key", K_STRING, FIELD(sl_target_config, key), 0, 0, "partitionkey, else subject",
-     "the record key, a template like `topic` (an event without the attribute is refused, "
-     "permanently)"},
-    {"body", K_BODY, FIELD(sl_target_config, body), 0, 0, "\"binary\"",
-     "\"binary\": data as the value, attributes as `ce_*` headers; \"structured\": the "
-     "CloudEvent as JSON; \"data\": the payload alone (CloudEvents Kafka binding)"},
-    {"compression", K_STRING, FIELD(sl_target_config, compression), 0, 0, "\"zstd\"",
-     "`compression.type`: none, gzip, snappy, lz4 or zstd"},
-    {"headers", K_HEADERS, FIELD(sl_target_config, headers), 0, 0, "none",
-     "`{ [\"name\"] = \"value\" }` record headers added to every record"},
-    {"timeout", K_DURATION, FIELD(sl_target_config, timeout_ms), 1, INT32_MAX, "\"30s\"",
-     "`message.timeout.ms`: a record not acknowledged by then is retried by the rule"},
-    {"properties", K_PROPS, FIELD(sl_target_config, properties), 0, 0, "none",
-     "any librdkafka producer property, e.g. `{ [\"linger.ms\"] = 5, [\"security.protocol\"] "
-     "= \"sasl_ssl\" }` (set last: they win over the keys above)"},
-};
 
 /* Keys every source block takes. */
 #define SOURCE_COMMON_KEYS                                                                         \
@@ -119,115 +55,29 @@ static const key kafka_target_keys[] = {
             "where a source without a stored position starts: \"beginning\" or \"end\""            \
     }
 
-static const key file_source_keys[] = {
-    SOURCE_COMMON_KEYS,
-    SOURCE_START_KEY,
-    {"path", K_STRING, FIELD(sl_source_config, path), 0, 0, "required",
-     "a file or a glob (`/var/log/app/*.log`), relative to the config file; new matches are "
-     "picked up"},
-    {"parse", K_PARSE, FIELD(sl_source_config, parse), 0, 0, "\"json\"",
-     "\"json\": a CloudEvent as it is, other JSON as data, anything else as text; \"text\": "
-     "the line as text data; `function(line) … end`: what it returns (docs/sources.md)"},
-    {"multiline", K_STRING, FIELD(sl_source_config, multiline), 0, 0, "off",
-     "an extended regex (POSIX) a line must match to start a new event; other lines join "
-     "the event before them"},
-    {"multiline_timeout", K_DURATION, FIELD(sl_source_config, multiline_timeout_ms), 1, 3600000,
-     "\"1s\"", "a multi-line event is complete after this long without a new line"},
-    {"max_line", K_SIZE, FIELD(sl_source_config, max_line), 16, 64 << 20, "\"256KiB\"",
-     "longest line (or multi-line event) kept whole; keep it below the set's `max_event` "
-     "(a piece and its envelope must fit)"},
-    {"long_lines", K_LONGLINES, FIELD(sl_source_config, split_long), 0, 0, "\"split\"",
-     "what happens to a longer line: \"split\" into max_line pieces or \"skip\" (counted)"},
-    {"poll", K_DURATION, FIELD(sl_source_config, poll_ms), 10, 600000, "\"250ms\"",
-     "how often files are checked and the glob is expanded again (also with inotify)"},
-    {"inotify", K_BOOL, FIELD(sl_source_config, inotify), 0, 0, "true",
-     "wake up on inotify events; false: polling only (e.g. network file systems)"},
-};
+/* Every source block takes these (the last, start, unless the kind says
+ * no_start); the kind's own keys follow (sl_source_ops.conf_keys). */
+static const key source_common_keys[] = {SOURCE_COMMON_KEYS, SOURCE_START_KEY};
 
-static const key webhook_source_keys[] = {
-    SOURCE_COMMON_KEYS,
-    {"preset", K_STRING, FIELD(sl_source_config, preset), 0, 0, "required",
-     "\"github\", \"stripe\", \"slack\" or \"generic\": how requests are signed"},
-    {"secret", K_STRING, FIELD(sl_source_config, secret), 0, 0, "required",
-     "the signing secret; several separated by commas while rotating (use `env \"NAME\"`)"},
-    {"header", K_STRING, FIELD(sl_source_config, header), 0, 0, "required for generic",
-     "generic: the header carrying the signature"},
-    {"algorithm", K_STRING, FIELD(sl_source_config, algorithm), 0, 0, "\"sha256\"",
-     "generic: HMAC algorithm, sha1, sha256 or sha512"},
-    {"encoding", K_ENCODING, FIELD(sl_source_config, base64), 0, 0, "\"hex\"",
-     "generic: the signature's encoding, \"hex\" or \"base64\""},
-    {"prefix", K_STRING, FIELD(sl_source_config, prefix), 0, 0, "none",
-     "generic: text before the signature, e.g. \"sha256=\""},
-    {"timestamp_header", K_STRING, FIELD(sl_source_config, timestamp_header), 0, 0, "none",
-     "generic: a header with the Unix time; the signed content is then TIMESTAMP.BODY"},
-    {"tolerance", K_DURATION, FIELD(sl_source_config, tolerance_ms), 1000, 86400000, "\"5m\"",
-     "how far a signed timestamp may be from now (stripe, slack, generic)"},
-    {"id_header", K_STRING, FIELD(sl_source_config, id_header), 0, 0, "none",
-     "generic: the header with the delivery id used as event id and for dedupe"},
-    {"dedupe", K_DURATION, FIELD(sl_source_config, dedupe_ms), 1000, 30LL * 86400000, "\"24h\"",
-     "how long a delivery id is remembered: a repeat within it is not stored again"},
-};
-
-static const key kafka_source_keys[] = {
-    SOURCE_COMMON_KEYS,
-    SOURCE_START_KEY,
-    {"brokers", K_STRING, FIELD(sl_source_config, brokers), 0, 0, "required",
-     "bootstrap servers, `\"host:9092,host2:9092\"`"},
-    {"topics", K_STRINGS, FIELD(sl_source_config, topics), 0, 0, "required",
-     "topic names, or regexes starting with `^`; a string or a list"},
-    {"group", K_STRING, FIELD(sl_source_config, group), 0, 0, "\"sluice-NAME\"",
-     "consumer group; offsets are committed only after the events are stored"},
-    {"properties", K_PROPS, FIELD(sl_source_config, properties), 0, 0, "none",
-     "any librdkafka consumer property (set last)"},
-};
-
-/* Plugin sources take the common keys and start besides their own. */
-static const key plugin_source_keys[] = {SOURCE_COMMON_KEYS, SOURCE_START_KEY};
-
-typedef struct source_kind {
-    const char *name;
-    sl_source_kind kind;
-    const key *keys;
-    size_t nkeys;
-    const char *doc;
-} source_kind;
-
-typedef struct target_kind {
-    const char *name;
-    sl_target_kind kind;
-    const key *keys;
-    size_t nkeys;
-    const char *doc;
-} target_kind;
-
-static const source_kind source_kinds[] = {
-    {"file", SL_SOURCE_FILE, KEYS(file_source_keys),
-     "tail files: one event per line (or multi-line group), position kept in the data dir"},
-    {"webhook", SL_SOURCE_WEBHOOK, KEYS(webhook_source_keys),
-     "SaaS webhooks on `POST /v1/webhooks/NAME`, signature verified before anything is stored"},
-    {"kafka", SL_SOURCE_KAFKA, KEYS(kafka_source_keys),
-     "consume topics of an external Kafka cluster (consumer group; cooperative-sticky with "
-     "librdkafka 2.3 or later, see docs/sources.md)"},
-};
-
-static const target_kind target_kinds[] = {
-    {"file", SL_TARGET_FILE, KEYS(file_target_keys), "append events as NDJSON lines to a file"},
-    {"set", SL_TARGET_SET, KEYS(set_target_keys), "append events to another event set"},
-    {"http", SL_TARGET_HTTP, KEYS(http_target_keys),
-     "send events to an HTTP endpoint (2xx delivered; 408, 429, 5xx and network errors "
-     "retried, honouring Retry-After; other 4xx refused)"},
-    {"kafka", SL_TARGET_KAFKA, KEYS(kafka_target_keys),
-     "produce events to a topic of an external Kafka cluster (idempotent, acks=all; "
-     "delivered on librdkafka's delivery report)"},
-};
+#define NCOMMON(ops)                                                                               \
+    (sizeof source_common_keys / sizeof *source_common_keys - ((ops)->no_start ? 1 : 0))
 
 /* "file, set, http, kafka" plus the plugins' kinds of that family. */
-static void known_kinds(const loader *ld, char *out, size_t cap, const char *builtin,
-                        const char *family)
+static void known_kinds(const loader *ld, char *out, size_t cap, bool targets)
 {
     char plugins[512];
+    const char *family = targets ? "target" : "source";
     sl_plugin_kinds(ld->cfg->plugin_dir, plugins, sizeof plugins);
-    size_t o = (size_t)snprintf(out, cap, "%s", builtin);
+    size_t o = 0, nk = 0;
+    if (targets) {
+        const sl_target_ops *const *t = sl_registry_targets(&nk);
+        for (size_t i = 0; i < nk && o < cap; i++)
+            o += (size_t)snprintf(out + o, cap - o, "%s%s", i ? ", " : "", t[i]->name);
+    } else {
+        const sl_source_ops *const *sk = sl_registry_sources(&nk);
+        for (size_t i = 0; i < nk && o < cap; i++)
+            o += (size_t)snprintf(out + o, cap - o, "%s%s", i ? ", " : "", sk[i]->name);
+    }
     size_t fl = strlen(family);
     for (char *p = plugins; *p && o < cap;) {
         char *end = strchr(p, ',');
@@ -240,7 +90,9 @@ static void known_kinds(const loader *ld, char *out, size_t cap, const char *bui
     }
 }
 
-static sl_target_config *new_target(loader *ld, sl_rule_config *r, int line)
+/* A new target of kind ops in r, its own config at its defaults. */
+static sl_target_config *new_target(loader *ld, sl_rule_config *r, int line,
+                                    const sl_target_ops *ops)
 {
     sl_target_config *grown = realloc(r->targets, (r->ntargets + 1) * sizeof *grown);
     if (!grown) {
@@ -251,12 +103,12 @@ static sl_target_config *new_target(loader *ld, sl_rule_config *r, int line)
     sl_target_config *t = &r->targets[r->ntargets++];
     memset(t, 0, sizeof *t);
     t->line = line;
-    t->keep = 5;
-    t->tls_verify = true;
-    t->connect_timeout_ms = 5000;
-    t->timeout_ms = 30000;
-    t->concurrency = 8;
-    t->batch = 1;
+    t->ops = ops;
+    t->kind_name = ops->name;
+    if (ops->conf_size && !(t->conf = sl__config_new_conf(ld, ops->conf_size, ops->conf_defaults))) {
+        r->ntargets--;
+        return NULL;
+    }
     return t;
 }
 
@@ -264,11 +116,9 @@ static sl_target_config *new_target(loader *ld, sl_rule_config *r, int line)
 static void read_plugin_target(loader *ld, int idx, const block *b, int line, sl_rule_config *r,
                                const sl_target_ops *ops)
 {
-    sl_target_config *t = new_target(ld, r, line);
+    sl_target_config *t = new_target(ld, r, line, ops);
     if (!t)
         return;
-    t->kind = SL_TARGET_PLUGIN;
-    t->plugin = ops;
     char what[200];
     snprintf(what, sizeof what, "%s: target.%s", b->what, ops->name);
     block tb = {what, line, t};
@@ -297,14 +147,11 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
     lua_getfield(L, idx, "line");
     int tline = (int)lua_tointeger(L, -1);
     lua_pop(L, 1);
-    const target_kind *tk = NULL;
-    for (size_t i = 0; kind && i < sizeof target_kinds / sizeof *target_kinds; i++)
-        if (strcmp(target_kinds[i].name, kind) == 0)
-            tk = &target_kinds[i];
+    const sl_target_ops *tk = sl_registry_target(kind);
     const sl_target_ops *plugin = tk || !kind ? NULL : sl_plugin_target(kind, ld->cfg->plugin_dir);
     if (!tk && !plugin) {
         char known[600];
-        known_kinds(ld, known, sizeof known, "file, set, http, kafka", "target");
+        known_kinds(ld, known, sizeof known, true);
         sl__config_problem(ld, tline, "%s: unknown target kind target.%s (known: %s)", b->what,
                            kind ? kind : "?", known);
         lua_pop(L, 1);
@@ -316,22 +163,15 @@ static void read_target(loader *ld, int idx, const block *b, int line, sl_rule_c
         return;
     }
     lua_pop(L, 1);
-    sl_target_config *t = new_target(ld, r, tline);
+    sl_target_config *t = new_target(ld, r, tline, tk);
     if (!t)
         return;
-    t->kind = tk->kind;
-    t->body = tk->kind == SL_TARGET_KAFKA ? SL_HTTP_BODY_BINARY : SL_HTTP_BODY_STRUCTURED;
     char what[200];
     snprintf(what, sizeof what, "%s: target.%s", b->what, tk->name);
-    block tb = {what, tline, t};
+    block tb = {what, tline, t->conf};
     lua_getfield(L, idx, "body");
-    sl__config_check_block(ld, lua_gettop(L), tk->keys, tk->nkeys, &tb, NULL);
+    sl__config_check_block(ld, lua_gettop(L), tk->conf_keys, tk->nconf_keys, &tb, NULL);
     lua_pop(L, 1);
-    if (t->kind == SL_TARGET_FILE && t->path) {
-        char *abs = sl__config_resolve_path(ld, t->path);
-        free(t->path);
-        t->path = abs;
-    }
 }
 
 void sl__config_read_targets(loader *ld, int idx, const key *k, const block *b, sl_rule_config *r)
@@ -372,14 +212,11 @@ void sl__config_read_targets(loader *ld, int idx, const key *k, const block *b, 
 void sl__config_read_source(loader *ld, int body, const char *kind, int line)
 {
     sl_config *cfg = ld->cfg;
-    const source_kind *sk = NULL;
-    for (size_t i = 0; i < sizeof source_kinds / sizeof *source_kinds; i++)
-        if (strcmp(source_kinds[i].name, kind) == 0)
-            sk = &source_kinds[i];
+    const sl_source_ops *sk = sl_registry_source(kind);
     const sl_source_ops *plugin = sk ? NULL : sl_plugin_source(kind, cfg->plugin_dir);
     if (!sk && !plugin) {
         char known[600];
-        known_kinds(ld, known, sizeof known, "file, webhook, kafka", "source");
+        known_kinds(ld, known, sizeof known, false);
         sl__config_problem(ld, line, "unknown source kind source.%s (known: %s)", kind, known);
         return;
     }
@@ -391,25 +228,22 @@ void sl__config_read_source(loader *ld, int body, const char *kind, int line)
     sc->index = cfg->nsources++;
     sc->owner = cfg;
     sc->line = line;
-    sc->kind = sk ? sk->kind : SL_SOURCE_PLUGIN;
-    sc->kind_name = sk ? sk->name : plugin->name;
-    sc->plugin = plugin;
-    sc->parse = SL_PARSE_JSON;
-    sc->multiline_timeout_ms = 1000;
-    sc->max_line = 256 << 10; /* a piece plus its envelope fits the default max_event */
-    sc->split_long = true;
-    sc->poll_ms = 250;
-    sc->inotify = true;
-    sc->tolerance_ms = 300000;
-    sc->dedupe_ms = 24LL * 3600 * 1000;
+    sc->ops = sk ? sk : plugin;
+    sc->kind_name = sc->ops->name;
+    if (sc->ops->conf_size &&
+        !(sc->conf = sl__config_new_conf(ld, sc->ops->conf_size, sc->ops->conf_defaults)))
+        return;
     char what[200];
     snprintf(what, sizeof what, "source.%s", sc->kind_name);
     block b = {what, line, sc};
-    if (sk)
-        sl__config_check_block(ld, body, sk->keys, sk->nkeys, &b, NULL);
-    else
-        sl__config_read_plugin_body(ld, body, KEYS(plugin_source_keys), plugin->keys, plugin->nkeys,
+    if (sk) {
+        block own = {what, line, sc->conf};
+        sl__config_check_block2(ld, body, source_common_keys, NCOMMON(sk), &b, sk->conf_keys,
+                                sk->nconf_keys, &own, NULL);
+    } else {
+        sl__config_read_plugin_body(ld, body, KEYS(source_common_keys), plugin->keys, plugin->nkeys,
                                     &b, &sc->options, &sc->noptions);
+    }
     if (!sc->name && sc->set) {
         size_t n = strlen(sc->kind_name) + strlen(sc->set) + 2;
         if ((sc->name = malloc(n)))
@@ -417,29 +251,66 @@ void sl__config_read_source(loader *ld, int body, const char *kind, int line)
         else
             ld->oom = 1;
     }
-    if (sc->kind == SL_SOURCE_FILE && sc->path) {
-        char *abs = sl__config_resolve_path(ld, sc->path);
-        free(sc->path);
-        sc->path = abs;
-    }
 }
 
 int sl__config_kinds_markdown(sl_buf *out)
 {
     int rc = 0;
-    for (size_t i = 0; !rc && i < sizeof target_kinds / sizeof *target_kinds; i++) {
+    size_t n = 0;
+    const sl_target_ops *const *t = sl_registry_targets(&n);
+    for (size_t i = 0; !rc && i < n; i++) {
         char title[64];
-        snprintf(title, sizeof title, "target.%s { … }", target_kinds[i].name);
-        rc = sl__config_keys_table(out, title, target_kinds[i].keys, target_kinds[i].nkeys);
+        snprintf(title, sizeof title, "target.%s { … }", t[i]->name);
+        rc = sl__config_keys_table(out, title, t[i]->conf_keys, t[i]->nconf_keys);
         if (!rc)
-            rc = sl_buf_printf(out, "\n%s.\n", target_kinds[i].doc);
+            rc = sl_buf_printf(out, "\n%s.\n", t[i]->doc);
     }
-    for (size_t i = 0; !rc && i < sizeof source_kinds / sizeof *source_kinds; i++) {
+    const sl_source_ops *const *sk = sl_registry_sources(&n);
+    for (size_t i = 0; !rc && i < n; i++) {
         char title[64];
-        snprintf(title, sizeof title, "source.%s { … }", source_kinds[i].name);
-        rc = sl__config_keys_table(out, title, source_kinds[i].keys, source_kinds[i].nkeys);
+        snprintf(title, sizeof title, "source.%s { … }", sk[i]->name);
+        rc = sl__config_keys_table(out, title, source_common_keys, NCOMMON(sk[i]));
         if (!rc)
-            rc = sl_buf_printf(out, "\n%s.\n", source_kinds[i].doc);
+            rc = sl__config_keys_rows(out, sk[i]->conf_keys, sk[i]->nconf_keys);
+        if (!rc)
+            rc = sl_buf_printf(out, "\n%s.\n", sk[i]->doc);
     }
     return rc;
+}
+
+/* The dlq goes through target.set's own table: its key "set" names the set. */
+void sl__config_dlq_target(loader *ld, sl_rule_config *r)
+{
+    const sl_target_ops *ops = sl_registry_target("set");
+    if (!r->dlq || !ops)
+        return;
+    sl_target_config *t = &r->dlq_target;
+    *t = (sl_target_config){.ops = ops, .kind_name = ops->name, .line = r->line};
+    if (!(t->conf = sl__config_new_conf(ld, ops->conf_size, ops->conf_defaults)))
+        return;
+    for (size_t i = 0; i < ops->nconf_keys; i++)
+        if (strcmp(ops->conf_keys[i].name, "set") == 0)
+            *(char **)((char *)t->conf + ops->conf_keys[i].off) =
+                sl__config_dup(ld, r->dlq, strlen(r->dlq));
+}
+
+void sl__config_free_target(sl_target_config *tc)
+{
+    if (tc->ops)
+        sl__config_free_keys(tc->ops->conf_keys, tc->ops->nconf_keys, tc->conf);
+    free(tc->conf);
+    sl__config_free_lines(tc->options, tc->noptions);
+}
+
+void sl__config_free_source(sl_source_config *sc)
+{
+    free(sc->name);
+    free(sc->set);
+    free(sc->lane);
+    free(sc->type);
+    free(sc->source);
+    if (sc->ops)
+        sl__config_free_keys(sc->ops->conf_keys, sc->ops->nconf_keys, sc->conf);
+    free(sc->conf);
+    sl__config_free_lines(sc->options, sc->noptions);
 }

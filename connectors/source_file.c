@@ -1269,12 +1269,14 @@ static const sl_conf_key file_keys[] = {
     {"multiline", SL_KEY_STRING, SL_CONF_FIELD(sl_source_file_conf, multiline), 0, 0, "off",
      "an extended regex (POSIX) a line must match to start a new event; other lines join "
      "the event before them"},
-    {"multiline_timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_file_conf, multiline_timeout_ms), 1, 3600000,
-     "\"1s\"", "a multi-line event is complete after this long without a new line"},
-    {"max_line", SL_KEY_SIZE, SL_CONF_FIELD(sl_source_file_conf, max_line), 16, 64 << 20, "\"256KiB\"",
+    {"multiline_timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_file_conf, multiline_timeout_ms),
+     1, 3600000, "\"1s\"", "a multi-line event is complete after this long without a new line"},
+    {"max_line", SL_KEY_SIZE, SL_CONF_FIELD(sl_source_file_conf, max_line), 16, 64 << 20,
+     "\"256KiB\"",
      "longest line (or multi-line event) kept whole; keep it below the set's `max_event` "
      "(a piece and its envelope must fit)"},
-    {"long_lines", SL_KEY_LONGLINES, SL_CONF_FIELD(sl_source_file_conf, split_long), 0, 0, "\"split\"",
+    {"long_lines", SL_KEY_LONGLINES, SL_CONF_FIELD(sl_source_file_conf, split_long), 0, 0,
+     "\"split\"",
      "what happens to a longer line: \"split\" into max_line pieces or \"skip\" (counted)"},
     {"poll", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_file_conf, poll_ms), 10, 600000, "\"250ms\"",
      "how often files are checked and the glob is expanded again (also with inotify)"},

@@ -120,8 +120,8 @@ static int apply_config(rd_kafka_conf_t *conf, bool from_beginning, const sl_sou
         rc = sl_kafka_conf_set(conf, "partition.assignment.strategy",
                                coop_safe() ? "cooperative-sticky" : "range,roundrobin", err);
     if (!rc)
-        rc = sl_kafka_conf_set(conf, "auto.offset.reset",
-                               from_beginning ? "earliest" : "latest", err);
+        rc = sl_kafka_conf_set(conf, "auto.offset.reset", from_beginning ? "earliest" : "latest",
+                               err);
     /* librdkafka's default (100000) makes its fetcher pause whenever the
      * one consumer queue all partitions feed holds that many records: a
      * source catching up on a backlog then stalls for 100 ms at a time
@@ -575,7 +575,8 @@ int sl__source_kafka_check(const sl_source_config *sc, sl_error *err)
         sl_source_kafka_conf base = *cfg;
         base.nproperties = 0;
         base.brokers = NULL;
-        if (apply_config(conf, sc->from_beginning, &base, cfg->group ? cfg->group : "sluice-check", NULL, &e))
+        if (apply_config(conf, sc->from_beginning, &base, cfg->group ? cfg->group : "sluice-check",
+                         NULL, &e))
             add_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))

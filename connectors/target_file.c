@@ -186,9 +186,10 @@ static void file_close(void *impl)
 static const sl_conf_key file_keys[] = {
     {"path", SL_KEY_PATH, SL_CONF_FIELD(sl_target_file_conf, path), 0, 0, "required",
      "the NDJSON file (relative to the config file)"},
-    {"rotate_bytes", SL_KEY_SIZE, SL_CONF_FIELD(sl_target_file_conf, rotate_bytes), 0, INT64_MAX, "never",
-     "rename the file to PATH.1 (PATH.1 to PATH.2, …) once it passes this size"},
-    {"keep", SL_KEY_INT, SL_CONF_FIELD(sl_target_file_conf, keep), 1, 1000, "5", "rotated files kept"},
+    {"rotate_bytes", SL_KEY_SIZE, SL_CONF_FIELD(sl_target_file_conf, rotate_bytes), 0, INT64_MAX,
+     "never", "rename the file to PATH.1 (PATH.1 to PATH.2, …) once it passes this size"},
+    {"keep", SL_KEY_INT, SL_CONF_FIELD(sl_target_file_conf, keep), 1, 1000, "5",
+     "rotated files kept"},
 };
 
 static const sl_target_file_conf file_defaults = {.keep = 5};

@@ -1161,18 +1161,19 @@ static const sl_conf_key kafka_keys[] = {
     {"topic", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, topic), 0, 0, "required",
      "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{type}\"` "
      "(an event without the attribute is refused, permanently)"},
-    {"key", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, key), 0, 0, "partitionkey, else subject",
+    {"key", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, key), 0, 0,
+     "partitionkey, else subject",
      "the record key, a template like `topic` (an event without the attribute is refused, "
      "permanently)"},
     {"body", SL_KEY_BODY, SL_CONF_FIELD(sl_target_kafka_conf, body), 0, 0, "\"binary\"",
      "\"binary\": data as the value, attributes as `ce_*` headers; \"structured\": the "
      "CloudEvent as JSON; \"data\": the payload alone (CloudEvents Kafka binding)"},
-    {"compression", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, compression), 0, 0, "\"zstd\"",
-     "`compression.type`: none, gzip, snappy, lz4 or zstd"},
+    {"compression", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, compression), 0, 0,
+     "\"zstd\"", "`compression.type`: none, gzip, snappy, lz4 or zstd"},
     {"headers", SL_KEY_HEADERS, SL_CONF_FIELD(sl_target_kafka_conf, headers), 0, 0, "none",
      "`{ [\"name\"] = \"value\" }` record headers added to every record"},
-    {"timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_target_kafka_conf, timeout_ms), 1, INT32_MAX, "\"30s\"",
-     "`message.timeout.ms`: a record not acknowledged by then is retried by the rule"},
+    {"timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_target_kafka_conf, timeout_ms), 1, INT32_MAX,
+     "\"30s\"", "`message.timeout.ms`: a record not acknowledged by then is retried by the rule"},
     {"properties", SL_KEY_PROPS, SL_CONF_FIELD(sl_target_kafka_conf, properties), 0, 0, "none",
      "any librdkafka producer property, e.g. `{ [\"linger.ms\"] = 5, [\"security.protocol\"] "
      "= \"sasl_ssl\" }` (set last: they win over the keys above)"},

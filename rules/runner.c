@@ -141,7 +141,7 @@ struct rule_run {
     sl_set *set;
     target_inst *targets;
     size_t ntargets;
-    target_inst dlq;          /* impl NULL: no dead-letter set */
+    target_inst dlq; /* impl NULL: no dead-letter set */
     consumer *cons;
     int32_t nparts;
     counters ctr;

@@ -4,7 +4,8 @@
  * The file runs once in a sandboxed Lua state (rules/sandbox.h) with the
  * vocabulary of lua/prelude.lua, which records every declaration with its
  * line. This module then checks each declaration against one key table per
- * block (server, set, rule, each target kind): unknown keys, wrong types,
+ * block (server, set, rule here; each connector kind declares its own, see
+ * core/bus/conf_key.h and server/registry.h): unknown keys, wrong types,
  * bad durations/sizes, bad patterns, missing schema files, unknown sets and
  * targets are all reported, each as "FILE:LINE: message", not just the
  * first. The same key tables print the reference in docs/config.md

@@ -47,8 +47,8 @@ enum {
     K_SETBODY,                  /* a table of set keys (server.set_defaults) */
     K_RETRY,                    /* a table of retry_keys (rule.retry) */
     K_BACKOFF,                  /* "exponential" | "fixed" */
-    K_LANES,   /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
-    K_LANEENV, /* "boe" | "ppe" -> sl_lane_env */
+    K_LANES,    /* rule.lanes: { ["LANE"] = { …override… } }, read after the rule's keys */
+    K_LANEENV,  /* "boe" | "ppe" -> sl_lane_env */
     K_FALLBACK, /* "base" | "none" -> bool fallback_base */
     K_APIKEYS,  /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
     K__COUNT

@@ -317,7 +317,8 @@ static void read_headers(loader *ld, int idx, const key *k, const block *b, char
             sl__config_problem(ld, line, "%s: headers: %s must be a string without line breaks",
                                b->what, name);
         else
-            sl__config_add_line(ld, (char ***)field, (size_t *)(field + sizeof(char **)), name, ": ", val);
+            sl__config_add_line(ld, (char ***)field, (size_t *)(field + sizeof(char **)), name,
+                                ": ", val);
         lua_pop(L, 1);
     }
 }
@@ -734,37 +735,18 @@ void *sl__config_grow(loader *ld, void *arr, size_t n, size_t size)
     return g;
 }
 
-static const char *const type_names[] = {
-    [K_STRING] = "string",
-    [K_PATH] = "string",
-    [K_BOOL] = "boolean",
-    [K_TRISTATE] = "boolean",
-    [K_INT] = "integer",
-    [K_SIZE] = "size",
-    [K_DURATION] = "duration",
-    [K_ACK] = "string",
-    [K_CODEC] = "string",
-    [K_START] = "string",
-    [K_FUNCTION] = "function",
-    [K_PATTERN] = "pattern",
-    [K_INPUT] = "string or table",
-    [K_TARGETS] = "target(s)",
-    [K_SCHEMAS] = "table",
-    [K_SETBODY] = "table",
-    [K_HEADERS] = "table",
-    [K_AUTH] = "table",
-    [K_BODY] = "string",
-    [K_RETRY] = "table",
-    [K_BACKOFF] = "string",
-    [K_PROPS] = "table",
-    [K_STRINGS] = "string(s)",
-    [K_PARSE] = "string or function",
-    [K_LONGLINES] = "string",
-    [K_ENCODING] = "string",
-    [K_LANES] = "table",
-    [K_LANEENV] = "string",
-    [K_FALLBACK] = "string",
-    [K_APIKEYS] = "table",
+/* The type column of the docs, per key type (K__COUNT: every type has one). */
+static const char *const type_names[K__COUNT] = {
+    [K_STRING] = "string",         [K_PATH] = "string",       [K_BOOL] = "boolean",
+    [K_TRISTATE] = "boolean",      [K_INT] = "integer",       [K_SIZE] = "size",
+    [K_DURATION] = "duration",     [K_ACK] = "string",        [K_CODEC] = "string",
+    [K_START] = "string",          [K_FUNCTION] = "function", [K_PATTERN] = "pattern",
+    [K_INPUT] = "string or table", [K_TARGETS] = "target(s)", [K_SCHEMAS] = "table",
+    [K_SETBODY] = "table",         [K_HEADERS] = "table",     [K_AUTH] = "table",
+    [K_BODY] = "string",           [K_RETRY] = "table",       [K_BACKOFF] = "string",
+    [K_PROPS] = "table",           [K_STRINGS] = "string(s)", [K_PARSE] = "string or function",
+    [K_LONGLINES] = "string",      [K_ENCODING] = "string",   [K_LANES] = "table",
+    [K_LANEENV] = "string",        [K_FALLBACK] = "string",   [K_APIKEYS] = "table",
 };
 
 int sl__config_keys_rows(sl_buf *out, const key *keys, size_t n)

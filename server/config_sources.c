@@ -105,7 +105,8 @@ static sl_target_config *new_target(loader *ld, sl_rule_config *r, int line,
     t->line = line;
     t->ops = ops;
     t->kind_name = ops->name;
-    if (ops->conf_size && !(t->conf = sl__config_new_conf(ld, ops->conf_size, ops->conf_defaults))) {
+    if (ops->conf_size &&
+        !(t->conf = sl__config_new_conf(ld, ops->conf_size, ops->conf_defaults))) {
         r->ntargets--;
         return NULL;
     }

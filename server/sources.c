@@ -671,9 +671,8 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     s->arena = (sl_buf)SL_BUF_INIT;
     s->wrap = (sl_buf)SL_BUF_INIT;
     s->dflt_type = default_type(c);
-    const char *path = c->ops == &sl_source_file_ops
-                           ? ((const sl_source_file_conf *)c->conf)->path
-                           : NULL;
+    const char *path =
+        c->ops == &sl_source_file_ops ? ((const sl_source_file_conf *)c->conf)->path : NULL;
     s->dflt_source = path ? path : c->kind_name;
     s->decl = sl_config_set(c->owner, c->set);
     s->schemas = s->decl && s->decl->nschemas;

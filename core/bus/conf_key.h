@@ -16,19 +16,19 @@
 
 /* How a key's value is read, and the C type of its field. */
 typedef enum sl_conf_key_type {
-    SL_KEY_STRING,    /* char * (owned) */
-    SL_KEY_PATH,      /* char *: a string, resolved against the config file's folder */
-    SL_KEY_BOOL,      /* bool */
-    SL_KEY_INT,       /* an integer within [min, max], a field of `size` bytes */
-    SL_KEY_SIZE,      /* "128MiB" or a number of bytes, within [min, max] */
-    SL_KEY_DURATION,  /* "7d", "250ms" or a number of ms; "forever" = -1 when min < 0 */
-    SL_KEY_START,     /* "beginning" | "end" -> bool (true: beginning) */
-    SL_KEY_HEADERS,   /* { ["Name"] = "value" } -> char ** "Name: value" lines, then size_t count */
-    SL_KEY_AUTH,      /* { bearer = … } | { basic = {…} } | { api_key = {…} } -> sl_conf_auth */
-    SL_KEY_BODY,      /* "structured" | "binary" | "data" -> sl_http_body */
-    SL_KEY_PROPS,     /* { ["name"] = string | number | boolean } -> char ** "name=value", count */
-    SL_KEY_STRINGS,   /* a string or a list of strings -> char **, then size_t count */
-    SL_KEY_PARSE,     /* "json" | "text" | a function -> sl_source_parse */
+    SL_KEY_STRING,   /* char * (owned) */
+    SL_KEY_PATH,     /* char *: a string, resolved against the config file's folder */
+    SL_KEY_BOOL,     /* bool */
+    SL_KEY_INT,      /* an integer within [min, max], a field of `size` bytes */
+    SL_KEY_SIZE,     /* "128MiB" or a number of bytes, within [min, max] */
+    SL_KEY_DURATION, /* "7d", "250ms" or a number of ms; "forever" = -1 when min < 0 */
+    SL_KEY_START,    /* "beginning" | "end" -> bool (true: beginning) */
+    SL_KEY_HEADERS,  /* { ["Name"] = "value" } -> char ** "Name: value" lines, then size_t count */
+    SL_KEY_AUTH,    /* { bearer = … } | { basic = {…} } | { api_key = {…} } -> sl_conf_auth */
+    SL_KEY_BODY,    /* "structured" | "binary" | "data" -> sl_http_body */
+    SL_KEY_PROPS,   /* { ["name"] = string | number | boolean } -> char ** "name=value", count */
+    SL_KEY_STRINGS, /* a string or a list of strings -> char **, then size_t count */
+    SL_KEY_PARSE,   /* "json" | "text" | a function -> sl_source_parse */
     SL_KEY_LONGLINES, /* "split" | "skip" -> bool (true: split) */
     SL_KEY_ENCODING,  /* "hex" | "base64" -> bool (true: base64) */
     SL_KEY__COUNT     /* the config loader's own block types are numbered from here */

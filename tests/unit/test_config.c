@@ -896,7 +896,8 @@ static void test_lane_overrides(void **state)
     assert_ptr_equal(sl_config_rule_at(cfg, at), r);
     assert_true(r->targets_from_base);
     assert_int_equal(r->ntargets, 1);
-    assert_non_null(strstr(((const sl_target_file_conf *)r->targets[0].conf)->path, "/base.ndjson"));
+    assert_non_null(
+        strstr(((const sl_target_file_conf *)r->targets[0].conf)->path, "/base.ndjson"));
     assert_false(r->transform);
     assert_true(r->transform_batch);
     assert_true(r->filter);

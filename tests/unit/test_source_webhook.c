@@ -278,9 +278,11 @@ static void test_check(void **state)
     REFUSE(W(b)->dedupe_ms = -1, "dedupe");
     REFUSE(W(b)->tolerance_ms = -1, "tolerance");
     REFUSE((W(b)->preset = (char *)"generic", W(b)->header = NULL), "header");
-    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = (char *)"X-Sig", W(b)->algorithm = (char *)"md5"),
+    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = (char *)"X-Sig",
+            W(b)->algorithm = (char *)"md5"),
            "md5");
-    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = (char *)"X-Sig", W(b)->id_header = (char *)""),
+    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = (char *)"X-Sig",
+            W(b)->id_header = (char *)""),
            "id_header");
 #undef REFUSE
     /* Defaults the config fills in for every preset are fine. */

@@ -310,6 +310,7 @@ static void read_override(loader *ld, int body, int own, size_t ri, const char *
         ld->nerrors = nerrors;
         for (size_t t = 0; t < o->ntargets; t++)
             o->targets[t].ordered = o->ordered;
+        sl__config_dlq_target(ld, o); /* the base's dlq, so every rule config has one */
     }
     lua_pop(L, 1);
 }

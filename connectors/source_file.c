@@ -798,7 +798,7 @@ static int glob_error(const char *path, int e)
  * missing or unreadable for a moment must not make its files new ones. */
 static void scan(sf *s)
 {
-    const char *pattern = s->cfg->path;
+    const char *pattern = s->conf->path;
     struct stat st;
     errno = 0;
     bool dir_ok = true;
@@ -946,7 +946,7 @@ static int64_t timers(sf *s)
         sf_file *f = s->files[i];
         if (f->grouping) {
             int64_t last = f->group_ms > f->data_ms ? f->group_ms : f->data_ms;
-            int64_t due = last + s->cfg->multiline_timeout_ms - s->now;
+            int64_t due = last + s->conf->multiline_timeout_ms - s->now;
             if (due <= 0)
                 sl__source_file_group_emit(s, f);
             else if (due > 0 && (next < 0 || due < next))
@@ -1012,7 +1012,7 @@ static bool read_inotify(sf *s)
 static void *run(void *arg)
 {
     sf *s = arg;
-    const int64_t poll_ms = s->cfg->poll_ms > 0 ? s->cfg->poll_ms : 250;
+    const int64_t poll_ms = s->conf->poll_ms > 0 ? s->conf->poll_ms : 250;
     s->now = sl_clock_mono_ms();
     /* `start` is for the source's very first start: once a positions file
      * exists, a file without a position appeared while sluice was stopped
@@ -1116,9 +1116,10 @@ static char *literal_dir(const char *pattern)
 
 static int check_(const sl_source_config *cfg, sl_error *err)
 {
-    if (!cfg->path || !cfg->path[0])
+    const sl_source_file_conf *conf = cfg->conf;
+    if (!conf->path || !conf->path[0])
         return sl_error_set(err, SL_EINVAL, "source.file: path is required");
-    if (cfg->max_line < 16)
+    if (conf->max_line < 16)
         return sl_error_set(err, SL_EINVAL, "source.file: max_line must be at least 16 bytes");
     return 0;
 }
@@ -1126,6 +1127,7 @@ static int check_(const sl_source_config *cfg, sl_error *err)
 static int open_(const sl_source_config *cfg, const sl_source_host *host, void **impl,
                  sl_error *err)
 {
+    const sl_source_file_conf *conf = cfg->conf;
     int rc = check_(cfg, err);
     if (rc)
         return rc;
@@ -1133,6 +1135,7 @@ static int open_(const sl_source_config *cfg, const sl_source_host *host, void *
     if (!s)
         return sl_error_set(err, SL_ENOMEM, "source.file: out of memory");
     s->cfg = cfg;
+    s->conf = cfg->conf;
     s->host = host;
     s->wake_fd = s->ino_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
@@ -1141,15 +1144,15 @@ static int open_(const sl_source_config *cfg, const sl_source_host *host, void *
     s->rbuf = malloc(READ_BUF);
     s->pos_path = malloc(sd + sizeof "/" POSITIONS);
     s->pos_tmp = malloc(sd + sizeof "/" POSITIONS ".tmp");
-    s->dir = literal_dir(cfg->path);
+    s->dir = literal_dir(conf->path);
     if (!s->rbuf || !s->pos_path || !s->pos_tmp || !s->dir) {
         rc = sl_error_set(err, SL_ENOMEM, "source.file: out of memory");
         goto fail;
     }
     sprintf(s->pos_path, "%s/" POSITIONS, host->state_dir);
     sprintf(s->pos_tmp, "%s/" POSITIONS ".tmp", host->state_dir);
-    if (cfg->multiline) {
-        int r = regcomp(&s->re, cfg->multiline, REG_EXTENDED | REG_NOSUB);
+    if (conf->multiline) {
+        int r = regcomp(&s->re, conf->multiline, REG_EXTENDED | REG_NOSUB);
         if (r) {
             char msg[256];
             regerror(r, &s->re, msg, sizeof msg);
@@ -1162,9 +1165,9 @@ static int open_(const sl_source_config *cfg, const sl_source_host *host, void *
         rc = sl_error_errno(err, errno, "source.file: eventfd");
         goto fail;
     }
-    if (cfg->inotify && (s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0)
+    if (conf->inotify && (s->ino_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) < 0)
         host->log(host->ctx, "inotify: %s: polling every %" PRId64 " ms", strerror(errno),
-                  cfg->poll_ms);
+                  conf->poll_ms);
     int e = pthread_create(&s->thread, NULL, run, s);
     if (e) {
         rc = sl_error_errno(err, e, "source.file: thread");
@@ -1237,7 +1240,57 @@ static size_t metrics_(void *impl, char *out, size_t cap)
     return sl_metrics_copy(&b, out, cap);
 }
 
-const sl_source_ops sl__source_file_ops = {
+static const sl_conf_key file_keys[] = {
+    {"path", SL_KEY_PATH, SL_CONF_FIELD(sl_source_file_conf, path), 0, 0, "required",
+     "a file or a glob (`/var/log/app/*.log`), relative to the config file; new matches are "
+     "picked up"},
+    {"parse", SL_KEY_PARSE, SL_CONF_FIELD(sl_source_file_conf, parse), 0, 0, "\"json\"",
+     "\"json\": a CloudEvent as it is, other JSON as data, anything else as text; \"text\": "
+     "the line as text data; `function(line) … end`: what it returns (docs/sources.md)"},
+    {"multiline", SL_KEY_STRING, SL_CONF_FIELD(sl_source_file_conf, multiline), 0, 0, "off",
+     "an extended regex (POSIX) a line must match to start a new event; other lines join "
+     "the event before them"},
+    {"multiline_timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_file_conf, multiline_timeout_ms),
+     1, 3600000, "\"1s\"", "a multi-line event is complete after this long without a new line"},
+    {"max_line", SL_KEY_SIZE, SL_CONF_FIELD(sl_source_file_conf, max_line), 16, 64 << 20,
+     "\"256KiB\"",
+     "longest line (or multi-line event) kept whole; keep it below the set's `max_event` "
+     "(a piece and its envelope must fit)"},
+    {"long_lines", SL_KEY_LONGLINES, SL_CONF_FIELD(sl_source_file_conf, split_long), 0, 0,
+     "\"split\"",
+     "what happens to a longer line: \"split\" into max_line pieces or \"skip\" (counted)"},
+    {"poll", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_file_conf, poll_ms), 10, 600000, "\"250ms\"",
+     "how often files are checked and the glob is expanded again (also with inotify)"},
+    {"inotify", SL_KEY_BOOL, SL_CONF_FIELD(sl_source_file_conf, inotify), 0, 0, "true",
+     "wake up on inotify events; false: polling only (e.g. network file systems)"},
+};
+
+static const sl_source_file_conf file_defaults = {
+    .parse = SL_PARSE_JSON,
+    .multiline_timeout_ms = 1000,
+    .max_line = 256 << 10, /* a piece plus its envelope fits the default max_event */
+    .split_long = true,
+    .poll_ms = 250,
+    .inotify = true,
+};
+
+static void check_conf_(const sl_source_config *cfg, const sl_conf_check *chk)
+{
+    const sl_source_file_conf *conf = cfg->conf;
+    if (!conf->path)
+        chk->problem(chk->ctx, NULL, "path is required (a file or a glob)");
+    regex_t re;
+    int rc = conf->multiline ? regcomp(&re, conf->multiline, REG_EXTENDED | REG_NOSUB) : 0;
+    if (rc) {
+        char msg[200];
+        regerror(rc, &re, msg, sizeof msg);
+        chk->problem(chk->ctx, "multiline", "multiline is not an extended regex: %s", msg);
+    } else if (conf->multiline) {
+        regfree(&re);
+    }
+}
+
+const sl_source_ops sl_source_file_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "file",
     .check = check_,
@@ -1246,4 +1299,10 @@ const sl_source_ops sl__source_file_ops = {
     .close = close_,
     .health = health_,
     .metrics = metrics_,
+    .conf_keys = file_keys,
+    .nconf_keys = sizeof file_keys / sizeof *file_keys,
+    .conf_size = sizeof(sl_source_file_conf),
+    .conf_defaults = &file_defaults,
+    .doc = "tail files: one event per line (or multi-line group), position kept in the data dir",
+    .check_conf = check_conf_,
 };

@@ -12,6 +12,7 @@
 #define SL_SOURCE_FILE_INTERNAL_H
 
 #include "core/base/buf.h"
+#include "connectors/source_file.h"
 #include "core/bus/connector.h"
 
 #include <pthread.h>
@@ -58,6 +59,7 @@ typedef struct sf_file {
 
 typedef struct sf {
     const sl_source_config *cfg;
+    const sl_source_file_conf *conf; /* cfg->conf */
     const sl_source_host *host;
     pthread_t thread;
     bool started;

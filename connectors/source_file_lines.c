@@ -87,7 +87,7 @@ static void emit_one(sf *s, sf_file *f, const char *p, size_t n, uint64_t at)
     int rc;
     atomic_fetch_add(&s->n_lines, 1);
     atomic_fetch_add(&s->n_bytes, n);
-    switch (s->cfg->parse) {
+    switch (s->conf->parse) {
     case SL_PARSE_TEXT:
         rc = h->emit_data(h->ctx, p, n, &meta, &err);
         break;
@@ -139,7 +139,7 @@ void sl__source_file_group_emit(sf *s, sf_file *f)
     emit_one(s, f, (const char *)f->group.data, f->group.len, f->group_start);
     f->grouping = false;
     f->group.len = 0;
-    if (f->group.cap > 2 * s->cfg->max_line + 4096)
+    if (f->group.cap > 2 * s->conf->max_line + 4096)
         sl_buf_free(&f->group);
 }
 
@@ -152,7 +152,7 @@ static bool starts_group(sf *s, const char *p, size_t n)
         return false; /* out of memory: the line joins the pending event */
     regmatch_t m[1] = {{.rm_so = 0, .rm_eo = (regoff_t)n}};
     bool r = regexec(&s->re, (const char *)s->rebuf.data, 1, m, REG_STARTEND) == 0;
-    if (s->rebuf.cap > 2 * s->cfg->max_line + 4096)
+    if (s->rebuf.cap > 2 * s->conf->max_line + 4096)
         sl_buf_free(&s->rebuf);
     return r;
 }
@@ -169,7 +169,7 @@ static void line_out(sf *s, sf_file *f, const char *p, size_t n, uint64_t end)
         return;
     }
     bool first = starts_group(s, p, n);
-    if (f->grouping && (first || f->group.len + 1 + n > s->cfg->max_line))
+    if (f->grouping && (first || f->group.len + 1 + n > s->conf->max_line))
         sl__source_file_group_emit(s, f);
     if (f->grouping) {
         if (sl_buf_append(&f->group, "\n", 1) || sl_buf_append(&f->group, p, n)) {
@@ -201,7 +201,7 @@ uint64_t sl__source_file_commit_pos(const sf_file *f)
  * when the server stops. */
 void sl__source_file_consume(sf *s, sf_file *f, const char *data, size_t n, uint64_t base)
 {
-    const uint64_t max = s->cfg->max_line;
+    const uint64_t max = s->conf->max_line;
     const char *p = data, *end = data + n;
     while (p < end && !sl__source_file_halted(s)) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -221,7 +221,7 @@ void sl__source_file_consume(sf *s, sf_file *f, const char *data, size_t n, uint
                              : (f->line.len && f->line.data[f->line.len - 1] == '\r'));
         size_t content = have - (cr ? 1 : 0);
         if (content > max || (!nl && have > max)) {
-            if (s->cfg->split_long) {
+            if (s->conf->split_long) {
                 /* A piece of exactly max bytes: what is held, then from p. */
                 size_t take = (size_t)(max - f->line.len);
                 const char *piece = p;

@@ -563,9 +563,9 @@ static void free_source(kafka_source *k)
 
 static int subscribe(kafka_source *k, sl_error *err)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)k->cfg->ntopics);
-    for (size_t i = 0; i < k->cfg->ntopics; i++)
-        rd_kafka_topic_partition_list_add(l, k->cfg->topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)k->conf->ntopics);
+    for (size_t i = 0; i < k->conf->ntopics; i++)
+        rd_kafka_topic_partition_list_add(l, k->conf->topics[i], RD_KAFKA_PARTITION_UA);
     rd_kafka_resp_err_t e = rd_kafka_subscribe(k->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (e)
@@ -587,7 +587,8 @@ static void kafka_stop(void *impl)
 static int kafka_open(const sl_source_config *cfg, const sl_source_host *host, void **impl,
                       sl_error *err)
 {
-    if (!cfg->brokers || !cfg->ntopics)
+    const sl_source_kafka_conf *kc = cfg->conf;
+    if (!kc->brokers || !kc->ntopics)
         return sl_error_set(err, SL_EINVAL, "source.kafka needs brokers and topics");
     kafka_source *k = calloc(1, sizeof *k);
     if (!k)
@@ -601,11 +602,12 @@ static int kafka_open(const sl_source_config *cfg, const sl_source_host *host, v
     pthread_cond_init(&k->qcond, &ca);
     pthread_condattr_destroy(&ca);
     k->cfg = cfg;
+    k->conf = kc;
     k->host = host;
     k->pend = rd_kafka_topic_partition_list_new(16);
     k->assigned = rd_kafka_topic_partition_list_new(16);
-    if (cfg->group)
-        k->group = strdup(cfg->group);
+    if (kc->group)
+        k->group = strdup(kc->group);
     else if (asprintf(&k->group, "sluice-%s", host->name ? host->name : "kafka") < 0)
         k->group = NULL;
     int rc = 0;
@@ -779,7 +781,25 @@ static size_t kafka_metrics(void *impl, char *out, size_t cap)
     return sl_metrics_copy(&b, out, cap);
 }
 
-const sl_source_ops sl__source_kafka_ops = {
+static const sl_conf_key kafka_keys[] = {
+    {"brokers", SL_KEY_STRING, SL_CONF_FIELD(sl_source_kafka_conf, brokers), 0, 0, "required",
+     "bootstrap servers, `\"host:9092,host2:9092\"`"},
+    {"topics", SL_KEY_STRINGS, SL_CONF_FIELD(sl_source_kafka_conf, topics), 0, 0, "required",
+     "topic names, or regexes starting with `^`; a string or a list"},
+    {"group", SL_KEY_STRING, SL_CONF_FIELD(sl_source_kafka_conf, group), 0, 0, "\"sluice-NAME\"",
+     "consumer group; offsets are committed only after the events are stored"},
+    {"properties", SL_KEY_PROPS, SL_CONF_FIELD(sl_source_kafka_conf, properties), 0, 0, "none",
+     "any librdkafka consumer property (set last)"},
+};
+
+static void kafka_check_conf(const sl_source_config *cfg, const sl_conf_check *chk)
+{
+    const sl_source_kafka_conf *kc = cfg->conf;
+    if (!kc->brokers || !kc->ntopics)
+        chk->problem(chk->ctx, NULL, "brokers and topics are required");
+}
+
+const sl_source_ops sl_source_kafka_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "kafka",
     .check = sl__source_kafka_check,
@@ -788,4 +808,10 @@ const sl_source_ops sl__source_kafka_ops = {
     .close = kafka_close,
     .health = sl__source_kafka_health,
     .metrics = kafka_metrics,
+    .conf_keys = kafka_keys,
+    .nconf_keys = sizeof kafka_keys / sizeof *kafka_keys,
+    .conf_size = sizeof(sl_source_kafka_conf),
+    .doc = "consume topics of an external Kafka cluster (consumer group; cooperative-sticky with "
+           "librdkafka 2.3 or later, see docs/sources.md)",
+    .check_conf = kafka_check_conf,
 };

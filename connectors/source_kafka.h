@@ -1,13 +1,28 @@
 /*
- * connectors/source_kafka.h — what the source host (server/sources.c)
- * asks a source.kafka instance beyond core/bus/connector.h's table: its group
- * state, for GET /v1/sources, `sluice status` and /metrics.
+ * connectors/source_kafka.h — source.kafka: its config struct and table
+ * (the keys are in connectors/source_kafka.c), and what the source host
+ * (server/sources.c) asks an instance beyond core/bus/connector.h's table:
+ * its group state, for GET /v1/sources, `sluice status` and /metrics.
  */
 #ifndef SL_SOURCE_KAFKA_H
 #define SL_SOURCE_KAFKA_H
 
+#include "core/bus/connector.h"
+
 #include <stddef.h>
 #include <stdint.h>
+
+/* source.kafka { … } (sl_source_config.conf). */
+typedef struct sl_source_kafka_conf {
+    char *brokers;
+    char **topics; /* names, or regexes starting with ^ (librdkafka's rule) */
+    size_t ntopics;
+    char *group;       /* NULL: sluice-NAME */
+    char **properties; /* "name=value" librdkafka consumer properties */
+    size_t nproperties;
+} sl_source_kafka_conf;
+
+extern const sl_source_ops sl_source_kafka_ops;
 
 /* The state of the instance impl (what its ops' open() made):
  * "joining"  no partition assigned since the start, or since a revocation

@@ -74,8 +74,8 @@ static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err
 
 /* Fills conf: sluice's settings, then the properties, which win.
  * instance_id: the default group.instance.id (NULL: none). */
-static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, const char *group,
-                        const char *instance_id, sl_error *err)
+static int apply_config(rd_kafka_conf_t *conf, bool from_beginning, const sl_source_kafka_conf *cfg,
+                        const char *group, const char *instance_id, sl_error *err)
 {
     int rc = sl_kafka_conf_set(conf, "enable.auto.commit", "false", err);
     /* A member that died without leaving (kill -9, a lost host) holds its
@@ -95,8 +95,8 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_source_config *cfg, cons
         rc = sl_kafka_conf_set(conf, "partition.assignment.strategy",
                                coop_safe() ? "cooperative-sticky" : "range,roundrobin", err);
     if (!rc)
-        rc = sl_kafka_conf_set(conf, "auto.offset.reset",
-                               cfg->from_beginning ? "earliest" : "latest", err);
+        rc = sl_kafka_conf_set(conf, "auto.offset.reset", from_beginning ? "earliest" : "latest",
+                               err);
     /* librdkafka's default (100000) makes its fetcher pause whenever the
      * one consumer queue all partitions feed holds that many records: a
      * source catching up on a backlog then stalls for 100 ms at a time
@@ -397,7 +397,7 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     snprintf(id, sizeof id, "sluice-source-%s", k->host->name ? k->host->name : "kafka");
     sl_error e = {0};
     if (sl_kafka_conf_set(conf, "client.id", id, &e) ||
-        apply_config(conf, k->cfg, k->group, k->instance_id, &e)) {
+        apply_config(conf, k->cfg->from_beginning, k->conf, k->group, k->instance_id, &e)) {
         sl_error_set(err, e.code, "source.kafka: %s", e.msg);
         rd_kafka_conf_destroy(conf);
         return NULL;
@@ -431,7 +431,7 @@ static rd_kafka_t *make_consumer(kafka_source *k, sl_error *err)
     rd_kafka_conf_set_offset_commit_cb(conf, on_commit);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, on_log);
-    return sl_kafka_new(RD_KAFKA_CONSUMER, conf, k->cfg->properties, k->cfg->nproperties,
+    return sl_kafka_new(RD_KAFKA_CONSUMER, conf, k->conf->properties, k->conf->nproperties,
                         "source.kafka", err);
 }
 
@@ -491,8 +491,9 @@ int sl__source_kafka_health(void *impl, char *msg, size_t len)
 /* ---- check --------------------------------------------------------------------- */
 
 /* Every problem at once, so that one `sluice check` run shows them all. */
-int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
+int sl__source_kafka_check(const sl_source_config *sc, sl_error *err)
 {
+    const sl_source_kafka_conf *cfg = sc->conf;
     sl_buf b = SL_BUF_INIT;
     sl_error e = {0};
     char m[SL_ERROR_MAX];
@@ -528,10 +529,11 @@ int sl__source_kafka_check(const sl_source_config *cfg, sl_error *err)
     bool oom = !conf;
     if (conf) {
         size_t before = b.len;
-        sl_source_config base = *cfg;
+        sl_source_kafka_conf base = *cfg;
         base.nproperties = 0;
         base.brokers = NULL;
-        if (apply_config(conf, &base, cfg->group ? cfg->group : "sluice-check", NULL, &e))
+        if (apply_config(conf, sc->from_beginning, &base, cfg->group ? cfg->group : "sluice-check",
+                         NULL, &e))
             sl_kafka_problem(&b, e.msg);
         for (size_t i = 0; i < cfg->nproperties; i++)
             if (apply_property(conf, cfg->properties[i], &e))

@@ -33,6 +33,7 @@ typedef struct kchunk kchunk; /* events on their way to the emit thread (source_
 
 typedef struct kafka_source {
     const sl_source_config *cfg;
+    const sl_source_kafka_conf *conf; /* cfg->conf */
     const sl_source_host *host;
     char *group;
     rd_kafka_t *rk;

@@ -83,23 +83,23 @@ static bool given(const char *s)
 }
 
 /* The verifier's config for cfg; strings borrowed from cfg. */
-static int verify_config(const sl_source_config *cfg, sl_webhook_config *vc, sl_error *err)
+static int verify_config(const sl_source_webhook_conf *wc, sl_webhook_config *vc, sl_error *err)
 {
     memset(vc, 0, sizeof *vc);
-    if (!given(cfg->preset))
+    if (!given(wc->preset))
         return sl_error_set(err, SL_EINVAL,
                             "preset is required (github, stripe, slack or generic)");
-    if (sl_webhook_kind_parse(cfg->preset, &vc->kind, NULL))
+    if (sl_webhook_kind_parse(wc->preset, &vc->kind, NULL))
         return sl_error_set(err, SL_EINVAL,
                             "preset \"%s\" is unknown (github, stripe, slack or generic)",
-                            cfg->preset);
-    vc->secret = cfg->secret;
-    vc->header = cfg->header;
-    vc->algorithm = cfg->algorithm;
-    vc->base64 = cfg->base64;
-    vc->prefix = cfg->prefix;
-    vc->timestamp_header = cfg->timestamp_header;
-    vc->tolerance_ms = cfg->tolerance_ms;
+                            wc->preset);
+    vc->secret = wc->secret;
+    vc->header = wc->header;
+    vc->algorithm = wc->algorithm;
+    vc->base64 = wc->base64;
+    vc->prefix = wc->prefix;
+    vc->timestamp_header = wc->timestamp_header;
+    vc->tolerance_ms = wc->tolerance_ms;
     return 0;
 }
 
@@ -107,6 +107,7 @@ static int verify_config(const sl_source_config *cfg, sl_webhook_config *vc, sl_
  * in front. */
 int sl_webhook_source_check(const sl_source_config *cfg, sl_error *err)
 {
+    const sl_source_webhook_conf *wc = cfg->conf;
     const char *name = cfg->name ? cfg->name : "";
     if (!sl_set_name_valid(name))
         return sl_error_set(err, SL_EINVAL,
@@ -126,28 +127,28 @@ int sl_webhook_source_check(const sl_source_config *cfg, sl_error *err)
             return sl_error_set(err, SL_EINVAL, "%s must be 1-%d bytes of UTF-8", attrs[i][0],
                                 ATTR_MAX);
     }
-    if (cfg->dedupe_ms < 0)
+    if (wc->dedupe_ms < 0)
         return sl_error_set(err, SL_EINVAL, "dedupe is negative");
     sl_webhook_config vc;
-    int rc = verify_config(cfg, &vc, err);
+    int rc = verify_config(wc, &vc, err);
     if (rc)
         return rc;
     if (vc.kind != SL_WEBHOOK_GENERIC) {
         /* The presets fix these; accepting them silently would hide a
          * mistake (a header the sender never signs). */
-        const char *key = given(cfg->header)             ? "header"
-                          : given(cfg->prefix)           ? "prefix"
-                          : given(cfg->timestamp_header) ? "timestamp_header"
-                          : given(cfg->id_header)        ? "id_header"
-                          : cfg->base64                  ? "encoding"
-                          : given(cfg->algorithm) && strcasecmp(cfg->algorithm, "sha256") != 0
+        const char *key = given(wc->header)             ? "header"
+                          : given(wc->prefix)           ? "prefix"
+                          : given(wc->timestamp_header) ? "timestamp_header"
+                          : given(wc->id_header)        ? "id_header"
+                          : wc->base64                  ? "encoding"
+                          : given(wc->algorithm) && strcasecmp(wc->algorithm, "sha256") != 0
                               ? "algorithm"
                               : NULL;
         if (key)
             return sl_error_set(err, SL_EINVAL,
                                 "%s applies to preset \"generic\" only (preset \"%s\" fixes it)",
-                                key, cfg->preset);
-    } else if (cfg->id_header && !*cfg->id_header) {
+                                key, wc->preset);
+    } else if (wc->id_header && !*wc->id_header) {
         return sl_error_set(err, SL_EINVAL, "id_header is empty");
     }
     sl_error e = {0};
@@ -167,6 +168,7 @@ static int dup_str(char **dst, const char *src)
 
 int sl_webhook_source_new(const sl_source_config *cfg, sl_webhook_source **out, sl_error *err)
 {
+    const sl_source_webhook_conf *wc = cfg->conf;
     int rc = sl_webhook_source_check(cfg, err);
     if (rc)
         return rc;
@@ -175,12 +177,12 @@ int sl_webhook_source_new(const sl_source_config *cfg, sl_webhook_source **out, 
         return sl_error_set(err, SL_ENOMEM, "out of memory");
     if (dup_str(&w->name, cfg->name) || dup_str(&w->set, cfg->set) ||
         dup_str(&w->lane, given(cfg->lane) ? cfg->lane : NULL) || dup_str(&w->type, cfg->type) ||
-        dup_str(&w->source, cfg->source) || dup_str(&w->secret, cfg->secret) ||
-        dup_str(&w->header, cfg->header) || dup_str(&w->algorithm, cfg->algorithm) ||
-        dup_str(&w->prefix, cfg->prefix) || dup_str(&w->timestamp_header, cfg->timestamp_header) ||
-        dup_str(&w->id_header, cfg->id_header))
+        dup_str(&w->source, cfg->source) || dup_str(&w->secret, wc->secret) ||
+        dup_str(&w->header, wc->header) || dup_str(&w->algorithm, wc->algorithm) ||
+        dup_str(&w->prefix, wc->prefix) || dup_str(&w->timestamp_header, wc->timestamp_header) ||
+        dup_str(&w->id_header, wc->id_header))
         goto fail;
-    verify_config(cfg, &w->vc, NULL);
+    verify_config(wc, &w->vc, NULL);
     w->vc.secret = w->secret;
     w->vc.header = w->header;
     w->vc.algorithm = w->algorithm;
@@ -188,7 +190,7 @@ int sl_webhook_source_new(const sl_source_config *cfg, sl_webhook_source **out, 
     w->vc.timestamp_header = w->timestamp_header;
     if (w->vc.kind != SL_WEBHOOK_GENERIC || w->id_header) {
         w->dedupe = sl_webhook_dedupe_new(DEDUPE_CAP,
-                                          cfg->dedupe_ms > 0 ? cfg->dedupe_ms : DEDUPE_MS_DEFAULT);
+                                          wc->dedupe_ms > 0 ? wc->dedupe_ms : DEDUPE_MS_DEFAULT);
         if (!w->dedupe)
             goto fail;
     }
@@ -643,3 +645,57 @@ int sl_webhook_source_metrics(sl_webhook_source *w, sl_buf *out)
     }
     return rc;
 }
+
+static const sl_conf_key webhook_keys[] = {
+    {"preset", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, preset), 0, 0, "required",
+     "\"github\", \"stripe\", \"slack\" or \"generic\": how requests are signed"},
+    {"secret", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, secret), 0, 0, "required",
+     "the signing secret; several separated by commas while rotating (use `env \"NAME\"`)"},
+    {"header", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, header), 0, 0,
+     "required for generic", "generic: the header carrying the signature"},
+    {"algorithm", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, algorithm), 0, 0,
+     "\"sha256\"", "generic: HMAC algorithm, sha1, sha256 or sha512"},
+    {"encoding", SL_KEY_ENCODING, SL_CONF_FIELD(sl_source_webhook_conf, base64), 0, 0, "\"hex\"",
+     "generic: the signature's encoding, \"hex\" or \"base64\""},
+    {"prefix", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, prefix), 0, 0, "none",
+     "generic: text before the signature, e.g. \"sha256=\""},
+    {"timestamp_header", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, timestamp_header), 0,
+     0, "none", "generic: a header with the Unix time; the signed content is then TIMESTAMP.BODY"},
+    {"tolerance", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_webhook_conf, tolerance_ms), 1000,
+     86400000, "\"5m\"", "how far a signed timestamp may be from now (stripe, slack, generic)"},
+    {"id_header", SL_KEY_STRING, SL_CONF_FIELD(sl_source_webhook_conf, id_header), 0, 0, "none",
+     "generic: the header with the delivery id used as event id and for dedupe"},
+    {"dedupe", SL_KEY_DURATION, SL_CONF_FIELD(sl_source_webhook_conf, dedupe_ms), 1000,
+     30LL * 86400000, "\"24h\"",
+     "how long a delivery id is remembered: a repeat within it is not stored again"},
+};
+
+static const sl_source_webhook_conf webhook_defaults = {
+    .tolerance_ms = 300000,
+    .dedupe_ms = 24LL * 3600 * 1000,
+};
+
+/* `sluice check`: what a webhook requires, then sl_webhook_source_check(). */
+static void webhook_check_conf(const sl_source_config *cfg, const sl_conf_check *chk)
+{
+    const sl_source_webhook_conf *wc = cfg->conf;
+    sl_error err = {0};
+    if (!cfg->name || !wc->preset || !wc->secret)
+        chk->problem(chk->ctx, NULL,
+                     "name, preset and secret are required (the URL is /v1/webhooks/NAME)");
+    else if (sl_webhook_source_check(cfg, &err))
+        chk->problem(chk->ctx, NULL, "%s", err.msg);
+}
+
+const sl_source_ops sl_source_webhook_ops = {
+    .abi_version = SL_CONNECTOR_ABI_VERSION,
+    .name = "webhook",
+    .conf_keys = webhook_keys,
+    .nconf_keys = sizeof webhook_keys / sizeof *webhook_keys,
+    .conf_size = sizeof(sl_source_webhook_conf),
+    .conf_defaults = &webhook_defaults,
+    .doc = "SaaS webhooks on `POST /v1/webhooks/NAME`, signature verified before anything is "
+           "stored",
+    .check_conf = webhook_check_conf,
+    .no_start = true,
+};

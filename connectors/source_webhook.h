@@ -10,12 +10,31 @@
 
 #include "connectors/webhook_verify.h"
 #include "core/base/buf.h"
-#include "server/config.h"
 #include "core/base/err.h"
+#include "core/bus/connector.h"
 
 #include <stdint.h>
 
 typedef struct sl_webhook_source sl_webhook_source;
+
+/* source.webhook { … } (sl_source_config.conf). */
+typedef struct sl_source_webhook_conf {
+    char *preset;           /* "github" | "stripe" | "slack" | "generic" */
+    char *secret;           /* one, or several comma-separated (rotation) */
+    char *header;           /* generic: the signature header */
+    char *algorithm;        /* generic: sha1 | sha256 | sha512 */
+    bool base64;            /* generic: encoding = "base64" (default "hex") */
+    char *prefix;           /* generic: e.g. "sha256=" */
+    char *timestamp_header; /* generic */
+    int64_t tolerance_ms;   /* timestamp window; default 5 min */
+    char *id_header;        /* generic: the delivery id header used for dedupe */
+    int64_t dedupe_ms;      /* how long a delivery id is remembered; default 24 h */
+} sl_source_webhook_conf;
+
+/* The kind's table: its keys and checks (the preset, its keys); no open():
+ * the HTTP API serves webhooks (http/http_webhook.c, through
+ * sl_webhook_source_new()). */
+extern const sl_source_ops sl_source_webhook_ops;
 
 /* What to do with one request. */
 typedef enum sl_webhook_action {

@@ -3,7 +3,7 @@
  * fdatasync'ed before they count as delivered, with rotation by size
  * (PATH -> PATH.1 -> PATH.2 …, `keep` files kept).
  */
-#include "core/bus/connector.h"
+#include "connectors/target_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,9 +57,10 @@ static int open_file(file_target *t, sl_error *err)
     return 0;
 }
 
-static int file_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+static int file_open(const sl_target_config *tc, const sl_target_env *env, void **impl,
                      sl_error *err)
 {
+    const sl_target_file_conf *cfg = tc->conf;
     (void)env;
     file_target *t = calloc(1, sizeof *t);
     if (!t || !(t->path = strdup(cfg->path))) {
@@ -182,10 +183,34 @@ static void file_close(void *impl)
     free(t);
 }
 
-const sl_target_ops sl__target_file_ops = {
+static const sl_conf_key file_keys[] = {
+    {"path", SL_KEY_PATH, SL_CONF_FIELD(sl_target_file_conf, path), 0, 0, "required",
+     "the NDJSON file (relative to the config file)"},
+    {"rotate_bytes", SL_KEY_SIZE, SL_CONF_FIELD(sl_target_file_conf, rotate_bytes), 0, INT64_MAX,
+     "never", "rename the file to PATH.1 (PATH.1 to PATH.2, …) once it passes this size"},
+    {"keep", SL_KEY_INT, SL_CONF_FIELD(sl_target_file_conf, keep), 1, 1000, "5",
+     "rotated files kept"},
+};
+
+static const sl_target_file_conf file_defaults = {.keep = 5};
+
+static void file_check_conf(const sl_target_config *tc, const sl_conf_check *chk)
+{
+    const sl_target_file_conf *c = tc->conf;
+    if (!c->path)
+        chk->problem(chk->ctx, NULL, "target.file needs a path");
+}
+
+const sl_target_ops sl_target_file_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "file",
     .open = file_open,
     .deliver = file_deliver,
     .close = file_close,
+    .conf_keys = file_keys,
+    .nconf_keys = sizeof file_keys / sizeof *file_keys,
+    .conf_size = sizeof(sl_target_file_conf),
+    .conf_defaults = &file_defaults,
+    .doc = "append events as NDJSON lines to a file",
+    .check_conf = file_check_conf,
 };

@@ -24,7 +24,7 @@
  */
 #include "core/bus/ce_binding.h"
 #include "core/base/clock.h"
-#include "core/bus/connector.h"
+#include "connectors/target_http.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
 #include "core/base/buf.h"
@@ -69,7 +69,8 @@ typedef struct call {
 } call;
 
 struct http_target {
-    const sl_target_config *cfg;
+    const sl_target_http_conf *cfg;
+    bool ordered; /* the rule's `ordered` */
     char *rule;
     struct curl_slist *common; /* config headers, auth, "Expect:" */
     bool has_ctype;            /* the config sets Content-Type itself */
@@ -236,7 +237,7 @@ static int base_headers(http_target *t, req *r, const char *ctype)
 static call *build_call(http_target *t, const sl_delivery *d, size_t n, sl_deliver_done_fn *done,
                         void *ctx)
 {
-    const sl_target_config *cfg = t->cfg;
+    const sl_target_http_conf *cfg = t->cfg;
     bool templ = strchr(cfg->url, '{') != NULL;
     bool binary = cfg->body == SL_HTTP_BODY_BINARY;
     size_t per = binary || cfg->batch < 1 ? 1 : (size_t)cfg->batch;
@@ -401,7 +402,7 @@ static void http_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_
     call *c = build_call(t, d, n, done, ctx);
     if (!c)
         return;
-    if (!t->cfg->ordered)
+    if (!t->ordered)
         c = split_call(c);
     pthread_mutex_lock(&t->lock);
     bool stopping = t->stopping;
@@ -476,7 +477,7 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
 /* Starts the current request of c. Returns 0, or an SL_E… code with c untouched. */
 static int start_request(http_target *t, call *c)
 {
-    const sl_target_config *cfg = t->cfg;
+    const sl_target_http_conf *cfg = t->cfg;
     req *r = &c->reqs[c->cur];
     CURL *e = curl_easy_init();
     if (!e)
@@ -503,10 +504,10 @@ static int start_request(http_target *t, call *c)
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     if (cfg->ca_file)
         curl_easy_setopt(e, CURLOPT_CAINFO, cfg->ca_file);
-    if (cfg->basic_user) {
+    if (cfg->auth.basic_user) {
         curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-        curl_easy_setopt(e, CURLOPT_USERNAME, cfg->basic_user);
-        curl_easy_setopt(e, CURLOPT_PASSWORD, cfg->basic_pass ? cfg->basic_pass : "");
+        curl_easy_setopt(e, CURLOPT_USERNAME, cfg->auth.basic_user);
+        curl_easy_setopt(e, CURLOPT_PASSWORD, cfg->auth.basic_pass ? cfg->auth.basic_pass : "");
     }
     if (curl_multi_add_handle(t->multi, e) != CURLM_OK) {
         curl_easy_cleanup(e);
@@ -575,7 +576,7 @@ static int http_health(void *impl, char *msg, size_t len)
  * queues c's next request or finishes c. */
 static void request_done(http_target *t, call *c, CURLcode res)
 {
-    const sl_target_config *cfg = t->cfg;
+    const sl_target_http_conf *cfg = t->cfg;
     req *r = &c->reqs[c->cur];
     long code = 0;
     curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -762,9 +763,10 @@ static void global_init(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static int http_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+static int http_open(const sl_target_config *tc, const sl_target_env *env, void **impl,
                      sl_error *err)
 {
+    const sl_target_http_conf *cfg = tc->conf;
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, global_init);
     http_target *t = calloc(1, sizeof *t);
@@ -772,6 +774,7 @@ static int http_open(const sl_target_config *cfg, const sl_target_env *env, void
         return sl_error_set(err, SL_ENOMEM, "target.http: out of memory");
     pthread_mutex_init(&t->hlock, NULL); /* destroyed by http_free() */
     t->cfg = cfg;
+    t->ordered = tc->ordered;
     t->rule = strdup(env && env->rule ? env->rule : "");
     int rc = t->rule ? 0 : SL_ENOMEM;
     for (size_t i = 0; !rc && i < cfg->nheaders; i++) {
@@ -779,10 +782,10 @@ static int http_open(const sl_target_config *cfg, const sl_target_env *env, void
         if (strncasecmp(cfg->headers[i], "content-type:", 13) == 0)
             t->has_ctype = true;
     }
-    if (!rc && cfg->bearer)
-        rc = add_headerf(&t->common, "Authorization: Bearer %s", cfg->bearer);
-    if (!rc && cfg->api_key_header && cfg->api_key)
-        rc = add_headerf(&t->common, "%s: %s", cfg->api_key_header, cfg->api_key);
+    if (!rc && cfg->auth.bearer)
+        rc = add_headerf(&t->common, "Authorization: Bearer %s", cfg->auth.bearer);
+    if (!rc && cfg->auth.api_key_header && cfg->auth.api_key)
+        rc = add_headerf(&t->common, "%s: %s", cfg->auth.api_key_header, cfg->auth.api_key);
     if (!rc)
         rc = add_header(&t->common, "Expect:"); /* no 100-continue round trip */
     if (!rc && !(t->multi = curl_multi_init()))
@@ -830,7 +833,55 @@ static void http_close(void *impl)
     http_free(t);
 }
 
-const sl_target_ops sl__target_http_ops = {
+static const sl_conf_key http_keys[] = {
+    {"url", SL_KEY_STRING, SL_CONF_FIELD(sl_target_http_conf, url), 0, 0, "required",
+     "the endpoint; `{attribute}` is replaced by the event's attribute (URL-encoded), e.g. "
+     "`https://x/{subject}`"},
+    {"method", SL_KEY_STRING, SL_CONF_FIELD(sl_target_http_conf, method), 0, 0, "\"POST\"",
+     "HTTP method"},
+    {"headers", SL_KEY_HEADERS, SL_CONF_FIELD(sl_target_http_conf, headers), 0, 0, "none",
+     "`{ [\"Name\"] = \"value\" }` sent with every request"},
+    {"auth", SL_KEY_AUTH, SL_CONF_FIELD(sl_target_http_conf, auth), 0, 0, "none",
+     "`{ bearer = env \"TOKEN\" }`, `{ basic = { user = …, password = … } }` or "
+     "`{ api_key = { header = \"X-Api-Key\", value = … } }`"},
+    {"tls_verify", SL_KEY_BOOL, SL_CONF_FIELD(sl_target_http_conf, tls_verify), 0, 0, "true",
+     "verify the server's certificate and name"},
+    {"ca_file", SL_KEY_STRING, SL_CONF_FIELD(sl_target_http_conf, ca_file), 0, 0, "system",
+     "CA bundle for the server's certificate"},
+    {"connect_timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_target_http_conf, connect_timeout_ms), 1,
+     600000, "\"5s\"", "time to connect"},
+    {"timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_target_http_conf, timeout_ms), 1, 3600000,
+     "\"30s\"", "time for a whole request"},
+    {"concurrency", SL_KEY_INT, SL_CONF_FIELD(sl_target_http_conf, concurrency), 1, 1024, "8",
+     "requests in flight for this rule"},
+    {"rate", SL_KEY_INT, SL_CONF_FIELD(sl_target_http_conf, rate), 0, 1000000, "unlimited",
+     "requests per second at most (EventBridge API destinations' invocation rate)"},
+    {"body", SL_KEY_BODY, SL_CONF_FIELD(sl_target_http_conf, body), 0, 0, "\"structured\"",
+     "\"structured\": the CloudEvent as JSON; \"binary\": data as the body and ce-* headers; "
+     "\"data\": the payload alone (what `input` made)"},
+    {"batch", SL_KEY_INT, SL_CONF_FIELD(sl_target_http_conf, batch), 1, 10000, "1",
+     "payloads per request, sent as a JSON array when more than 1"},
+};
+
+static const sl_target_http_conf http_defaults = {
+    .tls_verify = true,
+    .connect_timeout_ms = 5000,
+    .timeout_ms = 30000,
+    .concurrency = 8,
+    .body = SL_HTTP_BODY_STRUCTURED,
+    .batch = 1,
+};
+
+static void http_check_conf(const sl_target_config *tc, const sl_conf_check *chk)
+{
+    const sl_target_http_conf *c = tc->conf;
+    if (!c->url)
+        chk->problem(chk->ctx, NULL, "target.http needs a url");
+    else if (strncmp(c->url, "http://", 7) && strncmp(c->url, "https://", 8))
+        chk->problem(chk->ctx, NULL, "target.http url must start with http:// or https://");
+}
+
+const sl_target_ops sl_target_http_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "http",
     .open = http_open,
@@ -838,4 +889,11 @@ const sl_target_ops sl__target_http_ops = {
     .close = http_close,
     .cancel = http_cancel,
     .health = http_health,
+    .conf_keys = http_keys,
+    .nconf_keys = sizeof http_keys / sizeof *http_keys,
+    .conf_size = sizeof(sl_target_http_conf),
+    .conf_defaults = &http_defaults,
+    .doc = "send events to an HTTP endpoint (2xx delivered; 408, 429, 5xx and network errors "
+           "retried, honouring Retry-After; other 4xx refused)",
+    .check_conf = http_check_conf,
 };

@@ -34,7 +34,7 @@
 #include "core/bus/ce_binding.h"
 #include "core/base/kafka_conf.h"
 #include "core/base/clock.h"
-#include "core/bus/connector.h"
+#include "connectors/target_kafka.h"
 #include "core/bus/event.h"
 #include "core/base/slog.h"
 
@@ -86,7 +86,8 @@ struct kcall {
 };
 
 struct kafka_target {
-    const sl_target_config *cfg;
+    const sl_target_kafka_conf *cfg;
+    bool ordered; /* the rule's `ordered` */
     char *rule;
     char **hname, **hvalue; /* the config's record headers */
     size_t nheaders;
@@ -349,7 +350,7 @@ static int apply_property(rd_kafka_conf_t *conf, const char *line, sl_error *err
  * payload, which the runner may free by then. So every payload is copied:
  * message.copy.max.bytes is raised to message.max.bytes, unless the
  * properties set it. Returns 0, or SL_EINVAL with err. */
-static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_error *err)
+static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_kafka_conf *cfg, sl_error *err)
 {
     char v[32];
     size_t len = sizeof v;
@@ -363,7 +364,7 @@ static int raise_copy_max(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl
 /* Fills conf from cfg: sluice's defaults first, then compression and the
  * timeout, then the properties, which win. Returns 0, or SL_EINVAL with err
  * quoting librdkafka. */
-static int apply_config(rd_kafka_conf_t *conf, const sl_target_config *cfg, sl_error *err)
+static int apply_config(rd_kafka_conf_t *conf, const sl_target_kafka_conf *cfg, sl_error *err)
 {
     char num[32];
     int rc = sl_kafka_conf_set(conf, "enable.idempotence", "true", err);
@@ -662,7 +663,7 @@ static void record_free(record *r)
 static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, record *r, char *why,
                         size_t len)
 {
-    const sl_target_config *cfg = t->cfg;
+    const sl_target_kafka_conf *cfg = t->cfg;
     sl_error e = {0};
     sl_event_limits lim = {.max_bytes = d->len + 1};
     bool parsed = sl_event_parse(d->data, d->len, &lim, ev, &e) == SL_EVENT_OK;
@@ -912,7 +913,7 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
             atomic_fetch_add(&c->refs, 1);
             complete(c, i, rc, why);
         }
-        if (rc && rc != SL_EINVAL && rc != SL_ESHUTDOWN && t->cfg->ordered) {
+        if (rc && rc != SL_EINVAL && rc != SL_ESHUTDOWN && t->ordered) {
             /* Queuing the later records would put them ahead of this one. */
             hold = true;
             snprintf(held, sizeof held,
@@ -944,7 +945,7 @@ static void free_target(kafka_target *t)
 }
 
 /* Splits "Name: value" header lines. Returns 0, SL_EINVAL with err, or SL_ENOMEM. */
-static int parse_headers(kafka_target *t, const sl_target_config *cfg, sl_error *err)
+static int parse_headers(kafka_target *t, const sl_target_kafka_conf *cfg, sl_error *err)
 {
     if (!cfg->nheaders)
         return 0;
@@ -969,9 +970,10 @@ static int parse_headers(kafka_target *t, const sl_target_config *cfg, sl_error 
     return 0;
 }
 
-static int kafka_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+static int kafka_open(const sl_target_config *tc, const sl_target_env *env, void **impl,
                       sl_error *err)
 {
+    const sl_target_kafka_conf *cfg = tc->conf;
     if (!cfg->brokers || !cfg->topic)
         return sl_error_set(err, SL_EINVAL, "target.kafka needs brokers and a topic");
     kafka_target *t = calloc(1, sizeof *t);
@@ -981,6 +983,7 @@ static int kafka_open(const sl_target_config *cfg, const sl_target_env *env, voi
     pthread_mutex_init(&t->clock, NULL);
     pthread_rwlock_init(&t->rklock, NULL);
     t->cfg = cfg;
+    t->ordered = tc->ordered;
     t->topic_templ = sl_ce_has_placeholder(cfg->topic);
     t->key_templ = cfg->key && sl_ce_has_placeholder(cfg->key);
     int rc = (t->rule = strdup(env && env->rule ? env->rule : "?")) ? 0 : SL_ENOMEM;
@@ -1030,8 +1033,9 @@ static void kafka_close(void *impl)
 }
 
 /* Every problem at once, so that one `sluice check` run shows them all. */
-static int kafka_check(const sl_target_config *cfg, sl_error *err)
+static int kafka_check(const sl_target_config *tc, sl_error *err)
 {
+    const sl_target_kafka_conf *cfg = tc->conf;
     sl_buf b = SL_BUF_INIT;
     sl_error e = {0};
     char m[SL_ERROR_MAX];
@@ -1066,7 +1070,7 @@ static int kafka_check(const sl_target_config *cfg, sl_error *err)
     bool oom = !conf;
     if (conf) {
         size_t before = b.len;
-        sl_target_config base = *cfg;
+        sl_target_kafka_conf base = *cfg;
         base.nproperties = 0;
         base.brokers = NULL;
         if (apply_config(conf, &base, &e))
@@ -1106,7 +1110,43 @@ static int kafka_health(void *impl, char *msg, size_t len)
     return 1;
 }
 
-const sl_target_ops sl__target_kafka_ops = {
+static const sl_conf_key kafka_keys[] = {
+    {"brokers", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, brokers), 0, 0, "required",
+     "bootstrap servers, `\"host:9092,host2:9092\"`"},
+    {"topic", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, topic), 0, 0, "required",
+     "the topic; `{attribute}` is replaced by the event's attribute, e.g. `\"orders-{type}\"` "
+     "(an event without the attribute is refused, permanently)"},
+    {"key", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, key), 0, 0,
+     "partitionkey, else subject",
+     "the record key, a template like `topic` (an event without the attribute is refused, "
+     "permanently)"},
+    {"body", SL_KEY_BODY, SL_CONF_FIELD(sl_target_kafka_conf, body), 0, 0, "\"binary\"",
+     "\"binary\": data as the value, attributes as `ce_*` headers; \"structured\": the "
+     "CloudEvent as JSON; \"data\": the payload alone (CloudEvents Kafka binding)"},
+    {"compression", SL_KEY_STRING, SL_CONF_FIELD(sl_target_kafka_conf, compression), 0, 0,
+     "\"zstd\"", "`compression.type`: none, gzip, snappy, lz4 or zstd"},
+    {"headers", SL_KEY_HEADERS, SL_CONF_FIELD(sl_target_kafka_conf, headers), 0, 0, "none",
+     "`{ [\"name\"] = \"value\" }` record headers added to every record"},
+    {"timeout", SL_KEY_DURATION, SL_CONF_FIELD(sl_target_kafka_conf, timeout_ms), 1, INT32_MAX,
+     "\"30s\"", "`message.timeout.ms`: a record not acknowledged by then is retried by the rule"},
+    {"properties", SL_KEY_PROPS, SL_CONF_FIELD(sl_target_kafka_conf, properties), 0, 0, "none",
+     "any librdkafka producer property, e.g. `{ [\"linger.ms\"] = 5, [\"security.protocol\"] "
+     "= \"sasl_ssl\" }` (set last: they win over the keys above)"},
+};
+
+static const sl_target_kafka_conf kafka_defaults = {
+    .body = SL_HTTP_BODY_BINARY,
+    .timeout_ms = 30000,
+};
+
+static void kafka_check_conf(const sl_target_config *tc, const sl_conf_check *chk)
+{
+    const sl_target_kafka_conf *c = tc->conf;
+    if (!c->brokers || !c->topic)
+        chk->problem(chk->ctx, NULL, "target.kafka needs brokers and a topic");
+}
+
+const sl_target_ops sl_target_kafka_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "kafka",
     .open = kafka_open,
@@ -1118,4 +1158,11 @@ const sl_target_ops sl__target_kafka_ops = {
     /* Each call waits for its delivery reports (linger.ms and the acks):
      * bigger calls share that wait among more records. */
     .batch_hint = 4096,
+    .conf_keys = kafka_keys,
+    .nconf_keys = sizeof kafka_keys / sizeof *kafka_keys,
+    .conf_size = sizeof(sl_target_kafka_conf),
+    .conf_defaults = &kafka_defaults,
+    .doc = "produce events to a topic of an external Kafka cluster (idempotent, acks=all; "
+           "delivered on librdkafka's delivery report)",
+    .check_conf = kafka_check_conf,
 };

@@ -8,7 +8,7 @@
  * against max_auto_sets) by the first delivery holding a valid event, so a
  * target that never delivers never makes a set.
  */
-#include "core/bus/connector.h"
+#include "connectors/target_set.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
 
@@ -38,9 +38,10 @@ typedef struct pending {
     size_t idx[];
 } pending;
 
-static int set_open(const sl_target_config *cfg, const sl_target_env *env, void **impl,
+static int set_open(const sl_target_config *tc, const sl_target_env *env, void **impl,
                     sl_error *err)
 {
+    const sl_target_set_conf *cfg = tc->conf;
     if (!env->sets || !env->bus)
         return sl_error_set(err, SL_EUNSUPPORTED, "target.set needs a running server");
     set_target *t = calloc(1, sizeof *t);
@@ -210,10 +211,33 @@ static void set_close(void *impl)
     free(t);
 }
 
-const sl_target_ops sl__target_set_ops = {
+static const sl_conf_key set_keys[] = {
+    {"set", SL_KEY_STRING, SL_CONF_FIELD(sl_target_set_conf, set), 0, 0, "required",
+     "the event set to append to (declared with `set`); events keep their lane"},
+};
+
+/* The set must be declared, and not the one the rule reads. */
+static void set_check_conf(const sl_target_config *tc, const sl_conf_check *chk)
+{
+    const sl_target_set_conf *c = tc->conf;
+    if (!c->set)
+        chk->problem(chk->ctx, NULL, "target.set needs a set");
+    else if (!chk->set_declared(chk->ctx, c->set))
+        chk->problem(chk->ctx, NULL, "target.set: set \"%s\" is not declared (add set \"%s\" { })",
+                     c->set, c->set);
+    else if (chk->rule_set && strcmp(c->set, chk->rule_set) == 0)
+        chk->problem(chk->ctx, NULL, "target.set into the set it reads would loop forever");
+}
+
+const sl_target_ops sl_target_set_ops = {
     .abi_version = SL_CONNECTOR_ABI_VERSION,
     .name = "set",
     .open = set_open,
     .deliver = set_deliver,
     .close = set_close,
+    .conf_keys = set_keys,
+    .nconf_keys = sizeof set_keys / sizeof *set_keys,
+    .conf_size = sizeof(sl_target_set_conf),
+    .doc = "append events to another event set",
+    .check_conf = set_check_conf,
 };

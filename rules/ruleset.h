@@ -13,6 +13,7 @@
 #ifndef SL_RULESET_H
 #define SL_RULESET_H
 
+#include "core/bus/connector.h"
 #include "core/bus/lanes.h"
 #include "rules/input.h"
 #include "rules/pattern.h"
@@ -21,8 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A rule's targets; the connector API (core/bus/connector.h) defines it. */
-struct sl_target_config;
 
 typedef enum sl_backoff {
     SL_BACKOFF_EXPONENTIAL, /* initial, 2×, 4× … up to max, with full jitter */
@@ -47,8 +46,11 @@ typedef struct sl_rule_config {
     sl_pattern *pattern;                     /* compiled match_json */
     bool filter, transform, transform_batch; /* which Lua functions it has */
     sl_input *input;                         /* input transformer; NULL none */
-    struct sl_target_config *targets;
+    sl_target_config *targets;
     size_t ntargets;
+    /* The dlq as a target.set { set = dlq } (ops NULL without a dlq), made
+     * by the loader so that the runner needs no registry. */
+    sl_target_config dlq_target;
     bool from_beginning; /* start = "beginning": a new rule reads the whole set */
     bool target_given;   /* target(s) was written, even if refused */
     bool enabled;

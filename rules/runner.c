@@ -126,6 +126,14 @@ static void free_runner(sl_runner *r)
     free(r);
 }
 
+/* Targets of one kind are numbered in labels (http#1, http#2); plugin
+ * kinds (no built-in config) all count as one kind, as when kinds were an
+ * enum with one value for every plugin. */
+static bool same_kind(const sl_target_config *a, const sl_target_config *b)
+{
+    return a->ops == b->ops || (!a->conf && !b->conf);
+}
+
 static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
 {
     const sl_rule_config *rc = rr->rc;
@@ -151,8 +159,7 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
     rr->batch_records = BATCH_RECORDS;
     for (size_t t = 0; t < rc->ntargets; t++) {
         target_inst *ti = &rr->targets[t];
-        ti->kind = rc->targets[t].kind;
-        ti->ops = sl_target_ops_of(&rc->targets[t]);
+        ti->ops = rc->targets[t].ops;
         /* A target that waits per call (a Kafka delivery report) moves more
          * per turn; the others keep turns short (a cursor commit each). */
         if (ti->ops->batch_hint > rr->batch_records)
@@ -160,7 +167,7 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
                 ti->ops->batch_hint < BATCH_RECORDS_MAX ? ti->ops->batch_hint : BATCH_RECORDS_MAX;
         size_t same = 0, nth = 0;
         for (size_t u = 0; u < rc->ntargets; u++)
-            if (rc->targets[u].kind == ti->kind && (same++, u <= t))
+            if (same_kind(&rc->targets[u], &rc->targets[t]) && (same++, u <= t))
                 nth++;
         if (same > 1)
             snprintf(ti->label, sizeof ti->label, "%s#%zu", ti->ops->name, nth);
@@ -172,10 +179,9 @@ static int open_targets(sl_runner *r, rule_run *rr, sl_error *err)
     }
     if (rc->dlq && !base) {
         /* Dead letters are appended like target.set does, lane and key kept. */
-        rr->dlq_cfg = (sl_target_config){.kind = SL_TARGET_SET, .set = rc->dlq, .line = rc->line};
-        rr->dlq.ops = sl_target_find(SL_TARGET_SET);
+        rr->dlq.ops = rc->dlq_target.ops; /* target.set { set = rc->dlq }, made by the loader */
         snprintf(rr->dlq.label, sizeof rr->dlq.label, "dlq");
-        int rc2 = rr->dlq.ops->open(&rr->dlq_cfg, &env, &rr->dlq.impl, err);
+        int rc2 = rr->dlq.ops->open(&rc->dlq_target, &env, &rr->dlq.impl, err);
         if (rc2)
             return rc2;
     }

@@ -104,7 +104,6 @@ struct replay {
 typedef struct target_inst {
     const sl_target_ops *ops;
     void *impl;
-    sl_target_kind kind;
     char label[32]; /* "http", or "http#2" when the rule has several http targets */
 } target_inst;
 
@@ -129,8 +128,7 @@ struct rule_run {
     sl_set *set;
     target_inst *targets;
     size_t ntargets;
-    target_inst dlq;          /* impl NULL: no dead-letter set */
-    sl_target_config dlq_cfg; /* target.set { set = rc->dlq }: outlives its instance */
+    target_inst dlq; /* impl NULL: no dead-letter set */
     consumer *cons;
     int32_t nparts;
     counters ctr;

@@ -4,7 +4,8 @@
  * The file runs once in a sandboxed Lua state (rules/sandbox.h) with the
  * vocabulary of lua/prelude.lua, which records every declaration with its
  * line. This module then checks each declaration against one key table per
- * block (server, set, rule, each target kind): unknown keys, wrong types,
+ * block (server, set, rule here; each connector kind declares its own, see
+ * core/bus/conf_key.h and server/registry.h): unknown keys, wrong types,
  * bad durations/sizes, bad patterns, missing schema files, unknown sets and
  * targets are all reported, each as "FILE:LINE: message", not just the
  * first. The same key tables print the reference in docs/config.md
@@ -18,6 +19,7 @@
 #define SL_CONFIG_H
 
 #include "core/bus/auth.h"
+#include "core/bus/connector.h"
 #include "core/base/buf.h"
 #include "core/base/err.h"
 #include "core/bus/set.h"
@@ -30,124 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum sl_target_kind {
-    SL_TARGET_FILE,   /* NDJSON lines appended to a file */
-    SL_TARGET_SET,    /* events appended to another event set */
-    SL_TARGET_HTTP,   /* requests to an HTTP endpoint (libcurl) */
-    SL_TARGET_KAFKA,  /* records produced to an external Kafka topic (librdkafka) */
-    SL_TARGET_PLUGIN, /* a kind a loadable plugin registered (core/bus/plugin.h) */
-} sl_target_kind;
-
-struct sl_target_ops;
-struct sl_source_ops;
-
-/* How target.http (and target.kafka) sends a payload. */
-typedef enum sl_http_body {
-    SL_HTTP_BODY_STRUCTURED, /* the CloudEvent as JSON (application/cloudevents+json) */
-    SL_HTTP_BODY_BINARY,     /* data as the body, attributes as ce-* headers */
-    SL_HTTP_BODY_DATA,       /* the payload alone (what `input` made, or the data) */
-} sl_http_body;
-
-typedef struct sl_target_config {
-    sl_target_kind kind;
-    int line;
-    char *path;            /* file: where (relative paths: to the config's folder) */
-    uint64_t rotate_bytes; /* file: rename to PATH.1 … past this size; 0 never */
-    int64_t keep;          /* file: rotated files kept */
-    char *set;             /* set: the event set to append to */
-    /* http */
-    char *url;      /* template: {attribute} is replaced from the event */
-    char *method;   /* default POST */
-    char **headers; /* "Name: value" lines */
-    size_t nheaders;
-    char *bearer;                   /* auth.bearer */
-    char *basic_user, *basic_pass;  /* auth.basic */
-    char *api_key_header, *api_key; /* auth.api_key */
-    bool tls_verify;                /* default true */
-    char *ca_file;
-    int64_t connect_timeout_ms; /* default 5 s */
-    int64_t timeout_ms;         /* whole request; default 30 s */
-    int64_t concurrency;        /* requests in flight per rule; default 8 */
-    int64_t rate;               /* requests per second; 0 unlimited */
-    sl_http_body body;          /* http: default structured; kafka: default binary */
-    int64_t batch;              /* payloads per request (a JSON array); default 1 */
-    /* kafka (timeout_ms: message.timeout.ms; headers: record headers; body) */
-    char *brokers;     /* bootstrap.servers */
-    char *topic;       /* template: {attribute} is replaced from the event */
-    char *key;         /* template; NULL: partitionkey, else subject, else none */
-    char *compression; /* compression.type; NULL: zstd */
-    char **properties; /* "name=value" lines passed to librdkafka as they are */
-    size_t nproperties;
-    /* plugin: its ops and its keys' values as "name=value" lines (values
-     * normalised: durations in ms, sizes in bytes, booleans true/false) */
-    const struct sl_target_ops *plugin;
-    char **options;
-    size_t noptions;
-    /* set by the loader from the owning rule */
-    bool ordered; /* keep per-partition order (rule.ordered) */
-} sl_target_config;
-
-typedef enum sl_source_kind {
-    SL_SOURCE_FILE,    /* lines of files, tailed (connectors/source_file.c) */
-    SL_SOURCE_WEBHOOK, /* verified SaaS webhooks on POST /v1/webhooks/NAME */
-    SL_SOURCE_KAFKA,   /* records of an external Kafka cluster (consumer group) */
-    SL_SOURCE_PLUGIN,  /* a kind a loadable plugin registered */
-} sl_source_kind;
-
-/* How source.file turns a line into an event. */
-typedef enum sl_source_parse {
-    SL_PARSE_JSON, /* a CloudEvent as it is; other JSON becomes data; non-JSON: text data */
-    SL_PARSE_TEXT, /* the line is text data */
-    SL_PARSE_LUA,  /* parse = function(line) … end (see docs/sources.md) */
-} sl_source_parse;
-
-/* source.KIND { … }: one declaration. Strings are owned. */
-typedef struct sl_source_config {
-    sl_source_kind kind;
-    const char *kind_name; /* "file", "webhook", "kafka" or the plugin's name */
-    int line;
-    size_t index;        /* among the config's sources (rule VMs find parse functions by it) */
-    char *name;          /* unique among sources; state lives in DATA/sources/NAME */
-    char *set;           /* required: where the events go */
-    char *lane;          /* stamped on every event; NULL: base (or what the event says) */
-    char *type;          /* CloudEvent type of wrapped payloads; NULL: the kind's default */
-    char *source;        /* CloudEvent source of wrapped payloads; NULL: the kind's default */
-    bool from_beginning; /* start = "beginning" (file, kafka); default "end" */
-    /* file */
-    char *path; /* glob pattern, resolved against the config's folder */
-    sl_source_parse parse;
-    char *multiline;              /* ERE a line must match to start a new event; NULL: off */
-    int64_t multiline_timeout_ms; /* a pending group is emitted after this quiet time; 1 s */
-    uint64_t max_line;            /* bytes; default 256 KiB */
-    bool split_long;              /* long_lines = "split" (default) or "skip" */
-    int64_t poll_ms;              /* file check / glob rescan interval; default 250 ms */
-    bool inotify;                 /* use inotify when it works; default true */
-    /* webhook */
-    char *preset;           /* "github" | "stripe" | "slack" | "generic" */
-    char *secret;           /* one, or several comma-separated (rotation) */
-    char *header;           /* generic: the signature header */
-    char *algorithm;        /* generic: sha1 | sha256 | sha512 */
-    bool base64;            /* generic: encoding = "base64" (default "hex") */
-    char *prefix;           /* generic: e.g. "sha256=" */
-    char *timestamp_header; /* generic */
-    int64_t tolerance_ms;   /* timestamp window; default 5 min */
-    char *id_header;        /* generic: the delivery id header used for dedupe */
-    int64_t dedupe_ms;      /* how long a delivery id is remembered; default 24 h */
-    /* kafka */
-    char *brokers;
-    char **topics; /* names, or regexes starting with ^ (librdkafka's rule) */
-    size_t ntopics;
-    char *group;
-    char **properties; /* "name=value" librdkafka consumer properties */
-    size_t nproperties;
-    /* plugin (as for targets) */
-    const struct sl_source_ops *plugin;
-    char **options;
-    size_t noptions;
-    const struct sl_config *owner; /* the config this block belongs to */
-} sl_source_config;
-
-/* sl_backoff, sl_retry_config and sl_rule_config are in rules/ruleset.h,
+/* sl_target_config and sl_source_config are in core/bus/connector.h;
+ * sl_backoff, sl_retry_config and sl_rule_config in rules/ruleset.h,
  * sl_lane_env and sl_lane_decl in core/bus/lanes.h. */
 
 typedef struct sl_schema_entry {

@@ -1,53 +1,56 @@
 /*
- * server/registry.c — the tables of built-in connectors, and the look-up
- * that prefers a configured plugin's table.
+ * server/registry.c — the tables of the built-in connectors: adding a
+ * connector kind adds one line here (its keys live in its own file).
  */
-#include "core/bus/connector.h"
+#include "server/registry.h"
 
-extern const sl_target_ops sl__target_file_ops;
-extern const sl_target_ops sl__target_set_ops;
-extern const sl_target_ops sl__target_http_ops;
-extern const sl_target_ops sl__target_kafka_ops;
-extern const sl_source_ops sl__source_file_ops;
-extern const sl_source_ops sl__source_kafka_ops;
+#include "connectors/source_file.h"
+#include "connectors/source_kafka.h"
+#include "connectors/source_webhook.h"
+#include "connectors/target_file.h"
+#include "connectors/target_http.h"
+#include "connectors/target_kafka.h"
+#include "connectors/target_set.h"
 
-const sl_target_ops *sl_target_find(sl_target_kind kind)
+#include <string.h>
+
+static const sl_target_ops *const targets[] = {
+    &sl_target_file_ops,
+    &sl_target_set_ops,
+    &sl_target_http_ops,
+    &sl_target_kafka_ops,
+};
+
+static const sl_source_ops *const sources[] = {
+    &sl_source_file_ops,
+    &sl_source_webhook_ops,
+    &sl_source_kafka_ops,
+};
+
+const sl_target_ops *const *sl_registry_targets(size_t *n)
 {
-    switch (kind) {
-    case SL_TARGET_FILE:
-        return &sl__target_file_ops;
-    case SL_TARGET_SET:
-        return &sl__target_set_ops;
-    case SL_TARGET_HTTP:
-        return &sl__target_http_ops;
-    case SL_TARGET_KAFKA:
-        return &sl__target_kafka_ops;
-    case SL_TARGET_PLUGIN:
-        return NULL;
-    }
+    *n = sizeof targets / sizeof *targets;
+    return targets;
+}
+
+const sl_source_ops *const *sl_registry_sources(size_t *n)
+{
+    *n = sizeof sources / sizeof *sources;
+    return sources;
+}
+
+const sl_target_ops *sl_registry_target(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof targets / sizeof *targets; i++)
+        if (strcmp(targets[i]->name, name) == 0)
+            return targets[i];
     return NULL;
 }
 
-const sl_target_ops *sl_target_ops_of(const sl_target_config *cfg)
+const sl_source_ops *sl_registry_source(const char *name)
 {
-    return cfg->plugin ? cfg->plugin : sl_target_find(cfg->kind);
-}
-
-const sl_source_ops *sl_source_find(sl_source_kind kind)
-{
-    switch (kind) {
-    case SL_SOURCE_FILE:
-        return &sl__source_file_ops;
-    case SL_SOURCE_KAFKA:
-        return &sl__source_kafka_ops;
-    case SL_SOURCE_WEBHOOK:
-    case SL_SOURCE_PLUGIN:
-        return NULL;
-    }
+    for (size_t i = 0; name && i < sizeof sources / sizeof *sources; i++)
+        if (strcmp(sources[i]->name, name) == 0)
+            return sources[i];
     return NULL;
-}
-
-const sl_source_ops *sl_source_ops_of(const sl_source_config *cfg)
-{
-    return cfg->plugin ? cfg->plugin : sl_source_find(cfg->kind);
 }

@@ -21,8 +21,10 @@
  */
 #include "server/sources.h"
 
+#include "connectors/source_file.h"
 #include "connectors/source_kafka.h"
 #include "rules/rule.h"
+#include "connectors/source_webhook.h"
 
 #include "core/base/base64.h"
 #include "core/base/clock.h"
@@ -690,16 +692,12 @@ static void src_free(src *s)
 
 static const char *default_type(const sl_source_config *c)
 {
-    switch (c->kind) {
-    case SL_SOURCE_FILE:
+    if (c->ops == &sl_source_file_ops)
         return "sluice.file.line";
-    case SL_SOURCE_KAFKA:
+    if (c->ops == &sl_source_kafka_ops)
         return "sluice.kafka.record";
-    case SL_SOURCE_WEBHOOK:
+    if (c->ops == &sl_source_webhook_ops)
         return "sluice.webhook";
-    case SL_SOURCE_PLUGIN:
-        break;
-    }
     return "sluice.plugin";
 }
 
@@ -734,17 +732,19 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
     s->arena = (sl_buf)SL_BUF_INIT;
     s->wrap = (sl_buf)SL_BUF_INIT;
     s->dflt_type = default_type(c);
-    s->dflt_source = c->kind == SL_SOURCE_FILE && c->path ? c->path : c->kind_name;
+    const char *path =
+        c->ops == &sl_source_file_ops ? ((const sl_source_file_conf *)c->conf)->path : NULL;
+    s->dflt_source = path ? path : c->kind_name;
     s->decl = sl_config_set(c->owner, c->set);
     s->schemas = s->decl && s->decl->nschemas;
     /* Declared (the config check requires a `set` block; the router defines
      * it first): looked up, never created here, never counted against
      * max_auto_sets. */
     int rc = sl_sets_get(o->opts.sets, c->set, false, &s->set, err);
-    if (!rc && c->kind == SL_SOURCE_WEBHOOK) {
+    if (!rc && c->ops == &sl_source_webhook_ops) {
         rc = sl_webhook_source_new(c, &s->webhook, err);
     } else if (!rc) {
-        s->ops = sl_source_ops_of(c);
+        s->ops = c->ops->open ? c->ops : NULL;
         snprintf(s->state_dir, sizeof s->state_dir, "%s/sources/%s", o->opts.data_dir, c->name);
         if (!s->ops)
             rc = sl_error_set(err, SL_EINVAL, "source.%s: no such connector", c->kind_name);
@@ -752,7 +752,9 @@ static int src_open(sl_sources *o, const sl_source_config *c, src **out, sl_erro
             rc = sl_error_set(err, SL_EIO, "source %s: cannot create %s: %s", c->name, s->state_dir,
                               strerror(errno));
     }
-    if (!rc && s->ops && c->parse == SL_PARSE_LUA)
+    /* source.file's parse = function(line): the host runs config functions. */
+    if (!rc && s->ops && c->ops == &sl_source_file_ops &&
+        ((const sl_source_file_conf *)c->conf)->parse == SL_PARSE_LUA)
         rc = open_parse(s, c, err);
     if (!rc && s->ops) {
         s->host = (sl_source_host){.abi_version = SL_CONNECTOR_ABI_VERSION,
@@ -850,8 +852,7 @@ static const char *src_state(src *s, bool ok, const char *msg, int64_t *since, c
                              size_t cap)
 {
     why[0] = '\0';
-    if (s->ops && s->impl && s->cfg->kind == SL_SOURCE_KAFKA &&
-        s->ops == sl_source_find(SL_SOURCE_KAFKA))
+    if (s->ops && s->impl && s->ops == &sl_source_kafka_ops)
         return sl_source_kafka_state(s->impl, since, why, cap);
     const char *st = s->webhook || s->ops ? (ok ? st_running : st_failing) : st_stopped;
     if (!ok)

@@ -4,10 +4,12 @@
  * alike (core/bus/plugin.h; plugins/README.md is the ABI for their authors).
  *
  * Like every sluice vtable the first field is the ABI version, and a caller
- * reads a field only when the version says it exists. The built-in tables
- * are listed by the registry of kinds (server/registry.c), which prefers a
- * configured plugin's table; the rule runner (rules/) owns the target
- * instances, the sources host (server/sources.c) the source instances.
+ * reads a field only when the version says it exists. Built-in kinds are
+ * listed by the registry of kinds (server/registry.c), plugins register
+ * theirs (core/bus/plugin.h); the config loader resolves each block's kind
+ * once and stores its table in the block's config (ops), so the rule runner
+ * (rules/, which owns the target instances) and the sources host
+ * (server/sources.c, the source instances) never look a kind up.
  *
  * Targets (ARCHITECTURE.md §8): delivery is asynchronous by contract.
  * deliver() may complete some payloads before it returns and others later
@@ -27,15 +29,73 @@
 #ifndef SL_CONNECTOR_H
 #define SL_CONNECTOR_H
 
-#include "server/config.h"
-#include "core/bus/databus.h"
 #include "core/base/err.h"
+#include "core/bus/conf_key.h"
+#include "core/bus/databus.h"
 #include "core/bus/set.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_CONNECTOR_ABI_VERSION 1
+/* 2: the config structs hold only what every kind has plus the kind's own
+ * struct (conf); the ops tables end with the built-in kinds' key tables
+ * (docs/plugin-abi.md, "Versions"). */
+#define SL_CONNECTOR_ABI_VERSION 2
+
+struct sl_target_ops;
+struct sl_source_ops;
+struct sl_config;
+
+/* target.KIND { … }: one target of a rule, as the config loader read it. */
+typedef struct sl_target_config {
+    const struct sl_target_ops *ops; /* the kind's table (built-in or plugin), never NULL */
+    const char *kind_name;           /* ops->name: "file", "set", … or the plugin's */
+    int line;
+    bool ordered; /* keep per-partition order (the owning rule's `ordered`) */
+    /* Built-in kinds: the kind's own struct (ops->conf_size bytes, e.g.
+     * sl_target_http_conf), filled from ops->conf_keys; NULL for plugins. */
+    void *conf;
+    /* Plugins: their keys' values as "name=value" lines (values normalised:
+     * durations in ms, sizes in bytes, booleans true/false). */
+    char **options;
+    size_t noptions;
+} sl_target_config;
+
+/* source.KIND { … }: one declaration. Strings are owned. */
+typedef struct sl_source_config {
+    const struct sl_source_ops *ops; /* the kind's table (built-in or plugin), never NULL */
+    const char *kind_name;           /* ops->name: "file", "webhook", "kafka" or the plugin's */
+    int line;
+    size_t index;        /* among the config's sources (rule VMs find parse functions by it) */
+    char *name;          /* unique among sources; state lives in DATA/sources/NAME */
+    char *set;           /* required: where the events go */
+    char *lane;          /* stamped on every event; NULL: base (or what the event says) */
+    char *type;          /* CloudEvent type of wrapped payloads; NULL: the kind's default */
+    char *source;        /* CloudEvent source of wrapped payloads; NULL: the kind's default */
+    bool from_beginning; /* start = "beginning" (file, kafka); default "end" */
+    /* Built-in kinds: the kind's own struct (ops->conf_size bytes, e.g.
+     * sl_source_file_conf), filled from ops->conf_keys; NULL for plugins. */
+    void *conf;
+    /* Plugins: as for targets. */
+    char **options;
+    size_t noptions;
+    const struct sl_config *owner; /* the config this block belongs to (opaque here) */
+} sl_source_config;
+
+/* What the config loader gives a kind's check_conf(): a way to report each
+ * mistake of a block on the line of the key it names, and what a block
+ * cannot see by itself. */
+typedef struct sl_conf_check {
+    void *ctx;
+    /* Reports "WHO: message" (WHO: the rule of a target, the source) on the
+     * line of key in the block (NULL: the block's first line). */
+    void (*problem)(void *ctx, const char *key, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+    /* Whether the config declares set name. */
+    bool (*set_declared)(void *ctx, const char *name);
+    const char *rule_set; /* targets: the set the owning rule reads; NULL for sources */
+} sl_conf_check;
 
 /* The type of a plugin's config key; config values are checked against it
  * and handed over as text: durations in ms, sizes in bytes, integers and
@@ -109,13 +169,19 @@ typedef struct sl_target_ops {
     /* Plugins: the keys of their target.NAME { … } block. Built-ins: NULL. */
     const sl_plugin_key *keys;
     size_t nkeys;
+    /* Since ABI 2. Built-in kinds: the keys of their block as a table the
+     * loader reads into a struct of conf_size bytes (cfg->conf), which starts
+     * as a copy of conf_defaults (NULL: zeros); doc is the kind's sentence
+     * in docs/config.md. Plugins leave these zero (their keys are above). */
+    const sl_conf_key *conf_keys;
+    size_t nconf_keys;
+    size_t conf_size;
+    const void *conf_defaults;
+    const char *doc;
+    /* Since ABI 2, optional: checks the block's values when the config is
+     * loaded, reporting every mistake through chk; runs before check(). */
+    void (*check_conf)(const sl_target_config *cfg, const sl_conf_check *chk);
 } sl_target_ops;
-
-/* The built-in table for a target kind. */
-const sl_target_ops *sl_target_find(sl_target_kind kind);
-
-/* The table of a configured target: its plugin's, or the built-in one. */
-const sl_target_ops *sl_target_ops_of(const sl_target_config *cfg);
 
 /* ---- sources ----------------------------------------------------------------
  *
@@ -207,12 +273,13 @@ typedef struct sl_source_ops {
     uint32_t abi_version; /* SL_CONNECTOR_ABI_VERSION */
     const char *name;     /* as in source.NAME { … } */
     /* Plugins: the keys of their block besides the common ones (name, set,
-     * lane, type, source, start). Built-ins: NULL (server/config.c knows). */
+     * lane, type, source, start). Built-ins: NULL (see conf_keys). */
     const sl_plugin_key *keys;
     size_t nkeys;
     /* Optional: checks at `sluice check` time. 0, or SL_EINVAL with err. */
     int (*check)(const sl_source_config *cfg, sl_error *err);
-    /* Creates the instance and starts its thread(s). host outlives it. */
+    /* Creates the instance and starts its thread(s). host outlives it.
+     * NULL for source.webhook, which the HTTP API serves. */
     int (*open)(const sl_source_config *cfg, const sl_source_host *host, void **impl,
                 sl_error *err);
     /* Asks the instance to stop (host->stopping() is already true): a
@@ -227,13 +294,15 @@ typedef struct sl_source_ops {
      * (sl_metrics_family; a family without both is left out of /metrics);
      * returns the bytes written. */
     size_t (*metrics)(void *impl, char *out, size_t cap);
+    /* Since ABI 2: as for targets (conf_keys: the kind's own keys, after the
+     * common ones; no_start: the kind takes no `start` key, e.g. webhook). */
+    const sl_conf_key *conf_keys;
+    size_t nconf_keys;
+    size_t conf_size;
+    const void *conf_defaults;
+    const char *doc;
+    void (*check_conf)(const sl_source_config *cfg, const sl_conf_check *chk);
+    bool no_start;
 } sl_source_ops;
-
-/* The built-in table for a source kind (NULL for webhook, which the HTTP
- * API serves: connectors/source_webhook.h). */
-const sl_source_ops *sl_source_find(sl_source_kind kind);
-
-/* The table of a configured source: its plugin's, or the built-in one. */
-const sl_source_ops *sl_source_ops_of(const sl_source_config *cfg);
 
 #endif

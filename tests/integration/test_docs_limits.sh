@@ -7,7 +7,7 @@
 #  - the first `block.key` in "change it with" is a key `sluice check --keys`
 #    prints, and its default is the limit (or the "default N" the row names;
 #    "unlimited" for 0); a range "(A – B)" or "(at least A)" beside it, or a
-#    range as the limit, is the key's bounds in server/config.c's key tables;
+#    range as the limit, is the key's bounds in the key tables (server/config*.c, connectors/*.c);
 #  - a few limits that are literals in the code, not named constants, are
 #    found with a pattern below;
 # and every row is checked by at least one of these. Sizes are in bytes
@@ -107,12 +107,15 @@ for line in open(keysmd):
     if m and block:
         keys["%s.%s" % (block, m.group(1))] = m.group(2).strip().strip('"')
 blocks = {k.rsplit(".", 1)[0] for k in keys}
-config_c = open("server/config.c").read()
+# The key tables: the server's own blocks (server/config*.c) and each
+# connector's (connectors/*.c).
+import glob
+config_c = "".join(open(f).read() for f in sorted(glob.glob("server/config*.c") + glob.glob("connectors/*.c")))
 
 def bounds(key):
     name = key.rsplit(".", 1)[1]
     out = []
-    for m in re.finditer(r'\{"%s", K_\w+, FIELD\([^)]*\), ([^,]+), ([^,]+),' % re.escape(name), config_c):
+    for m in re.finditer(r'\{"%s",\s*(?:SL_KEY|K)_\w+,\s*(?:SL_CONF_)?FIELD\([^)]*\),\s*([^,]+),\s*([^,]+),' % re.escape(name), config_c):
         out.append((evaluate(m.group(1)), evaluate(m.group(2))))
     return out
 

@@ -419,7 +419,13 @@ static void test_refused_plugins(void **state)
     expect_refused(s, "bad_abi",
                    (const char *[]){"sluice.lua:1: plugin ",
                                     "bad_abi.so: built for sluice plugin "
-                                    "ABI 2, this sluice speaks ABI 1; rebuild it against this "
+                                    "ABI 3, this sluice speaks ABI 2; rebuild it against this "
+                                    "sluice's headers",
+                                    NULL});
+    expect_refused(s, "old_abi",
+                   (const char *[]){"sluice.lua:1: plugin ",
+                                    "old_abi.so: built for sluice plugin "
+                                    "ABI 1, this sluice speaks ABI 2; rebuild it against this "
                                     "sluice's headers",
                                     NULL});
     expect_refused(s, "no_register",
@@ -487,8 +493,8 @@ static void test_reload(void **state)
      * the message, and the running config stays. */
     plugin_folder(s, "plugins", (const char *[]){"bad_abi", NULL});
     reload_and_wait(s, "refused; the running config stays");
-    assert_true(it_log_contains(s, "bad_abi.so: built for sluice plugin ABI 2, this sluice speaks "
-                                   "ABI 1; rebuild it against this sluice's headers"));
+    assert_true(it_log_contains(s, "bad_abi.so: built for sluice plugin ABI 3, this sluice speaks "
+                                   "ABI 2; rebuild it against this sluice's headers"));
     assert_int_equal(it_status_of(s->port, "/healthz"), 200);
 
     /* A config without plugin_dir does not see the plugins loaded for the

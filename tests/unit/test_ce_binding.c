@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include "core/bus/ce_binding.h"
+#include "connectors/target_kafka.h"
 #include "core/bus/connector.h"
 #include "core/base/buf.h"
 
@@ -185,19 +186,28 @@ static int64_t clock_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The Kafka keys of a config made by kcfg() (each gets its own, from a pool
+ * that lives as long as the test, as a config outlives its targets). */
+#define K(c) ((sl_target_kafka_conf *)(c).conf)
+
 static sl_target_config kcfg(void)
 {
+    static sl_target_kafka_conf pool[32];
+    static size_t used;
+    assert_true(used < sizeof pool / sizeof *pool);
+    sl_target_kafka_conf *k = &pool[used++];
+    *k = (sl_target_kafka_conf){.timeout_ms = 1000, .body = SL_HTTP_BODY_BINARY};
     sl_target_config c = {
-        .kind = SL_TARGET_KAFKA, .timeout_ms = 1000, .ordered = true, .body = SL_HTTP_BODY_BINARY};
-    c.brokers = (char *)"127.0.0.1:1";
-    c.topic = (char *)"t-{type}";
+        .ops = &sl_target_kafka_ops, .kind_name = "kafka", .ordered = true, .conf = k};
+    K(c)->brokers = (char *)"127.0.0.1:1";
+    K(c)->topic = (char *)"t-{type}";
     return c;
 }
 
 static void test_kafka_check(void **state)
 {
     (void)state;
-    const sl_target_ops *ops = sl_target_find(SL_TARGET_KAFKA);
+    const sl_target_ops *ops = &sl_target_kafka_ops;
     assert_non_null(ops);
     assert_non_null(ops->check);
     sl_target_config c = kcfg();
@@ -205,21 +215,21 @@ static void test_kafka_check(void **state)
     assert_int_equal(ops->check(&c, &err), 0);
     char p1[] = "linger.ms=1", p2[] = "no.such.property=1";
     char *props[] = {p1, p2};
-    c.properties = props;
-    c.nproperties = 2;
+    K(c)->properties = props;
+    K(c)->nproperties = 2;
     assert_int_equal(ops->check(&c, &err), SL_EINVAL);
     assert_non_null(strstr(err.msg, "no.such.property"));
-    c.nproperties = 1;
-    c.compression = (char *)"brotli";
+    K(c)->nproperties = 1;
+    K(c)->compression = (char *)"brotli";
     assert_int_equal(ops->check(&c, &err), SL_EINVAL);
     assert_non_null(strstr(err.msg, "brotli"));
-    c.compression = NULL;
-    c.topic = (char *)"bad topic";
+    K(c)->compression = NULL;
+    K(c)->topic = (char *)"bad topic";
     assert_int_equal(ops->check(&c, &err), SL_EINVAL);
-    c.topic = (char *)"t-{type";
+    K(c)->topic = (char *)"t-{type";
     assert_int_equal(ops->check(&c, &err), SL_EINVAL);
-    c.topic = (char *)"t";
-    c.key = (char *)"{a}{";
+    K(c)->topic = (char *)"t";
+    K(c)->key = (char *)"{a}{";
     assert_int_equal(ops->check(&c, &err), SL_EINVAL);
 }
 
@@ -242,7 +252,7 @@ static void on_done(void *ctx, size_t i, int status, const char *reason)
 static void test_kafka_refusals(void **state)
 {
     (void)state;
-    const sl_target_ops *ops = sl_target_find(SL_TARGET_KAFKA);
+    const sl_target_ops *ops = &sl_target_kafka_ops;
     sl_target_config c = kcfg();
     sl_target_env env = {.rule = "r"};
     void *impl = NULL;
@@ -282,12 +292,12 @@ static void test_kafka_refusals(void **state)
 static void test_kafka_queue_full(void **state)
 {
     (void)state;
-    const sl_target_ops *ops = sl_target_find(SL_TARGET_KAFKA);
+    const sl_target_ops *ops = &sl_target_kafka_ops;
     sl_target_config c = kcfg();
     char p1[] = "queue.buffering.max.messages=2";
     char *props[] = {p1};
-    c.properties = props;
-    c.nproperties = 1;
+    K(c)->properties = props;
+    K(c)->nproperties = 1;
     sl_target_env env = {.rule = "r"};
     void *impl = NULL;
     sl_error err = {0};

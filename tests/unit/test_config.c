@@ -6,6 +6,13 @@
 #include "testutil.h"
 
 #include "server/config.h"
+#include "connectors/source_file.h"
+#include "connectors/source_kafka.h"
+#include "connectors/source_webhook.h"
+#include "connectors/target_file.h"
+#include "connectors/target_http.h"
+#include "connectors/target_kafka.h"
+#include "connectors/target_set.h"
 #include "core/base/buf.h"
 #include "core/bus/cursor.h"
 
@@ -150,16 +157,17 @@ static void test_full_config(void **state)
     assert_true(r1->from_beginning);
     assert_false(r1->enabled);
     assert_int_equal(r1->ntargets, 2);
-    assert_int_equal(r1->targets[0].kind, SL_TARGET_FILE);
+    assert_ptr_equal(r1->targets[0].ops, &sl_target_file_ops);
+    const sl_target_file_conf *f0 = r1->targets[0].conf;
     snprintf(want, sizeof want, "%s/out/a.ndjson", f->dir);
-    assert_string_equal(r1->targets[0].path, want);
-    assert_int_equal(r1->targets[0].rotate_bytes, 1u << 20);
-    assert_int_equal(r1->targets[0].keep, 3);
-    assert_int_equal(r1->targets[1].kind, SL_TARGET_SET);
-    assert_string_equal(r1->targets[1].set, "copy");
+    assert_string_equal(f0->path, want);
+    assert_int_equal(f0->rotate_bytes, 1u << 20);
+    assert_int_equal(f0->keep, 3);
+    assert_ptr_equal(r1->targets[1].ops, &sl_target_set_ops);
+    assert_string_equal(((const sl_target_set_conf *)r1->targets[1].conf)->set, "copy");
     const sl_rule_config *r2 = sl_config_rule(cfg, "r2");
     assert_true(r2->transform_batch && r2->enabled && !r2->from_beginning);
-    assert_int_equal(r2->targets[0].keep, 5);
+    assert_int_equal(((const sl_target_file_conf *)r2->targets[0].conf)->keep, 5);
     assert_null(sl_config_rule(cfg, "r3"));
     sl_config_free(cfg);
 }
@@ -318,13 +326,13 @@ static void test_http_target(void **state)
     free(diag);
     const sl_rule_config *r = sl_config_rule(cfg, "r");
     assert_int_equal(r->ntargets, 3);
-    const sl_target_config *t = &r->targets[0];
-    assert_int_equal(t->kind, SL_TARGET_HTTP);
+    assert_ptr_equal(r->targets[0].ops, &sl_target_http_ops);
+    const sl_target_http_conf *t = r->targets[0].conf;
     assert_string_equal(t->url, "https://h/{subject}");
     assert_string_equal(t->method, "PUT");
     assert_int_equal(t->nheaders, 1);
     assert_string_equal(t->headers[0], "X-A: 1");
-    assert_string_equal(t->bearer, "s3cret");
+    assert_string_equal(t->auth.bearer, "s3cret");
     assert_false(t->tls_verify);
     assert_string_equal(t->ca_file, "/etc/ca.pem");
     assert_int_equal(t->connect_timeout_ms, 2000);
@@ -333,17 +341,18 @@ static void test_http_target(void **state)
     assert_int_equal(t->rate, 100);
     assert_int_equal(t->body, SL_HTTP_BODY_BINARY);
     assert_int_equal(t->batch, 10);
-    t = &r->targets[1]; /* defaults */
+    t = r->targets[1].conf; /* defaults */
     assert_true(t->tls_verify);
     assert_int_equal(t->connect_timeout_ms, 5000);
     assert_int_equal(t->timeout_ms, 30000);
     assert_int_equal(t->concurrency, 8);
     assert_int_equal(t->batch, 1);
     assert_int_equal(t->body, SL_HTTP_BODY_STRUCTURED);
-    assert_string_equal(t->basic_user, "u");
-    assert_string_equal(t->basic_pass, "p");
-    assert_string_equal(r->targets[2].api_key_header, "X-Key");
-    assert_string_equal(r->targets[2].api_key, "k");
+    assert_string_equal(t->auth.basic_user, "u");
+    assert_string_equal(t->auth.basic_pass, "p");
+    t = r->targets[2].conf;
+    assert_string_equal(t->auth.api_key_header, "X-Key");
+    assert_string_equal(t->auth.api_key, "k");
     sl_config_free(cfg);
 
 #define HTTP_RULE(body)                                                                            \
@@ -596,8 +605,8 @@ static void test_kafka_target(void **state)
     if (rc)
         fail_msg("%s", diag);
     free(diag);
-    const sl_target_config *k = &sl_config_rule(cfg, "k")->targets[0];
-    assert_int_equal(k->kind, SL_TARGET_KAFKA);
+    assert_ptr_equal(sl_config_rule(cfg, "k")->targets[0].ops, &sl_target_kafka_ops);
+    const sl_target_kafka_conf *k = sl_config_rule(cfg, "k")->targets[0].conf;
     assert_string_equal(k->brokers, "127.0.0.1:9");
     assert_string_equal(k->topic, "t-{type}");
     assert_string_equal(k->key, "{subject}");
@@ -607,7 +616,7 @@ static void test_kafka_target(void **state)
     for (size_t i = 0; i < k->nproperties; i++)
         linger |= strcmp(k->properties[i], "linger.ms=7") == 0;
     assert_true(linger);
-    const sl_target_config *d = &sl_config_rule(cfg, "d")->targets[0];
+    const sl_target_kafka_conf *d = sl_config_rule(cfg, "d")->targets[0].conf;
     assert_int_equal(d->body, SL_HTTP_BODY_BINARY); /* the Kafka binding's default */
     assert_null(d->key);
     assert_int_equal(d->timeout_ms, 30000);
@@ -658,36 +667,40 @@ static void test_sources(void **state)
     free(diag);
     assert_int_equal(cfg->nsources, 5);
     const sl_source_config *a = &cfg->sources[0];
-    assert_int_equal(a->kind, SL_SOURCE_FILE);
+    const sl_source_file_conf *af = a->conf;
+    assert_ptr_equal(a->ops, &sl_source_file_ops);
     assert_string_equal(a->name, "file-logs"); /* KIND-SET by default */
-    assert_non_null(strstr(a->path, "/logs/*.log"));
-    assert_true(a->path[0] == '/'); /* resolved against the config's folder */
-    assert_int_equal(a->parse, SL_PARSE_TEXT);
-    assert_int_equal(a->max_line, 64 << 10);
-    assert_false(a->split_long);
+    assert_non_null(strstr(af->path, "/logs/*.log"));
+    assert_true(af->path[0] == '/'); /* resolved against the config's folder */
+    assert_int_equal(af->parse, SL_PARSE_TEXT);
+    assert_int_equal(af->max_line, 64 << 10);
+    assert_false(af->split_long);
     assert_true(a->from_beginning);
     assert_string_equal(a->lane, "feature-x");
-    assert_int_equal(a->poll_ms, 250);
-    assert_int_equal(a->multiline_timeout_ms, 1000);
+    assert_int_equal(af->poll_ms, 250);
+    assert_int_equal(af->multiline_timeout_ms, 1000);
     const sl_source_config *l = sl_config_source(cfg, "lua");
     assert_non_null(l);
-    assert_int_equal(l->parse, SL_PARSE_LUA);
+    const sl_source_file_conf *lf = l->conf;
+    assert_int_equal(lf->parse, SL_PARSE_LUA);
     assert_int_equal(l->index, 1);
-    assert_false(l->inotify);
-    assert_string_equal(l->path, "/abs/x.log");
+    assert_false(lf->inotify);
+    assert_string_equal(lf->path, "/abs/x.log");
     assert_true(l->owner == cfg);
     const sl_source_config *w = sl_config_source(cfg, "gh");
-    assert_int_equal(w->kind, SL_SOURCE_WEBHOOK);
-    assert_string_equal(w->preset, "github");
-    assert_int_equal(w->tolerance_ms, 300000);
-    assert_int_equal(w->dedupe_ms, 24LL * 3600 * 1000);
-    const sl_source_config *k = sl_config_source(cfg, "kafka-logs");
-    assert_non_null(k);
+    assert_ptr_equal(w->ops, &sl_source_webhook_ops);
+    const sl_source_webhook_conf *wf = w->conf;
+    assert_string_equal(wf->preset, "github");
+    assert_int_equal(wf->tolerance_ms, 300000);
+    assert_int_equal(wf->dedupe_ms, 24LL * 3600 * 1000);
+    const sl_source_config *ks = sl_config_source(cfg, "kafka-logs");
+    assert_non_null(ks);
+    const sl_source_kafka_conf *k = ks->conf;
     assert_int_equal(k->ntopics, 1);
     assert_string_equal(k->topics[0], "in");
     assert_int_equal(k->nproperties, 1);
     assert_string_equal(k->properties[0], "fetch.min.bytes=1");
-    const sl_source_config *k2 = sl_config_source(cfg, "k2");
+    const sl_source_kafka_conf *k2 = sl_config_source(cfg, "k2")->conf;
     assert_int_equal(k2->ntopics, 2);
     assert_string_equal(k2->topics[1], "^b.*");
     assert_string_equal(k2->group, "g");
@@ -866,7 +879,7 @@ static void test_lane_overrides(void **state)
     /* target replaced; everything else inherited */
     assert_false(x->targets_from_base);
     assert_int_equal(x->ntargets, 1);
-    assert_non_null(strstr(x->targets[0].path, "/x.ndjson"));
+    assert_non_null(strstr(((const sl_target_file_conf *)x->targets[0].conf)->path, "/x.ndjson"));
     assert_false(x->targets[0].ordered);
     assert_string_equal(x->set, "orders");
     assert_string_equal(x->dlq, "dead");
@@ -883,7 +896,8 @@ static void test_lane_overrides(void **state)
     assert_ptr_equal(sl_config_rule_at(cfg, at), r);
     assert_true(r->targets_from_base);
     assert_int_equal(r->ntargets, 1);
-    assert_non_null(strstr(r->targets[0].path, "/base.ndjson"));
+    assert_non_null(
+        strstr(((const sl_target_file_conf *)r->targets[0].conf)->path, "/base.ndjson"));
     assert_false(r->transform);
     assert_true(r->transform_batch);
     assert_true(r->filter);

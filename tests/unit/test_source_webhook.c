@@ -124,16 +124,26 @@ static void slack_req(hdrs *h, const char *key, const char *ts, const char *body
 
 /* ---- webhooks ----------------------------------------------------------------- */
 
+/* The webhook's own keys of a config made by config() (each gets its own,
+ * from a pool that lives as long as the test). */
+#define W(c) ((sl_source_webhook_conf *)(c).conf)
+
 static sl_source_config config(const char *name, const char *preset, const char *secret)
 {
+    static sl_source_webhook_conf pool[256];
+    static size_t used;
+    assert_true(used < sizeof pool / sizeof *pool);
+    sl_source_webhook_conf *w = &pool[used++];
+    memset(w, 0, sizeof *w);
     sl_source_config c;
     memset(&c, 0, sizeof c);
-    c.kind = SL_SOURCE_WEBHOOK;
+    c.ops = &sl_source_webhook_ops;
     c.kind_name = "webhook";
+    c.conf = w;
     c.name = (char *)name;
     c.set = (char *)"hooks";
-    c.preset = (char *)preset;
-    c.secret = (char *)secret;
+    w->preset = (char *)preset;
+    w->secret = (char *)secret;
     return c;
 }
 
@@ -252,33 +262,35 @@ static void test_check(void **state)
         assert_int_equal(sl_webhook_source_new(&b, &w, NULL), SL_EINVAL);                          \
         assert_ptr_equal(w, (sl_webhook_source *)1);                                               \
     } while (0)
-    REFUSE(b.preset = NULL, "preset is required");
-    REFUSE(b.preset = (char *)"gitlab", "gitlab");
-    REFUSE(b.secret = NULL, "no secret");
-    REFUSE(b.secret = (char *)"s3cret,,other", "secret 2");
+    REFUSE(W(b)->preset = NULL, "preset is required");
+    REFUSE(W(b)->preset = (char *)"gitlab", "gitlab");
+    REFUSE(W(b)->secret = NULL, "no secret");
+    REFUSE(W(b)->secret = (char *)"s3cret,,other", "secret 2");
     REFUSE(b.name = (char *)"a/b", "name");
     REFUSE(b.name = NULL, "name");
     REFUSE(b.set = NULL, "set is required");
     REFUSE(b.lane = (char *)"Bad Lane", "lane");
-    REFUSE(b.header = (char *)"X-Sig", "header applies to preset \"generic\" only");
-    REFUSE(b.id_header = (char *)"X-Id", "id_header");
-    REFUSE(b.timestamp_header = (char *)"X-Ts", "timestamp_header");
-    REFUSE(b.algorithm = (char *)"sha1", "algorithm");
-    REFUSE(b.base64 = true, "encoding");
-    REFUSE(b.dedupe_ms = -1, "dedupe");
-    REFUSE(b.tolerance_ms = -1, "tolerance");
-    REFUSE((b.preset = (char *)"generic", b.header = NULL), "header");
-    REFUSE((b.preset = (char *)"generic", b.header = (char *)"X-Sig", b.algorithm = (char *)"md5"),
+    REFUSE(W(b)->header = (char *)"X-Sig", "header applies to preset \"generic\" only");
+    REFUSE(W(b)->id_header = (char *)"X-Id", "id_header");
+    REFUSE(W(b)->timestamp_header = (char *)"X-Ts", "timestamp_header");
+    REFUSE(W(b)->algorithm = (char *)"sha1", "algorithm");
+    REFUSE(W(b)->base64 = true, "encoding");
+    REFUSE(W(b)->dedupe_ms = -1, "dedupe");
+    REFUSE(W(b)->tolerance_ms = -1, "tolerance");
+    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = NULL), "header");
+    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = (char *)"X-Sig",
+            W(b)->algorithm = (char *)"md5"),
            "md5");
-    REFUSE((b.preset = (char *)"generic", b.header = (char *)"X-Sig", b.id_header = (char *)""),
+    REFUSE((W(b)->preset = (char *)"generic", W(b)->header = (char *)"X-Sig",
+            W(b)->id_header = (char *)""),
            "id_header");
 #undef REFUSE
     /* Defaults the config fills in for every preset are fine. */
-    c.algorithm = (char *)"sha256";
+    W(c)->algorithm = (char *)"sha256";
     c.type = (char *)"sluice.webhook";
     c.source = (char *)"/v1/webhooks/gh";
-    c.tolerance_ms = 300000;
-    c.dedupe_ms = 86400000;
+    W(c)->tolerance_ms = 300000;
+    W(c)->dedupe_ms = 86400000;
     assert_int_equal(sl_webhook_source_check(&c, &err), 0);
     sl_webhook_source_free(NULL);
 }
@@ -471,7 +483,7 @@ static void test_slack(void **state)
     (void)state;
     sl_source_config c = config("sl", "slack", "8f742231b10e8888abcd99yyyzzz85a5");
     sl_webhook_source *w = make(&c);
-    const char *key = c.secret;
+    const char *key = W(c)->secret;
     hdrs h;
     sl_webhook_result res;
 
@@ -576,12 +588,12 @@ static void test_generic(void **state)
 {
     (void)state;
     sl_source_config c = config("gen", "generic", "k1");
-    c.header = (char *)"X-Signature";
-    c.algorithm = (char *)"sha512";
-    c.base64 = true;
-    c.timestamp_header = (char *)"X-Timestamp";
-    c.tolerance_ms = 60000;
-    c.id_header = (char *)"X-Delivery";
+    W(c)->header = (char *)"X-Signature";
+    W(c)->algorithm = (char *)"sha512";
+    W(c)->base64 = true;
+    W(c)->timestamp_header = (char *)"X-Timestamp";
+    W(c)->tolerance_ms = 60000;
+    W(c)->id_header = (char *)"X-Delivery";
     c.type = (char *)"acme.order";
     sl_webhook_source *w = make(&c);
     hdrs h;
@@ -633,8 +645,8 @@ static void test_generic(void **state)
 
     /* hex with a prefix, no timestamp, default type, text and binary bodies. */
     sl_source_config c2 = config("gen2", "generic", "k2");
-    c2.header = (char *)"X-Sig";
-    c2.prefix = (char *)"sha256=";
+    W(c2)->header = (char *)"X-Sig";
+    W(c2)->prefix = (char *)"sha256=";
     w = make(&c2);
     char sig[129];
     const char *text = "plain text \xc3\xa9";
@@ -676,7 +688,7 @@ static void test_dedupe_store_outcome(void **state)
 {
     (void)state;
     sl_source_config c = config("gh", "github", "s3cret");
-    c.dedupe_ms = 10000;
+    W(c)->dedupe_ms = 10000;
     sl_webhook_source *w = make(&c);
     hdrs h;
     sl_webhook_result a, b;
@@ -705,7 +717,7 @@ static void test_dedupe_store_outcome(void **state)
     sl_webhook_source_free(w);
 
     /* A claim nobody settles is taken over after SL_WEBHOOK_CLAIM_MS. */
-    c.dedupe_ms = 600000;
+    W(c)->dedupe_ms = 600000;
     w = make(&c);
     handle(w, &h, k_gh_body, NOW, &a);
     sl_webhook_result_free(&a); /* never settled */

@@ -8,6 +8,7 @@
  */
 #include "testutil.h"
 
+#include "connectors/target_set.h"
 #include "core/bus/connector.h"
 #include "core/bus/databus.h"
 
@@ -111,10 +112,11 @@ static bool dir_exists(const fx *f, const char *name)
 static void test_created_at_first_event(void **state)
 {
     fx *f = *state;
-    const sl_target_ops *ops = sl_target_find(SL_TARGET_SET);
+    const sl_target_ops *ops = &sl_target_set_ops;
     assert_non_null(ops);
     char name[] = "copy";
-    sl_target_config cfg = {.kind = SL_TARGET_SET, .set = name, .line = 1};
+    sl_target_set_conf conf = {.set = name};
+    sl_target_config cfg = {.ops = ops, .kind_name = "set", .line = 1, .conf = &conf};
     sl_target_env env = {.sets = f->sets, .bus = f->bus, .rule = "r"};
     void *impl = NULL;
     sl_error err = {0};
@@ -156,12 +158,13 @@ static void test_created_at_first_event(void **state)
 static void test_existing_and_bad_name(void **state)
 {
     fx *f = *state;
-    const sl_target_ops *ops = sl_target_find(SL_TARGET_SET);
+    const sl_target_ops *ops = &sl_target_set_ops;
     sl_set *s = NULL;
     sl_error err = {0};
     assert_int_equal(sl_sets_declare(f->sets, "there", &s, &err), 0);
     char name[] = "there", bad[] = ".hidden";
-    sl_target_config cfg = {.kind = SL_TARGET_SET, .set = name, .line = 1};
+    sl_target_set_conf conf = {.set = name};
+    sl_target_config cfg = {.ops = ops, .kind_name = "set", .line = 1, .conf = &conf};
     sl_target_env env = {.sets = f->sets, .bus = f->bus, .rule = "r"};
     void *impl = NULL;
     assert_int_equal(ops->open(&cfg, &env, &impl, &err), 0);
@@ -171,7 +174,7 @@ static void test_existing_and_bad_name(void **state)
     assert_int_equal(o.status[0], 0);
     assert_int_equal(sl_store_end_offset(&s->parts[0]), 1);
     ops->close(impl);
-    cfg.set = bad;
+    conf.set = bad;
     impl = NULL;
     assert_int_equal(ops->open(&cfg, &env, &impl, &err), SL_EINVAL);
     assert_non_null(strstr(err.msg, "not beginning with"));

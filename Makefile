@@ -270,5 +270,5 @@ unit: $(FUZZ_REPLAY_BIN)
 endif
 
 # One include per build directory: the .d files the compiler wrote beside the objects.
--include $(wildcard $(foreach d,$(LAYERS) gen tests fuzzobj,$(B)/$(d)/*.d) $(foreach d,itests tools bench,build/rel/$(d)/*.d) \
+-include $(wildcard $(foreach d,$(LAYERS) gen tests fuzzobj,$(B)/$(d)/*.d) $(foreach d,itests tools bench plugins tests/plugins,build/rel/$(d)/*.d) \
                     build/lib/obj/client/*.d)

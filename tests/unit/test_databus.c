@@ -154,7 +154,12 @@ static pubrec mkpub(int64_t id, size_t size, const char *key, const char *lane, 
     return p;
 }
 
-/* Publishes pr[0 .. n) in one call; on success fills their part/off. */
+static void on_done(void *ctx, int status);
+static void mark_published(void *ctx);
+
+/* Publishes pr[0 .. n) in one call; on success fills their part/off (and,
+ * with on_done, lets the callback look at them: it may run before the
+ * publish returns, on the Databus' syncer thread). */
 /* The ack of the next publish() (-1: the set's, through sl_databus_publish()). */
 static int g_ack = -1;
 
@@ -187,6 +192,8 @@ static int publish(sl_databus *bus, sl_set *set, pubrec *pr, size_t n, sl_databu
             pr[i].part = res[i].partition;
             pr[i].off = res[i].offset;
         }
+    if (done == on_done)
+        mark_published(ctx);
     for (size_t i = 0; i < n; i++)
         free(vals[i]);
     free(vals);
@@ -342,7 +349,8 @@ typedef struct done_rec {
     sl_set *set;
     const pubrec *pr; /* the events of the publish */
     size_t n;
-    bool check; /* look at the log inside the callback */
+    bool check;     /* look at the log inside the callback */
+    bool published; /* publish() filled pr[].part/off (under done_mu) */
     int calls;
     int status;
     bool end_ok;               /* log end offset covered every event at callback time */
@@ -392,11 +400,26 @@ static bool readable(sl_log *log, const pubrec *p)
     return ok;
 }
 
+static void mark_published(void *ctx)
+{
+    done_rec *d = ctx;
+    pthread_mutex_lock(&done_mu);
+    d->published = true;
+    pthread_cond_broadcast(&done_cv);
+    pthread_mutex_unlock(&done_mu);
+}
+
 static void on_done(void *ctx, int status)
 {
     done_rec *d = ctx;
     bool end_ok = true, synced_ok = true, read_ok = true;
     if (d->check) {
+        /* The offsets to look at are only known once publish() returned;
+         * waiting here holds the syncer, so the log cannot move on meanwhile. */
+        pthread_mutex_lock(&done_mu);
+        while (!d->published)
+            pthread_cond_wait(&done_cv, &done_mu);
+        pthread_mutex_unlock(&done_mu);
         for (size_t i = 0; i < d->n; i++) {
             sl_log *log = TU_LOG(d->set, d->pr[i].part);
             end_ok &= sl_log_end_offset(log) >= d->pr[i].off + 1;

@@ -13,6 +13,7 @@
 #include "core/bus/plugin.h"
 #include "rules/lua_embed.h"
 #include "rules/sandbox.h"
+#include "server/registry.h"
 
 #include <lauxlib.h>
 #include <stdio.h>
@@ -317,7 +318,7 @@ static void load_plugins(loader *ld)
     free(cfg->plugin_dir);
     cfg->plugin_dir = abs;
     sl_buf diag = SL_BUF_INIT;
-    if (sl_plugin_load_dir(abs, &diag) && sl_buf_append(&diag, "", 1) == 0) {
+    if (sl_plugin_load_dir(abs, sl_registry_builtin, &diag) && sl_buf_append(&diag, "", 1) == 0) {
         for (char *p = (char *)diag.data, *nl; p && *p; p = nl ? nl + 1 : NULL) {
             nl = strchr(p, '\n');
             if (nl)

@@ -54,3 +54,11 @@ const sl_source_ops *sl_registry_source(const char *name)
             return sources[i];
     return NULL;
 }
+
+bool sl_registry_builtin(const char *name)
+{
+    /* "set" is a target kind; "webhook" a source kind: each name is kept
+     * from both families, so that a plugin's kind never reads like a
+     * built-in of the other. */
+    return sl_registry_target(name) || sl_registry_source(name);
+}

@@ -9,6 +9,7 @@
 
 #include "core/bus/connector.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The built-in target kinds (file, set, http, kafka); *n gets their count. */
@@ -20,5 +21,9 @@ const sl_source_ops *const *sl_registry_sources(size_t *n);
 /* The built-in kind called name, or NULL. */
 const sl_target_ops *sl_registry_target(const char *name);
 const sl_source_ops *sl_registry_source(const char *name);
+
+/* Whether name is a built-in kind of either family (what no plugin may
+ * call its kinds: core/bus/plugin.h's sl_plugin_builtin_fn). */
+bool sl_registry_builtin(const char *name);
 
 #endif

@@ -49,8 +49,9 @@ static size_t nkinds;
 static file *files;
 static size_t nfiles;
 
-/* Names no plugin may take: the built-in kinds of either family. */
-static const char *const builtin_names[] = {"file", "set", "http", "kafka", "webhook"};
+/* Names no plugin may take: the built-in kinds of either family, as the
+ * caller of sl_plugin_load_dir() knows them (the bus does not). Under mu. */
+static sl_plugin_builtin_fn *builtin;
 
 /* Keys every source block takes (server/config.c reads them itself). */
 static const char *const common_source_keys[] = {"name", "set", "lane", "type", "source", "start"};
@@ -141,9 +142,8 @@ static int add_kind(loading *ld, bool target, uint32_t abi, const char *name, co
         snprintf(inner, sizeof inner, "%s", why);
         snprintf(why, sizeof why, "%s.%s: %s", family, name, inner);
     } else {
-        for (size_t i = 0; i < sizeof builtin_names / sizeof *builtin_names; i++)
-            if (strcmp(builtin_names[i], name) == 0)
-                snprintf(why, sizeof why, "%s.%s is a built-in kind", family, name);
+        if (builtin && builtin(name))
+            snprintf(why, sizeof why, "%s.%s is a built-in kind", family, name);
     }
     if (!why[0]) {
         const kind *k = find_locked(name, target);
@@ -328,7 +328,7 @@ static bool is_plugin_name(const char *n)
     return n[0] != '.' && len > 3 && strcmp(n + len - 3, ".so") == 0;
 }
 
-int sl_plugin_load_dir(const char *dir, sl_buf *diag)
+int sl_plugin_load_dir(const char *dir, sl_plugin_builtin_fn *is_builtin, sl_buf *diag)
 {
     DIR *d = opendir(dir);
     if (!d) {
@@ -364,6 +364,7 @@ int sl_plugin_load_dir(const char *dir, sl_buf *diag)
         qsort(names, n, sizeof *names, cmp_names);
 
     pthread_mutex_lock(&mu);
+    builtin = is_builtin;
     for (size_t i = 0; rc != SL_ENOMEM && i < n; i++) {
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= (int)sizeof path) {

@@ -36,11 +36,14 @@ typedef struct sl_plugin_registry {
 #define SL_PLUGIN_REGISTER_SYMBOL "sluice_plugin_register"
 typedef int sl_plugin_register_fn(uint32_t abi_version, const sl_plugin_registry *reg);
 
-/* Loads the *.so files of dir not loaded yet, in name order. Appends one
- * line per problem to diag ("plugin FILE: …") and returns SL_EINVAL when
- * any plugin could not be loaded (the others stay loaded); 0 otherwise.
- * Thread-safe. */
-int sl_plugin_load_dir(const char *dir, sl_buf *diag);
+/* Whether name is a built-in kind (of either family): no plugin may take it. */
+typedef bool sl_plugin_builtin_fn(const char *name);
+
+/* Loads the *.so files of dir not loaded yet, in name order, refusing kinds
+ * that is_builtin (may be NULL) names. Appends one line per problem to diag
+ * ("plugin FILE: …") and returns SL_EINVAL when any plugin could not be
+ * loaded (the others stay loaded); 0 otherwise. Thread-safe. */
+int sl_plugin_load_dir(const char *dir, sl_plugin_builtin_fn *is_builtin, sl_buf *diag);
 
 /* A kind by name among the plugins loaded from dir (a config's plugin_dir,
  * as given to sl_plugin_load_dir; NULL: none), or NULL. A config sees only

@@ -206,12 +206,8 @@ static uint64_t slot_new(ag_conn *c)
             c->nslots -= c->soff;
             c->soff = 0;
         } else {
-            size_t nc = c->scap ? c->scap * 2 : 256;
-            ag_slot *ns = realloc(c->slots, nc * sizeof *ns);
-            if (!ns)
+            if (SL_GROW(c->slots, c->scap, 256))
                 return 0;
-            c->slots = ns;
-            c->scap = nc;
         }
     }
     c->slots[c->nslots++] = (ag_slot){SLOT_PENDING, NULL};

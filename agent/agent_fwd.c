@@ -148,14 +148,8 @@ int sl__agent_add(sl_agent *a, ag_conn *c, uint64_t seq, const char *set, const 
             b->body = a->pool[--a->npool];
         k->open = b;
     }
-    if (b->count == b->rcap) {
-        size_t nc = b->rcap ? b->rcap * 2 : 64;
-        ag_ref *nr = realloc(b->refs, nc * sizeof *nr);
-        if (!nr)
+    if (b->count == b->rcap && sl_grow(&b->refs, &b->rcap, sizeof *b->refs, 64))
             return SL_ENOMEM;
-        b->refs = nr;
-        b->rcap = nc;
-    }
     if (sl_buf_reserve(&b->body, len + 1) != 0)
         return SL_ENOMEM;
     sl_buf_append(&b->body, ev, len);

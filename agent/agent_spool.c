@@ -242,15 +242,10 @@ int sl__spool_list(const char *dir, uint64_t **out, size_t *n, sl_error *err)
         unsigned long long s = strtoull(e->d_name, &end, 10);
         if (errno || end != e->d_name + 20)
             continue;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 64;
-            uint64_t *nv = realloc(v, cap * sizeof *v);
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return sl_error_set(err, SL_ENOMEM, "spool dir %s: out of memory", dir);
-            }
-            v = nv;
+        if (cnt == cap && SL_GROW(v, cap, 64)) {
+            free(v);
+            closedir(d);
+            return sl_error_set(err, SL_ENOMEM, "spool dir %s: out of memory", dir);
         }
         v[cnt++] = s;
     }

@@ -152,14 +152,8 @@ static group *group_for(schema_ctx *c, const char *type, size_t len)
     for (size_t i = 0; i < c->ngroups; i++)
         if (c->groups[i].len == len && memcmp(c->groups[i].type, type, len) == 0)
             return &c->groups[i];
-    if (c->ngroups == c->cap) {
-        size_t ncap = c->cap ? c->cap * 2 : 16;
-        group *g = realloc(c->groups, ncap * sizeof *g);
-        if (!g)
+    if (c->ngroups == c->cap && sl_grow(&c->groups, &c->cap, sizeof *c->groups, 16))
             return NULL;
-        c->groups = g;
-        c->cap = ncap;
-    }
     group *g = &c->groups[c->ngroups];
     memset(g, 0, sizeof *g);
     if (!(g->type = malloc(len + 1)) || sl_schema_infer_new(&g->inf)) {

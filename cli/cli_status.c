@@ -47,14 +47,9 @@ typedef struct table {
 /* Adds an empty row. Returns its first cell, or NULL when out of memory. */
 static char (*table_row(table *t))[CELL]
 {
-    if (t->nrows == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        void *p = realloc(t->cells, cap * (size_t)t->ncol * CELL);
-        if (!p)
-            return NULL;
-        t->cells = p;
-        t->cap = cap;
-    }
+    /* an element of the array is a row of ncol cells */
+    if (t->nrows == t->cap && sl_grow(&t->cells, &t->cap, (size_t)t->ncol * CELL, 16))
+        return NULL;
     char(*row)[CELL] = t->cells + t->nrows++ * (size_t)t->ncol;
     for (int c = 0; c < t->ncol; c++)
         row[c][0] = '\0';

@@ -514,14 +514,8 @@ static void file_set_path(sf *s, sf_file *f, const char *path)
 /* A new entry for path (NULL when out of memory), read from offset 0. */
 static sf_file *file_new(sf *s, const char *path, const struct stat *st)
 {
-    if (s->nfiles == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        sf_file **g = realloc(s->files, cap * sizeof *g);
-        if (!g)
+    if (s->nfiles == s->cap && sl_grow(&s->files, &s->cap, sizeof *s->files, 16))
             return NULL;
-        s->files = g;
-        s->cap = cap;
-    }
     sf_file *f = calloc(1, sizeof *f);
     if (!f)
         return NULL;

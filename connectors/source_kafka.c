@@ -187,14 +187,8 @@ static int chunk_track(kchunk *c, const rd_kafka_message_t *m)
         }
     }
     if (!t) {
-        if (c->ntps == c->tcap) {
-            size_t cap = c->tcap ? c->tcap * 2 : 8;
-            ktp *v = realloc(c->tps, cap * sizeof *v);
-            if (!v)
+        if (c->ntps == c->tcap && sl_grow(&c->tps, &c->tcap, sizeof *c->tps, 8))
                 return SL_ENOMEM;
-            c->tps = v;
-            c->tcap = cap;
-        }
         t = &c->tps[c->ntps];
         if (!(t->topic = strdup(topic)))
             return SL_ENOMEM;
@@ -214,16 +208,8 @@ static int chunk_add(kafka_source *k, kchunk *c, const rd_kafka_message_t *m)
     for (;;) {
         int rc = 0;
         size_t mark = c->arena.len;
-        if (c->n == c->cap) {
-            size_t cap = c->cap ? c->cap * 2 : 256;
-            kitem *v = realloc(c->items, cap * sizeof *v);
-            if (v) {
-                c->items = v;
-                c->cap = cap;
-            } else {
-                rc = SL_ENOMEM;
-            }
-        }
+        if (c->n == c->cap)
+            rc = SL_GROW(c->items, c->cap, 256);
         const char *lane = NULL;
         if (!rc)
             rc = sl__source_kafka_record(k, m, &c->arena, &lane);

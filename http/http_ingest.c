@@ -55,14 +55,8 @@ typedef struct ingest {
 
 static entry *next_entry(ingest *in)
 {
-    if (in->n == in->cap) {
-        size_t cap = in->cap ? in->cap * 2 : 64;
-        entry *v = realloc(in->v, cap * sizeof *v);
-        if (!v)
+    if (in->n == in->cap && sl_grow(&in->v, &in->cap, sizeof *in->v, 64))
             return NULL;
-        in->v = v;
-        in->cap = cap;
-    }
     entry *e = &in->v[in->n++];
     memset(e, 0, sizeof *e);
     return e;

@@ -117,14 +117,8 @@ static int bad_path(sl_error *err, const char *what, const char *p, size_t at, c
 
 static int push_step(path *pa, size_t *cap, char *key, size_t klen, size_t index)
 {
-    if (pa->n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 4;
-        step *s = realloc(pa->steps, ncap * sizeof *s);
-        if (!s)
+    if (pa->n == *cap && sl_grow(&pa->steps, cap, sizeof *pa->steps, 4))
             return SL_ENOMEM;
-        pa->steps = s;
-        *cap = ncap;
-    }
     pa->steps[pa->n++] = (step){.key = key, .klen = klen, .index = index};
     return 0;
 }
@@ -258,14 +252,8 @@ static int push_piece(sl_input *in, size_t *cap, piece pc)
             return 0;
         }
     }
-    if (in->npieces == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 8;
-        piece *p = realloc(in->pieces, ncap * sizeof *p);
-        if (!p)
+    if (in->npieces == *cap && sl_grow(&in->pieces, cap, sizeof *in->pieces, 8))
             return SL_ENOMEM;
-        in->pieces = p;
-        *cap = ncap;
-    }
     in->pieces[in->npieces++] = pc;
     return 0;
 }

@@ -213,14 +213,8 @@ const char *sl_rule_out_get(const sl_rule_out *o, size_t i, size_t *len)
 /* Closes the payload that ends at data.len. */
 static int out_close(sl_rule_out *o)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 16;
-        size_t *g = realloc(o->ends, cap * sizeof *g);
-        if (!g)
+    if (o->n == o->cap && sl_grow(&o->ends, &o->cap, sizeof *o->ends, 16))
             return SL_ENOMEM;
-        o->ends = g;
-        o->cap = cap;
-    }
     o->ends[o->n++] = o->data.len;
     return 0;
 }

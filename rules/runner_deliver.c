@@ -102,11 +102,8 @@ int sl__runner_grow_round(worker *w, size_t n)
 
 static int add_item(consumer *c, const item *it)
 {
-    if (c->npool == c->pool_cap) {
-        size_t cap = c->pool_cap ? c->pool_cap * 2 : 16;
-        GROW(c->pool, cap);
-        c->pool_cap = cap;
-    }
+    if (c->npool == c->pool_cap && SL_GROW(c->pool, c->pool_cap, 16))
+        return SL_ENOMEM;
     c->pool[c->npool++] = *it;
     atomic_fetch_add(&c->ctr->retrying, 1);
     return 0;

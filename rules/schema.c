@@ -334,14 +334,8 @@ static size_t find_prop(const snode *n, const char *k, size_t kl)
  * index, or -1 when out of memory. */
 static long add_prop(snode *n, size_t *cap, const char *k, size_t kl)
 {
-    if (n->nprops == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 8;
-        sprop *p = realloc(n->props, ncap * sizeof *p);
-        if (!p)
+    if (n->nprops == *cap && sl_grow(&n->props, cap, sizeof *n->props, 8))
             return -1;
-        n->props = p;
-        *cap = ncap;
-    }
     sprop *p = &n->props[n->nprops];
     memset(p, 0, sizeof *p);
     if (!(p->key = malloc(kl + 1)))

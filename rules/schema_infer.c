@@ -125,14 +125,8 @@ static iprop *prop_for(shape *s, const sl_json_tok *k)
     for (size_t i = 0; i < s->nprops; i++)
         if (key_eq(k, s->props[i].key, s->props[i].klen))
             return &s->props[i];
-    if (s->nprops == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 8;
-        iprop *p = realloc(s->props, ncap * sizeof *p);
-        if (!p)
+    if (s->nprops == s->cap && sl_grow(&s->props, &s->cap, sizeof *s->props, 8))
             return NULL;
-        s->props = p;
-        s->cap = ncap;
-    }
     iprop *p = &s->props[s->nprops];
     memset(p, 0, sizeof *p);
     size_t raw = k->len - 2;

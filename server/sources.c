@@ -207,13 +207,7 @@ static int refuse(src *s, sl_event_status st, sl_error *err, const char *msg)
 /* Room for one more event in the batch: 0, or SL_ENOMEM. */
 static int grow_batch(src *s)
 {
-    size_t cap = s->cap ? s->cap * 2 : 256;
-    pending *g = realloc(s->v, cap * sizeof *g);
-    if (!g)
-        return SL_ENOMEM;
-    s->v = g;
-    s->cap = cap;
-    return 0;
+    return SL_GROW(s->v, s->cap, 256);
 }
 
 static int host_emit_event(void *ctx, const char *json, size_t len, const char *lane, sl_error *err)

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -98,5 +99,23 @@ int sl_buf_printf(sl_buf *b, const char *fmt, ...)
     vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
+    return 0;
+}
+
+int sl_grow(void *arrp, size_t *cap, size_t elem, size_t first)
+{
+    size_t n = *cap ? *cap * 2 : first;
+    if (n <= *cap || (elem && n > SIZE_MAX / elem))
+        return SL_ENOMEM;
+    /* arrp points to a T *: copied out and back as bytes, since T * and
+     * void * share one representation on every platform sluice runs on. */
+    void *arr;
+    memcpy(&arr, arrp, sizeof arr);
+    char *g = realloc(arr, n * elem);
+    if (!g)
+        return SL_ENOMEM;
+    memset(g + *cap * elem, 0, (n - *cap) * elem);
+    memcpy(arrp, &g, sizeof g);
+    *cap = n;
     return 0;
 }

@@ -190,15 +190,7 @@ static uint64_t span_hash(span s)
 /* Grows *v (of *cap elements of size sz) to hold one more than n. */
 static int grow(void **v, size_t *cap, size_t n, size_t sz)
 {
-    if (n < *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    void *nv = realloc(*v, nc * sz);
-    if (!nv)
-        return SL_ENOMEM;
-    *v = nv;
-    *cap = nc;
-    return 0;
+    return n < *cap ? 0 : sl_grow(v, cap, sz, 64);
 }
 
 /* The family named p[0..n), added (in order of first mention) when new;

@@ -505,15 +505,8 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
                 *deadline = due < *deadline ? due : *deadline;
                 continue;
             }
-            if (n == *cap) {
-                size_t c = *cap ? *cap * 2 : 16;
-                work *nw = realloc(*ws, c * sizeof *nw);
-                if (!nw)
-                    return n; /* try the rest next round */
-                memset(nw + *cap, 0, (c - *cap) * sizeof *nw);
-                *ws = nw;
-                *cap = c;
-            }
+            if (n == *cap && SL_GROW(*ws, *cap, 16)) /* (new entries zeroed) */
+                return n;                              /* try the rest next round */
             work *w = &(*ws)[n++];
             sl_buf keep = w->frames;
             w->bs = bs;
@@ -825,14 +818,8 @@ static void *syncer_main(void *arg)
                     deadline = due < deadline ? due : deadline;
                     continue;
                 }
-                if (n == cap) {
-                    size_t c = cap ? cap * 2 : 16;
-                    sync_job *nj = realloc(jobs, c * sizeof *nj);
-                    if (!nj)
+                if (n == cap && sl_grow(&jobs, &cap, sizeof *jobs, 16))
                         break;
-                    jobs = nj;
-                    cap = c;
-                }
                 jobs[n++] = (sync_job){bs, p, bp->written, 0};
                 bp->syncing = true;
             }

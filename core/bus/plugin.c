@@ -343,15 +343,9 @@ int sl_plugin_load_dir(const char *dir, sl_plugin_builtin_fn *is_builtin, sl_buf
     while ((e = readdir(d))) {
         if (!is_plugin_name(e->d_name))
             continue;
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            char **grown = realloc(names, ncap * sizeof *grown);
-            if (!grown) {
-                rc = SL_ENOMEM;
-                break;
-            }
-            names = grown;
-            cap = ncap;
+        if (n == cap && sl_grow(&names, &cap, sizeof *names, 16)) {
+            rc = SL_ENOMEM;
+            break;
         }
         if (!(names[n] = strdup(e->d_name))) {
             rc = SL_ENOMEM;

@@ -326,16 +326,8 @@ static int push(sl_sets *sets, sl_set *s)
 {
     int rc = 0;
     pthread_rwlock_wrlock(&sets->lock);
-    if (sets->n == sets->cap) {
-        size_t cap = sets->cap ? sets->cap * 2 : 16;
-        sl_set **v = realloc(sets->v, cap * sizeof *v);
-        if (v) {
-            sets->v = v;
-            sets->cap = cap;
-        } else {
-            rc = SL_ENOMEM;
-        }
-    }
+    if (sets->n == sets->cap)
+        rc = SL_GROW(sets->v, sets->cap, 16);
     if (!rc) { /* kept in name order, so listings are stable across restarts */
         size_t i = sets->n;
         while (i > 0 && strcmp(sets->v[i - 1]->name, s->name) > 0) {

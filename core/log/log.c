@@ -94,15 +94,10 @@ int sl__log_list_bases(const char *dir, int64_t **out, size_t *n, sl_error *err)
         }
         if (!ok)
             continue;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 16;
-            int64_t *nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return SL_ENOMEM;
-            }
-            v = nv;
+        if (cnt == cap && SL_GROW(v, cap, 16)) {
+            free(v);
+            closedir(d);
+            return SL_ENOMEM;
         }
         v[cnt++] = base;
     }
@@ -116,14 +111,8 @@ int sl__log_list_bases(const char *dir, int64_t **out, size_t *n, sl_error *err)
 
 static int segs_push(sl_log *log, sl_segment *s)
 {
-    if (log->n == log->cap) {
-        size_t cap = log->cap ? log->cap * 2 : 16;
-        sl_segment **v = realloc(log->segs, cap * sizeof *v);
-        if (!v)
+    if (log->n == log->cap && sl_grow(&log->segs, &log->cap, sizeof *log->segs, 16))
             return SL_ENOMEM;
-        log->segs = v;
-        log->cap = cap;
-    }
     log->segs[log->n++] = s;
     return 0;
 }

@@ -215,14 +215,9 @@ static int verify_segment(verify_ctx *v, int64_t base, int64_t *next, sl_error *
                    in.base_offset, nb ? *next : base);
             break;
         }
-        if (nb == cap) {
-            cap = cap ? cap * 2 : 256;
-            batch_pos *n = realloc(bp, cap * sizeof *n);
-            if (!n) {
-                rc = SL_ENOMEM;
-                break;
-            }
-            bp = n;
+        if (nb == cap && SL_GROW(bp, cap, 256)) {
+            rc = SL_ENOMEM;
+            break;
         }
         bp[nb].pos = (uint32_t)at;
         bp[nb].rel = (uint32_t)(in.base_offset - base);

@@ -199,15 +199,9 @@ static int64_t tidx_last_ts(const sl_segment *s)
 static int runs_push(sl_segment *s, uint32_t rel, uint32_t pos, const char *lane)
 {
     pthread_mutex_lock(&s->runs_lock);
-    if (s->nruns == s->cap_runs) {
-        size_t cap = s->cap_runs ? s->cap_runs * 2 : 8;
-        sl_lane_run *r = realloc(s->runs, cap * sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&s->runs_lock);
-            return SL_ENOMEM;
-        }
-        s->runs = r;
-        s->cap_runs = cap;
+    if (s->nruns == s->cap_runs && sl_grow(&s->runs, &s->cap_runs, sizeof *s->runs, 8)) {
+        pthread_mutex_unlock(&s->runs_lock);
+        return SL_ENOMEM;
     }
     sl_lane_run *r = &s->runs[s->nruns];
     r->rel = rel;

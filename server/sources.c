@@ -616,10 +616,15 @@ static int publish_range(src *s, size_t from, size_t to, sl_databus_event *evs,
         }
         /* Full buffers (back-pressure) or a failing disk: wait and retry,
          * the source reads nothing meanwhile. */
-        if (rc == SL_EFULL)
+        if (rc == SL_EFULL) {
+            /* Woken as soon as the writer frees room, not after a backoff:
+             * a small buffer then costs a context switch per batch, not a
+             * sleep. Bounded so that a stop is seen. */
             atomic_fetch_add_explicit(&s->full_waits, 1, memory_order_relaxed);
-        else
-            host_log(s, "cannot store events yet (%s); retrying", e.msg);
+            sl_databus_wait_room(o->opts.bus, 100);
+            continue;
+        }
+        host_log(s, "cannot store events yet (%s); retrying", e.msg);
         if (host_wait(s, backoff))
             return sl_error_set(err, SL_ESHUTDOWN, "the server is stopping");
         backoff = backoff * 2 > 500 ? 500 : backoff * 2;

@@ -96,6 +96,8 @@ struct sl_databus {
     pthread_mutex_t lock;
     pthread_cond_t wake;      /* wakes the writer */
     pthread_cond_t sync_wake; /* wakes the syncer */
+    pthread_cond_t room;      /* the writer freed buffer room (sl_databus_wait_room) */
+    int room_waiters;
     pthread_t thread;
     pthread_t syncer;
     bool writer_done; /* the writer drained and stopped: sync what is left */
@@ -409,6 +411,19 @@ void sl_databus_fill(sl_set *set, uint64_t *bytes, uint64_t *limit)
     *limit = set->cfg.buffer_bytes * (uint64_t)set->nparts;
 }
 
+void sl_databus_wait_room(sl_databus *bus, int64_t ms)
+{
+    struct timespec ts = sl_clock_mono_deadline(ms);
+    pthread_mutex_lock(&bus->lock);
+    if (!bus->stopping) {
+        bus->room_waiters++;
+        pthread_cond_signal(&bus->wake); /* a lingering buffer is due now */
+        pthread_cond_timedwait(&bus->room, &bus->lock, &ts);
+        bus->room_waiters--;
+    }
+    pthread_mutex_unlock(&bus->lock);
+}
+
 const sl_databus_stats *sl_databus_get_stats(const sl_databus *bus)
 {
     return &bus->stats;
@@ -498,8 +513,11 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
                 continue;
             /* Durable sets do not linger: their publishers wait anyway, and
              * the syncer groups whatever arrives while an fdatasync runs. */
+            /* Nor while a publisher waits for room (sl_databus_wait_room):
+             * lingering then only keeps it waiting. */
             bool now_due = bp->pending.len >= set->cfg.batch_bytes || bus->stopping ||
-                           set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->written;
+                           set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->written ||
+                           bus->room_waiters;
             int64_t due = bp->failing ? bp->retry_ns : now_due ? now : bp->first_ns + linger_ns(bs);
             if (due > now) {
                 *deadline = due < *deadline ? due : *deadline;
@@ -657,6 +675,8 @@ static void *writer_main(void *arg)
         }
         if (want_sync)
             pthread_cond_signal(&bus->sync_wake);
+        if (bus->room_waiters)
+            pthread_cond_broadcast(&bus->room);
         sl_databus_append_fn *on_append = bus->opts.on_append;
         void *on_append_ctx = bus->opts.ctx;
         pthread_mutex_unlock(&bus->lock);
@@ -881,6 +901,7 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&bus->wake, &ca);
     pthread_cond_init(&bus->sync_wake, &ca);
+    pthread_cond_init(&bus->room, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&bus->round_lock, NULL);
     atomic_init(&bus->round_next, ROUND_IDLE);
@@ -901,6 +922,7 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
         pthread_mutex_destroy(&bus->lock);
         pthread_cond_destroy(&bus->wake);
         pthread_cond_destroy(&bus->sync_wake);
+        pthread_cond_destroy(&bus->room);
         free(bus);
         return sl_error_errno(err, e, "start the Databus threads");
     }
@@ -931,6 +953,7 @@ void sl_databus_stop(sl_databus *bus)
     bool join = !bus->stopping;
     bus->stopping = true;
     pthread_cond_signal(&bus->wake);
+    pthread_cond_broadcast(&bus->room);
     pthread_mutex_unlock(&bus->lock);
     if (!join)
         return;
@@ -969,6 +992,7 @@ void sl_databus_free(sl_databus *bus)
     pthread_mutex_destroy(&bus->lock);
     pthread_cond_destroy(&bus->wake);
     pthread_cond_destroy(&bus->sync_wake);
+    pthread_cond_destroy(&bus->room);
     pthread_mutex_destroy(&bus->round_lock);
     pthread_cond_destroy(&bus->round_start);
     pthread_cond_destroy(&bus->round_end);

@@ -127,6 +127,13 @@ int64_t sl_databus_next_offset(sl_set *set, int32_t partition);
 /* Bytes buffered (queued or being written) for set, and the limit. */
 void sl_databus_fill(sl_set *set, uint64_t *bytes, uint64_t *limit);
 
+/* For a publisher refused with SL_EFULL that would rather wait than poll:
+ * returns once the writer has freed room in some buffer (retry then; another
+ * publisher may have taken it), after ms milliseconds, or at once while the
+ * bus is stopping. While a publisher waits, no buffer lingers: the writer
+ * writes what is queued at once. */
+void sl_databus_wait_room(sl_databus *bus, int64_t ms);
+
 const sl_databus_stats *sl_databus_get_stats(const sl_databus *bus);
 
 /* Sets (or replaces) the append callback after start. */

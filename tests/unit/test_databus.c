@@ -1054,6 +1054,36 @@ static void test_backpressure(void **state)
     }
 }
 
+/* A publisher refused with SL_EFULL waits for room: the writer stops
+ * lingering (1 s here) while it waits, frees the buffer, and the publish
+ * that was refused is taken. */
+static void test_wait_room(void **state)
+{
+    fx *f = *state;
+    sl_set_config c = set_config(1, SL_ACK_BUFFER, 1000);
+    c.buffer_bytes = 4096;
+    sl_set *set = define(f, "room", &c);
+    sl_error err = {0};
+    pubrec a[64];
+    int rc = 0, i = 0;
+    for (; i < 64 && !rc; i++) {
+        a[i] = mkpub(i, 200, NULL, "", i);
+        rc = publish(f->bus, set, &a[i], 1, NULL, NULL, &err);
+    }
+    assert_int_equal(rc, SL_EFULL);
+    int64_t t0 = mono_ms();
+    while (rc == SL_EFULL && mono_ms() - t0 < 10000) {
+        sl_databus_wait_room(f->bus, 100);
+        rc = publish(f->bus, set, &a[i - 1], 1, NULL, NULL, &err);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(sl_log_end_offset(TU_LOG(set, 0)) > 0);
+    /* At once while stopping. */
+    sl_databus_stop(f->bus);
+    sl_databus_wait_room(f->bus, 60000);
+    assert_int_equal(sl_log_end_offset(TU_LOG(set, 0)), i);
+}
+
 static void test_toobig(void **state)
 {
     fx *f = *state;
@@ -1503,6 +1533,7 @@ int main(void)
         T(test_lanes_homogeneous_batches),
         T(test_linger_batches),
         T(test_backpressure),
+        T(test_wait_room),
         T(test_toobig),
         T(test_stop_drains_and_refuses),
         T(test_on_append),

@@ -387,11 +387,13 @@ static int call_proxy(sl_rule_vm *vm, const sl_rule_config *rc, int ref, const c
  * calls that follow too). Returns 0 with *outcome NO_MATCH, FILTERED or
  * MATCHED (passed). */
 static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs, const char *event,
-                 size_t len, sl_evview *pev, sl_rule_outcome *outcome, sl_error *err)
+                 size_t len, bool matched, sl_evview *pev, sl_rule_outcome *outcome,
+                 sl_error *err)
 {
     bool lua =
         refs->filter != LUA_NOREF || refs->transform != LUA_NOREF || refs->batch != LUA_NOREF;
-    if (rc->pattern || (lua && !vm->tables)) {
+    const sl_pattern *pattern = matched ? NULL : rc->pattern;
+    if (pattern || (lua && !vm->tables)) {
         /* Events reach rules from the log, where ingest validated them. */
         int r = sl_evview_parse(pev, event, len, false, err);
         if (r && err) {
@@ -401,7 +403,7 @@ static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs
         }
         if (r)
             return r;
-        if (rc->pattern && !sl_pattern_match_event(rc->pattern, pev)) {
+        if (pattern && !sl_pattern_match_event(pattern, pev)) {
             *outcome = SL_RULE_NO_MATCH;
             return 0;
         }
@@ -430,15 +432,15 @@ static int admit(sl_rule_vm *vm, const sl_rule_config *rc, const rule_refs *refs
     return 0;
 }
 
-int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
-                 const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
-                 sl_error *err)
+static int eval_one(sl_rule_vm *vm, size_t rule, const char *event, size_t len, bool matched,
+                    const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
+                    sl_error *err)
 {
     const sl_rule_config *rc = sl_ruleset_rule_at(&vm->rs, rule);
     const rule_refs *refs = &vm->refs[rule];
     size_t n0 = out->n, len0 = out->data.len;
     sl_rule_outcome oc;
-    int r = admit(vm, rc, refs, event, len, &vm->pev, &oc, err);
+    int r = admit(vm, rc, refs, event, len, matched, &vm->pev, &oc, err);
     if (r || oc != SL_RULE_MATCHED) {
         if (!r)
             *outcome = oc;
@@ -468,6 +470,20 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
     }
     *outcome = out->n > n0 ? SL_RULE_MATCHED : SL_RULE_DROPPED;
     return 0;
+}
+
+int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
+                 const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
+                 sl_error *err)
+{
+    return eval_one(vm, rule, event, len, false, ictx, out, outcome, err);
+}
+
+int sl_rule_eval_matched(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
+                         const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
+                         sl_error *err)
+{
+    return eval_one(vm, rule, event, len, true, ictx, out, outcome, err);
 }
 
 /* Room for n parsed events of a batch. */
@@ -508,7 +524,7 @@ static int eval_batch_proxies(sl_rule_vm *vm, const sl_rule_config *rc, const ru
             break;
         }
         sl_rule_outcome oc;
-        r = admit(vm, rc, refs, events[i], lens[i], vm->bev[np], &oc, err);
+        r = admit(vm, rc, refs, events[i], lens[i], false, vm->bev[np], &oc, err);
         if (!r && oc == SL_RULE_MATCHED)
             vm->bidx[np++] = i;
     }
@@ -557,7 +573,7 @@ int sl_rule_eval_batch(sl_rule_vm *vm, size_t rule, const char *const *events, c
     int list = lua_gettop(L);
     for (size_t i = 0; !r && i < n; i++) {
         sl_rule_outcome oc;
-        r = admit(vm, rc, refs, events[i], lens[i], &vm->pev, &oc, err);
+        r = admit(vm, rc, refs, events[i], lens[i], false, &vm->pev, &oc, err);
         if (!r && oc == SL_RULE_MATCHED && !(r = push_event(vm, rc, events[i], lens[i], err)))
             lua_rawseti(L, list, (lua_Integer)++np);
     }

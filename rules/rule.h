@@ -69,6 +69,13 @@ int sl_rule_eval(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
                  const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
                  sl_error *err);
 
+/* sl_rule_eval() for an event already known to match the rule's pattern
+ * (the runner's shared readers match all their rules at once,
+ * rules/pattern_set.h): the pattern is not matched again. */
+int sl_rule_eval_matched(sl_rule_vm *vm, size_t rule, const char *event, size_t len,
+                         const sl_input_ctx *ictx, sl_rule_out *out, sl_rule_outcome *outcome,
+                         sl_error *err);
+
 /* For a rule with transform_batch: match and filter each event, then one
  * transform_batch call with the list of events that passed (skipped when
  * none did). *passed gets how many passed. Errors as for sl_rule_eval; on

@@ -30,6 +30,7 @@
 int sl__runner_init_worker(sl_runner *r, worker *w, sl_error *err)
 {
     w->r = r;
+    sl_evview_init(&w->pv);
     w->rng = ((uint64_t)sl_clock_mono_ns() ^ ((uintptr_t)w * 0x9e3779b97f4a7c15ull)) | 1;
     pthread_mutex_init(&w->lock, NULL);
     pthread_condattr_t ca;
@@ -44,6 +45,13 @@ int sl__runner_init_worker(sl_runner *r, worker *w, sl_error *err)
 
 static void free_consumer(consumer *c)
 {
+    /* A shared reader writes the cursors of members it did not concern
+     * once a second: the last position is written now. */
+    int64_t at = atomic_load(&c->committed);
+    if (!c->rp && c->cur.fd >= 0 && at != c->cur.offset && at >= 0) {
+        sl_error err = {0};
+        (void)sl_cursor_commit(&c->cur, at, 0, &err);
+    }
     if (c->reader)
         sl_store_reader_close(&c->rule->set->parts[c->part], c->reader);
     c->reader = NULL;
@@ -105,6 +113,7 @@ static void free_runner(sl_runner *r)
             free(arrays[k]);
         sl_buf_free(&w->reasons);
         sl_buf_free(&w->dlq);
+        sl__runner_free_share_worker(w);
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->cond);
     }
@@ -114,6 +123,7 @@ static void free_runner(sl_runner *r)
         r->replays = rp->next;
         sl__runner_free_replay(rp);
     }
+    sl__runner_rosters_free(r); /* their readers, before the sets' runs go */
     /* Lane runs first: they may borrow their base run's targets. */
     for (size_t i = atomic_load(&r->nruns); i-- > 0;)
         free_run(RUN(r, i));
@@ -349,21 +359,22 @@ static rule_run *find_run(sl_runner *r, size_t rule, const char *lane)
  * queued at once when queue is true (lanes_lock held). */
 static int add_lane_runs(sl_runner *r, const sl_lane_info *lane, bool queue, sl_error *err)
 {
-    for (size_t i = 0; i < r->nbase; i++) {
-        if (find_run(r, i, lane->name))
-            continue;
-        int rc = add_run(r, i, lane, err);
-        if (rc)
-            return rc;
-        if (queue) {
-            rule_run *rr = RUN(r, atomic_load(&r->nruns) - 1);
-            pthread_mutex_lock(&r->lock);
-            for (int32_t p = 0; p < rr->nparts; p++)
-                sl__runner_push(r, &rr->cons[p]);
-            pthread_mutex_unlock(&r->lock);
-        }
-    }
-    return 0;
+    size_t from = atomic_load(&r->nruns);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < r->nbase; i++)
+        if (!find_run(r, i, lane->name))
+            rc = add_run(r, i, lane, err);
+    if (!queue)
+        return rc; /* sl_runner_start() makes the shared readers of all runs at once */
+    /* A lane's runs share reads from the start (its cursors are all new). */
+    if (!rc)
+        rc = sl__runner_rosters_build(r, from, err);
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = from, n = atomic_load(&r->nruns); i < n; i++)
+        for (int32_t p = 0; p < RUN(r, i)->nparts; p++)
+            sl__runner_push(r, &RUN(r, i)->cons[p]);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
 typedef struct lanes_start {
@@ -489,6 +500,8 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
         sl_lanes_each(opts->lanes, start_lane, &ls);
         rc = ls.rc;
     }
+    if (!rc)
+        rc = sl__runner_rosters_build(r, 0, err);
     for (unsigned i = 0; !rc && i < nw; i++)
         rc = sl__runner_init_worker(r, &r->workers[r->nworkers++], err);
     /* Under the lock: a running worker may grow the pool (maybe_grow). */

@@ -11,6 +11,8 @@
 
 #include "core/bus/connector.h"
 #include "core/bus/cursor.h"
+#include "rules/evview.h"
+#include "rules/pattern_set.h"
 #include "rules/rule.h"
 
 #include <pthread.h>
@@ -38,8 +40,14 @@
 #define LANE_NAMES (2 * SL_LANES_MAX) /* distinct lanes one runner sums up */
 #define RUN(r, i) ((r)->chunks[(i) / RUN_CHUNK][(i) % RUN_CHUNK])
 
+#define SHARE_COMMIT_NS 1000000000 /* a shared reader's untouched members: cursor written once a second */
+#define SHARE_SLOW_NS 250000000    /* a member whose delivery took longer leaves its shared reader … */
+#define SHARE_REJOIN_NS 5000000000 /* … and may come back after this */
+
 typedef struct rule_run rule_run;
 typedef struct replay replay;
+typedef struct share share;
+typedef struct roster roster;
 
 /* What a rule, or one replay of it, counts. */
 typedef struct counters {
@@ -87,7 +95,44 @@ typedef struct consumer {
     int backoff_ms;       /* read and cursor errors */
     int64_t lag_check_ns; /* lane runs: when periodic() last queued it for lag */
     struct consumer *next;
+    /* Shared reading (runner_share.c), under the runner's lock */
+    share *in;            /* the shared reader it is a member of; NULL: reads on its own */
+    share *handle_of;     /* this consumer is the queue handle of that shared reader */
+    bool join_wait;       /* asked to join while the reader ran: parked until it ends */
+    int64_t rejoin_ns;    /* left for being slow: not back before this */
+    int64_t commit_ns;    /* when its cursor was last written */
+    unsigned share_flags; /* its shared reader's turn only */
 } consumer;
+
+/* The runs of one set and lane that may share reads (every live run but
+ * those with transform_batch), their patterns compiled together, and one
+ * shared reader per partition. */
+struct roster {
+    roster *next;
+    sl_set *set;
+    char lane[SL_EVENT_LANE_MAX + 1];
+    rule_run **runs;
+    size_t nruns;
+    sl_pattern_set *ps; /* over the runs that evaluate (eval_run maps its numbers) */
+    uint32_t *eval_run; /* pattern number -> index in runs */
+    share *shares;      /* [set->nparts] */
+    int32_t nparts;
+};
+
+/* One shared reader: reads a partition once for all its members, matches
+ * each event once against all their patterns, and gives each member only
+ * the events that match it. Members are at or ahead of pos (a member ahead
+ * skips what it already had). */
+struct share {
+    roster *ro;
+    int32_t part;
+    consumer handle; /* what the queue runs (handle.handle_of == this) */
+    int64_t pos;     /* next offset to read: moved by its turn only */
+    void *reader;
+    size_t nmembers;
+    consumer **pending; /* asked to join while it ran */
+    size_t npending, pending_cap;
+};
 
 struct replay {
     replay *next;
@@ -133,6 +178,7 @@ struct rule_run {
     int32_t nparts;
     counters ctr;
     size_t batch_records;     /* records per turn: what its targets want */
+    roster *ro;               /* NULL: never shares reads (transform_batch, or not built yet) */
     _Atomic uint64_t wrapped; /* dead letters made for payloads that are not events */
     pthread_mutex_t err_lock;
     char last_error[SL_ERROR_MAX];
@@ -173,6 +219,15 @@ typedef struct worker {
     sl_buf dlq; /* dead letters being written */
     size_t *dlq_ends;
     size_t dlq_cap;
+    /* shared reading */
+    sl_evview pv;
+    sl_pattern_set_scratch *scr;
+    size_t scr_n;
+    uint32_t *hits;
+    uint64_t *pairs; /* (run index << 32 | event index) of a shared batch */
+    size_t hits_cap, pairs_cap;
+    consumer **mem;
+    size_t mem_cap;
     /* completion of a delivery */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -205,6 +260,7 @@ struct sl_runner {
     unsigned waiting;     /* workers waiting for a target */
     bool growing;         /* maybe_grow() is building a worker */
     replay *replays;      /* newest first; under lock */
+    roster *rosters;      /* under lock (added with lanes, freed with the runner) */
     unsigned replay_seq;
 };
 
@@ -239,6 +295,15 @@ int sl__runner_keep_payload(worker *w, consumer *c, size_t i, int64_t now_ms);
 int sl__runner_keep_failed_event(worker *w, consumer *c, size_t e, const char *why);
 void sl__runner_set_pos(consumer *c, int64_t pos);
 bool sl__runner_run_consumer(worker *w, consumer *c);
+bool sl__runner_pool_blocks(const consumer *c);
+int64_t sl__runner_safe_position(const consumer *c);
+
+/* runner_share.c */
+int sl__runner_rosters_build(sl_runner *r, size_t from_run, sl_error *err);
+void sl__runner_rosters_free(sl_runner *r);
+bool sl__runner_run_share(worker *w, share *sh);
+void sl__runner_try_join(sl_runner *r, consumer *c);
+void sl__runner_free_share_worker(worker *w);
 void *sl__runner_worker_main(void *arg);
 void sl__runner_free_replay(replay *rp);
 int sl__runner_counters_json(sl_buf *out, const counters *k);

@@ -16,8 +16,10 @@
 
 void sl__runner_push(sl_runner *r, consumer *c)
 {
-    if (c->queued || c->running || r->stopping || atomic_load(&c->done) ||
-        atomic_load(&c->rule->dropped))
+    if (c->in) /* a member of a shared reader: the reader runs for it */
+        c = &c->in->handle;
+    if (c->queued || c->running || c->join_wait || r->stopping || atomic_load(&c->done) ||
+        (c->handle_of ? !c->handle_of->nmembers : atomic_load(&c->rule->dropped)))
         return;
     c->queued = true;
     c->next = NULL;
@@ -43,6 +45,8 @@ static consumer *pop(sl_runner *r)
 
 static void check_consumer(sl_runner *r, consumer *c, int64_t now)
 {
+    if (c->in || c->join_wait)
+        return; /* its shared reader is checked instead */
     if (c->retry_at_ns && now >= c->retry_at_ns) {
         sl__runner_push(r, c);
     } else if (!c->hold && !c->rp && !c->queued && !c->running &&
@@ -68,6 +72,16 @@ static void periodic(sl_runner *r, int64_t now)
     for (replay *rp = r->replays; rp; rp = rp->next)
         for (int32_t p = 0; p < rp->nparts; p++)
             check_consumer(r, &rp->cons[p], now);
+    for (roster *ro = r->rosters; ro; ro = ro->next)
+        for (int32_t p = 0; p < ro->nparts; p++) {
+            consumer *h = &ro->shares[p].handle;
+            if (ro->shares[p].nmembers && !h->queued && !h->running &&
+                atomic_load(&h->read_pos) < sl_store_end_offset(&ro->set->parts[p]) &&
+                (!ro->lane[0] || now - h->lag_check_ns >= 1000000000)) {
+                h->lag_check_ns = now; /* lanes: as check_consumer() does */
+                sl__runner_push(r, h);
+            }
+        }
 }
 
 void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane)
@@ -80,6 +94,8 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
         if (rr->set != set || partition >= rr->nparts || (lane && strcmp(rr->lane, lane) != 0))
             continue; /* the runs of other lanes would find nothing new */
         consumer *c = &rr->cons[partition];
+        if (c->in)
+            c = &c->in->handle;
         if (c->running)
             c->again = true;
         else if (!c->hold)
@@ -181,8 +197,11 @@ void *sl__runner_worker_main(void *arg)
         c->running = true;
         c->again = false;
         pthread_mutex_unlock(&r->lock);
-        bool more = sl__runner_run_consumer(w, c);
+        bool more = c->handle_of ? sl__runner_run_share(w, c->handle_of)
+                                 : sl__runner_run_consumer(w, c);
         pthread_mutex_lock(&r->lock);
+        if (!c->handle_of)
+            sl__runner_try_join(r, c); /* caught up with its shared reader? */
         c->running = false;
         if ((more || c->again) && !c->hold)
             sl__runner_push(r, c);

@@ -255,7 +255,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
 }
 
 /* Where the cursor may go: before the oldest unresolved event. */
-static int64_t safe_position(const consumer *c)
+int64_t sl__runner_safe_position(const consumer *c)
 {
     int64_t at = c->pos;
     for (size_t i = 0; i < c->npool; i++)
@@ -266,7 +266,7 @@ static int64_t safe_position(const consumer *c)
 
 /* Whether the pool keeps the consumer from reading on: ordered, anything
  * waiting holds the partition; unordered, only a full pool does. */
-static bool pool_blocks(const consumer *c)
+bool sl__runner_pool_blocks(const consumer *c)
 {
     return c->npool && (c->rule->rc->ordered || c->npool >= POOL_MAX);
 }
@@ -282,12 +282,12 @@ bool sl__runner_run_consumer(worker *w, consumer *c)
         sl__runner_retry_due(w, c);
         sl__runner_settle(w, c);
     }
-    if (!pool_blocks(c)) {
+    if (!sl__runner_pool_blocks(c)) {
         rc = fresh_batch(w, c, &more, why, sizeof why);
         if (c->npool)
             sl__runner_settle(w, c);
     }
-    int64_t safe = safe_position(c);
+    int64_t safe = sl__runner_safe_position(c);
     if (c->rp) {
         atomic_store(&c->committed, safe);
         if (!c->npool && c->pos >= c->end && !atomic_load(&c->done)) {
@@ -311,7 +311,7 @@ bool sl__runner_run_consumer(worker *w, consumer *c)
     for (size_t i = 0; i < c->npool; i++)
         if (c->pool[i].retry_at_ns && (!next_retry || c->pool[i].retry_at_ns < next_retry))
             next_retry = c->pool[i].retry_at_ns;
-    bool blocked = pool_blocks(c);
+    bool blocked = sl__runner_pool_blocks(c);
     pthread_mutex_lock(&w->r->lock);
     if (rc) {
         /* Hold the partition and read again from where it stands later. */

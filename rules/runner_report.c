@@ -175,10 +175,14 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
         for (int32_t p = 0; !rc && p < rr->nparts; p++) {
             int64_t end, lag = rule_lag(rr, p, &end);
             total += lag;
+            pthread_mutex_lock(&r->lock);
+            bool shared = rr->cons[p].in != NULL;
+            pthread_mutex_unlock(&r->lock);
             rc = sl_buf_printf(out,
                                "%s{\"partition\":%d,\"cursor\":%" PRId64 ",\"end\":%" PRId64
-                               ",\"lag\":%" PRId64 "}",
-                               p ? "," : "", p, atomic_load(&rr->cons[p].committed), end, lag);
+                               ",\"lag\":%" PRId64 ",\"shared\":%s}",
+                               p ? "," : "", p, atomic_load(&rr->cons[p].committed), end, lag,
+                               shared ? "true" : "false");
         }
         rc = rc ? rc : sl_buf_printf(out, "],\"lag\":%" PRId64 ",", total);
         /* The rule's counts are those of all its lanes; "lanes" splits them. */

@@ -538,7 +538,8 @@ bool sl__runner_run_share(worker *w, share *sh)
             w->mem[m]->share_flags |= S_REDO | S_LEAVE;
         npairs = 0;
     }
-    qsort(w->pairs, npairs, sizeof *w->pairs, cmp_u64);
+    if (npairs > 1)
+        qsort(w->pairs, npairs, sizeof *w->pairs, cmp_u64);
     for (size_t k = 0, j; k < npairs; k = j) {
         uint32_t ri = (uint32_t)(w->pairs[k] >> 32);
         for (j = k; j < npairs && (uint32_t)(w->pairs[j] >> 32) == ri; j++)

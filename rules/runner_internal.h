@@ -42,7 +42,8 @@
 
 #define SHARE_COMMIT_NS 1000000000 /* a shared reader's untouched members: cursor written once a second */
 #define SHARE_SLOW_NS 250000000    /* a member whose delivery took longer leaves its shared reader … */
-#define SHARE_REJOIN_NS 5000000000 /* … and may come back after this */
+#define SHARE_REJOIN_NS 5000000000 /* … and may come back after this, doubled each time it … */
+#define SHARE_REJOIN_MAX_NS 300000000000 /* … is slow again (up to 5 min) within that long */
 
 typedef struct rule_run rule_run;
 typedef struct replay replay;
@@ -100,6 +101,8 @@ typedef struct consumer {
     share *handle_of;     /* this consumer is the queue handle of that shared reader */
     bool join_wait;       /* asked to join while the reader ran: parked until it ends */
     int64_t rejoin_ns;    /* left for being slow: not back before this */
+    int64_t slow_ns;      /* when it last left for being slow */
+    unsigned slow_strikes; /* times in a row (see SHARE_REJOIN_MAX_NS) */
     int64_t commit_ns;    /* when its cursor was last written */
     unsigned share_flags; /* its shared reader's turn only */
 } consumer;

@@ -223,8 +223,18 @@ static void leave(sl_runner *r, share *sh, consumer *c, bool slow)
 {
     c->in = NULL;
     sh->nmembers--;
-    if (slow)
-        c->rejoin_ns = sl_clock_mono_ns() + SHARE_REJOIN_NS;
+    if (slow) {
+        /* A target that stays slow holds the others once per rejoin, so
+         * the rejoins space out: 5 s, 10 s, … 5 min while it stays slow. */
+        int64_t now = sl_clock_mono_ns(), wait = SHARE_REJOIN_NS;
+        if (c->slow_ns && now - c->slow_ns > SHARE_REJOIN_MAX_NS)
+            c->slow_strikes = 0;
+        for (unsigned k = 0; k < c->slow_strikes && wait < SHARE_REJOIN_MAX_NS; k++)
+            wait *= 2;
+        c->slow_strikes++;
+        c->slow_ns = now;
+        c->rejoin_ns = now + (wait < SHARE_REJOIN_MAX_NS ? wait : SHARE_REJOIN_MAX_NS);
+    }
     int64_t next_retry = 0;
     for (size_t i = 0; i < c->npool; i++)
         if (c->pool[i].retry_at_ns && (!next_retry || c->pool[i].retry_at_ns < next_retry))

@@ -92,9 +92,6 @@ static unsigned char lower_ascii(unsigned char c)
 static void add_number(walk *w, const ps_num *nm, double x)
 {
     const sl_pattern_set *ps = w->ps;
-    /* The matcher never matches a number outside -5e9..5e9 (nor NaN). */
-    if (!(x >= -NUM_LIMIT && x <= NUM_LIMIT))
-        return;
     const double *e = ps->ends + nm->e0;
     uint32_t lo = 0, hi = nm->m;
     while (lo < hi) {
@@ -127,9 +124,12 @@ static void leaf(walk *w, const sl_evview_value *v, uint32_t path)
         if (kinds & (1u << PK_STR))
             add_entry(w, path, PK_STR, v->s, v->len);
         if (kinds & (1u << PK_PREFIX)) {
-            const uint32_t *pl = w->ps->plens + P->plen0;
-            for (uint32_t i = 0; i < P->nplen && pl[i] <= v->len; i++)
-                add_entry(w, path, PK_PREFIX, v->s, pl[i]);
+            const ps_plen *pl = w->ps->plens + P->plen0;
+            for (uint32_t i = 0; i < P->nplen && pl[i].len <= v->len; i++) {
+                unsigned char c = (unsigned char)v->s[pl[i].len - 1];
+                if (pl[i].last[c >> 6] >> (c & 63) & 1)
+                    add_entry(w, path, PK_PREFIX, v->s, pl[i].len);
+            }
         }
         if ((kinds & (1u << PK_IC)) && v->len <= P->ic_max) {
             char low[256]; /* ic_max <= PS_IC_MAX (pattern_set_build.c) */
@@ -141,8 +141,20 @@ static void leaf(walk *w, const sl_evview_value *v, uint32_t path)
     case SL_JSON_NUMBER:
         if (kinds & (1u << PK_NUM))
             add_entry(w, path, PK_NUM, v->s, v->len);
-        if (P->num != PS_NONE)
-            add_number(w, &w->ps->nums[P->num], sl_evview_num(v));
+        if (P->num != PS_NONE || (kinds & (1u << PK_NUMEQ))) {
+            double x = sl_evview_num(v);
+            /* The matcher never matches a number outside -5e9..5e9 (nor NaN). */
+            if (!(x >= -NUM_LIMIT && x <= NUM_LIMIT))
+                break;
+            if (kinds & (1u << PK_NUMEQ)) {
+                char key[sizeof x];
+                x = x == 0 ? 0 : x; /* -0 == 0: one key */
+                memcpy(key, &x, sizeof x);
+                add_entry(w, path, PK_NUMEQ, key, sizeof key);
+            }
+            if (P->num != PS_NONE)
+                add_number(w, &w->ps->nums[P->num], x);
+        }
         break;
     case SL_JSON_TRUE:
         if (kinds & (1u << PK_TRUE))
@@ -166,11 +178,21 @@ static uint32_t child(const walk *w, uint32_t path, const char *key, size_t klen
 {
     const sl_pattern_set *ps = w->ps;
     const ps_path *P = &ps->paths[path];
+    /* Most event keys are not a child's: a bit per child length (mod 64)
+     * refuses them before anything of the key is read. */
+    if (!(P->lenmask >> (klen & 63) & 1))
+        return PS_NONE;
     if (P->nkids <= PS_LINEAR_KIDS) {
+        /* Then length and first byte: a memcmp call costs more than the
+         * whole test. */
         const ps_kid *k = ps->kids + P->kids0;
-        for (uint32_t i = 0; i < P->nkids; i++)
-            if (k[i].len == klen && memcmp(ps->bytes + k[i].off, key, klen) == 0)
+        for (uint32_t i = 0; i < P->nkids; i++) {
+            if (k[i].len != klen)
+                continue;
+            if (klen == 0 ||
+                (k[i].c0 == (unsigned char)key[0] && ps_eq(ps->bytes + k[i].off, key, klen)))
                 return k[i].path;
+        }
         return PS_NONE;
     }
     const ps_entry *e = ps_find(ps, path, PK_CHILD, key, klen);

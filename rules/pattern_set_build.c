@@ -45,6 +45,10 @@
  * matcher lowers the event's value on the stack). */
 #define PS_IC_MAX 256
 
+/* Prefixes up to this long are hashed (their length is noted in 24 bits,
+ * beside the last byte); longer ones are anchored as present. */
+#define PS_PREFIX_MAX ((1u << 24) - 1)
+
 /* Elementary regions of one path's intervals may list at most this many
  * patterns per interval on average (plus a constant); past it (many wide,
  * overlapping ranges) the path's numeric patterns are anchored as present,
@@ -230,8 +234,8 @@ static int matcher_anchor(builder *B, const matcher *m, uint32_t path, uint32_t 
         a.kind = PK_NULL;
         break;
     case M_PREFIX:
-        if (m->slen == 0)
-            goto present; /* every string */
+        if (m->slen == 0 || m->slen > PS_PREFIX_MAX)
+            goto present; /* every string; or too long to note its length */
         a.kind = PK_PREFIX;
         a.s = m->s;
         a.len = (uint32_t)m->slen;
@@ -241,7 +245,7 @@ static int matcher_anchor(builder *B, const matcher *m, uint32_t path, uint32_t 
         /* No star: the string itself. A literal head: a prefix. */
         if (m->npieces == 1) {
             a.kind = PK_STR;
-        } else if (m->pieces[0].len) {
+        } else if (m->pieces[0].len && m->pieces[0].len <= PS_PREFIX_MAX) {
             a.kind = PK_PREFIX;
             *cost = COST_PREFIX;
         } else {
@@ -258,6 +262,12 @@ static int matcher_anchor(builder *B, const matcher *m, uint32_t path, uint32_t 
         a.len = (uint32_t)m->slen;
         break;
     case M_NUMERIC:
+        if (m->has_lo && m->has_hi && m->lo == m->hi) { /* "=": a hash key, no search */
+            a.kind = PK_NUMEQ;
+            a.m = m;
+            a.len = sizeof(double);
+            break;
+        }
         a.how = AN_RANGE;
         a.m = m;
         *cost = COST_RANGE;
@@ -386,6 +396,11 @@ static int record(builder *B, const banchor *a, uint32_t pat)
     }
     char low[PS_IC_MAX];
     const char *s = a->s;
+    if (a->kind == PK_NUMEQ) { /* the matcher compares doubles: -0 == 0 */
+        double x = a->m->lo == 0 ? 0 : a->m->lo;
+        memcpy(low, &x, sizeof x);
+        s = low;
+    }
     if (a->kind == PK_IC) {
         for (uint32_t i = 0; i < a->len; i++)
             low[i] = (char)lower_ascii((unsigned char)a->s[i]);
@@ -401,7 +416,12 @@ static int record(builder *B, const banchor *a, uint32_t pat)
     if (a->kind == PK_PREFIX) {
         if (PUSH(B->plen, B->nplen, B->cap_plen))
             return SL_ENOMEM;
-        B->plen[B->nplen++] = (bpair){a->path, a->len};
+        /* len < 2^24: PS_IC_MAX does not bound prefixes, so check */
+        if (a->len >= 1u << 24) {
+            P->kinds &= (uint16_t) ~(1u << PK_PREFIX);
+            return SL_ENOMEM;
+        }
+        B->plen[B->nplen++] = (bpair){a->path, a->len << 8 | (unsigned char)a->s[a->len - 1]};
     }
     if (B->last[e] == pat) /* the same key twice in one pattern */
         return 0;
@@ -587,17 +607,21 @@ static int finish(builder *B)
     }
     if (B->nplen)
         qsort(B->plen, B->nplen, sizeof *B->plen, cmp_pair);
+    /* b is length << 8 | last byte: one ps_plen per (path, length), with
+     * the last bytes its prefixes end with. */
     size_t cap_plens = 0;
     for (size_t i = 0; i < B->nplen; i++) {
-        if (i && B->plen[i].a == B->plen[i - 1].a && B->plen[i].b == B->plen[i - 1].b)
-            continue;
-        if (PUSH(ps->plens, ps->nplens, cap_plens))
-            return SL_ENOMEM;
+        uint32_t len = B->plen[i].b >> 8, last = B->plen[i].b & 0xff;
         ps_path *P = &ps->paths[B->plen[i].a];
-        if (!P->nplen)
-            P->plen0 = (uint32_t)ps->nplens;
-        P->nplen++;
-        ps->plens[ps->nplens++] = B->plen[i].b;
+        if (!P->nplen || ps->plens[ps->nplens - 1].len != len) {
+            if (PUSH(ps->plens, ps->nplens, cap_plens))
+                return SL_ENOMEM;
+            if (!P->nplen)
+                P->plen0 = (uint32_t)ps->nplens;
+            P->nplen++;
+            ps->plens[ps->nplens++] = (ps_plen){.len = len};
+        }
+        ps->plens[ps->nplens - 1].last[last >> 6] |= 1ull << (last & 63);
     }
     /* Live paths: anchors here or below. Children were interned after
      * their parents, so one pass from the last path up settles it. */
@@ -627,7 +651,9 @@ static int finish(builder *B)
         if (ps->paths[p].live) {
             ps_path *Q = &ps->paths[B->parent[p]];
             const ps_entry *e = &ps->entries[B->name[p]];
-            ps->kids[Q->kids0 + Q->nkids++] = (ps_kid){e->off, e->len, (uint32_t)p};
+            unsigned char c0 = e->len ? (unsigned char)ps->bytes[e->off] : 0;
+            ps->kids[Q->kids0 + Q->nkids++] = (ps_kid){e->off, e->len, (uint32_t)p, c0};
+            Q->lenmask |= 1ull << (e->len & 63);
         }
     ps->nkids = nlive;
     ps->held = sizeof *ps + ps->n * sizeof *ps->pats + (B->cap_paths) * sizeof *ps->paths +

@@ -46,6 +46,7 @@ enum {
     PK_PREFIX, /* a non-empty prefix */
     PK_IC,     /* an ASCII equals-ignore-case operand, ASCII-lowered */
     PK_CHILD,  /* a field name under path: postings hold the child path */
+    PK_NUMEQ,  /* numeric "=": the operand's double (8 bytes, -0 as 0) */
 };
 
 /* One key of the hash table: (path, kind, bytes) and its postings, the
@@ -68,7 +69,17 @@ typedef struct ps_slot {
 typedef struct ps_kid {
     uint32_t off, len; /* the name in ps->bytes */
     uint32_t path;
+    unsigned char c0; /* its first byte (0 when empty), tested before the bytes */
 } ps_kid;
+
+/* One length of the prefixes of a path, and a bit per byte that one of
+ * them ends with: a value whose byte at len - 1 is not among them cannot
+ * have one of these prefixes, and is not hashed (prefixes that end with a
+ * delimiter, "/shop/", "aws.", are the common case). */
+typedef struct ps_plen {
+    uint32_t len;
+    uint64_t last[4];
+} ps_plen;
 
 /* The numeric intervals of one path cut into elementary regions: the sorted
  * distinct endpoints e[0..m) make 2m + 1 regions (below e[0], e[0] itself,
@@ -81,6 +92,7 @@ typedef struct ps_num {
 
 typedef struct ps_path {
     uint32_t kids0, nkids; /* live children in ps->kids */
+    uint64_t lenmask;      /* bit (len & 63) for the name of each live child */
     uint32_t pres0, npres; /* patterns anchored on "a leaf value here", in ps->post */
     uint32_t plen0, nplen; /* distinct prefix lengths, ascending, in ps->plens */
     uint32_t ic_max;       /* longest ignore-case operand (longer values cannot match) */
@@ -104,7 +116,7 @@ struct sl_pattern_set {
     size_t npost;
     ps_kid *kids;
     size_t nkids;
-    uint32_t *plens;
+    ps_plen *plens;
     size_t nplens;
     ps_num *nums;
     size_t nnums;
@@ -150,6 +162,34 @@ static inline uint64_t ps_hash(uint32_t path, unsigned kind, const char *s, size
     return h;
 }
 
+/* Whether a[0..n) equals b[0..n): short keys (most event keys and values)
+ * with a few word compares, which never read outside either range. */
+static inline bool ps_eq(const char *a, const char *b, size_t n)
+{
+    if (n >= 8) {
+        if (n > 16)
+            return memcmp(a, b, n) == 0;
+        uint64_t x, y, u, v;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        memcpy(&u, a + n - 8, 8);
+        memcpy(&v, b + n - 8, 8);
+        return x == y && u == v;
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
+}
+
 /* The entry of key (path, kind, s[0..len)), or NULL. */
 static inline const ps_entry *ps_find(const sl_pattern_set *ps, uint32_t path, unsigned kind,
                                       const char *s, size_t len)
@@ -164,7 +204,7 @@ static inline const ps_entry *ps_find(const sl_pattern_set *ps, uint32_t path, u
             continue;
         const ps_entry *e = &ps->entries[sl->entry];
         if (e->path == path && e->kind == kind && e->len == len &&
-            (len == 0 || memcmp(ps->bytes + e->off, s, len) == 0))
+            ps_eq(ps->bytes + e->off, s, len))
             return e;
     }
 }

@@ -131,6 +131,15 @@ static void leaf(walk *w, const sl_evview_value *v, uint32_t path)
                     add_entry(w, path, PK_PREFIX, v->s, pl[i].len);
             }
         }
+        if (kinds & (1u << PK_SUFFIX)) {
+            const ps_plen *sl = w->ps->plens + P->slen0;
+            for (uint32_t i = 0; i < P->nslen && sl[i].len <= v->len; i++) {
+                const char *at = v->s + v->len - sl[i].len;
+                unsigned char c = (unsigned char)*at;
+                if (sl[i].last[c >> 6] >> (c & 63) & 1)
+                    add_entry(w, path, PK_SUFFIX, at, sl[i].len);
+            }
+        }
         if ((kinds & (1u << PK_IC)) && v->len <= P->ic_max) {
             char low[256]; /* ic_max <= PS_IC_MAX (pattern_set_build.c) */
             for (uint32_t i = 0; i < v->len; i++)

@@ -87,14 +87,20 @@ typedef struct builder {
     size_t cap_parent, cap_name;
     uint32_t *last; /* per entry: the last pattern posted (dedupe) */
     size_t cap_last;
+    uint32_t *count; /* per entry: patterns that could anchor on it (census) */
+    size_t cap_count;
+    bool census;  /* first pass: count the keys, choose nothing */
+    uint32_t pat; /* the pattern being looked at */
     banchor *tmp;
     size_t ntmp, cap_tmp;
     bpair *hits; /* (entry, pattern) */
     size_t nhits, cap_hits;
     bpair *pres; /* (path, pattern) */
     size_t npres, cap_pres;
-    bpair *plen; /* (path, prefix length) */
+    bpair *plen; /* (path, prefix length << 8 | its last byte) */
     size_t nplen, cap_plen;
+    bpair *slen; /* (path, suffix length << 8 | its first byte) */
+    size_t nslen, cap_slen;
     binterval *ivs;
     size_t nivs, cap_ivs;
 } builder;
@@ -148,6 +154,9 @@ static int table_get(builder *B, uint32_t path, unsigned kind, const char *s, si
     while (B->cap_last <= ps->nentries)
         if (SL_GROW(B->last, B->cap_last, 16))
             return SL_ENOMEM;
+    while (B->cap_count <= ps->nentries)
+        if (SL_GROW(B->count, B->cap_count, 16))
+            return SL_ENOMEM;
     uint32_t k = (uint32_t)ps->nentries++;
     if (len)
         memcpy(ps->bytes + ps->nbytes, s, len);
@@ -158,6 +167,7 @@ static int table_get(builder *B, uint32_t path, unsigned kind, const char *s, si
                                 .post0 = PS_NONE};
     ps->nbytes += len;
     B->last[k] = PS_NONE;
+    B->count[k] = 0;
     uint64_t h = ps_hash(path, kind, s, len);
     size_t i = (size_t)h & ps->mask;
     while (ps->slots[i].entry != PS_NONE)
@@ -194,7 +204,32 @@ static int intern(builder *B, uint32_t parent, const char *key, size_t klen, uin
 
 static uint32_t add_cost(uint32_t a, uint32_t b)
 {
-    return a == COST_INF || b == COST_INF || a > COST_INF - b ? COST_INF : a + b;
+    if (a == COST_INF || b == COST_INF)
+        return COST_INF;
+    return a >= COST_INF - 1 - b ? COST_INF - 1 : a + b; /* saturates below "none" */
+}
+
+static unsigned char lower_ascii(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+/* The table entry of a hash anchor (the key as stored: ignore-case
+ * operands lowered, numeric = as its double), added when missing. */
+static int anchor_entry(builder *B, const banchor *a, uint32_t *e)
+{
+    char key[PS_IC_MAX];
+    const char *s = a->s;
+    if (a->kind == PK_NUMEQ) { /* the matcher compares doubles: -0 == 0 */
+        double x = a->m->lo == 0 ? 0 : a->m->lo;
+        memcpy(key, &x, sizeof x);
+        s = key;
+    } else if (a->kind == PK_IC) {
+        for (uint32_t i = 0; i < a->len; i++)
+            key[i] = (char)lower_ascii((unsigned char)a->s[i]);
+        s = key;
+    }
+    return table_get(B, a->path, a->kind, s, a->len, e);
 }
 
 static int push_anchor(builder *B, banchor a)
@@ -241,6 +276,14 @@ static int matcher_anchor(builder *B, const matcher *m, uint32_t path, uint32_t 
         a.len = (uint32_t)m->slen;
         *cost = COST_PREFIX;
         break;
+    case M_SUFFIX:
+        if (m->slen == 0 || m->slen > PS_PREFIX_MAX)
+            goto present;
+        a.kind = PK_SUFFIX;
+        a.s = m->s;
+        a.len = (uint32_t)m->slen;
+        *cost = COST_PREFIX;
+        break;
     case M_WILDCARD:
         /* No star: the string itself. A literal head: a prefix. */
         if (m->npieces == 1) {
@@ -282,6 +325,24 @@ static int matcher_anchor(builder *B, const matcher *m, uint32_t path, uint32_t 
         goto present;
     }
     *present = false;
+    if (a.how == AN_HASH) {
+        /* A key many patterns could anchor on is probably a common value
+         * (type: order.created), and each hit makes all of them
+         * candidates: its cost grows with their number (counted in the
+         * census pass), staying below that of "present". */
+        uint32_t e;
+        if (anchor_entry(B, &a, &e))
+            return SL_ENOMEM;
+        if (B->census) {
+            if (B->last[e] != B->pat) {
+                B->last[e] = B->pat;
+                B->count[e]++;
+            }
+        } else {
+            uint64_t c = (uint64_t)*cost * (B->count[e] ? B->count[e] : 1);
+            *cost = c < COST_PRESENT ? (uint32_t)c : COST_PRESENT - 1;
+        }
+    }
     return push_anchor(B, a);
 present:
     *present = true;
@@ -365,11 +426,6 @@ static int node_anchor(builder *B, const node *n, uint32_t path, uint32_t *cost)
 
 /* ---- recording a pattern's anchors ----------------------------------------------- */
 
-static unsigned char lower_ascii(unsigned char c)
-{
-    return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
-}
-
 static int record(builder *B, const banchor *a, uint32_t pat)
 {
     sl_pattern_set *ps = B->ps;
@@ -394,34 +450,22 @@ static int record(builder *B, const banchor *a, uint32_t pat)
                                         m->has_hi ? m->hi_incl : true};
         return 0;
     }
-    char low[PS_IC_MAX];
-    const char *s = a->s;
-    if (a->kind == PK_NUMEQ) { /* the matcher compares doubles: -0 == 0 */
-        double x = a->m->lo == 0 ? 0 : a->m->lo;
-        memcpy(low, &x, sizeof x);
-        s = low;
-    }
-    if (a->kind == PK_IC) {
-        for (uint32_t i = 0; i < a->len; i++)
-            low[i] = (char)lower_ascii((unsigned char)a->s[i]);
-        s = low;
-        if (a->len > P->ic_max)
-            P->ic_max = a->len;
-    }
+    if (a->kind == PK_IC && a->len > P->ic_max)
+        P->ic_max = a->len;
     uint32_t e;
-    if (table_get(B, a->path, a->kind, s, a->len, &e))
+    if (anchor_entry(B, a, &e))
         return SL_ENOMEM;
     P = &ps->paths[a->path];
     P->kinds |= (uint16_t)(1u << a->kind);
     if (a->kind == PK_PREFIX) {
         if (PUSH(B->plen, B->nplen, B->cap_plen))
             return SL_ENOMEM;
-        /* len < 2^24: PS_IC_MAX does not bound prefixes, so check */
-        if (a->len >= 1u << 24) {
-            P->kinds &= (uint16_t) ~(1u << PK_PREFIX);
-            return SL_ENOMEM;
-        }
+        /* length << 8 | last byte; lengths fit (PS_PREFIX_MAX) */
         B->plen[B->nplen++] = (bpair){a->path, a->len << 8 | (unsigned char)a->s[a->len - 1]};
+    } else if (a->kind == PK_SUFFIX) {
+        if (PUSH(B->slen, B->nslen, B->cap_slen))
+            return SL_ENOMEM;
+        B->slen[B->nslen++] = (bpair){a->path, a->len << 8 | (unsigned char)a->s[0]};
     }
     if (B->last[e] == pat) /* the same key twice in one pattern */
         return 0;
@@ -554,6 +598,34 @@ static int build_num(builder *B, uint32_t path, const binterval *ivs, size_t k, 
     return 0;
 }
 
+/* The distinct prefix (or suffix) lengths of each path, ascending, from
+ * pairs (path, length << 8 | byte): one ps_plen per (path, length) with a
+ * bit for each byte the prefixes of that length end with (the suffixes
+ * start with). */
+static int build_lens(builder *B, bpair *pairs, size_t n, bool suffix, size_t *cap)
+{
+    sl_pattern_set *ps = B->ps;
+    if (n)
+        qsort(pairs, n, sizeof *pairs, cmp_pair);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = pairs[i].b >> 8, byte = pairs[i].b & 0xff;
+        ps_path *P = &ps->paths[pairs[i].a];
+        uint32_t *first = suffix ? &P->slen0 : &P->plen0, *count = suffix ? &P->nslen : &P->nplen;
+        /* pairs of one path are consecutive, so a path's last length is
+         * the array's last entry */
+        if (!*count || ps->plens[ps->nplens - 1].len != len) {
+            if (PUSH(ps->plens, ps->nplens, *cap))
+                return SL_ENOMEM;
+            if (!*count)
+                *first = (uint32_t)ps->nplens;
+            (*count)++;
+            ps->plens[ps->nplens++] = (ps_plen){.len = len};
+        }
+        ps->plens[ps->nplens - 1].last[byte >> 6] |= 1ull << (byte & 63);
+    }
+    return 0;
+}
+
 static int finish(builder *B)
 {
     sl_pattern_set *ps = B->ps;
@@ -605,24 +677,10 @@ static int finish(builder *B)
         P->npres++;
         ps->post[ps->npost++] = B->pres[i].b;
     }
-    if (B->nplen)
-        qsort(B->plen, B->nplen, sizeof *B->plen, cmp_pair);
-    /* b is length << 8 | last byte: one ps_plen per (path, length), with
-     * the last bytes its prefixes end with. */
     size_t cap_plens = 0;
-    for (size_t i = 0; i < B->nplen; i++) {
-        uint32_t len = B->plen[i].b >> 8, last = B->plen[i].b & 0xff;
-        ps_path *P = &ps->paths[B->plen[i].a];
-        if (!P->nplen || ps->plens[ps->nplens - 1].len != len) {
-            if (PUSH(ps->plens, ps->nplens, cap_plens))
-                return SL_ENOMEM;
-            if (!P->nplen)
-                P->plen0 = (uint32_t)ps->nplens;
-            P->nplen++;
-            ps->plens[ps->nplens++] = (ps_plen){.len = len};
-        }
-        ps->plens[ps->nplens - 1].last[last >> 6] |= 1ull << (last & 63);
-    }
+    if (build_lens(B, B->plen, B->nplen, false, &cap_plens) ||
+        build_lens(B, B->slen, B->nslen, true, &cap_plens))
+        return SL_ENOMEM;
     /* Live paths: anchors here or below. Children were interned after
      * their parents, so one pass from the last path up settles it. */
     for (size_t p = ps->npaths; p-- > 0;) {
@@ -670,10 +728,12 @@ static void builder_free(builder *B)
     free(B->parent);
     free(B->name);
     free(B->last);
+    free(B->count);
     free(B->tmp);
     free(B->hits);
     free(B->pres);
     free(B->plen);
+    free(B->slen);
     free(B->ivs);
 }
 
@@ -700,8 +760,22 @@ int sl_pattern_set_build(const sl_pattern *const *pats, size_t n, sl_pattern_set
     ps->paths[root] = (ps_path){.num = PS_NONE};
     B.parent[root] = PS_NONE;
     B.name[root] = PS_NONE;
+    /* Census: every key any pattern could anchor on, counted once per
+     * pattern (B.last dedupes, then is reset for the postings). */
+    B.census = true;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t cost;
+        B.ntmp = 0;
+        B.pat = (uint32_t)i;
+        if (pats[i] && node_anchor(&B, &pats[i]->root, root, &cost))
+            goto fail;
+    }
+    for (size_t k = 0; k < ps->nentries; k++)
+        B.last[k] = PS_NONE;
+    B.census = false;
     for (size_t i = 0; i < n; i++) {
         ps->pats[i] = pats[i];
+        B.pat = (uint32_t)i;
         if (!pats[i]) { /* matches every event: "always", never verified */
             ps->always[ps->nalways++] = (uint32_t)i;
             continue;

@@ -3,7 +3,7 @@
  * its builder (rules/pattern_set_build.c) and its matcher
  * (rules/pattern_set.c). Not an interface: rules/pattern_set.h is.
  *
- * The idea (docs/rules.md, "Many rules, one match"): for every pattern the
+ * The idea (docs/config.md, "Many rules, one match"): for every pattern the
  * builder picks a set of anchors, a necessary condition of the pattern: the
  * pattern can only match an event in which at least one of its anchors
  * hits. An anchor is a (field path, key) pair looked up in a hash table (an
@@ -47,6 +47,7 @@ enum {
     PK_IC,     /* an ASCII equals-ignore-case operand, ASCII-lowered */
     PK_CHILD,  /* a field name under path: postings hold the child path */
     PK_NUMEQ,  /* numeric "=": the operand's double (8 bytes, -0 as 0) */
+    PK_SUFFIX, /* a non-empty suffix */
 };
 
 /* One key of the hash table: (path, kind, bytes) and its postings, the
@@ -75,7 +76,8 @@ typedef struct ps_kid {
 /* One length of the prefixes of a path, and a bit per byte that one of
  * them ends with: a value whose byte at len - 1 is not among them cannot
  * have one of these prefixes, and is not hashed (prefixes that end with a
- * delimiter, "/shop/", "aws.", are the common case). */
+ * delimiter, "/shop/", "aws.", are the common case). Suffixes likewise,
+ * with the byte they start with. */
 typedef struct ps_plen {
     uint32_t len;
     uint64_t last[4];
@@ -95,6 +97,7 @@ typedef struct ps_path {
     uint64_t lenmask;      /* bit (len & 63) for the name of each live child */
     uint32_t pres0, npres; /* patterns anchored on "a leaf value here", in ps->post */
     uint32_t plen0, nplen; /* distinct prefix lengths, ascending, in ps->plens */
+    uint32_t slen0, nslen; /* distinct suffix lengths, likewise */
     uint32_t ic_max;       /* longest ignore-case operand (longer values cannot match) */
     uint32_t num;          /* index in ps->nums, or PS_NONE */
     uint16_t kinds;        /* bit (1 << PK_x) for each kind of key at this path */

@@ -16,9 +16,10 @@
  *  - A nested object matches only where its own anchors hit (its fields
  *    are at longer paths; arrays on the way keep the path).
  * Each matcher of a leaf gives an anchor that holds whenever it matches:
- * exact values their value; prefix its prefix; a wildcard its literal head;
+ * exact values their value; prefix and suffix theirs; a wildcard its
+ * literal head;
  * ASCII equals-ignore-case its lowered operand; numeric its interval; and
- * everything else (suffix, cidr, anything-but, exists:true, non-ASCII
+ * everything else (cidr, anything-but, exists:true, non-ASCII
  * ignore-case, …) "some leaf value at this path", which always holds when
  * such a matcher matches. Among the anchorable fields of a node the
  * cheapest (most selective) is chosen by the costs below.
@@ -321,7 +322,7 @@ static int matcher_anchor(builder *B, const matcher *m, uint32_t path, uint32_t 
             return 0;
         }
         goto present;
-    default: /* suffix, prefix/suffix ignore-case, cidr, anything-but, … */
+    default: /* prefix/suffix ignore-case, cidr, anything-but, … */
         goto present;
     }
     *present = false;

@@ -155,8 +155,18 @@ static inline uint64_t ps_hash(uint32_t path, unsigned kind, const char *s, size
         len -= 8;
     }
     if (len) {
-        uint64_t w = 0;
-        memcpy(&w, s, len);
+        /* The last 1-7 bytes without a variable-length copy (a call):
+         * two overlapping 4-byte loads, or first, middle and last byte. */
+        uint64_t w;
+        if (len >= 4) {
+            uint32_t lo, hi;
+            memcpy(&lo, s, 4);
+            memcpy(&hi, s + len - 4, 4);
+            w = (uint64_t)lo | (uint64_t)hi << 32;
+        } else {
+            w = (uint64_t)(unsigned char)s[0] | (uint64_t)(unsigned char)s[len / 2] << 8 |
+                (uint64_t)(unsigned char)s[len - 1] << 16;
+        }
         h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     }
     h ^= h >> 33;

@@ -3,7 +3,8 @@
  * one walk over the event's leaves collects the patterns whose anchors hit
  * (rules/pattern_set_internal.h says what an anchor is and why the answer is
  * the one-by-one answer), then the real matcher checks those candidates
- * only. The set is built in rules/pattern_set_build.c.
+ * only, except the "sure" ones whose anchor is the whole pattern. The set
+ * is built in rules/pattern_set_build.c.
  *
  * Nothing here allocates: the scratch holds the per-pattern stamps and the
  * candidate list, and a stamp equal to the current epoch means "already a
@@ -302,7 +303,7 @@ size_t sl_pattern_set_match(const sl_pattern_set *ps, const sl_evview *ev,
     size_t m = 0;
     for (size_t i = 0; i < k; i++) {
         const sl_pattern *p = ps->pats[cand[i]];
-        if (!p || sl_pattern_match_event(p, ev))
+        if (!p || ps->sure[cand[i]] || sl_pattern_match_event(p, ev))
             out[m++] = cand[i];
     }
     return m;

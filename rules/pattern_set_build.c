@@ -425,6 +425,66 @@ static int node_anchor(builder *B, const node *n, uint32_t path, uint32_t *cost)
     return 0;
 }
 
+/* ---- patterns their anchors decide ------------------------------------------------ */
+
+/* Whether a leaf field matches exactly when its anchors hit: every matcher
+ * is one whose anchor is the test itself (an exact value, a non-empty
+ * prefix or suffix, an ASCII ignore-case value, numeric, a wildcard without
+ * a star), or one of them is exists:true, whose "present" anchor is the
+ * test itself and makes the others moot. */
+static bool sure_field(const field *f)
+{
+    bool exists = false;
+    for (size_t i = 0; i < f->nm; i++)
+        if (f->m[i].kind == M_EXISTS) {
+            if (!f->m[i].exists)
+                return false;
+            exists = true;
+        }
+    if (exists)
+        return true;
+    for (size_t i = 0; i < f->nm; i++) {
+        const matcher *m = &f->m[i];
+        switch (m->kind) {
+        case M_STR:
+        case M_NUM:
+        case M_TRUE:
+        case M_FALSE:
+        case M_NULL:
+        case M_NUMERIC:
+            break;
+        case M_PREFIX:
+        case M_SUFFIX:
+            if (m->slen == 0 || m->slen > PS_PREFIX_MAX)
+                return false;
+            break;
+        case M_EQ_IC:
+            if (m->fold || m->slen > PS_IC_MAX)
+                return false;
+            break;
+        case M_WILDCARD:
+            if (m->npieces != 1)
+                return false;
+            break;
+        default:
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether pattern node n needs no check after its anchors hit: one field
+ * per object all the way down, no $or, and a sure leaf. The walk reaches a
+ * path exactly where the matcher looks (members by name, duplicates, arrays
+ * element by element at any depth, objects in arrays), so a hit at the
+ * leaf's path is a match. */
+static bool sure_node(const node *n)
+{
+    if (n->nf != 1 || n->nors)
+        return false;
+    return n->f[0].child ? sure_node(n->f[0].child) : sure_field(&n->f[0]);
+}
+
 /* ---- recording a pattern's anchors ----------------------------------------------- */
 
 static int record(builder *B, const banchor *a, uint32_t pat)
@@ -555,6 +615,7 @@ static int build_num(builder *B, uint32_t path, const binterval *ivs, size_t k, 
             if (PUSH(B->pres, B->npres, B->cap_pres))
                 return SL_ENOMEM;
             B->pres[B->npres++] = (bpair){path, ivs[i].pat};
+            ps->sure[ivs[i].pat] = 0; /* "present" is not the range itself */
         }
         return 0;
     }
@@ -720,7 +781,7 @@ static int finish(builder *B)
                B->cap_bytes + cap_post * sizeof *ps->post + (nlive ? nlive : 1) * sizeof *ps->kids +
                cap_plens * sizeof *ps->plens + cap_nums * sizeof *ps->nums +
                cap_ends * sizeof *ps->ends + cap_roff * sizeof *ps->roff +
-               (ps->n ? ps->n : 1) * sizeof *ps->always;
+               (ps->n ? ps->n : 1) * (sizeof *ps->always + 1);
     return 0;
 }
 
@@ -747,7 +808,8 @@ int sl_pattern_set_build(const sl_pattern *const *pats, size_t n, sl_pattern_set
     sl_pattern_set *ps = calloc(1, sizeof *ps);
     int rc = SL_ENOMEM;
     if (!ps || !(ps->pats = calloc(n ? n : 1, sizeof *ps->pats)) ||
-        !(ps->always = malloc((n ? n : 1) * sizeof *ps->always)))
+        !(ps->always = malloc((n ? n : 1) * sizeof *ps->always)) ||
+        !(ps->sure = calloc(n ? n : 1, 1)))
         goto fail;
     B.ps = ps;
     ps->n = n;
@@ -792,6 +854,7 @@ int sl_pattern_set_build(const sl_pattern *const *pats, size_t n, sl_pattern_set
         for (size_t k = 0; k < B.ntmp; k++)
             if (record(&B, &B.tmp[k], (uint32_t)i))
                 goto fail;
+        ps->sure[i] = sure_node(&pats[i]->root);
     }
     if (finish(&B))
         goto fail;
@@ -820,5 +883,6 @@ void sl_pattern_set_free(sl_pattern_set *ps)
     free(ps->ends);
     free(ps->roff);
     free(ps->always);
+    free(ps->sure);
     free(ps);
 }

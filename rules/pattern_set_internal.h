@@ -12,7 +12,10 @@
  * walks the event's leaves once, collects the patterns whose anchors hit
  * (the candidates), and runs the real matcher, sl_pattern_match_event(), on
  * each candidate only. The answer is the one-by-one answer as long as every
- * anchor set is sound, which is what the builder's rules guarantee.
+ * anchor set is sound, which is what the builder's rules guarantee. A
+ * pattern whose anchors are the whole pattern (one field down one chain of
+ * objects, every value an exact test: {"type": ["x"]}) is "sure": a hit is
+ * its match, and it is not checked again.
  *
  * Field paths are interned: path 0 is the event object, every other path is
  * (parent path, key). The event walk follows the keys of the event from the
@@ -128,6 +131,7 @@ struct sl_pattern_set {
     uint32_t *roff;
     size_t nroff;
     uint32_t *always; /* patterns without a sound anchor: checked for every event */
+    uint8_t *sure;    /* per pattern: an anchor hit is a match (no check) */
     size_t nalways;
     size_t held; /* bytes of all the above (sl_pattern_set_bytes) */
 };

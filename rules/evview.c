@@ -119,8 +119,74 @@ static const char *pe_string(sl_evview *ev, const char *p, const char *end, cons
     return next;
 }
 
+/* Exact powers of ten as doubles (10^22 is the last one a double holds
+ * exactly). */
+static const double pow10_exact[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A JSON number [p, p + len) as a double, without strtod when that is exact
+ * (Clinger's fast path): a mantissa of at most 2^53 and a power of ten of
+ * at most 22 are both exact doubles, and one IEEE multiplication or division
+ * of exact operands is correctly rounded, which is what strtod returns. So
+ * 149.9 is 1499 / 10: the same double, bit for bit. Returns false (the
+ * caller uses strtod) for anything else: more digits, bigger exponents, and
+ * any text that is not exactly the JSON grammar (unvalidated input). */
+static bool fast_number(const char *p, size_t len, double *out)
+{
+    const char *q = p, *e = p + len;
+    bool neg = q < e && *q == '-';
+    q += neg;
+    uint64_t m = 0;
+    int digits = 0, frac = 0;
+    const char *d0 = q;
+    while (q < e && *q >= '0' && *q <= '9') {
+        m = m * 10 + (uint64_t)(*q++ - '0');
+        if (++digits > 19)
+            return false;
+    }
+    if (q == d0)
+        return false;
+    if (q < e && *q == '.') {
+        const char *f0 = ++q;
+        while (q < e && *q >= '0' && *q <= '9') {
+            m = m * 10 + (uint64_t)(*q++ - '0');
+            frac++;
+            if (++digits > 19)
+                return false;
+        }
+        if (q == f0)
+            return false;
+    }
+    int ex = 0;
+    if (q < e && (*q == 'e' || *q == 'E')) {
+        q++;
+        bool eneg = q < e && *q == '-';
+        q += q < e && (*q == '-' || *q == '+');
+        const char *x0 = q;
+        while (q < e && *q >= '0' && *q <= '9') {
+            ex = ex * 10 + (*q++ - '0');
+            if (ex > 1000)
+                return false;
+        }
+        if (q == x0)
+            return false;
+        ex = eneg ? -ex : ex;
+    }
+    if (q != e || m > (1ull << 53))
+        return false;
+    int p10 = ex - frac;
+    if (p10 < -22 || p10 > 22)
+        return false;
+    double v = (double)m;
+    v = p10 < 0 ? v / pow10_exact[-p10] : v * pow10_exact[p10];
+    *out = neg ? -v : v;
+    return true;
+}
+
 /* The value of a number token: plain integers of up to 15 digits directly,
- * everything else with strtod (on a copy when the number ends the input). */
+ * short decimals by the exact fast path, everything else with strtod (on a
+ * copy when the number ends the input). */
 static double pe_number(const char *p, size_t len)
 {
     const char *q = p;
@@ -131,9 +197,12 @@ static double pe_number(const char *p, size_t len)
         const char *e = p + len;
         while (q < e && *q >= '0' && *q <= '9')
             v = v * 10 + (uint64_t)(*q++ - '0');
-        if (q == e)
+        if (q == e && q > p + neg) /* a lone "-" (unvalidated) is strtod's 0 */
             return neg ? -(double)v : (double)v;
     }
+    double fast;
+    if (fast_number(p, len, &fast))
+        return fast;
     char buf[STACK_NUM];
     if (len < sizeof buf) {
         memcpy(buf, p, len);

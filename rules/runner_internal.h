@@ -42,6 +42,9 @@
 
 #define SHARE_COMMIT_NS 1000000000 /* a shared reader's untouched members: cursor written once a second */
 #define SHARE_SLOW_NS 250000000    /* a member whose delivery took longer leaves its shared reader … */
+#define CURSOR_SYNCFS_MIN 32      /* more unsynced shared cursors than this: one syncfs() */
+#define SHARE_LINGER_NS 10000000   /* a shared turn with few events per member waits this long … */
+#define SHARE_LINGER_MEMBERS 8     /* … when it has at least this many members */
 #define SHARE_REJOIN_NS 5000000000 /* … and may come back after this, doubled each time it … */
 #define SHARE_REJOIN_MAX_NS 300000000000 /* … is slow again (up to 5 min) within that long */
 
@@ -105,6 +108,7 @@ typedef struct consumer {
     unsigned slow_strikes; /* times in a row (see SHARE_REJOIN_MAX_NS) */
     int64_t commit_ns;    /* when its cursor was last written */
     unsigned share_flags; /* its shared reader's turn only */
+    _Atomic bool cur_unsynced; /* a shared turn wrote its cursor: sl__runner_sync_cursors() */
 } consumer;
 
 /* The runs of one set and lane that may share reads (every live run but
@@ -131,6 +135,7 @@ struct share {
     int32_t part;
     consumer handle; /* what the queue runs (handle.handle_of == this) */
     int64_t pos;     /* next offset to read: moved by its turn only */
+    int64_t linger_ns; /* waiting for more events until then (0: not waiting) */
     void *reader;
     size_t nmembers;
     consumer **pending; /* asked to join while it ran */
@@ -264,6 +269,8 @@ struct sl_runner {
     bool growing;         /* maybe_grow() is building a worker */
     replay *replays;      /* newest first; under lock */
     roster *rosters;      /* under lock (added with lanes, freed with the runner) */
+    _Atomic int64_t cursor_sync_ns; /* when sl__runner_sync_cursors() last ran */
+    _Atomic bool cursor_syncing;
     unsigned replay_seq;
 };
 
@@ -307,6 +314,7 @@ void sl__runner_rosters_free(sl_runner *r);
 bool sl__runner_run_share(worker *w, share *sh);
 void sl__runner_try_join(sl_runner *r, consumer *c);
 void sl__runner_free_share_worker(worker *w);
+void sl__runner_sync_cursors(sl_runner *r);
 void *sl__runner_worker_main(void *arg);
 void sl__runner_free_replay(replay *rp);
 int sl__runner_counters_json(sl_buf *out, const counters *k);

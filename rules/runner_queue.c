@@ -75,7 +75,13 @@ static void periodic(sl_runner *r, int64_t now)
     for (roster *ro = r->rosters; ro; ro = ro->next)
         for (int32_t p = 0; p < ro->nparts; p++) {
             consumer *h = &ro->shares[p].handle;
-            if (ro->shares[p].nmembers && !h->queued && !h->running &&
+            if (h->hold && now >= h->retry_at_ns) { /* its fetch-wait is over */
+                h->hold = false;
+                h->retry_at_ns = 0;
+                sl__runner_push(r, h);
+                continue;
+            }
+            if (ro->shares[p].nmembers && !h->queued && !h->running && !h->hold &&
                 atomic_load(&h->read_pos) < sl_store_end_offset(&ro->set->parts[p]) &&
                 (!ro->lane[0] || now - h->lag_check_ns >= 1000000000)) {
                 h->lag_check_ns = now; /* lanes: as check_consumer() does */
@@ -185,6 +191,9 @@ void *sl__runner_worker_main(void *arg)
                 r->retry_scan_ns = now;
                 periodic(r, now);
             }
+            pthread_mutex_unlock(&r->lock); /* an idle runner syncs its cursors too */
+            sl__runner_sync_cursors(r);
+            pthread_mutex_lock(&r->lock);
         }
         if (r->stopping)
             break;
@@ -199,6 +208,7 @@ void *sl__runner_worker_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         bool more = c->handle_of ? sl__runner_run_share(w, c->handle_of)
                                  : sl__runner_run_consumer(w, c);
+        sl__runner_sync_cursors(r);
         pthread_mutex_lock(&r->lock);
         if (!c->handle_of)
             sl__runner_try_join(r, c); /* caught up with its shared reader? */

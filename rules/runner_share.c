@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Per-member flags of one turn (consumer.share_flags). */
 enum { S_TOUCHED = 1, S_LEAVE = 2, S_SLOW = 4, S_REDO = 8 };
@@ -514,14 +515,32 @@ bool sl__runner_run_share(worker *w, share *sh)
         if (c->rule->batch_records > max)
             max = c->rule->batch_records;
     }
-    pthread_mutex_unlock(&r->lock);
-    if (!nm)
-        return dissolve(w, sh, 0);
     /* More members, longer batches: each then gets more of its events per
      * delivery (a target.file syncs once per delivery). */
     size_t scaled = max * ((nm + 7) / 8);
     if (scaled > max)
         max = scaled < BATCH_RECORDS_MAX ? scaled : BATCH_RECORDS_MAX;
+    /* Fetch-wait, as a Kafka consumer's fetch.max.wait.ms: with many members
+     * and few new events each would get one or two per delivery, so the
+     * cost per event would grow with the rule count again. Such a turn
+     * waits up to SHARE_LINGER_NS for more (periodic() wakes it). */
+    int64_t avail = sl_store_end_offset(st) - sh->pos, now0 = sl_clock_mono_ns();
+    if (nm >= SHARE_LINGER_MEMBERS && avail > 0 && avail < (int64_t)max &&
+        avail < (int64_t)nm * 2) {
+        if (!sh->linger_ns)
+            sh->linger_ns = now0 + SHARE_LINGER_NS;
+        if (now0 < sh->linger_ns) {
+            sh->handle.hold = true;
+            sh->handle.retry_at_ns = sh->linger_ns;
+            take_pending(r, sh);
+            pthread_mutex_unlock(&r->lock);
+            return false;
+        }
+    }
+    sh->linger_ns = 0;
+    pthread_mutex_unlock(&r->lock);
+    if (!nm)
+        return dissolve(w, sh, 0);
 
     sl_error err = {0};
     if (!sh->reader) {
@@ -571,12 +590,16 @@ bool sl__runner_run_share(worker *w, share *sh)
         if (safe != c->cur.offset &&
             ((c->share_flags & S_TOUCHED) || now - c->commit_ns >= SHARE_COMMIT_NS)) {
             sl_error cerr = {0};
-            if (sl_cursor_commit(&c->cur, safe, CURSOR_SYNC_NS, &cerr)) {
+            /* Written now, synced with all the others once a second
+             * (sl__runner_sync_cursors): a sync per cursor would be one per
+             * rule and partition every second. */
+            if (sl_cursor_commit(&c->cur, safe, INT64_MAX, &cerr)) {
                 /* Its own turn retries the cursor, with back-off and a log line. */
                 c->share_flags |= S_LEAVE;
                 continue;
             }
             c->commit_ns = now;
+            atomic_store_explicit(&c->cur_unsynced, true, memory_order_release);
         }
         atomic_store(&c->committed, safe);
     }
@@ -589,6 +612,42 @@ bool sl__runner_run_share(worker *w, share *sh)
     take_pending(r, sh);
     pthread_mutex_unlock(&r->lock);
     return nev == max;
+}
+
+/* Syncs the cursors shared turns wrote (at most once every CURSOR_SYNC_NS,
+ * by one worker at a time, outside the runner's lock): each with fdatasync
+ * when they are few, else all at once with one syncfs() of their file
+ * system (one journal commit instead of hundreds). A flag is cleared before
+ * the sync that covers it, so a cursor written meanwhile is synced next time.
+ * A crash of the process loses nothing of a cursor written (it is in the page
+ * cache); a crash of the machine repeats at most about a second. */
+void sl__runner_sync_cursors(sl_runner *r)
+{
+    int64_t now = sl_clock_mono_ns();
+    if (now - atomic_load(&r->cursor_sync_ns) < CURSOR_SYNC_NS ||
+        atomic_exchange(&r->cursor_syncing, true))
+        return;
+    atomic_store(&r->cursor_sync_ns, now);
+    size_t n = atomic_load(&r->nruns), dirty = 0;
+    int any_fd = -1;
+    for (size_t i = 0; i < n; i++)
+        for (int32_t p = 0; p < RUN(r, i)->nparts; p++) {
+            consumer *c = &RUN(r, i)->cons[p];
+            if (atomic_load_explicit(&c->cur_unsynced, memory_order_acquire)) {
+                dirty++;
+                any_fd = c->cur.fd;
+            }
+        }
+    bool all = dirty > CURSOR_SYNCFS_MIN && any_fd >= 0;
+    for (size_t i = 0; dirty && i < n; i++)
+        for (int32_t p = 0; p < RUN(r, i)->nparts; p++) {
+            consumer *c = &RUN(r, i)->cons[p];
+            if (atomic_exchange(&c->cur_unsynced, false) && !all && c->cur.fd >= 0)
+                (void)fdatasync(c->cur.fd); /* a failure shows at the next commit's sync */
+        }
+    if (all)
+        (void)syncfs(any_fd);
+    atomic_store(&r->cursor_syncing, false);
 }
 
 void sl__runner_free_share_worker(worker *w)

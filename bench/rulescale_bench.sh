@@ -260,7 +260,7 @@ run() {
     kill -TERM "$SRV_PID" && wait "$SRV_PID"
     SRV_PID=
     python3 "$TMP/driver.py" check "$out" "$n" "$events" || die "run $RUN ($kind, $n rules): wrong delivery"
-    R_CPU=$(awk -v c="$cpu" -v n="$events" 'BEGIN {printf "%.3f", c * 1e6 / n}')
+    R_CPU=$(awk -v c="$cpu" -v n="$events" 'BEGIN {printf "%.2f", c * 1e6 / n}')
     R_EPS=$(awk -v w="$R_WALL" -v n="$events" 'BEGIN {printf "%.0f", n / w}')
     R_RSS=$(awk -v k="$R_RSS" 'BEGIN {printf "%.1f", k / 1024}')
     rm -rf "$data" "$out" "$cfg" "$log"
@@ -277,25 +277,61 @@ EV_BYTES=$(python3 "$TMP/driver.py" size 50000 300)
 note "rulescale_bench: $EVENTS events per run ($BIG_EVENTS above $BIG rules), rule counts $COUNTS, kinds $KINDS"
 note "warm-up (untimed)"
 run type 1 $((BATCH * 10))
-for kind in ${KINDS//,/ }; do
-    for n in $COUNTS; do
-        ev=$(events_for "$n")
-        run "$kind" "$n" "$ev"
-        CPU[$kind.$n]=$R_CPU
-        EPS[$kind.$n]=$R_EPS
-        RSS[$kind.$n]=$R_RSS
-        WALL[$kind.$n]=$(awk -v w="$R_WALL" 'BEGIN {printf "%.2f", w}')
-        NEV[$kind.$n]=$ev
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
+goal_met() { awk -v r="$1" -v op="$2" -v g="$3" 'BEGIN {print ((op == "<=" ? r <= g : r >= g) ? "yes" : "MISS")}'; }
+LAST=${COUNTS##* }
+MISSED=0
+
+# rows KIND N: the rows of one run, written as soon as it ended (a run
+# stopped by SLUICE_BENCH_TIMEOUT loses only the rows after it).
+rows() {
+    local kind=$1 n=$2 k=$1.$2 rc re cg=- eg=- cm=- em=- label evs=""
+    [ "$n" = 1 ] && return 0 # the reference of the other rows
+    rc=$(ratio "${CPU[$k]}" "${CPU[$kind.1]}")
+    re=$(ratio "${EPS[$k]}" "${EPS[$kind.1]}")
+    if [ "$n" = "$GOAL_AT" ]; then
+        cg="<= $CPU_GOAL" eg=">= $RATE_GOAL"
+        cm=$(goal_met "$rc" "<=" "$CPU_GOAL")
+        em=$(goal_met "$re" ">=" "$RATE_GOAL")
+    fi
+    label="type patterns"
+    [ "$kind" = mix ] && label="mixed operators"
+    [ "${NEV[$k]}" != "${NEV[$kind.1]}" ] && evs=", ${NEV[$k]} events"
+    tsv_row "rulescale.${kind}_cpu_$n" "$n rules, $label$evs: server CPU per event (lower is better)" \
+        "µs/ev" "${CPU[$k]}" "1 rule, same kind" "${CPU[$kind.1]}" "$rc" "$cg" \
+        "$([ "$cm" = MISS ] && echo no || echo "$cm")"
+    tsv_row "rulescale.${kind}_eps_$n" "$n rules, $label$evs: delivered events/s, first POST to last file line" \
+        "ev/s" "${EPS[$k]}" "1 rule, same kind" "${EPS[$kind.1]}" "$re" "$eg" \
+        "$([ "$em" = MISS ] && echo no || echo "$em")"
+    if [ "$n" = "$GOAL_AT" ] || [ "$n" = "$LAST" ]; then
+        tsv_row "rulescale.${kind}_rss_$n" "$n rules, $label$evs: peak RSS (VmHWM) of the server" \
+            MiB "${RSS[$k]}" "1 rule, same kind" "${RSS[$kind.1]}" "$(ratio "${RSS[$k]}" "${RSS[$kind.1]}")" - -
+    fi
+}
+
+# The runs up to BIG rules of every kind first (the goals), then the bigger
+# ones, so that a run cut short by the time limit costs the least.
+for pass in small big; do
+    for kind in ${KINDS//,/ }; do
+        for n in $COUNTS; do
+            if [ "$pass" = small ]; then [ "$n" -le "$BIG" ] || continue; else [ "$n" -gt "$BIG" ] || continue; fi
+            ev=$(events_for "$n")
+            run "$kind" "$n" "$ev"
+            CPU[$kind.$n]=$R_CPU
+            EPS[$kind.$n]=$R_EPS
+            RSS[$kind.$n]=$R_RSS
+            WALL[$kind.$n]=$(awk -v w="$R_WALL" 'BEGIN {printf "%.2f", w}')
+            NEV[$kind.$n]=$ev
+            rows "$kind" "$n"
+        done
     done
 done
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
-MISSED=0
 {
     echo
     echo "rulescale_bench: the cost of an event against the number of rules, same run"
-    printf '  machine   %s cores, load average %s at the start; the driver shares the cores\n' \
-        "$(nproc)" "$LOAD_BEFORE"
+    printf '  machine   %s cores, load average %s at the start, %s at the end; the driver shares the cores\n' \
+        "$(nproc)" "$LOAD_BEFORE" "$(cut -d' ' -f1-3 /proc/loadavg)"
     printf '  dir       %s (%s)\n' "$TMP" "$FS"
     printf '  load      %s events (%s above %s rules) of about %s B, NDJSON POSTs of %s, one at a time; set of %s partitions, ack=buffer\n' \
         "$EVENTS" "$BIG_EVENTS" "$BIG" "$EV_BYTES" "$BATCH" "$PARTITIONS"
@@ -306,6 +342,7 @@ MISSED=0
     echo
     printf '%-5s %6s %8s %10s %7s %7s %5s %10s %7s %7s %5s %8s %8s\n' kind rules events "cpu us/ev" ratio \
         goal met "ev/s" ratio goal met "wall s" "rss MiB"
+    keys=""
     for kind in ${KINDS//,/ }; do
         for n in $COUNTS; do
             k=$kind.$n
@@ -314,38 +351,17 @@ MISSED=0
             cg=- eg=- cm=- em=-
             if [ "$n" = "$GOAL_AT" ]; then
                 cg="<=$CPU_GOAL" eg=">=$RATE_GOAL"
-                cm=$(awk -v r="$rc" -v g="$CPU_GOAL" 'BEGIN {print (r <= g ? "yes" : "MISS")}')
-                em=$(awk -v r="$re" -v g="$RATE_GOAL" 'BEGIN {print (r >= g ? "yes" : "MISS")}')
+                cm=$(goal_met "$rc" "<=" "$CPU_GOAL")
+                em=$(goal_met "$re" ">=" "$RATE_GOAL")
                 [ "$cm" = yes ] || MISSED=$((MISSED + 1))
                 [ "$em" = yes ] || MISSED=$((MISSED + 1))
             fi
             printf '%-5s %6s %8s %10s %7s %7s %5s %10s %7s %7s %5s %8s %8s\n' "$kind" "$n" "${NEV[$k]}" \
                 "${CPU[$k]}" "$rc" "$cg" "$cm" "${EPS[$k]}" "$re" "$eg" "$em" "${WALL[$k]}" "${RSS[$k]}"
-            [ "$n" = 1 ] && continue # the reference of the other rows
-            label="$kind patterns"
-            [ "$kind" = mix ] && label="mixed operators"
-            evs=""
-            [ "${NEV[$k]}" != "$EVENTS" ] && evs=", ${NEV[$k]} events"
-            tsv_row "rulescale.${kind}_cpu_$n" "$n rules, $label$evs: server CPU per event (lower is better)" \
-                "µs/ev" "${CPU[$k]}" "1 rule, same kind" "${CPU[$kind.1]}" "$rc" \
-                "$([ "$cg" = - ] || echo "<= $CPU_GOAL")" "$([ "$cm" = MISS ] && echo no || echo "$cm")"
-            tsv_row "rulescale.${kind}_eps_$n" "$n rules, $label$evs: delivered (ingest to every file)" \
-                "ev/s" "${EPS[$k]}" "1 rule, same kind" "${EPS[$kind.1]}" "$re" \
-                "$([ "$eg" = - ] || echo ">= $RATE_GOAL")" "$([ "$em" = MISS ] && echo no || echo "$em")"
+            [ "$n" = 1 ] || keys="$keys ${kind}_cpu_$n=$rc ${kind}_eps_$n=$re"
         done
-        last=${COUNTS##* }
-        [ "$last" = 1 ] || tsv_row "rulescale.${kind}_rss_$last" "$last rules, $kind: peak RSS (VmHWM) of the server" \
-            MiB "${RSS[$kind.$last]}" "1 rule, same kind" "${RSS[$kind.1]}" \
-            "$(ratio "${RSS[$kind.$last]}" "${RSS[$kind.1]}")" - -
     done
     echo
-    keys=""
-    for kind in ${KINDS//,/ }; do
-        for n in $COUNTS; do
-            [ "$n" = 1 ] && continue
-            keys="$keys ${kind}_cpu_$n=$(ratio "${CPU[$kind.$n]}" "${CPU[$kind.1]}") ${kind}_eps_$n=$(ratio "${EPS[$kind.$n]}" "${EPS[$kind.1]}")"
-        done
-    done
     echo "rulescale_bench:$keys goals_missed=$MISSED"
 }
 exit 0

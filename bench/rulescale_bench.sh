@@ -27,7 +27,11 @@
 # 300 rules, a multiple of 1000; default SLUICE_RULESCALE_EVENTS; make bench
 # sets fewer: see bench/run.sh), SLUICE_RULESCALE_RULES (rule counts, default
 # "1 10 100 300 1000"; the first must be 1, the reference),
-# SLUICE_RULESCALE_KINDS (comma list of type,mix; default both).
+# SLUICE_RULESCALE_KINDS (comma list of type,mix; default both),
+# SLUICE_RULESCALE_BUDGET (seconds, default 0: none; bench/run.sh sets it
+# below SLUICE_BENCH_TIMEOUT): a run that would end past it, judged from
+# the last run's wall time per rule x event, is not started; its rows say
+# so, and the benchmark still exits 0.
 #
 # Exits 0 when it measured everything, goals met or not; 1 on any error
 # (a server that did not start or died, an event lost, misrouted or
@@ -42,6 +46,7 @@ EVENTS=${SLUICE_RULESCALE_EVENTS:-100000}
 BIG_EVENTS=${SLUICE_RULESCALE_BIG_EVENTS:-$EVENTS}
 COUNTS=${SLUICE_RULESCALE_RULES:-1 10 100 300 1000}
 KINDS=${SLUICE_RULESCALE_KINDS:-type,mix}
+BUDGET=${SLUICE_RULESCALE_BUDGET:-0}
 ROOT=${SLUICE_BENCH_DIR:-./build/bench-tmp}
 BATCH=1000
 PARTITIONS=4
@@ -72,6 +77,8 @@ done
 for k in ${KINDS//,/ }; do
     case "$k" in type | mix) ;; *) die "unknown kind '$k' in SLUICE_RULESCALE_KINDS (type, mix)" ;; esac
 done
+case "$BUDGET" in '' | *[!0-9]*) die "SLUICE_RULESCALE_BUDGET must be a whole number of seconds" ;; esac
+T_START=$(date +%s)
 command -v python3 >/dev/null || die "python3 is needed"
 . bench/tsv.sh
 make -s bin/sluice || die "make bin/sluice failed"
@@ -268,9 +275,19 @@ run() {
         "$kind" "$n" "$events" "$cpu" "$R_CPU" "$R_WALL" "$R_POST" "$R_EPS" "$R_RSS" "$R_START" "$R_RETRIES")"
 }
 
+# fits N EVENTS: whether a run of N rules and EVENTS events should end
+# within BUDGET: today's cost grows with rules x events, so the last run's
+# wall time per rule x event, plus 10 s for start-up, check and stop.
+LAST_WALL= LAST_WORK=
+fits() {
+    [ "$BUDGET" -gt 0 ] || return 0
+    awk -v el=$(($(date +%s) - T_START)) -v w="${LAST_WALL:-0}" -v lw="${LAST_WORK:-1}" \
+        -v work=$(($1 * $2)) -v b="$BUDGET" 'BEGIN {exit !(el + w * work / lw + 10 <= b)}'
+}
+
 events_for() { if [ "$1" -gt "$BIG" ]; then echo "$BIG_EVENTS"; else echo "$EVENTS"; fi; }
 
-declare -A CPU=() EPS=() RSS=() WALL=() NEV=()
+declare -A CPU=() EPS=() RSS=() WALL=() NEV=() SKIPPED=()
 FS=$(stat -f -c %T "$TMP")
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 EV_BYTES=$(python3 "$TMP/driver.py" size 50000 300)
@@ -287,6 +304,13 @@ MISSED=0
 rows() {
     local kind=$1 n=$2 k=$1.$2 rc re cg=- eg=- cm=- em=- label evs=""
     [ "$n" = 1 ] && return 0 # the reference of the other rows
+    label="type patterns"
+    [ "$kind" = mix ] && label="mixed operators"
+    if [ -n "${SKIPPED[$k]:-}" ]; then
+        tsv_row "rulescale.${kind}_cpu_$n" "$n rules, $label: not run (it would have ended past SLUICE_RULESCALE_BUDGET, $BUDGET s)" \
+            "µs/ev" - "1 rule, same kind" "${CPU[$kind.1]:-}" - - -
+        return 0
+    fi
     rc=$(ratio "${CPU[$k]}" "${CPU[$kind.1]}")
     re=$(ratio "${EPS[$k]}" "${EPS[$kind.1]}")
     if [ "$n" = "$GOAL_AT" ]; then
@@ -294,8 +318,6 @@ rows() {
         cm=$(goal_met "$rc" "<=" "$CPU_GOAL")
         em=$(goal_met "$re" ">=" "$RATE_GOAL")
     fi
-    label="type patterns"
-    [ "$kind" = mix ] && label="mixed operators"
     [ "${NEV[$k]}" != "${NEV[$kind.1]}" ] && evs=", ${NEV[$k]} events"
     tsv_row "rulescale.${kind}_cpu_$n" "$n rules, $label$evs: server CPU per event (lower is better)" \
         "µs/ev" "${CPU[$k]}" "1 rule, same kind" "${CPU[$kind.1]}" "$rc" "$cg" \
@@ -316,7 +338,14 @@ for pass in small big; do
         for n in $COUNTS; do
             if [ "$pass" = small ]; then [ "$n" -le "$BIG" ] || continue; else [ "$n" -gt "$BIG" ] || continue; fi
             ev=$(events_for "$n")
+            if [ "$n" != 1 ] && ! fits "$n" "$ev"; then
+                note "  $kind $n rules: not run, it would end past SLUICE_RULESCALE_BUDGET ($BUDGET s; $(($(date +%s) - T_START)) s spent)"
+                SKIPPED[$kind.$n]=1
+                rows "$kind" "$n"
+                continue
+            fi
             run "$kind" "$n" "$ev"
+            LAST_WALL=$R_WALL LAST_WORK=$((n * ev))
             CPU[$kind.$n]=$R_CPU
             EPS[$kind.$n]=$R_EPS
             RSS[$kind.$n]=$R_RSS
@@ -346,6 +375,10 @@ done
     for kind in ${KINDS//,/ }; do
         for n in $COUNTS; do
             k=$kind.$n
+            if [ -n "${SKIPPED[$k]:-}" ]; then
+                printf '%-5s %6s   not run: it would have ended past SLUICE_RULESCALE_BUDGET (%s s)\n' "$kind" "$n" "$BUDGET"
+                continue
+            fi
             rc=$(ratio "${CPU[$k]}" "${CPU[$kind.1]}")
             re=$(ratio "${EPS[$k]}" "${EPS[$kind.1]}")
             cg=- eg=- cm=- em=-

@@ -307,8 +307,11 @@ rows() {
     label="type patterns"
     [ "$kind" = mix ] && label="mixed operators"
     if [ -n "${SKIPPED[$k]:-}" ]; then
-        tsv_row "rulescale.${kind}_cpu_$n" "$n rules, $label: not run (it would have ended past SLUICE_RULESCALE_BUDGET, $BUDGET s)" \
-            "µs/ev" - "1 rule, same kind" "${CPU[$kind.1]:-}" - - -
+        [ "$n" = "$GOAL_AT" ] && cg="<= $CPU_GOAL" eg=">= $RATE_GOAL"
+        tsv_row "rulescale.${kind}_cpu_$n" "$n rules, $label: CPU per event not measured (the run would have ended past SLUICE_RULESCALE_BUDGET, $BUDGET s)" \
+            "µs/ev" - "1 rule, same kind" "${CPU[$kind.1]:-}" - "$cg" -
+        tsv_row "rulescale.${kind}_eps_$n" "$n rules, $label: delivered events/s not measured (as above)" \
+            "ev/s" - "1 rule, same kind" "${EPS[$kind.1]:-}" - "$eg" -
         return 0
     fi
     rc=$(ratio "${CPU[$k]}" "${CPU[$kind.1]}")

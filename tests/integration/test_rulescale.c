@@ -564,27 +564,24 @@ static void wait_files(const it_server *s, const rdef *r, size_t nr, const char 
     assert_non_null(want);
     for (size_t i = 0; i < nr; i++)
         want[i] = expected(&r[i], n);
-    size_t lagging = 0;
+    size_t lagging = 0, have = 0; /* the first rule short of its events, and what it has */
     char p[PATH_MAX];
     for (double end = it_mono() + WAIT_S * it_scale(); it_mono() < end; it_sleep_ms(100)) {
-        lagging = nr;
-        for (size_t i = 0; i < nr; i++) {
-            if (strcmp(r[i].name, skip) == 0) {
-                lagging--;
+        for (lagging = 0; lagging < nr; lagging++) {
+            if (strcmp(r[lagging].name, skip) == 0)
                 continue;
-            }
-            out_path(p, s, r[i].name);
-            if (count_lines(p) < want[i])
+            out_path(p, s, r[lagging].name);
+            if ((have = count_lines(p)) < want[lagging])
                 break;
-            lagging--;
         }
-        if (!lagging)
+        if (lagging == nr)
             break;
     }
+    size_t short_of = lagging < nr ? want[lagging] : 0;
     free(want);
-    if (lagging)
-        fail_msg("%zu rules still lack events of 0..%d after %.0f s while one rule is slow",
-                 lagging, n - 1, WAIT_S);
+    if (lagging < nr)
+        fail_msg("rule %s has %zu of its %zu events of 0..%d after %.0f s while one rule is slow",
+                 r[lagging].name, have, short_of, n - 1, WAIT_S);
 }
 
 /* How many times the receiver got each event 0..n-1 in a request it

@@ -142,7 +142,7 @@ static void leaf(walk *w, const sl_evview_value *v, uint32_t path)
             }
         }
         if ((kinds & (1u << PK_IC)) && v->len <= P->ic_max) {
-            char low[256]; /* ic_max <= PS_IC_MAX (pattern_set_build.c) */
+            char low[PS_IC_MAX]; /* ic_max <= PS_IC_MAX */
             for (uint32_t i = 0; i < v->len; i++)
                 low[i] = (char)lower_ascii((unsigned char)v->s[i]);
             add_entry(w, path, PK_IC, low, v->len);

@@ -39,6 +39,10 @@
  * event's key). */
 #define PS_LINEAR_KIDS 8
 
+/* Ignore-case operands longer than this are anchored as present (the
+ * matcher lowers the event's value on the stack, in this many bytes). */
+#define PS_IC_MAX 256
+
 /* Keys of the hash table, by what the bytes are. */
 enum {
     PK_STR,  /* an exact string (decoded bytes) */

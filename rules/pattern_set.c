@@ -79,8 +79,8 @@ static void add(walk *w, const uint32_t *ids, size_t n)
 static void add_entry(walk *w, uint32_t path, unsigned kind, const char *s, size_t len)
 {
     const ps_entry *e = ps_find(w->ps, path, kind, s, len);
-    if (e)
-        add(w, w->ps->post + e->post0, e->npost);
+    if (e) /* one pattern: post0 is the pattern (pattern_set_internal.h) */
+        add(w, e->npost == 1 ? &e->post0 : w->ps->post + e->post0, e->npost);
 }
 
 static unsigned char lower_ascii(unsigned char c)

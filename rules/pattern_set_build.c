@@ -156,7 +156,8 @@ static int table_get(builder *B, uint32_t path, unsigned kind, const char *s, si
     uint32_t k = (uint32_t)ps->nentries++;
     if (len)
         memcpy(ps->bytes + ps->nbytes, s, len);
-    ps->entries[k] = (ps_entry){.path = path,
+    ps->entries[k] = (ps_entry){.head = len <= 8 ? ps_word(s, len) : 0,
+                                .path = path,
                                 .off = (uint32_t)ps->nbytes,
                                 .len = (uint32_t)len,
                                 .kind = (uint8_t)kind,
@@ -709,6 +710,11 @@ static int finish(builder *B)
         ps->post[e->post0 + e->npost++] = B->hits[i].b;
     }
     ps->npost = nhits;
+    for (size_t k = 0; k < ps->nentries; k++) { /* one pattern: in the entry itself */
+        ps_entry *e = &ps->entries[k];
+        if (e->kind != PK_CHILD && e->npost == 1)
+            e->post0 = ps->post[e->post0];
+    }
     /* Numeric intervals, path by path. */
     if (B->nivs) /* qsort's array must not be NULL, even empty */
         qsort(B->ivs, B->nivs, sizeof *B->ivs, cmp_iv);

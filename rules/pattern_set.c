@@ -79,8 +79,8 @@ static void add(walk *w, const uint32_t *ids, size_t n)
 static void add_entry(walk *w, uint32_t path, unsigned kind, const char *s, size_t len)
 {
     const ps_entry *e = ps_find(w->ps, path, kind, s, len);
-    if (e)
-        add(w, w->ps->post + e->post0, e->npost);
+    if (e) /* one pattern: post0 is the pattern (pattern_set_internal.h) */
+        add(w, e->npost == 1 ? &e->post0 : w->ps->post + e->post0, e->npost);
 }
 
 static unsigned char lower_ascii(unsigned char c)
@@ -142,7 +142,7 @@ static void leaf(walk *w, const sl_evview_value *v, uint32_t path)
             }
         }
         if ((kinds & (1u << PK_IC)) && v->len <= P->ic_max) {
-            char low[256]; /* ic_max <= PS_IC_MAX (pattern_set_build.c) */
+            char low[PS_IC_MAX]; /* ic_max <= PS_IC_MAX */
             for (uint32_t i = 0; i < v->len; i++)
                 low[i] = (char)lower_ascii((unsigned char)v->s[i]);
             add_entry(w, path, PK_IC, low, v->len);

@@ -6,7 +6,9 @@
  *
  * The answer is exactly what sl_pattern_match_event() gives for each pattern
  * one by one (tests/unit/test_pattern_set.c checks it differentially, with
- * every operator, and fuzz/ compares the two on random input).
+ * every operator, and tests/fuzz/fuzz_pattern_set.c compares the two on
+ * random input). How it works: rules/pattern_set_internal.h and docs/config.md,
+ * "Many rules, one match".
  */
 #ifndef SL_PATTERN_SET_H
 #define SL_PATTERN_SET_H

@@ -17,9 +17,8 @@
  *    are at longer paths; arrays on the way keep the path).
  * Each matcher of a leaf gives an anchor that holds whenever it matches:
  * exact values their value; prefix and suffix theirs; a wildcard its
- * literal head;
- * ASCII equals-ignore-case its lowered operand; numeric its interval; and
- * everything else (cidr, anything-but, exists:true, non-ASCII
+ * literal head; ASCII equals-ignore-case its lowered operand; numeric its
+ * interval; and everything else (cidr, anything-but, exists:true, non-ASCII
  * ignore-case, …) "some leaf value at this path", which always holds when
  * such a matcher matches. Among the anchorable fields of a node the
  * cheapest (most selective) is chosen by the costs below.
@@ -41,10 +40,6 @@
 #define COST_RANGE 4
 #define COST_PRESENT 256
 #define COST_INF UINT32_MAX
-
-/* Ignore-case operands longer than this are anchored as present (the
- * matcher lowers the event's value on the stack). */
-#define PS_IC_MAX 256
 
 /* Prefixes up to this long are hashed (their length is noted in 24 bits,
  * beside the last byte); longer ones are anchored as present. */
@@ -138,8 +133,8 @@ static int table_get(builder *B, uint32_t path, unsigned kind, const char *s, si
                      uint32_t *out)
 {
     sl_pattern_set *ps = B->ps;
-    if (len > UINT32_MAX / 2)
-        return SL_ENOMEM;
+    if (len > UINT32_MAX / 2 || ps->nbytes + len > UINT32_MAX || ps->nentries >= PS_NONE - 1)
+        return SL_ENOMEM; /* offsets and numbers are 32 bits */
     const ps_entry *f = ps->slots ? ps_find(ps, path, kind, s, len) : NULL;
     if (f) {
         *out = (uint32_t)(f - ps->entries);
@@ -161,7 +156,8 @@ static int table_get(builder *B, uint32_t path, unsigned kind, const char *s, si
     uint32_t k = (uint32_t)ps->nentries++;
     if (len)
         memcpy(ps->bytes + ps->nbytes, s, len);
-    ps->entries[k] = (ps_entry){.path = path,
+    ps->entries[k] = (ps_entry){.head = len <= 8 ? ps_word(s, len) : 0,
+                                .path = path,
                                 .off = (uint32_t)ps->nbytes,
                                 .len = (uint32_t)len,
                                 .kind = (uint8_t)kind,
@@ -714,6 +710,11 @@ static int finish(builder *B)
         ps->post[e->post0 + e->npost++] = B->hits[i].b;
     }
     ps->npost = nhits;
+    for (size_t k = 0; k < ps->nentries; k++) { /* one pattern: in the entry itself */
+        ps_entry *e = &ps->entries[k];
+        if (e->kind != PK_CHILD && e->npost == 1)
+            e->post0 = ps->post[e->post0];
+    }
     /* Numeric intervals, path by path. */
     if (B->nivs) /* qsort's array must not be NULL, even empty */
         qsort(B->ivs, B->nivs, sizeof *B->ivs, cmp_iv);

@@ -39,6 +39,10 @@
  * event's key). */
 #define PS_LINEAR_KIDS 8
 
+/* Ignore-case operands longer than this are anchored as present (the
+ * matcher lowers the event's value on the stack, in this many bytes). */
+#define PS_IC_MAX 256
+
 /* Keys of the hash table, by what the bytes are. */
 enum {
     PK_STR,  /* an exact string (decoded bytes) */
@@ -54,9 +58,13 @@ enum {
 };
 
 /* One key of the hash table: (path, kind, bytes) and its postings, the
- * patterns that anchor on it (ps->post[post0, post0 + npost)), or for
- * PK_CHILD the child's path in post0. */
+ * patterns that anchor on it (ps->post[post0, post0 + npost), or the one
+ * pattern itself in post0 when npost is 1), or for PK_CHILD the child's
+ * path in post0. A hit reads the slot and the entry only when the key is
+ * short (head) and has one pattern (post0), the usual case: a big set's
+ * tables do not fit the L1 cache, and each further line is a miss. */
 typedef struct ps_entry {
+    uint64_t head;           /* ps_word() of keys up to 8 bytes */
     uint32_t path, off, len; /* bytes in ps->bytes[off, off + len) */
     uint32_t post0, npost;
     uint8_t kind;
@@ -145,6 +153,23 @@ struct sl_pattern_set_scratch {
     uint32_t *cand;   /* the candidates of the current match */
 };
 
+/* A key of up to 8 bytes as one word: two overlapping 4-byte loads, or
+ * the first, middle and last byte; for a given length, equal words are
+ * equal keys. Never reads outside s[0..len). */
+static inline uint64_t ps_word(const char *s, size_t len)
+{
+    if (len >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, s, 4);
+        memcpy(&hi, s + len - 4, 4);
+        return (uint64_t)lo | (uint64_t)hi << 32;
+    }
+    if (len == 0)
+        return 0;
+    return (uint64_t)(unsigned char)s[0] | (uint64_t)(unsigned char)s[len / 2] << 8 |
+           (uint64_t)(unsigned char)s[len - 1] << 16;
+}
+
 /* The hash of a key: 8 bytes at a time (event values are short; a multiply
  * and a shift per word). Build and match must agree, hence inline here. */
 static inline uint64_t ps_hash(uint32_t path, unsigned kind, const char *s, size_t len)
@@ -158,21 +183,8 @@ static inline uint64_t ps_hash(uint32_t path, unsigned kind, const char *s, size
         s += 8;
         len -= 8;
     }
-    if (len) {
-        /* The last 1-7 bytes without a variable-length copy (a call):
-         * two overlapping 4-byte loads, or first, middle and last byte. */
-        uint64_t w;
-        if (len >= 4) {
-            uint32_t lo, hi;
-            memcpy(&lo, s, 4);
-            memcpy(&hi, s + len - 4, 4);
-            w = (uint64_t)lo | (uint64_t)hi << 32;
-        } else {
-            w = (uint64_t)(unsigned char)s[0] | (uint64_t)(unsigned char)s[len / 2] << 8 |
-                (uint64_t)(unsigned char)s[len - 1] << 16;
-        }
-        h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-    }
+    if (len) /* the last 1-7 bytes without a variable-length copy (a call) */
+        h = (h ^ ps_word(s, len)) * 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
@@ -221,7 +233,7 @@ static inline const ps_entry *ps_find(const sl_pattern_set *ps, uint32_t path, u
             continue;
         const ps_entry *e = &ps->entries[sl->entry];
         if (e->path == path && e->kind == kind && e->len == len &&
-            ps_eq(ps->bytes + e->off, s, len))
+            (len <= 8 ? e->head == ps_word(s, len) : ps_eq(ps->bytes + e->off, s, len)))
             return e;
     }
 }

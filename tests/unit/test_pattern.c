@@ -716,19 +716,25 @@ extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *ptr, size_t n);
 static size_t allocs;
+/* When not 0, allocation number fail_at fails (tests/unit/test_pattern_set.c,
+ * which includes this file, walks its builder's error paths with it). */
+static size_t fail_at;
 void *malloc(size_t n)
 {
-    allocs++;
+    if (++allocs == fail_at)
+        return NULL;
     return __libc_malloc(n);
 }
 void *calloc(size_t n, size_t size)
 {
-    allocs++;
+    if (++allocs == fail_at)
+        return NULL;
     return __libc_calloc(n, size);
 }
 void *realloc(void *ptr, size_t n)
 {
-    allocs++;
+    if (++allocs == fail_at)
+        return NULL;
     return __libc_realloc(ptr, n);
 }
 #endif

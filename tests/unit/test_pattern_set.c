@@ -701,12 +701,65 @@ static void test_contract(void **state)
     sl_evview_free(&ev);
 }
 
+/* Out of memory at every allocation of a build, in turn: SL_ENOMEM and no
+ * set, never a crash (and, under valgrind, no leak), until the build that
+ * has room gives the same answers as one by one. */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+#ifdef COUNT_ALLOCS
+    const char *pt[] = {"{\"type\":[\"a\",{\"prefix\":\"b\"}],\"x\":[{\"suffix\":\"c\"}]}",
+                        "{\"n\":[{\"numeric\":[\">\",1,\"<\",5]},{\"numeric\":[\"=\",9]}]}",
+                        "{\"d\":{\"e\":[{\"equals-ignore-case\":\"Q\"}]},\"$or\":[{\"f\":[1]},"
+                        "{\"g\":[true]}]}",
+                        "{\"h\":[{\"exists\":false}]}", NULL};
+    sl_pattern *pats[5] = {0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(sl_pattern_compile(pt[i], strlen(pt[i]), &pats[i], NULL), 0);
+    sl_pattern_set *ps = NULL;
+    int rc = SL_ENOMEM;
+    size_t k;
+    for (k = 1; rc == SL_ENOMEM && k < 10000; k++) {
+        sl_error err = {0};
+        fail_at = allocs + k;
+        rc = sl_pattern_set_build((const sl_pattern *const *)pats, 5, &ps, &err);
+        fail_at = 0;
+        assert_true(rc == 0 || (rc == SL_ENOMEM && err.msg[0]));
+    }
+    assert_int_equal(rc, 0);
+    assert_true(k > 10); /* the build allocates, so failures were met */
+    sl_pattern_set_scratch *scr = NULL;
+    for (k = 1; !scr && k < 100; k++) {
+        fail_at = allocs + k;
+        scr = sl_pattern_set_scratch_new(ps);
+        fail_at = 0;
+    }
+    assert_non_null(scr);
+    const char *ev[] = {"{\"type\":\"bz\",\"x\":\"abc\"}", "{\"n\":9,\"h\":1}",
+                        "{\"d\":{\"e\":\"q\"},\"g\":true}"};
+    sl_evview v;
+    sl_evview_init(&v);
+    for (int e = 0; e < 3; e++) {
+        assert_int_equal(parse(&v, ev[e]), 0);
+        assert_int_equal(check_event(ps, scr, (const sl_pattern *const *)pats, 5, &v, ev[e], pt),
+                         0);
+    }
+    sl_evview_free(&v);
+    sl_pattern_set_scratch_free(scr);
+    sl_pattern_set_free(ps);
+    for (int i = 0; i < 4; i++)
+        sl_pattern_free(pats[i]);
+#else
+    skip(); /* ASan owns malloc: the counting allocator is not built */
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_pairs),   cmocka_unit_test(test_contract),
         cmocka_unit_test(test_index_corners), cmocka_unit_test(test_random_small),
-        cmocka_unit_test(test_random_large),
+        cmocka_unit_test(test_random_large),  cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

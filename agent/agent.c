@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #define READ_CHUNK (256u << 10)
-#define MEM_MAX (256u << 20)      /* batches held in memory by all keys: stop reading past it */
+#define MEM_MAX (32u << 20) /* batches held in memory by all keys: stop reading past it */
 #define CONN_WBUF_MAX (8u << 20)  /* unread answers: stop reading that client past it */
 #define CONN_PENDING_MAX 1000000u /* unanswered lines per client */
 #define LINE_DEPTH 512

@@ -26,7 +26,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AG_POOL 8
+/* Freed batches' buffers kept for the next batches, at most AG_POOL of them
+ * and AG_POOL_BYTES of body capacity: with one batch filling and one in
+ * flight per key, eight keys already use sixteen, and a fresh buffer costs a
+ * page fault per 4 KiB written into it. */
+#define AG_POOL 32
+#define AG_POOL_BYTES (32u << 20)
 #define AG_MAX_CONNS 1024 /* open client connections; more are refused */
 
 /* One line's answer, waiting for the answers before it. */
@@ -87,6 +92,7 @@ typedef struct ag_key {
     ag_batch *open;        /* filling */
     ag_batch *head, *tail; /* sealed, oldest first; only head is ever sent */
     uint64_t mem_bytes;    /* bytes of memory batches, open included */
+    size_t last_body;      /* body bytes of its last sealed batch (what to reserve) */
     bool inflight;         /* head is being sent */
     int attempt;           /* failed attempts of head in a row */
     int64_t retry_at_ns;
@@ -147,8 +153,13 @@ typedef struct sl_agent {
     int64_t accept_pause_ns; /* listeners not polled before this (out of descriptors) */
     int64_t stop_deadline_ns;
     ag_poll poll;
-    sl_buf pool[8]; /* bodies of freed batches, reused (AG_POOL) */
+    struct {
+        sl_buf body;  /* len 0 */
+        ag_ref *refs; /* rcap entries */
+        size_t rcap;
+    } pool[AG_POOL]; /* the buffers of freed batches, reused */
     int npool;
+    size_t pool_bytes; /* body capacity in pool (AG_POOL_BYTES) */
     /* counters for the exit line */
     uint64_t n_ok, n_err, n_spooled_batches, n_drained_batches;
     /* log rate limit */

@@ -684,6 +684,13 @@ int sl_sandbox_new(const sl_sandbox_options *opts, lua_State **out, sl_error *er
         return sl_error_set(err, SL_ENOMEM, "sandbox: memory cap too small for a Lua state");
     }
     lua_atpanic(L, sb_panic);
+    /* Generational collection: rules make short-lived garbage per event
+     * (proxies, their override tables) next to a state that lives long (the
+     * helpers, the rules' functions), which the incremental collector marks
+     * again in every cycle; 13 % of a Lua transform's time (bench/rules_bench
+     * row 3a, docs/benchmarks.md). The memory cap holds the same: an
+     * allocation the cap refuses makes Lua run a full collection first. */
+    lua_gc(L, LUA_GCGEN, 0, 0);
     /* Before any code runs, so every thread created later inherits it. */
     lua_sethook(L, sb_hook, LUA_MASKCOUNT, s->step);
     int rc = sb_protected(L, sb_open, o, "sandbox: loading the helpers", err);

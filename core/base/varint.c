@@ -4,44 +4,11 @@
  */
 #include "core/base/varint.h"
 
-/* Zig-zag maps 0, -1, 1, -2, ... to 0, 1, 2, 3, ... so small negative numbers
- * stay short. Written without shifting signed values, so nothing here depends
- * on implementation-defined behaviour. */
-static uint64_t zigzag(int64_t v)
-{
-    if (v < 0)
-        return (uint64_t)(-(v + 1)) << 1 | 1;
-    return (uint64_t)v << 1;
-}
-
 static int64_t unzigzag(uint64_t u)
 {
     if (u & 1)
         return -(int64_t)(u >> 1) - 1;
     return (int64_t)(u >> 1);
-}
-
-size_t sl_varint_put(uint8_t *out, int64_t v)
-{
-    uint64_t u = zigzag(v);
-    size_t n = 0;
-    while (u >= 0x80) {
-        out[n++] = (uint8_t)(u | 0x80);
-        u >>= 7;
-    }
-    out[n++] = (uint8_t)u;
-    return n;
-}
-
-size_t sl_varint_size(int64_t v)
-{
-    uint64_t u = zigzag(v);
-    size_t n = 1;
-    while (u >= 0x80) {
-        u >>= 7;
-        n++;
-    }
-    return n;
 }
 
 size_t sl_varint_get(const uint8_t *p, const uint8_t *end, int64_t *v)

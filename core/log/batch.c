@@ -137,7 +137,7 @@ int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, si
         return SL_EINVAL; /* not reset */
     if (b->out.len + total > SL_BATCH_MAX_BYTES)
         return SL_ETOOBIG;
-    if (sl_buf_reserve(&b->out, total))
+    if (b->out.cap - b->out.len < total && sl_buf_reserve(&b->out, total))
         return SL_ENOMEM;
 
     uint8_t *w = b->out.data + b->out.len;

@@ -2,11 +2,8 @@
  * core/bus/databus.c — buffers, the writer thread and group commit (see
  * core/bus/databus.h).
  *
- * Threads: publishers copy events in; the writer swaps the buffers of
- * ack = "buffer" sets out, builds batches and appends; the sync workers do
- * the same for durable sets, fdatasync partitions and complete durable
- * waiters. A partition's frames are held by one thread at a time (busy), and
- * a partition is synced by one worker at a time (syncing).
+ * Threads: publishers copy events in; the writer swaps buffers out, builds
+ * batches and appends; the syncer fdatasyncs and completes durable waiters.
  * One mutex guards every buffer, offset counter and waiter; it is held only
  * to copy in, swap out and book results, never across I/O. Buffered events are framed as
  *   u32 value_len | u32 key_len (UINT32_MAX = null) | i64 ts_ms | u8 lane_len
@@ -28,7 +25,8 @@
 
 #define FRAME_HDR 17
 #define RETRY_NS 100000000ll /* wait before retrying a failed append */
-#define SYNC_WORKERS 4       /* threads that fdatasync partitions */
+#define SYNC_HELPERS 3       /* threads that fdatasync beside the syncer */
+#define ROUND_IDLE (SIZE_MAX / 2)
 
 typedef struct bus_part {
     sl_buf pending; /* frames not yet taken by the writer */
@@ -42,7 +40,7 @@ typedef struct bus_part {
     int64_t retry_ns;
     int64_t synced_ns;
     bool busy;        /* the writer holds this partition's frames right now */
-    bool syncing;     /* a sync worker is in fdatasync for this partition */
+    bool syncing;     /* the syncer is in fdatasync for this partition */
     int sync_failing; /* error of the last sync, 0 when healthy */
     int64_t sync_retry_ns;
     bool gave_up; /* stopping with a failing disk: no more attempts */
@@ -97,17 +95,24 @@ typedef struct work {
 struct sl_databus {
     pthread_mutex_t lock;
     pthread_cond_t wake;      /* wakes the writer */
-    pthread_cond_t sync_wake; /* wakes an idle sync worker */
+    pthread_cond_t sync_wake; /* wakes the syncer */
     pthread_cond_t room;      /* the writer freed buffer room (sl_databus_wait_room) */
     int room_waiters;
     pthread_t thread;
+    pthread_t syncer;
     bool writer_done; /* the writer drained and stopped: sync what is left */
-    /* Sync workers: partitions are fdatasync'ed in parallel and each on its
-     * own schedule (on ext4 and xfs with a journal, concurrent syncs share
-     * one journal commit; the block layer merges concurrent cache flushes). */
-    pthread_t workers[SYNC_WORKERS];
-    int nworkers;
-    size_t sync_cursor; /* where pick_job() starts its scan */
+    /* Sync helpers: a round's fdatasyncs run in parallel (on ext4 and xfs,
+     * concurrent syncs share one journal commit). */
+    pthread_t helpers[SYNC_HELPERS];
+    int nhelpers;
+    pthread_mutex_t round_lock;
+    pthread_cond_t round_start, round_end;
+    uint64_t round_gen;
+    bool helpers_stop;
+    /* Between rounds round_next is ROUND_IDLE, so a helper that is late for
+     * one round never takes a job of the next before it is set up. */
+    struct sync_job *_Atomic round_jobs;
+    _Atomic size_t round_n, round_next, round_done;
     bus_set *sets;
     waiter *waiters;
     bool stopping;
@@ -316,11 +321,7 @@ int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_da
         }
         atomic_fetch_add_explicit(&set->stats.events_in, n, memory_order_relaxed);
     }
-    /* A durable set's frames are appended by a sync worker (which looks
-     * for more before it sleeps: a busy one needs no signal). */
-    if (set_durable && signal)
-        pthread_cond_signal(&bus->sync_wake);
-    else if (!set_durable && (signal || set->cfg.linger_ms == 0))
+    if (signal || set->cfg.linger_ms == 0)
         pthread_cond_signal(&bus->wake);
     pthread_mutex_unlock(&bus->lock);
     if (need != stack_need)
@@ -431,10 +432,11 @@ const sl_databus_stats *sl_databus_get_stats(const sl_databus *bus)
 /* ---- the writer ----------------------------------------------------------- */
 
 /* Appends w's frames as lane-homogeneous batches of up to batch_bytes. */
-static void write_frames(sl_databus *bus, sl_batch_builder *b, work *w)
+static void write_frames(sl_databus *bus, work *w)
 {
     sl_set *set = w->bs->set;
     const sl_store *store = &set->parts[w->part];
+    sl_batch_builder *b = &bus->builder;
     b->codec = set->cfg.compression;
     const uint8_t *p = w->frames.data, *end = p + w->frames.len;
     int64_t expect = w->first;
@@ -497,29 +499,7 @@ static void write_frames(sl_databus *bus, sl_batch_builder *b, work *w)
     }
 }
 
-/* Moves partition p's queued frames into w (swapping buffers: the taker
- * reuses its own) and marks the partition busy. Called locked. */
-static void take_frames(bus_set *bs, int32_t p, work *w)
-{
-    bus_part *bp = &bs->parts[p];
-    sl_buf keep = w->frames;
-    w->bs = bs;
-    w->part = p;
-    w->frames = bp->pending;
-    bp->pending = keep;
-    bp->pending.len = 0;
-    w->n = bp->pending_n;
-    w->first = bp->next - (int64_t)bp->pending_n;
-    w->done_bytes = w->done_n = 0;
-    w->mixed = false; /* the lanes of this round only */
-    w->rc = 0;
-    bp->pending_n = 0;
-    bp->busy = true;
-}
-
-/* Takes the frames of every partition of a buffer set that is due (a
- * durable set's frames are appended by the sync workers, right before they
- * sync them: see sync_worker_main()); returns how many, and in
+/* Takes the frames of every partition that is due; returns how many, and in
  * *deadline the next time something becomes due (INT64_MAX: nothing). */
 static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int64_t *deadline)
 {
@@ -529,12 +509,15 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
         sl_set *set = bs->set;
         for (int32_t p = 0; p < set->nparts; p++) {
             bus_part *bp = &bs->parts[p];
-            if (set->cfg.ack == SL_ACK_DURABLE || bp->busy || bp->gave_up || !bp->pending_n)
+            if (bp->busy || bp->gave_up || !bp->pending_n)
                 continue;
-            /* No lingering while a publisher waits for room
-             * (sl_databus_wait_room): that only keeps it waiting. */
+            /* Durable sets do not linger: their publishers wait anyway, and
+             * the syncer groups whatever arrives while an fdatasync runs. */
+            /* Nor while a publisher waits for room (sl_databus_wait_room):
+             * lingering then only keeps it waiting. */
             bool now_due = bp->pending.len >= set->cfg.batch_bytes || bus->stopping ||
-                           bp->urgent > bp->written || bus->room_waiters;
+                           set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->written ||
+                           bus->room_waiters;
             int64_t due = bp->failing ? bp->retry_ns : now_due ? now : bp->first_ns + linger_ns(bs);
             if (due > now) {
                 *deadline = due < *deadline ? due : *deadline;
@@ -542,7 +525,20 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
             }
             if (n == *cap && SL_GROW(*ws, *cap, 16)) /* (new entries zeroed) */
                 return n;                              /* try the rest next round */
-            take_frames(bs, p, &(*ws)[n++]);
+            work *w = &(*ws)[n++];
+            sl_buf keep = w->frames;
+            w->bs = bs;
+            w->part = p;
+            w->frames = bp->pending; /* swap buffers: the writer reuses its own */
+            bp->pending = keep;
+            bp->pending.len = 0;
+            w->n = bp->pending_n;
+            w->first = bp->next - (int64_t)bp->pending_n;
+            w->done_bytes = w->done_n = 0;
+            w->mixed = false; /* the lanes of this round only */
+            w->rc = 0;
+            bp->pending_n = 0;
+            bp->busy = true;
         }
     }
     return n;
@@ -611,62 +607,6 @@ static void drop_unwritten(sl_databus *bus, bus_set *bs, int32_t part, work *w, 
             bs->set->name, part, sl_strerror(w->rc), lost);
 }
 
-/* Books the outcome of appending ws[0..n): offsets written, buffer room
- * freed (waking publishers waiting for room), a failed append re-queued or,
- * for a durable set on a full disk, dropped with its waiters moved to
- * *failed (to be told *failed_rc). Returns whether a partition now needs a
- * sync worker's attention. Called locked. */
-static bool settle(sl_databus *bus, work *ws, size_t n, waiter **failed, int *failed_rc)
-{
-    int64_t now = sl_clock_mono_ns();
-    bool want_sync = false;
-    for (size_t i = 0; i < n; i++) {
-        work *w = &ws[i];
-        bus_part *bp = &w->bs->parts[w->part];
-        bp->busy = false;
-        bp->buffered -= w->done_bytes;
-        bp->written = w->first + (int64_t)w->done_n;
-        /* A partition in fdatasync right now needs no wake-up: its
-         * worker looks for more as soon as that sync ends. */
-        want_sync |= w->done_n && !bp->syncing &&
-                     (w->bs->set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->durable);
-        if (w->done_n < w->n && w->rc == SL_ENOSPC && !bus->stopping &&
-            w->bs->set->cfg.ack == SL_ACK_DURABLE && bp->buffer_end <= bp->written) {
-            drop_unwritten(bus, w->bs, w->part, w, failed);
-            *failed_rc = w->rc;
-        } else if (w->done_n < w->n) {
-            requeue(bp, w, now);
-            /* While stopping, a disk that keeps failing would spin: give
-             * up on the partition and say what is lost. */
-            if (bus->stopping) {
-                sl_slog(SL_SLOG_ERROR, "databus",
-                        "databus: %s/%d: giving up at shutdown (%s): %zu "
-                        "events not written",
-                        w->bs->set->name, w->part, sl_strerror(bp->failing), bp->pending_n);
-                bp->pending_n = 0;
-                bp->pending.len = 0;
-                bp->gave_up = true;
-            }
-        } else {
-            bp->failing = 0;
-        }
-    }
-    if (bus->room_waiters)
-        pthread_cond_broadcast(&bus->room);
-    return want_sync;
-}
-
-/* After settle(), unlocked: tells the failed waiters and the append hook. */
-static void appended(work *ws, size_t n, waiter *failed, int failed_rc,
-                     sl_databus_append_fn *on_append, void *ctx)
-{
-    finish_waiters(failed, failed_rc);
-    for (size_t i = 0; i < n && on_append; i++)
-        if (ws[i].done_n)
-            on_append(ctx, ws[i].bs->set, ws[i].part, ws[i].first + (int64_t)ws[i].done_n,
-                      ws[i].mixed ? NULL : ws[i].lane);
-}
-
 static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline)
 {
     if (deadline == INT64_MAX) {
@@ -678,7 +618,7 @@ static void timed_wait(pthread_cond_t *c, pthread_mutex_t *m, int64_t deadline)
 }
 
 /* The writer: drains due buffers into lane-homogeneous batches and appends
- * them. It never waits for the disk: syncing is the sync workers' job, so appends
+ * them. It never waits for the disk: syncing is the syncer's job, so appends
  * go on while an fdatasync runs. */
 static void *writer_main(void *arg)
 {
@@ -697,17 +637,54 @@ static void *writer_main(void *arg)
         }
         pthread_mutex_unlock(&bus->lock);
         for (size_t i = 0; i < n; i++)
-            write_frames(bus, &bus->builder, &ws[i]);
+            write_frames(bus, &ws[i]);
 
         pthread_mutex_lock(&bus->lock);
-        waiter *failed = NULL;
+        now = sl_clock_mono_ns();
+        bool want_sync = false;
+        waiter *failed = NULL; /* durable publishes whose events could not be written */
         int failed_rc = 0;
-        if (settle(bus, ws, n, &failed, &failed_rc))
+        for (size_t i = 0; i < n; i++) {
+            work *w = &ws[i];
+            bus_part *bp = &w->bs->parts[w->part];
+            bp->busy = false;
+            bp->buffered -= w->done_bytes;
+            bp->written = w->first + (int64_t)w->done_n;
+            want_sync |=
+                w->done_n && (w->bs->set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->durable);
+            if (w->done_n < w->n && w->rc == SL_ENOSPC && !bus->stopping &&
+                w->bs->set->cfg.ack == SL_ACK_DURABLE && bp->buffer_end <= bp->written) {
+                drop_unwritten(bus, w->bs, w->part, w, &failed);
+                failed_rc = w->rc;
+            } else if (w->done_n < w->n) {
+                requeue(bp, w, now);
+                /* While stopping, a disk that keeps failing would spin: give
+                 * up on the partition and say what is lost. */
+                if (bus->stopping) {
+                    sl_slog(SL_SLOG_ERROR, "databus",
+                            "databus: %s/%d: giving up at shutdown (%s): %zu "
+                            "events not written",
+                            w->bs->set->name, w->part, sl_strerror(bp->failing), bp->pending_n);
+                    bp->pending_n = 0;
+                    bp->pending.len = 0;
+                    bp->gave_up = true;
+                }
+            } else {
+                bp->failing = 0;
+            }
+        }
+        if (want_sync)
             pthread_cond_signal(&bus->sync_wake);
+        if (bus->room_waiters)
+            pthread_cond_broadcast(&bus->room);
         sl_databus_append_fn *on_append = bus->opts.on_append;
         void *on_append_ctx = bus->opts.ctx;
         pthread_mutex_unlock(&bus->lock);
-        appended(ws, n, failed, failed_rc, on_append, on_append_ctx);
+        finish_waiters(failed, failed_rc);
+        for (size_t i = 0; i < n && on_append; i++)
+            if (ws[i].done_n)
+                on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
+                          ws[i].first + (int64_t)ws[i].done_n, ws[i].mixed ? NULL : ws[i].lane);
         pthread_mutex_lock(&bus->lock);
     }
     pthread_mutex_unlock(&bus->lock);
@@ -753,14 +730,14 @@ static void finish_waiters(waiter *w, int status)
     }
 }
 
-/* A partition a sync worker is to (append and) fdatasync. */
-typedef struct sync_job {
+/* A partition the syncer is to fdatasync in this round. */
+typedef struct sync_job sync_job;
+struct sync_job {
     bus_set *bs;
     int32_t part;
-    int64_t target; /* the written end offset the sync covers */
+    int64_t target; /* the written end offset when the job was taken */
     int rc;
-    bool append; /* a durable set's queued frames: append them first */
-} sync_job;
+};
 
 static void run_sync_job(sl_databus *bus, sync_job *j)
 {
@@ -774,154 +751,139 @@ static void run_sync_job(sl_databus *bus, sync_job *j)
                 err.msg);
 }
 
-/* Takes one partition that is due into *j, marking it syncing (and busy
- * when it has a durable set's frames to append); false when none is due.
- * *deadline is when the next one becomes due, *left whether any partition
- * still has events to append or sync (due or not, or in another worker's
- * hands), *more whether another one is due now. The scan starts after the
- * partition taken last, so that with more partitions than workers none
- * waits behind others that keep being due. Called locked. */
-static bool pick_job(sl_databus *bus, int64_t now, int64_t every, sync_job *j, int64_t *deadline,
-                     bool *left, bool *more)
+/* Takes jobs of the current round until none is left. */
+static void run_round(sl_databus *bus)
 {
-    *deadline = INT64_MAX;
-    *left = *more = false;
-    bool got = false, got_after = false;
-    size_t idx = 0, got_idx = 0;
-    for (bus_set *bs = bus->sets; bs; bs = bs->next) {
-        bool dset = bs->set->cfg.ack == SL_ACK_DURABLE;
-        for (int32_t p = 0; p < bs->set->nparts; p++, idx++) {
-            bus_part *bp = &bs->parts[p];
-            bool frames = dset && bp->pending_n, unsynced = bp->durable < bp->written;
-            if (bp->gave_up || (!frames && !unsynced))
-                continue;
-            *left = true;
-            if (bp->syncing || bp->busy)
-                continue;
-            /* Frames first (the sync that follows covers them), unless their
-             * append failed and waits for its retry time. */
-            bool append = frames && (!bp->failing || bp->retry_ns <= now);
-            int64_t due = append ? now
-                          : !unsynced ? bp->retry_ns
-                          : bp->sync_failing ? bp->sync_retry_ns
-                          : bus->writer_done || dset || bp->urgent > bp->durable
-                              ? now
-                              : bp->synced_ns + every;
-            if (due > now) {
-                *deadline = due < *deadline ? due : *deadline;
-                continue;
-            }
-            bool after = idx >= bus->sync_cursor;
-            if (got && (got_after || !after)) {
-                *more = true;
-                continue;
-            }
-            *more |= got;
-            *j = (sync_job){bs, p, bp->written, 0, append};
-            got = true;
-            got_after = after;
-            got_idx = idx;
+    size_t i;
+    while ((i = atomic_fetch_add(&bus->round_next, 1)) < atomic_load(&bus->round_n)) {
+        run_sync_job(bus, &atomic_load(&bus->round_jobs)[i]);
+        if (atomic_fetch_add(&bus->round_done, 1) + 1 == atomic_load(&bus->round_n)) {
+            pthread_mutex_lock(&bus->round_lock);
+            pthread_cond_signal(&bus->round_end);
+            pthread_mutex_unlock(&bus->round_lock);
         }
     }
-    if (got) {
-        bus->sync_cursor = got_idx + 1;
-        j->bs->parts[j->part].syncing = true;
-    }
-    return got;
 }
 
-/* A sync worker: group commit. One fdatasync of a partition covers
- * everything appended to it before the sync began and completes every
- * durable waiter it covers; events appended meanwhile are covered by the
- * next one, which starts as soon as this one ends. The partitions are
- * synced independently of each other by SYNC_WORKERS threads: a request
- * waits only for the partitions it wrote to, never for a slower sync of
- * another partition, and a worker that finishes goes on with the next due
- * partition without sleeping. Durable sets (and durable publishes into
- * buffer sets) are synced as soon as there is something new; buffer sets
- * every buffer_sync_ms, so a crash loses a bounded tail of them. */
-static void *sync_worker_main(void *arg)
+static void *sync_helper_main(void *arg)
 {
     sl_databus *bus = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&bus->round_lock);
+    for (;;) {
+        while (!bus->helpers_stop && bus->round_gen == seen)
+            pthread_cond_wait(&bus->round_start, &bus->round_lock);
+        if (bus->helpers_stop)
+            break;
+        seen = bus->round_gen;
+        pthread_mutex_unlock(&bus->round_lock);
+        run_round(bus);
+        pthread_mutex_lock(&bus->round_lock);
+    }
+    pthread_mutex_unlock(&bus->round_lock);
+    return NULL;
+}
+
+/* Runs the n jobs, in parallel with the helpers when there are several. */
+static void sync_all(sl_databus *bus, sync_job *jobs, size_t n)
+{
+    if (n == 1 || bus->nhelpers == 0) {
+        for (size_t i = 0; i < n; i++)
+            run_sync_job(bus, &jobs[i]);
+        return;
+    }
+    pthread_mutex_lock(&bus->round_lock);
+    atomic_store(&bus->round_jobs, jobs);
+    atomic_store(&bus->round_n, n);
+    atomic_store(&bus->round_done, 0);
+    atomic_store(&bus->round_next, 0); /* last: opens the round */
+    bus->round_gen++;
+    pthread_cond_broadcast(&bus->round_start);
+    pthread_mutex_unlock(&bus->round_lock);
+    run_round(bus);
+    pthread_mutex_lock(&bus->round_lock);
+    while (atomic_load(&bus->round_done) < n)
+        pthread_cond_wait(&bus->round_end, &bus->round_lock);
+    atomic_store(&bus->round_next, ROUND_IDLE);
+    pthread_mutex_unlock(&bus->round_lock);
+}
+
+/* The syncer: group commit. One fdatasync per partition covers everything
+ * appended before it began, and completes every durable waiter it covers.
+ * Durable sets are synced as soon as there is something new; buffer sets
+ * every buffer_sync_ms, so a crash loses a bounded tail of them. */
+static void *syncer_main(void *arg)
+{
+    sl_databus *bus = arg;
+    sync_job *jobs = NULL;
+    size_t cap = 0;
     int64_t every = (bus->opts.buffer_sync_ms ? bus->opts.buffer_sync_ms : 1000) * 1000000;
-    sl_batch_builder builder;
-    sl_batch_builder_init(&builder, SL_CODEC_NONE, 0);
-    work w = {0};
     pthread_mutex_lock(&bus->lock);
     for (;;) {
-        int64_t now = sl_clock_mono_ns(), deadline;
-        bool left, more;
-        sync_job j;
-        if (!pick_job(bus, now, every, &j, &deadline, &left, &more)) {
+        int64_t now = sl_clock_mono_ns(), deadline = INT64_MAX;
+        size_t n = 0;
+        bool left = false;
+        for (bus_set *bs = bus->sets; bs; bs = bs->next) {
+            for (int32_t p = 0; p < bs->set->nparts; p++) {
+                bus_part *bp = &bs->parts[p];
+                if (bp->syncing || bp->gave_up || bp->durable >= bp->written)
+                    continue;
+                left = true;
+                int64_t due = bp->sync_failing ? bp->sync_retry_ns
+                              : bus->writer_done || bs->set->cfg.ack == SL_ACK_DURABLE ||
+                                      bp->urgent > bp->durable
+                                  ? now
+                                  : bp->synced_ns + every;
+                if (due > now) {
+                    deadline = due < deadline ? due : deadline;
+                    continue;
+                }
+                if (n == cap && sl_grow(&jobs, &cap, sizeof *jobs, 16))
+                        break;
+                jobs[n++] = (sync_job){bs, p, bp->written, 0};
+                bp->syncing = true;
+            }
+        }
+        if (n == 0) {
             if (bus->writer_done && !left)
                 break;
             timed_wait(&bus->sync_wake, &bus->lock, deadline);
             continue;
         }
-        if (more) /* another partition is due: hand it to an idle worker */
-            pthread_cond_signal(&bus->sync_wake);
-        bus_part *bp = &j.bs->parts[j.part];
-        if (j.append) {
-            /* A durable set's events: appended here rather than by the
-             * writer, so that a publish wakes one thread, not two, and
-             * whatever arrives during this sync is appended and synced
-             * together by the next. */
-            take_frames(j.bs, j.part, &w);
-            pthread_mutex_unlock(&bus->lock);
-            write_frames(bus, &builder, &w);
-            pthread_mutex_lock(&bus->lock);
-            waiter *failed = NULL;
-            int failed_rc = 0;
-            settle(bus, &w, 1, &failed, &failed_rc);
-            sl_databus_append_fn *on_append = bus->opts.on_append;
-            void *on_append_ctx = bus->opts.ctx;
-            pthread_mutex_unlock(&bus->lock);
-            appended(&w, 1, failed, failed_rc, on_append, on_append_ctx);
-            pthread_mutex_lock(&bus->lock);
-            if (bp->durable >= bp->written) { /* nothing appended, nothing to sync */
-                bp->syncing = false;
-                if (bus->writer_done)
-                    pthread_cond_broadcast(&bus->sync_wake);
-                continue;
-            }
-            j.target = bp->written;
-        }
         pthread_mutex_unlock(&bus->lock);
-        run_sync_job(bus, &j);
+        sync_all(bus, jobs, n);
         pthread_mutex_lock(&bus->lock);
         now = sl_clock_mono_ns();
-        bp->syncing = false;
-        waiter *done = NULL;
-        if (j.rc) {
-            bp->sync_failing = j.rc;
-            bp->sync_retry_ns = now + RETRY_NS;
-            if (bus->writer_done) {
-                sl_slog(SL_SLOG_ERROR, "databus",
-                        "databus: %s/%d: giving up at shutdown: %" PRId64
-                        " events written but not synced",
-                        j.bs->set->name, j.part, bp->written - bp->durable);
-                bp->gave_up = true;
+        for (size_t i = 0; i < n; i++) {
+            bus_part *bp = &jobs[i].bs->parts[jobs[i].part];
+            bp->syncing = false;
+            if (jobs[i].rc) {
+                bp->sync_failing = jobs[i].rc;
+                bp->sync_retry_ns = now + RETRY_NS;
+                if (bus->writer_done) {
+                    sl_slog(SL_SLOG_ERROR, "databus",
+                            "databus: %s/%d: giving up at shutdown: %" PRId64
+                            " events written but not synced",
+                            jobs[i].bs->set->name, jobs[i].part, bp->written - bp->durable);
+                    bp->gave_up = true;
+                }
+            } else {
+                bp->sync_failing = 0;
+                bp->synced_ns = now;
+                if (jobs[i].target > bp->durable)
+                    bp->durable = jobs[i].target;
             }
-        } else {
-            bp->sync_failing = 0;
-            bp->synced_ns = now;
-            if (j.target > bp->durable)
-                bp->durable = j.target;
-            done = take_waiters(bus, false);
         }
-        /* While stopping, the other workers may be waiting for this
-         * partition to be done before they stop. */
-        if (bus->writer_done)
-            pthread_cond_broadcast(&bus->sync_wake);
-        if (done) {
-            pthread_mutex_unlock(&bus->lock);
-            finish_waiters(done, 0);
-            pthread_mutex_lock(&bus->lock);
-        }
+        waiter *done = take_waiters(bus, false);
+        pthread_mutex_unlock(&bus->lock);
+        finish_waiters(done, 0);
+        pthread_mutex_lock(&bus->lock);
     }
+    /* Whatever is still waiting was never made durable. */
+    waiter *rest = take_waiters(bus, true);
     pthread_mutex_unlock(&bus->lock);
-    sl_buf_free(&w.frames);
-    sl_batch_builder_free(&builder);
+    finish_waiters(rest, SL_ESHUTDOWN);
+    free(jobs);
     return NULL;
 }
 
@@ -941,10 +903,14 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
     pthread_cond_init(&bus->sync_wake, &ca);
     pthread_cond_init(&bus->room, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&bus->round_lock, NULL);
+    atomic_init(&bus->round_next, ROUND_IDLE);
+    pthread_cond_init(&bus->round_start, NULL);
+    pthread_cond_init(&bus->round_end, NULL);
 
     sl_batch_builder_init(&bus->builder, SL_CODEC_NONE, 0);
     int e = pthread_create(&bus->thread, NULL, writer_main, bus);
-    if (!e && (e = pthread_create(&bus->workers[0], NULL, sync_worker_main, bus))) {
+    if (!e && (e = pthread_create(&bus->syncer, NULL, syncer_main, bus))) {
         pthread_mutex_lock(&bus->lock);
         bus->stopping = true;
         pthread_cond_signal(&bus->wake);
@@ -960,12 +926,13 @@ int sl_databus_start(const sl_databus_options *opts, sl_databus **out, sl_error 
         free(bus);
         return sl_error_errno(err, e, "start the Databus threads");
     }
-    /* More workers are an optimisation: one does all the syncs if no other
-     * starts. nworkers is only read by sl_databus_stop(). */
-    bus->nworkers = 1;
-    while (bus->nworkers < SYNC_WORKERS &&
-           pthread_create(&bus->workers[bus->nworkers], NULL, sync_worker_main, bus) == 0)
-        bus->nworkers++;
+    /* Helpers are an optimisation: the syncer works alone if none starts.
+     * They start before any sync round, so nhelpers is stable by then. */
+    pthread_mutex_lock(&bus->round_lock);
+    while (bus->nhelpers < SYNC_HELPERS &&
+           pthread_create(&bus->helpers[bus->nhelpers], NULL, sync_helper_main, bus) == 0)
+        bus->nhelpers++;
+    pthread_mutex_unlock(&bus->round_lock);
     *out = bus;
     return 0;
 }
@@ -991,20 +958,20 @@ void sl_databus_stop(sl_databus *bus)
     if (!join)
         return;
     pthread_join(bus->thread, NULL);
-    /* Everything is appended: the sync workers sync what is left, answer
-     * the waiters it covers and stop. */
+    /* Everything is appended: the syncer syncs what is left, answers the
+     * waiters and stops. */
     pthread_mutex_lock(&bus->lock);
     bus->writer_done = true;
-    pthread_cond_broadcast(&bus->sync_wake);
+    pthread_cond_signal(&bus->sync_wake);
     pthread_mutex_unlock(&bus->lock);
-    for (int i = 0; i < bus->nworkers; i++)
-        pthread_join(bus->workers[i], NULL);
-    bus->nworkers = 0;
-    /* Whatever is still waiting was never made durable. */
-    pthread_mutex_lock(&bus->lock);
-    waiter *rest = take_waiters(bus, true);
-    pthread_mutex_unlock(&bus->lock);
-    finish_waiters(rest, SL_ESHUTDOWN);
+    pthread_join(bus->syncer, NULL);
+    pthread_mutex_lock(&bus->round_lock);
+    bus->helpers_stop = true;
+    pthread_cond_broadcast(&bus->round_start);
+    pthread_mutex_unlock(&bus->round_lock);
+    for (int i = 0; i < bus->nhelpers; i++)
+        pthread_join(bus->helpers[i], NULL);
+    bus->nhelpers = 0;
 }
 
 void sl_databus_free(sl_databus *bus)
@@ -1026,5 +993,8 @@ void sl_databus_free(sl_databus *bus)
     pthread_cond_destroy(&bus->wake);
     pthread_cond_destroy(&bus->sync_wake);
     pthread_cond_destroy(&bus->room);
+    pthread_mutex_destroy(&bus->round_lock);
+    pthread_cond_destroy(&bus->round_start);
+    pthread_cond_destroy(&bus->round_end);
     free(bus);
 }

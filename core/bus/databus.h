@@ -5,17 +5,12 @@
  * partition, assigns its offset at once (it is the only writer of every
  * partition, so offsets are known before the bytes reach the disk), and
  * queues it in a bounded per-partition buffer. One writer thread drains the
- * buffers of ack = "buffer" sets in lane-homogeneous batches (linger_ms /
- * batch_bytes of the set) and appends them; it never waits for the disk.
- * Sync workers (a few threads, each partition in the hands of at most one
- * at a time) fdatasync each partition with new data (durable sets at once,
- * buffer sets every buffer_sync_ms): one sync covers everything appended
- * before it began and completes every durable waiter it covers (group
- * commit). A durable set's frames are appended by the worker that syncs
- * them, right before the sync, so that what arrives during one sync is
- * appended and synced by the next, without a hop through the writer;
- * partitions are synced independently, so a publish waits only for the
- * partitions it wrote to.
+ * buffers in lane-homogeneous batches (linger_ms / batch_bytes of the set)
+ * and appends them; it never waits for the disk. A syncer thread fdatasyncs
+ * each partition with new data (durable sets at once, buffer sets every
+ * buffer_sync_ms): one sync covers everything appended before it began and
+ * completes every durable waiter it covers (group commit), while the writer
+ * goes on appending the next batches.
  *
  * A full buffer refuses new events (SL_EFULL, which HTTP turns into 503 +
  * Retry-After). A failing disk: events already answered (ack = "buffer") are
@@ -57,13 +52,10 @@ typedef struct sl_databus_result {
 
 /* Completion of a durable publish: status 0 once every event of it is on
  * disk, or SL_ESHUTDOWN if the process stops first (events already queued are
- * still written by the drain). Called from a sync worker, the writer or
- * sl_databus_stop(): return fast. */
+ * still written by the drain). Called from the syncer thread: return fast. */
 typedef void sl_databus_done_fn(void *ctx, int status);
 
-/* Called by the writer thread or a sync worker after each append of a
- * partition (never by two at once for the same partition, but calls for
- * different partitions may run in parallel), with the
+/* Called by the writer thread after each append of a partition, with the
  * new end offset (long-polling readers wake up here) and the lane of what
  * was appended ("" base; NULL when the append held several lanes), so that
  * the consumers of other lanes need not wake. */

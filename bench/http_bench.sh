@@ -11,7 +11,9 @@
 # Environment: SLUICE_BENCH_DIR (default ./build/bench-tmp), SLUICE_HTTP_SECS
 # (seconds per wrk run, default 4), SLUICE_HTTP_REPS (runs per side of the
 # peak rows, default 2), SLUICE_HTTP_ROWS (comma list of batched,single,
-# half,consume,wake,batchsize; default all), SLUICE_HTTP_BATCHES (events per
+# half,consume,wake,batchsize,durable16; default all), SLUICE_HTTP_P99_RUNS
+# and SLUICE_HTTP_P99_SECS (the durable16 row's batched p99 runs: 10 of 5 s
+# by default), SLUICE_HTTP_BATCHES (events per
 # POST of the batchsize row, default "1 10 100 1000"), SLUICE_HTTP_PERF=1 (perf record the
 # ack=buffer server during the first ndjson and single runs; the data stays
 # in $SLUICE_BENCH_DIR/http_perf).
@@ -25,7 +27,9 @@ cd "$(dirname "$0")/.." || exit 1
 
 SECS=${SLUICE_HTTP_SECS:-4}
 REPS=${SLUICE_HTTP_REPS:-2}
-ROWS=${SLUICE_HTTP_ROWS:-batched,single,half,consume,wake,batchsize}
+ROWS=${SLUICE_HTTP_ROWS:-batched,single,half,consume,wake,batchsize,durable16}
+P99_RUNS=${SLUICE_HTTP_P99_RUNS:-10}
+P99_SECS=${SLUICE_HTTP_P99_SECS:-5}
 BATCHES=${SLUICE_HTTP_BATCHES:-1 10 100 1000}
 ROOT=${SLUICE_BENCH_DIR:-./build/bench-tmp}
 PERF=${SLUICE_HTTP_PERF:-0}
@@ -33,6 +37,7 @@ THREADS=2       # wrk threads
 CONN_BATCH=32   # connections for batched POSTs
 CONN_SINGLE=64  # connections for single-event POSTs
 CONN_READ=4     # readers (one per partition, one wrk thread each)
+CONN_DURABLE=16 # the durable16 rows (issue 18: group commit at 16 connections)
 PARTITIONS=4
 BATCH=100
 EVENT_BYTES=300
@@ -52,8 +57,10 @@ case "$SECS" in '' | *[!0-9]*) die "SLUICE_HTTP_SECS must be a whole number of s
 case "$REPS" in [1-9]) ;; *) die "SLUICE_HTTP_REPS must be 1-9" ;; esac
 [ "$SECS" -ge 1 ] || die "SLUICE_HTTP_SECS must be at least 1"
 for r in ${ROWS//,/ }; do
-    case "$r" in batched | single | half | consume | wake | batchsize) ;; *) die "unknown row '$r' in SLUICE_HTTP_ROWS" ;; esac
+    case "$r" in batched | single | half | consume | wake | batchsize | durable16) ;; *) die "unknown row '$r' in SLUICE_HTTP_ROWS" ;; esac
 done
+case "$P99_RUNS" in [1-9] | [1-9][0-9]) ;; *) die "SLUICE_HTTP_P99_RUNS must be 1-99" ;; esac
+case "$P99_SECS" in [1-9] | [1-9][0-9]) ;; *) die "SLUICE_HTTP_P99_SECS must be 1-99 seconds" ;; esac
 for b in $BATCHES; do
     case "$b" in '' | *[!0-9]*) die "SLUICE_HTTP_BATCHES must be whole numbers (events per POST)" ;; esac
     [ "$b" -ge 1 ] && [ "$b" -le 10000 ] || die "SLUICE_HTTP_BATCHES: $b is not 1-10000"
@@ -272,6 +279,42 @@ for rep in $(seq "$REPS"); do
 done
 PERF_NAME=""
 
+# Issue 18's ack=durable rows at 16 connections, runs of P99_SECS: one event
+# per POST (rate and server CPU per event; the sides take turns with the
+# reference as above), then P99_RUNS runs of batched NDJSON against the
+# durable server, for the worst p99 of them (a stall in one run shows).
+P99_LIST=""
+P99_EPS_LIST=""
+if has_row durable16; then
+    note "ack=durable at $CONN_DURABLE connections, $P99_SECS s per run"
+    SAVE=$SECS
+    SECS=$P99_SECS
+    for rep in $(seq "$REPS"); do
+        if [ $((rep % 2)) -eq 1 ]; then order="durable ref"; else order="ref durable"; fi
+        for side in $order; do
+            run_wrk "$side" bench/http/post.lua "$CONN_DURABLE" "$THREADS" "single, -c$CONN_DURABLE" \
+                single single 1 "$EVENT_BYTES" 0 "${TAG}d$rep" "$THREADS"
+            record "d16single_$side"
+        done
+    done
+    for i in $(seq "$P99_RUNS"); do
+        run_wrk durable bench/http/post.lua "$CONN_DURABLE" "$THREADS" \
+            "batched ndjson -c$CONN_DURABLE ($i of $P99_RUNS)" \
+            ndjson ndjson "$BATCH" "$EVENT_BYTES" 0 "${TAG}p$i" "$THREADS"
+        record d16batch_durable
+        P99_LIST="$P99_LIST $R_P99"
+        P99_EPS_LIST="$P99_EPS_LIST $R_UNITS"
+    done
+    SECS=$SAVE
+fi
+# median VALUES...: the middle value (the lower of the two middle ones)
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+maxof() { printf '%s\n' "$@" | sort -g | tail -n 1; }
+# us_per_event KEY: server CPU per event of BEST[KEY] in microseconds
+us_per_event() {
+    awk -v c="$(field "$1" 5)" -v u="$(field "$1" 1)" 'BEGIN {printf "%.1f", (u > 0 ? c * 1e6 / u : 0)}'
+}
+
 # p99 at half of the peak: both sides at the same fixed rate, half of
 # sluice's best ack=buffer rate of the row.
 HALF_SINGLE_RATE=""
@@ -488,6 +531,24 @@ OUT=$TMP/table
             "-" "-" "$(noise single_durable)" "$(noise single_ref)"
         lat_line single_durable ""
     fi
+    if has_row durable16; then
+        s=$(field d16single_durable 1)
+        r=$(field d16single_ref 1)
+        goal_ge "$s" 18400
+        line "2c single event, ack=durable, -c$CONN_DURABLE" "req/s" "$(fmt_k "$s")" "$(fmt_k "$r")" \
+            "$(ratio "$s" "$r")" ">=18.4k" "$M" "$(noise d16single_durable)" "$(noise d16single_ref)"
+        lat_line d16single_durable d16single_ref
+        D16_CPU=$(us_per_event d16single_durable)
+        goal_lt "$D16_CPU" 40.01
+        line "   server CPU per event (2c)" "us" "$D16_CPU" "$(us_per_event d16single_ref)" \
+            "" "<=40" "$M" "" ""
+        # shellcheck disable=SC2086 # lists of numbers
+        { P99_MAX=$(maxof $P99_LIST); P99_MED=$(median $P99_LIST); D16_EPS=$(median $P99_EPS_LIST); }
+        goal_lt "$P99_MAX" 25
+        line "1e batched ndjson, ack=durable, -c$CONN_DURABLE: p99" "ms" "$P99_MAX" "-" "-" "<25" "$M" \
+            "" ""
+        line "   worst of $P99_RUNS runs; median p99, ev/s" "" "$P99_MED, $(fmt_k "$D16_EPS")" "" "" "" "" "" ""
+    fi
     if has_row half; then
         P99_HALF=""
         for k in single batch; do
@@ -559,6 +620,10 @@ cat "$OUT"
     if [ -n "$FSYNC" ]; then
         echo "  1c-2b durable server: ${FSYNC% *} fdatasyncs, mean ${FSYNC#* } ms each (its /metrics)"
     fi
+    if has_row durable16; then
+        echo "  2c/1e ack=durable server at $CONN_DURABLE connections, $P99_SECS s runs; 1e p99s (ms):$P99_LIST"
+        echo "        2c goal: 2x the 9.2k req/s of issue 18 (Fluent Bit comparison); CPU = server CPU / events"
+    fi
     if has_row half; then
         echo "  3     paced by bench/http/post.lua's delay() (no -R in Debian's wrk); both sides get the"
         echo "        same rate; latency counts from the actual send (see bench/README.md)"
@@ -619,6 +684,16 @@ if has_row single; then
     s=$(field single_durable 1)
     tsv_row http.2b "2b ingest, one event per POST, ack=durable" req/s "$s" "$REF" "$r" "$(ratio "$s" "$r")" - -
 fi
+if has_row durable16; then
+    s=$(field d16single_durable 1)
+    r=$(field d16single_ref 1)
+    tsv_row http.2c "2c ingest, one event per POST, ack=durable, $CONN_DURABLE connections" req/s "$s" \
+        "$REF" "$r" "$(ratio "$s" "$r")" ">= 18.4k req/s (2x issue 18)" "$(yn ge "$s" 18400)"
+    tsv_row http.2c_cpu "2c server CPU per event, one event per POST, ack=durable" us "$D16_CPU" \
+        "$REF" "$(us_per_event d16single_ref)" - "<= 40 us" "$(yn lt "$D16_CPU" 40.01)"
+    tsv_row http.1e_p99 "1e batched NDJSON, ack=durable, $CONN_DURABLE connections: worst p99 of $P99_RUNS runs (median $P99_MED ms)" \
+        ms "$P99_MAX" - - - "< 25 ms" "$(yn lt "$P99_MAX" 25)"
+fi
 if has_row half; then
     [ -n "$HALF_SINGLE_RATE" ] && s=$(field halfsingle_buffer 4) && r=$(field halfsingle_ref 4) &&
         tsv_row http.3a "3a ingest p99 at half of 2a's peak ($HALF_SINGLE_RATE req/s, one event per POST)" \
@@ -658,6 +733,7 @@ has_row single && kv="$kv single_rps=$(field single_buffer 1)"
 has_row batched && kv="$kv durable_vs_buffer=$(ratio "$(field ndjson_durable 1)" "$(field ndjson_buffer 1)")"
 has_row batched && kv="$kv durable_vs_buffer_ce=$(ratio "$(field batch_durable 1)" "$(field batch_buffer 1)")"
 has_row half && kv="$kv p99_half_ms=$P99_HALF"
+has_row durable16 && kv="$kv durable16_rps=$(field d16single_durable 1) durable16_cpu_us=$D16_CPU durable16_batch_p99_max_ms=$P99_MAX"
 kv="$kv rss_mib=$RSS_MIB rss_ingest_mib=$RSS_INGEST_MIB"
 has_row consume && kv="$kv consume_eps=$(field consume_buffer 1)"
 [ -n "$WAKE_P50" ] && kv="$kv wake_p50_ms=$WAKE_P50"

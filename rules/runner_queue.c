@@ -49,6 +49,11 @@ static void check_consumer(sl_runner *r, consumer *c, int64_t now)
         return; /* its shared reader is checked instead */
     if (c->retry_at_ns && now >= c->retry_at_ns) {
         sl__runner_push(r, c);
+    } else if (c->rejoin_ns && now >= c->rejoin_ns && !c->queued && !c->running && !c->hold) {
+        /* Left for being slow and may come back now: a turn (perhaps with
+         * nothing to read) ends with sl__runner_try_join(). */
+        c->rejoin_ns = 0;
+        sl__runner_push(r, c);
     } else if (!c->hold && !c->rp && !c->queued && !c->running &&
                atomic_load(&c->read_pos) < sl_store_end_offset(&c->rule->set->parts[c->part])) {
         /* A lane run lags behind every append of other lanes without

@@ -607,6 +607,19 @@ static unsigned *rx_counts(rx_receiver *rx, int n, size_t *ok)
     return c;
 }
 
+/* The partitions rule name reads through its set's shared reader
+ * (GET /v1/rules: partitions[].shared). */
+static int shared_parts(it_server *s, const char *name)
+{
+    json_t *e = it_rule(s, name);
+    json_t *ps = json_object_get(e, "partitions");
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(ps); i++)
+        n += json_is_true(json_object_get(json_array_get(ps, i), "shared"));
+    json_decref(e);
+    return n;
+}
+
 static void test_slow_rule(void **state)
 {
     it_server *s = *state;
@@ -654,6 +667,9 @@ static void test_slow_rule(void **state)
     if (it_rule_int(e, "lag") == 0)
         it_fail_rule(e, "the slow rule is not behind while its target is down");
     json_decref(e);
+    /* It left the shared readers of the partitions it failed on. */
+    if (shared_parts(s, slow) == 4)
+        fail_msg("the slow rule still reads through the shared readers while its target is down");
     for (size_t i = 0; i < nr; i++)
         if (&r[i] != slow_r)
             check_rule_file(s, &r[i], n2);
@@ -885,6 +901,72 @@ static void test_reload_300(void **state)
     s->passed = true;
 }
 
+/* ---- 5. leaving the shared reader and coming back ----------------------------------- */
+
+/* Twenty file rules and one HTTP rule whose target fails at first, all
+ * matching every event: the HTTP rule leaves the shared readers (its
+ * payloads wait for retries) while the others read on; once its target
+ * answers it delivers everything once, rejoins both shared readers, and
+ * keeps delivering from there. */
+static void test_rejoin(void **state)
+{
+    it_server *s = *state;
+    rx_receiver *rx = g_rx = rx_new();
+    if (!rx || rx_start(rx, 0))
+        fail_msg("cannot start the HTTP receiver");
+    assert_int_equal(rx_fail(rx, -1, 503, "down", NULL), 0);
+    char cfg[PATH_MAX];
+    it_path(cfg, s, "sluice.lua");
+    make_dir(s, "out");
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "set \"s\" { partitions = 2 }\n");
+    for (int i = 0; i < 20; i++)
+        sl_buf_printf(&b,
+                      "rule \"f%d\" { set = \"s\", target = target.file { path = "
+                      "\"out/f%d.ndjson\" } }\n",
+                      i, i);
+    sl_buf_printf(&b,
+                  "rule \"h\" { set = \"s\", retry = { attempts = 1000000, max_age = \"forever\",\n"
+                  "  initial = \"50ms\", max = \"200ms\" },\n"
+                  "  target = target.http { url = \"http://127.0.0.1:%d/h\" } }\n",
+                  rx_port(rx));
+    it_write_file(cfg, "%.*s", (int)b.len, (const char *)b.data);
+    sl_buf_free(&b);
+    it_start_config(s, cfg, WAIT_S);
+    assert_int_equal(shared_parts(s, "h"), 2);
+
+    post_range(s, 0, 200);
+    for (int i = 0; i < 20; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "f%d", i);
+        it_wait_rule_int(s, name, "delivered", 200, WAIT_S);
+    }
+    if (shared_parts(s, "h") != 0)
+        fail_msg("rule h still reads shared while its target fails");
+
+    rx_unscript(rx);
+    it_wait_rule_int(s, "h", "delivered", 200, WAIT_S);
+    int shared = 0;
+    for (double end = it_mono() + WAIT_S; it_mono() < end && (shared = shared_parts(s, "h")) < 2;
+         it_sleep_ms(100))
+        ;
+    if (shared != 2)
+        fail_msg("rule h reads %d of 2 partitions shared after catching up", shared);
+
+    post_range(s, 200, 300);
+    it_wait_rule_int(s, "h", "delivered", 300, WAIT_S);
+    it_wait_rule_int(s, "f0", "delivered", 300, WAIT_S);
+    size_t ok;
+    unsigned *c = rx_counts(rx, 300, &ok);
+    for (int k = 0; k < 300; k++)
+        if (c[k] != 1)
+            fail_msg("rule h received event %d %u times", k, c[k]);
+    free(c);
+    printf("rejoin: rule h left both shared readers while its target failed, caught up with "
+           "200 events and rejoined; 300 events each once\n");
+    s->passed = true;
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 #define T(f) cmocka_unit_test_setup_teardown(f, it_setup, teardown)
@@ -898,6 +980,7 @@ int main(void)
         T(test_restart_300),
         T(test_slow_rule),
         T(test_reload_300),
+        T(test_rejoin),
     };
     /* ITEST_ONLY=NAME (a cmocka pattern) runs those alone. */
     if (getenv("ITEST_ONLY"))

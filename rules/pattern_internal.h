@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Numeric matching is limited to values between -5.0e9 and +5.0e9 inclusive. */
 #define NUM_LIMIT 5e9
@@ -78,6 +79,35 @@ typedef struct node {
 struct sl_pattern {
     node root;
 };
+
+/* Whether a[0..n) equals b[0..n), for keys (the matcher's and the pattern
+ * set's): most are short, where a few word compares (never reading outside
+ * either range) beat a memcmp call. */
+static inline bool sl__pattern_key_eq(const char *a, const char *b, size_t n)
+{
+    if (n >= 8) {
+        if (n > 16)
+            return memcmp(a, b, n) == 0;
+        uint64_t x, y, u, v;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        memcpy(&u, a + n - 8, 8);
+        memcpy(&v, b + n - 8, 8);
+        return x == y && u == v;
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return false;
+    return true;
+}
 
 /* Decodes one character of valid UTF-8 at *p and advances *p. */
 uint32_t sl__pattern_utf8_next(const unsigned char **p);

@@ -228,39 +228,11 @@ static bool field_eval(const field *f, const sl_evview *ev, uint32_t i)
     return f->child ? node_eval(f->child, ev, i) : leaf_eval(f, ev, i);
 }
 
-/* Whether a[0..n) equals b[0..n), for keys: most are short, where a few
- * word compares (never reading outside either range) beat a memcmp call. */
-static bool key_eq(const char *a, const char *b, size_t n)
-{
-    if (n >= 8) {
-        if (n > 16)
-            return memcmp(a, b, n) == 0;
-        uint64_t x, y, u, w;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        memcpy(&u, a + n - 8, 8);
-        memcpy(&w, b + n - 8, 8);
-        return x == y && u == w;
-    }
-    if (n >= 4) {
-        uint32_t x, y, u, w;
-        memcpy(&x, a, 4);
-        memcpy(&y, b, 4);
-        memcpy(&u, a + n - 4, 4);
-        memcpy(&w, b + n - 4, 4);
-        return x == y && u == w;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return false;
-    return true;
-}
-
 /* The first member named key from member c on (siblings), or SL_EVVIEW_NONE. */
 static uint32_t find_member(const sl_evview *ev, const char *key, size_t klen, uint32_t c)
 {
     for (; c != SL_EVVIEW_NONE; c = ev->v[c].next)
-        if (ev->v[c].klen == klen && key_eq(ev->v[c].key, key, klen))
+        if (ev->v[c].klen == klen && sl__pattern_key_eq(ev->v[c].key, key, klen))
             return c;
     return SL_EVVIEW_NONE;
 }

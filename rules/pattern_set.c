@@ -199,8 +199,8 @@ static uint32_t child(const walk *w, uint32_t path, const char *key, size_t klen
         for (uint32_t i = 0; i < P->nkids; i++) {
             if (k[i].len != klen)
                 continue;
-            if (klen == 0 ||
-                (k[i].c0 == (unsigned char)key[0] && ps_eq(ps->bytes + k[i].off, key, klen)))
+            if (klen == 0 || (k[i].c0 == (unsigned char)key[0] &&
+                              sl__pattern_key_eq(ps->bytes + k[i].off, key, klen)))
                 return k[i].path;
         }
         return PS_NONE;

@@ -25,6 +25,7 @@
 #ifndef SL_PATTERN_SET_INTERNAL_H
 #define SL_PATTERN_SET_INTERNAL_H
 
+#include "rules/pattern_internal.h"
 #include "rules/pattern_set.h"
 
 #include <stdbool.h>
@@ -191,34 +192,6 @@ static inline uint64_t ps_hash(uint32_t path, unsigned kind, const char *s, size
     return h;
 }
 
-/* Whether a[0..n) equals b[0..n): short keys (most event keys and values)
- * with a few word compares, which never read outside either range. */
-static inline bool ps_eq(const char *a, const char *b, size_t n)
-{
-    if (n >= 8) {
-        if (n > 16)
-            return memcmp(a, b, n) == 0;
-        uint64_t x, y, u, v;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        memcpy(&u, a + n - 8, 8);
-        memcpy(&v, b + n - 8, 8);
-        return x == y && u == v;
-    }
-    if (n >= 4) {
-        uint32_t x, y, u, v;
-        memcpy(&x, a, 4);
-        memcpy(&y, b, 4);
-        memcpy(&u, a + n - 4, 4);
-        memcpy(&v, b + n - 4, 4);
-        return x == y && u == v;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (a[i] != b[i])
-            return false;
-    return true;
-}
-
 /* The entry of key (path, kind, s[0..len)), or NULL. */
 static inline const ps_entry *ps_find(const sl_pattern_set *ps, uint32_t path, unsigned kind,
                                       const char *s, size_t len)
@@ -233,7 +206,8 @@ static inline const ps_entry *ps_find(const sl_pattern_set *ps, uint32_t path, u
             continue;
         const ps_entry *e = &ps->entries[sl->entry];
         if (e->path == path && e->kind == kind && e->len == len &&
-            (len <= 8 ? e->head == ps_word(s, len) : ps_eq(ps->bytes + e->off, s, len)))
+            (len <= 8 ? e->head == ps_word(s, len)
+                      : sl__pattern_key_eq(ps->bytes + e->off, s, len)))
             return e;
     }
 }

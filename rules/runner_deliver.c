@@ -65,6 +65,17 @@ int sl__runner_grow_events(worker *w, size_t nev)
     return 0;
 }
 
+/* Counts what sl_rule_eval() said of one event (no match: read only). */
+void sl__runner_count_outcome(counters *k, sl_rule_outcome oc)
+{
+    _Atomic uint64_t *ctr = oc == SL_RULE_MATCHED    ? &k->matched
+                            : oc == SL_RULE_FILTERED ? &k->filtered
+                            : oc == SL_RULE_DROPPED  ? &k->dropped
+                                                     : NULL;
+    if (ctr)
+        atomic_fetch_add(ctr, 1);
+}
+
 /* Records the lane and source of the payloads added since `from`. */
 int sl__runner_tag_outputs(worker *w, size_t from, const char *lane, int32_t src)
 {

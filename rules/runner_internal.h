@@ -318,5 +318,6 @@ void sl__runner_sync_cursors(sl_runner *r);
 void *sl__runner_worker_main(void *arg);
 void sl__runner_free_replay(replay *rp);
 int sl__runner_counters_json(sl_buf *out, const counters *k);
+void sl__runner_count_outcome(counters *k, sl_rule_outcome oc);
 
 #endif

@@ -422,12 +422,7 @@ static void deliver_member(worker *w, consumer *c, size_t from, size_t to)
             rc = sl__runner_keep_failed_event(w, c, i, e.msg);
             continue;
         }
-        _Atomic uint64_t *ctr = oc == SL_RULE_MATCHED    ? &c->ctr->matched
-                                : oc == SL_RULE_FILTERED ? &c->ctr->filtered
-                                : oc == SL_RULE_DROPPED  ? &c->ctr->dropped
-                                                         : NULL;
-        if (ctr)
-            atomic_fetch_add(ctr, 1);
+        sl__runner_count_outcome(c->ctr, oc);
         rc = sl__runner_tag_outputs(w, at, w->lanes[i], (int32_t)i);
     }
     size_t n = w->out.n;

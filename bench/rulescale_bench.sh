@@ -83,23 +83,7 @@ command -v python3 >/dev/null || die "python3 is needed"
 . bench/tsv.sh
 make -s bin/sluice || die "make bin/sluice failed"
 
-mkdir -p "$ROOT" || die "cannot make $ROOT"
-free_kib=$(df -Pk "$ROOT" | awk 'NR == 2 {print $4}')
-need_kib=$((EVENTS * 300 * 4 / 1024)) # the log, the output files, slack
-[ "${free_kib:-0}" -ge "$need_kib" ] ||
-    die "$ROOT has $((free_kib / 1024)) MiB free; a run writes up to about $((need_kib / 1024)) MiB"
-TMP=$(mktemp -d "$ROOT/rulescale_bench.XXXXXX") && TMP=$(cd "$TMP" && pwd) ||
-    die "cannot make a temp dir in $ROOT"
-SRV_PID=
-cleanup() {
-    if [ -n "$SRV_PID" ]; then
-        kill -KILL "$SRV_PID" 2>/dev/null
-        wait "$SRV_PID" 2>/dev/null
-    fi
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'echo "rulescale_bench: interrupted" >&2; exit 1' INT TERM
+bench_workdir rulescale_bench $((EVENTS * 300 * 4 / 1024)) # the log, the output files, slack
 
 # ---- the config, the load and the driver -------------------------------------------
 

@@ -163,6 +163,36 @@ void sl_store_stat(const sl_store *st, uint64_t *bytes, uint64_t *segments)
     st->ops->stat(st->impl, bytes, segments);
 }
 
+bool sl_store_remote(const sl_store *st)
+{
+    return st->ops && st->ops->abi_version >= 2 && st->ops->remote;
+}
+
+int64_t sl_store_next_seq(const sl_store *st)
+{
+    return sl_store_remote(st) ? st->ops->next_seq(st->impl) : sl_store_end_offset(st);
+}
+
+int sl_store_outcome(const sl_store *st, int64_t from, int64_t to, sl_error *err)
+{
+    return sl_store_remote(st) ? st->ops->outcome(st->impl, from, to, err) : 0;
+}
+
+int sl_store_offset_of(const sl_store *st, int64_t seq, int64_t *offset, sl_error *err)
+{
+    if (!sl_store_remote(st)) {
+        *offset = seq; /* a local log's sequence numbers are its offsets */
+        return 0;
+    }
+    return st->ops->offset_of(st->impl, seq, offset, err);
+}
+
+void sl_store_release(const sl_store *st, int64_t seq)
+{
+    if (sl_store_remote(st))
+        st->ops->release(st->impl, seq);
+}
+
 void sl_store_close(sl_store *st)
 {
     if (st->ops)

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SL_STORE_ABI_VERSION 1
+#define SL_STORE_ABI_VERSION 2
 
 typedef struct sl_store_ops {
     uint32_t abi_version; /* SL_STORE_ABI_VERSION */
@@ -49,7 +49,39 @@ typedef struct sl_store_ops {
     void (*stat)(void *impl, uint64_t *bytes, uint64_t *segments);
     /* Flushes and frees the backend. */
     void (*close)(void *impl);
+
+    /* ---- version 2: remote backends (a Kafka topic's partition) ----------
+     *
+     * A remote store assigns offsets itself, and later: append() returns a
+     * local *sequence number* as the base (records are numbered on, one per
+     * record, from next_seq()), sync() is never called, and the store tells
+     * its owner through the on_durable callback it was opened with when
+     * every record below a sequence number has its outcome (a delivery
+     * report: stored with an offset, or failed). Local backends set remote
+     * false and leave the rest NULL. This is the narrowest extension the
+     * Databus needs: it keeps numbering, batching and waiting for publishers;
+     * only the meaning of "durable" and of an offset moves to the backend. */
+    bool remote;
+    /* The sequence number the next append gets (a local log: its end offset). */
+    int64_t (*next_seq)(void *impl);
+    /* 0 when every record of [from, to) is stored; otherwise the first
+     * failure's code with err (SL_EIO, SL_ETIMEDOUT, …). Only for sequence
+     * numbers whose outcome is known and not released. */
+    int (*outcome)(void *impl, int64_t from, int64_t to, sl_error *err);
+    /* The offset record seq was stored at: 0 with *offset; the failure's code
+     * when it was not stored; SL_ERANGE when released or not known yet. */
+    int (*offset_of)(void *impl, int64_t seq, int64_t *offset, sl_error *err);
+    /* The owner needs no outcome below seq any more. */
+    void (*release)(void *impl, int64_t seq);
 } sl_store_ops;
+
+/* What a remote store calls (from its own thread) when every record below
+ * seq_end has its outcome; partition is the store's. Must return fast. */
+typedef void sl_store_durable_fn(void *ctx, int32_t partition, int64_t seq_end);
+/* What a remote store calls (from its own thread) when records arrive for a
+ * reader that was caught up (the local log's equivalent is the Databus's
+ * on_append), so consumers need not poll. Must return fast. */
+typedef void sl_store_data_fn(void *ctx, int32_t partition);
 
 /* A partition's store: the table and the backend's state. */
 typedef struct sl_store {
@@ -77,6 +109,13 @@ int64_t sl_store_start_offset(const sl_store *st);
 int64_t sl_store_end_offset(const sl_store *st);
 int sl_store_retain(const sl_store *st, int64_t now_ms, sl_error *err);
 void sl_store_stat(const sl_store *st, uint64_t *bytes, uint64_t *segments);
+
+/* Remote stores (version 2): false for a local one. */
+bool sl_store_remote(const sl_store *st);
+int64_t sl_store_next_seq(const sl_store *st);
+int sl_store_outcome(const sl_store *st, int64_t from, int64_t to, sl_error *err);
+int sl_store_offset_of(const sl_store *st, int64_t seq, int64_t *offset, sl_error *err);
+void sl_store_release(const sl_store *st, int64_t seq);
 
 /* Closes the store (NULL ops: nothing to do). */
 void sl_store_close(sl_store *st);

@@ -44,6 +44,9 @@ void sl_set_config_default(sl_set_config *cfg)
     cfg->linger_ms = 2;
     cfg->batch_bytes = 1u << 20;
     cfg->buffer_bytes = 8ull << 20;
+    cfg->backend = SL_BACKEND_LOG;
+    cfg->topic[0] = '\0';
+    cfg->replication = -1;
 }
 
 int sl_set_name_valid(const char *name)
@@ -128,7 +131,8 @@ bool sl_set_config_equal(const sl_set_config *a, const sl_set_config *b)
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (key_get(a, &keys[i]) != key_get(b, &keys[i]))
             return false;
-    return true;
+    return a->backend == b->backend && strcmp(a->topic, b->topic) == 0 &&
+           a->replication == b->replication;
 }
 
 static json_t *config_to_json(const sl_set_config *c)

@@ -34,6 +34,14 @@ typedef enum sl_ack {
     SL_ACK_DURABLE, /* answer after the fdatasync that covers it */
 } sl_ack;
 
+/* Where a set's partitions live (docs/scale-out.md). */
+typedef enum sl_backend {
+    SL_BACKEND_LOG,   /* the embedded log in DATA/sets/<name> (the default) */
+    SL_BACKEND_KAFKA, /* a topic on the cluster of sl_sets_options.kafka */
+} sl_backend;
+
+#define SL_SET_TOPIC_MAX 249 /* Kafka's longest topic name */
+
 typedef struct sl_set_config {
     int32_t partitions; /* 1..1024 */
     sl_ack ack;
@@ -44,6 +52,11 @@ typedef struct sl_set_config {
     uint32_t linger_ms;       /* how long the Databus waits to fill a batch */
     uint32_t batch_bytes;     /* largest batch the Databus builds */
     uint64_t buffer_bytes;    /* per-partition buffer; beyond it, publishers get 503 */
+    /* Kafka-backed sets only (never in set.json: such a set has no
+     * directory; the config declares it at every start). */
+    sl_backend backend;
+    char topic[SL_SET_TOPIC_MAX + 1]; /* "": topic_prefix .. name */
+    int replication;                  /* for a topic sluice creates; -1: the cluster's default */
 } sl_set_config;
 
 /* 4 partitions, ack durable, no compression, log defaults, 1 MiB events,
@@ -74,7 +87,16 @@ struct sl_set {
      * the registry's creation lock. */
     bool auto_created;
     char auto_client[SL_SET_CLIENT_MAX + 1];
+    /* Kafka-backed (cfg.backend == SL_BACKEND_KAFKA): its topic's stores and
+     * the topic's name on the cluster; NULL for a local set. */
+    struct sl_kstore_topic *ktopic;
 };
+
+/* True for a set whose partitions are on a Kafka cluster. */
+static inline bool sl_set_remote(const sl_set *s)
+{
+    return s->ktopic != NULL;
+}
 
 typedef struct sl_sets sl_sets;
 

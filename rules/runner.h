@@ -40,6 +40,9 @@ typedef struct sl_runner_options {
     const char *data_dir; /* cursors live in DATA/rules */
     unsigned workers;     /* 0: rules.workers, else the number of CPUs */
     sl_lanes *lanes;      /* the lanes to run (sl_lanes_each); NULL: base lane only */
+    /* The cursor table of the rules over Kafka-backed sets (core/bus/kgroup.h);
+     * NULL when the config has none. */
+    struct sl_kcursors *kcursors;
 } sl_runner_options;
 
 /* Opens every rule's cursors and targets and starts the workers; each rule
@@ -98,6 +101,38 @@ int sl_runner_replay(sl_runner *r, const char *rule, int64_t from_ms, int64_t to
  * finished, read, matched, …, delivered, dead_lettered, partitions:[{partition,
  * start, end, position, done}]}]}, newest first; rule NULL: all rules. */
 int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out);
+
+/* ---- Kafka-backed sets (docs/scale-out.md) --------------------------------
+ *
+ * The runs of a Kafka-backed set read only the partitions this router owns
+ * in the set's consumer group (core/bus/kgroup.h), nothing before the first
+ * assignment, with their cursors in the cursor topic (opts.kcursors, key
+ * sl_kcursors_key(set, rule, lane, partition)) instead of DATA/rules. The
+ * server passes the group's callbacks on to these three (same contracts as
+ * sl_kgroup_options'): */
+
+/* Partitions of set become this router's: every run of the set starts on
+ * them from its cursor in the table, else committed[i] (the group's offset:
+ * the slowest rule's), else where a new rule starts. */
+void sl_runner_kafka_assign(sl_runner *r, sl_set *set, const int32_t *parts,
+                            const int64_t *committed, size_t n);
+
+/* They are not this router's any more: returns once no turn of them runs
+ * (deliveries in progress finished; payloads waiting for a retry are given
+ * up: the next owner delivers them again from the cursor), with their
+ * cursors written to the table (and flushed, unless lost), commit[i] the
+ * slowest run's cursor of parts[i]. */
+void sl_runner_kafka_revoke(sl_runner *r, sl_set *set, const int32_t *parts, size_t n, bool lost,
+                            int64_t *commit);
+
+/* commit[i]: the slowest run's cursor of owned partition parts[i] (-1 when
+ * not owned). Writes cursors that moved since they were last written. */
+void sl_runner_kafka_committable(sl_runner *r, sl_set *set, const int32_t *parts, size_t n,
+                                 int64_t *commit);
+
+/* The set's group, shown by GET /v1/rules ("group", "members", and per
+ * owned partition "committed"); call before the group starts. */
+void sl_runner_kafka_group(sl_runner *r, sl_set *set, struct sl_kgroup *g);
 
 /* Lets the batches in progress finish (their deliveries complete and their
  * cursors commit; targets that can be slow, like target.http, are told to

@@ -296,6 +296,12 @@ static json_t *set_json(sl_set *s, bool detail)
                                                    (json_int_t)end, "bytes", (json_int_t)size,
                                                    "segments", (json_int_t)segments));
     }
+    /* Where its partitions live (docs/scale-out.md): for a Kafka-backed
+     * set, events and offsets are the topic's (its watermarks, every
+     * router's writes), bytes 0 (the cluster keeps them). */
+    json_object_set_new(j, "backend", json_string(sl_set_remote(s) ? "kafka" : "log"));
+    if (sl_set_remote(s))
+        json_object_set_new(j, "topic", json_string(c->topic));
     json_object_set_new(j, "auto_created", json_boolean(s->auto_created));
     json_object_set_new(j, "events", json_integer(events));
     json_object_set_new(j, "bytes", json_integer(bytes));

@@ -124,6 +124,19 @@ void sl__config_cross_check(loader *ld)
 {
     sl_config *cfg = ld->cfg;
     char who[300];
+    for (size_t i = 0; i < cfg->nsets; i++) {
+        const sl_set_decl *d = &cfg->sets[i];
+        bool kafka = d->cfg.backend == SL_BACKEND_KAFKA;
+        if (kafka && !cfg->kafka.present)
+            sl__config_problem(ld, d->line,
+                               "set \"%s\": backend = \"kafka\" needs the cluster: "
+                               "server { kafka = { brokers = \"HOST:PORT\" } }",
+                               d->name);
+        if (!kafka && (d->cfg.topic[0] || d->cfg.replication != -1))
+            sl__config_problem(ld, d->line,
+                               "set \"%s\": topic and replication are for backend = \"kafka\"",
+                               d->name);
+    }
     for (size_t i = 0; i < cfg->nrules; i++) {
         snprintf(who, sizeof who, "rule \"%s\"", cfg->rules[i].name);
         check_base_rule(ld, &cfg->rules[i], who);

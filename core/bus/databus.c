@@ -712,8 +712,10 @@ static void *writer_main(void *arg)
         void *on_append_ctx = bus->opts.ctx;
         pthread_mutex_unlock(&bus->lock);
         finish_waiters(failed, failed_rc);
+        /* A remote partition's records are readable once delivered, and its
+         * end is not a sequence number: its store tells the readers. */
         for (size_t i = 0; i < n && on_append; i++)
-            if (ws[i].done_n)
+            if (ws[i].done_n && !ws[i].bs->parts[ws[i].part].remote)
                 on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
                           ws[i].first + (int64_t)ws[i].done_n, ws[i].mixed ? NULL : ws[i].lane);
         pthread_mutex_lock(&bus->lock);

@@ -328,17 +328,18 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         while (end > cur && !atomic_compare_exchange_weak(&kp->delivered_end, &cur, end))
             ;
     }
+    pthread_mutex_lock(&kp->mu);
+    /* A failed message's report has no timestamp: its pending slot has. */
+    int64_t ts = seq >= kp->lo && seq < kp->hi ? slot(kp, seq)->offset : -1;
+    settle(kp, seq, m->offset, m->err, m->err ? (retry ? KS_RETRYING : KS_FAILED) : KS_STORED);
+    advance(kp);
+    pthread_mutex_unlock(&kp->mu);
     if (retry) {
         /* Answered already: copied for another try, not a failure. */
         size_t lane_len;
         const char *lane = msg_lane(m, &lane_len);
-        retry_add(t, kp->p, rd_kafka_message_timestamp(m, NULL), m->key, m->key_len,
-                  m->payload, m->len, lane, lane_len);
+        retry_add(t, kp->p, ts, m->key, m->key_len, m->payload, m->len, lane, lane_len);
     }
-    pthread_mutex_lock(&kp->mu);
-    settle(kp, seq, m->offset, m->err, m->err ? (retry ? KS_RETRYING : KS_FAILED) : KS_STORED);
-    advance(kp);
-    pthread_mutex_unlock(&kp->mu);
     atomic_store(&kp->dirty, true);
 }
 
@@ -828,8 +829,11 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
         pthread_mutex_unlock(&kp->mu);
         return sl_error_set(err, SL_ENOMEM, "out of memory for %zu outcomes", n);
     }
-    for (size_t i = 0; i < n; i++) /* pending before the first report can come */
-        *slot(kp, kp->hi + (int64_t)i) = (kentry){.offset = -1, .state = KS_PENDING};
+    /* Pending before the first report can come; a pending slot's offset
+     * holds the record's timestamp (for a retry). */
+    for (size_t i = 0; i < n; i++)
+        *slot(kp, kp->hi + (int64_t)i) =
+            (kentry){.offset = kp->recs[i].timestamp, .state = KS_PENDING};
     kp->hi += (int64_t)n;
     pthread_mutex_unlock(&kp->mu);
     atomic_fetch_add(&t->inflight_bytes, bytes);

@@ -479,6 +479,9 @@ static int producer_conf(sl_kstore_topic *t, const sl_kstore_options *o, rd_kafk
                          sl_error *err)
 {
     long long linger = o->linger_ms > LINGER_MAX ? LINGER_MAX : (long long)o->linger_ms;
+    /* librdkafka refuses a message timeout that is not above the linger. */
+    if (t->durable && linger >= t->delivery_timeout_ms)
+        linger = t->delivery_timeout_ms - 1;
     long long batch = o->batch_bytes > BATCH_MAX ? BATCH_MAX : (long long)o->batch_bytes;
     /* Room for every byte max_inflight lets in, twice (the retries of a
      * buffer set come on top), so that QUEUE_FULL never happens below it. */
@@ -784,6 +787,9 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
 {
     kpart *kp = impl;
     sl_kstore_topic *t = kp->t;
+    if (!atomic_load(&kp->open))
+        return sl_error_set(err, SL_ECLOSED, "set %s: partition %d is closed", t->set,
+                            (int)kp->p);
     sl_batch_info info;
     int rc = sl_batch_check(b->data, b->len, &info, err);
     if (!rc)

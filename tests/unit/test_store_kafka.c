@@ -13,6 +13,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,6 +406,7 @@ static void test_watermarks(void **state)
     owner_init(&o2);
     sl_kstore_options opt1 = options("sluice.wm", 2, true, &o1);
     sl_kstore_options opt2 = options("sluice.wm", 2, true, &o2);
+    opt2.compression = SL_CODEC_ZSTD;
     sl_kstore_topic *t1, *t2;
     sl_error err = {0};
     assert_int_equal(sl_kstore_open(&m.cl, &opt1, &t1, &err), 0);
@@ -435,7 +437,18 @@ static void test_watermarks(void **state)
     int64_t off;
     assert_int_equal(sl_store_offset_of(&c, 0, &off, &err), 0);
     assert_int_equal(off, 6);
+    /* What both wrote, zstd-compressed by the second, read by the first. */
+    void *r;
+    got g[8];
+    assert_int_equal(sl_store_reader_open(&a, 0, "", &r, &err), 0);
+    read_n(&a, r, g, 7);
+    for (int i = 0; i < 7; i++)
+        check_got(&g[i], i, i, "");
+    sl_store_reader_close(&a, r);
+    void *impl = c.impl;
     sl_store_close(&c);
+    /* t3 still holds the partition (its open reference): appends say closed. */
+    assert_int_equal(sl_store_kafka_ops.append(impl, &(sl_batch){0}, &base, &err), SL_ECLOSED);
     sl_kstore_release(t3);
     sl_store_close(&a);
     sl_store_close(&b);
@@ -461,6 +474,19 @@ static void test_too_few_partitions(void **state)
     assert_null(t);
     assert_string_equal(err.msg, "set orders: topic sluice.small has 1 partitions, the set "
                                  "declares 2");
+    /* Fewer declared is fine; settings past librdkafka's bounds are clamped. */
+    opt.partitions = 1;
+    opt.linger_ms = UINT32_MAX;
+    opt.batch_bytes = UINT32_MAX;
+    opt.compression = SL_CODEC_ZSTD;
+    assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.big", 3, 3), 0);
+    opt.topic = "sluice.big";
+    int rc = sl_kstore_open(&m.cl, &opt, &t, &err);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(sl_kstore_topic_partitions(t), 3);
+    sl_kstore_release(t);
     owner_free(&o);
     mock_stop(&m);
 }

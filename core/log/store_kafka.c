@@ -152,7 +152,9 @@ static void settle(kpart *kp, int64_t seq, int64_t offset, rd_kafka_resp_err_t e
     }
 }
 
-/* Tells the owner the durable end when it moved (any thread). */
+/* Tells the owner the durable end when it moved. The poll thread's only:
+ * the owner may rely on one thread calling (store.h: "from its own
+ * thread"), and the writer must not be called back inside append. */
 static void notify(kpart *kp)
 {
     sl_kstore_topic *t = kp->t;
@@ -780,7 +782,7 @@ static void refuse(kpart *kp, const sl_batch *b, int64_t base, int32_t from, int
         sl_slog(SL_SLOG_ERROR, "kafka", "set %s: topic %s partition %d: %d records not "
                 "produced: %s", t->set, t->topic, (int)kp->p, (int)(to - from),
                 rd_kafka_err2str(e));
-    notify(kp);
+    atomic_store(&kp->dirty, true); /* on_durable comes from the poll thread only */
 }
 
 static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)

@@ -214,7 +214,7 @@ static void read_n(const sl_store *st, void *r, got *out, int n)
     }
     /* Caught up: nothing more (a PARTITION_EOF or an empty queue). */
     sl_record rec;
-    for (int k = 0; k < 50; k++) {
+    for (int k = 0; k < 10; k++) {
         int rc = sl_store_reader_next(st, r, &rec, &err);
         assert_int_equal(rc, SL_EEOF);
         sleep_ms(2);
@@ -642,6 +642,72 @@ static void test_buffer_retry(void **state)
     mock_stop(&m);
 }
 
+/* Thousands of records: the ring of outcomes grows (nothing released),
+ * then wraps around (released as they become durable); every seq keeps its
+ * offset, and a reader gets them all back in order. */
+static void test_many(void **state)
+{
+    (void)state;
+    mock m;
+    mock_start(&m);
+    assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.many", 2, 3), 0);
+    owner o;
+    owner_init(&o);
+    sl_kstore_options opt = options("sluice.many", 2, true, &o);
+    opt.compression = SL_CODEC_ZSTD;
+    sl_kstore_topic *t;
+    sl_error err = {0};
+    assert_int_equal(sl_kstore_open(&m.cl, &opt, &t, &err), 0);
+    sl_store st[2];
+    for (int p = 0; p < 2; p++)
+        assert_int_equal(sl_kstore_partition(t, p, &st[p], &err), 0);
+    int64_t base;
+    for (int i = 0; i < 3000; i += 100) {
+        append(&st[0], i % 200 ? "red" : "", i, 100, &base);
+        assert_int_equal(base, i);
+        append(&st[1], "", i, 100, &base);
+    }
+    assert_true(wait_durable(&o, 0, 3000));
+    assert_true(wait_durable(&o, 1, 3000));
+    assert_int_equal(sl_store_outcome(&st[0], 0, 3000, &err), 0);
+    for (int64_t s = 0; s < 3000; s++) {
+        int64_t off;
+        assert_int_equal(sl_store_offset_of(&st[0], s, &off, &err), 0);
+        assert_int_equal(off, s);
+    }
+    sl_store_release(&st[0], 3000);
+    sl_store_release(&st[1], 3000);
+    for (int round = 0; round < 5; round++) {
+        int first = 3000 + round * 1000;
+        for (int i = first; i < first + 1000; i += 250)
+            append(&st[0], "", i, 250, &base);
+        assert_true(wait_durable(&o, 0, first + 1000));
+        int64_t off;
+        assert_int_equal(sl_store_offset_of(&st[0], first + 999, &off, &err), 0);
+        assert_int_equal(off, first + 999);
+        assert_int_equal(sl_store_outcome(&st[0], first, first + 1000, &err), 0);
+        sl_store_release(&st[0], first + 1000);
+    }
+    void *r;
+    got *g = malloc(8000 * sizeof *g);
+    assert_non_null(g);
+    assert_int_equal(sl_store_reader_open(&st[0], 0, NULL, &r, &err), 0);
+    read_n(&st[0], r, g, 8000);
+    for (int i = 0; i < 8000; i++)
+        check_got(&g[i], i, i, i < 3000 && (i / 100) % 2 ? "red" : "");
+    sl_store_reader_close(&st[0], r);
+    free(g);
+    sl_kstore_stats s;
+    sl_kstore_stats_get(t, &s);
+    assert_int_equal(s.produced, 11000);
+    assert_int_equal(s.delivered, 11000);
+    sl_store_close(&st[0]);
+    sl_store_close(&st[1]);
+    sl_kstore_release(t);
+    owner_free(&o);
+    mock_stop(&m);
+}
+
 int main(void)
 {
     sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_ERROR);
@@ -653,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_full_while_down),
         cmocka_unit_test(test_durable_failure),
         cmocka_unit_test(test_buffer_retry),
+        cmocka_unit_test(test_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,8 +147,8 @@ static void settle(kpart *kp, int64_t seq, int64_t offset, rd_kafka_resp_err_t e
     s->code = e ? map_err(e) : 0;
     if (state == KS_FAILED) {
         kp->nfailed++;
-        snprintf(kp->fail_msg, sizeof kp->fail_msg, "set %s: topic %s partition %d: %s",
-                 kp->t->set, kp->t->topic, (int)kp->p, rd_kafka_err2str(e));
+        snprintf(kp->fail_msg, sizeof kp->fail_msg, "set %s: topic %s partition %d: %s", kp->t->set,
+                 kp->t->topic, (int)kp->p, rd_kafka_err2str(e));
     }
 }
 
@@ -269,8 +269,7 @@ static const char *msg_lane(const rd_kafka_message_t *m, size_t *len)
     const void *v = NULL;
     size_t n = 0;
     *len = 0;
-    if (rd_kafka_message_headers(m, &h) || !h ||
-        rd_kafka_header_get_last(h, "lane", &v, &n) || !v)
+    if (rd_kafka_message_headers(m, &h) || !h || rd_kafka_header_get_last(h, "lane", &v, &n) || !v)
         return "";
     *len = n;
     return v;
@@ -617,8 +616,8 @@ static sl_kstore_topic *topic_alloc(const sl_kafka_cluster *cl, const sl_kstore_
     t->nparts = o->partitions;
     t->durable = o->durable;
     t->max_inflight = o->max_inflight_bytes ? o->max_inflight_bytes : DEFAULT_INFLIGHT;
-    t->delivery_timeout_ms = cl->delivery_timeout_ms > 0 ? cl->delivery_timeout_ms
-                                                         : DEFAULT_DELIVERY_MS;
+    t->delivery_timeout_ms =
+        cl->delivery_timeout_ms > 0 ? cl->delivery_timeout_ms : DEFAULT_DELIVERY_MS;
     t->on_durable = o->on_durable;
     t->on_data = o->on_data;
     t->ctx = o->ctx;
@@ -651,17 +650,20 @@ int sl_kstore_open(const sl_kafka_cluster *cl, const sl_kstore_options *o, sl_ks
 {
     *out = NULL;
     if (!o->topic || !o->topic[0] || o->partitions < 1)
-        return sl_error_set(err, SL_EINVAL, "set %s: a Kafka-backed set needs a topic and "
-                            "at least one partition", o->set ? o->set : "?");
+        return sl_error_set(err, SL_EINVAL,
+                            "set %s: a Kafka-backed set needs a topic and "
+                            "at least one partition",
+                            o->set ? o->set : "?");
     int32_t actual = 0;
     int rc = sl_kafka_ensure_topic(cl, o->topic, o->partitions, o->replication, NULL, 10000,
                                    &actual, err);
     if (rc)
         return rc;
     if (actual < o->partitions)
-        return sl_error_set(err, SL_EINVAL, "set %s: topic %s has %d partitions, the set "
-                            "declares %d", o->set ? o->set : "?", o->topic, (int)actual,
-                            (int)o->partitions);
+        return sl_error_set(err, SL_EINVAL,
+                            "set %s: topic %s has %d partitions, the set "
+                            "declares %d",
+                            o->set ? o->set : "?", o->topic, (int)actual, (int)o->partitions);
     sl_kstore_topic *t = topic_alloc(cl, o);
     if (!t)
         return sl_error_set(err, SL_ENOMEM, "out of memory for set %s", o->set ? o->set : "?");
@@ -779,9 +781,10 @@ static void refuse(kpart *kp, const sl_batch *b, int64_t base, int32_t from, int
     advance(kp);
     pthread_mutex_unlock(&kp->mu);
     if (t->durable)
-        sl_slog(SL_SLOG_ERROR, "kafka", "set %s: topic %s partition %d: %d records not "
-                "produced: %s", t->set, t->topic, (int)kp->p, (int)(to - from),
-                rd_kafka_err2str(e));
+        sl_slog(SL_SLOG_ERROR, "kafka",
+                "set %s: topic %s partition %d: %d records not "
+                "produced: %s",
+                t->set, t->topic, (int)kp->p, (int)(to - from), rd_kafka_err2str(e));
     atomic_store(&kp->dirty, true); /* on_durable comes from the poll thread only */
 }
 
@@ -790,8 +793,7 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
     kpart *kp = impl;
     sl_kstore_topic *t = kp->t;
     if (!atomic_load(&kp->open))
-        return sl_error_set(err, SL_ECLOSED, "set %s: partition %d is closed", t->set,
-                            (int)kp->p);
+        return sl_error_set(err, SL_ECLOSED, "set %s: partition %d is closed", t->set, (int)kp->p);
     sl_batch_info info;
     int rc = sl_batch_check(b->data, b->len, &info, err);
     if (!rc)
@@ -829,9 +831,10 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
      * passes when nothing is in flight, or it would never pass. */
     uint64_t inflight = atomic_load(&t->inflight_bytes);
     if (inflight > 0 && inflight + bytes > t->max_inflight)
-        return sl_error_set(err, SL_EFULL, "set %s: %" PRIu64 " bytes not acknowledged by "
-                            "the cluster yet (max_inflight_bytes %" PRIu64 ")", t->set,
-                            inflight, t->max_inflight);
+        return sl_error_set(err, SL_EFULL,
+                            "set %s: %" PRIu64 " bytes not acknowledged by "
+                            "the cluster yet (max_inflight_bytes %" PRIu64 ")",
+                            t->set, inflight, t->max_inflight);
     pthread_mutex_lock(&kp->mu);
     if (ring_reserve(kp, n)) {
         pthread_mutex_unlock(&kp->mu);
@@ -885,8 +888,8 @@ static int koffset_for_time(void *impl, int64_t ts_ms, int64_t *offset, sl_error
     rd_kafka_topic_partition_list_destroy(l);
     if (e)
         return sl_error_set(err, e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EIO,
-                            "set %s: topic %s partition %d: offset for time: %s", t->set,
-                            t->topic, (int)kp->p, rd_kafka_err2str(e));
+                            "set %s: topic %s partition %d: offset for time: %s", t->set, t->topic,
+                            (int)kp->p, rd_kafka_err2str(e));
     int64_t end = 0;
     *offset = sl_kstore_time_offset(answer, (end = atomic_load(&kp->wm_hi)) >= 0 ? end : 0);
     return 0;
@@ -949,8 +952,9 @@ static int koutcome(void *impl, int64_t from, int64_t to, sl_error *err)
     int rc = 0;
     pthread_mutex_lock(&kp->mu);
     if (from > to || from < kp->lo || to > kp->dur) {
-        rc = sl_error_set(err, SL_ERANGE, "set %s partition %d: outcomes of [%" PRId64
-                          ", %" PRId64 ") not known (known: [%" PRId64 ", %" PRId64 "))",
+        rc = sl_error_set(err, SL_ERANGE,
+                          "set %s partition %d: outcomes of [%" PRId64 ", %" PRId64
+                          ") not known (known: [%" PRId64 ", %" PRId64 "))",
                           kp->t->set, (int)kp->p, from, to, kp->lo, kp->dur);
     } else if (kp->nfailed) {
         for (int64_t s = from; s < to; s++) {
@@ -977,8 +981,9 @@ static int koffset_of(void *impl, int64_t seq, int64_t *offset, sl_error *err)
     } else if (e && e->state == KS_FAILED) {
         rc = sl_error_set(err, e->code, "%s", kp->fail_msg);
     } else {
-        rc = sl_error_set(err, SL_ERANGE, "set %s partition %d: no offset known for record %"
-                          PRId64, kp->t->set, (int)kp->p, seq);
+        rc =
+            sl_error_set(err, SL_ERANGE, "set %s partition %d: no offset known for record %" PRId64,
+                         kp->t->set, (int)kp->p, seq);
     }
     pthread_mutex_unlock(&kp->mu);
     return rc;
@@ -1019,13 +1024,12 @@ const sl_store_ops sl_store_kafka_ops = {
 int sl_kstore_partition(sl_kstore_topic *t, int32_t p, sl_store *st, sl_error *err)
 {
     if (p < 0 || p >= t->nparts)
-        return sl_error_set(err, SL_EINVAL, "set %s: no partition %d (it has %d)", t->set,
-                            (int)p, (int)t->nparts);
+        return sl_error_set(err, SL_EINVAL, "set %s: no partition %d (it has %d)", t->set, (int)p,
+                            (int)t->nparts);
     kpart *kp = &t->parts[p];
     bool was = false;
     if (!atomic_compare_exchange_strong(&kp->open, &was, true))
-        return sl_error_set(err, SL_EEXIST, "set %s: partition %d is open already", t->set,
-                            (int)p);
+        return sl_error_set(err, SL_EEXIST, "set %s: partition %d is open already", t->set, (int)p);
     pthread_mutex_lock(&kp->dmu);
     kp->data_open = true;
     pthread_mutex_unlock(&kp->dmu);

@@ -53,7 +53,7 @@ typedef struct kpart {
     /* Watermarks: cached, never asked for on a caller's thread. */
     atomic_int_fast64_t wm_lo, wm_hi;
     atomic_int_fast64_t delivered_end; /* last delivered offset + 1 */
-    bool shared_busy; /* the topic's reader handle reads it (t->rmu) */
+    bool shared_busy;                  /* the topic's reader handle reads it (t->rmu) */
 } kpart;
 
 typedef struct kretry kretry;

@@ -114,15 +114,15 @@ int sl__kstore_reader_open(void *impl, int64_t offset, const char *lane, void **
         return sl_error_set(err, SL_ENOMEM, "out of memory for a reader");
     }
     rd_kafka_queue_cb_event_enable(r->q, on_queue, r);
-    if (rd_kafka_consume_start_queue(r->rkt, kp->p, offset >= 0 ? offset : RD_KAFKA_OFFSET_BEGINNING,
-                                     r->q) == -1) {
+    if (rd_kafka_consume_start_queue(
+            r->rkt, kp->p, offset >= 0 ? offset : RD_KAFKA_OFFSET_BEGINNING, r->q) == -1) {
         rd_kafka_resp_err_t e = rd_kafka_last_error();
         rd_kafka_queue_cb_event_enable(r->q, NULL, NULL);
         rd_kafka_queue_destroy(r->q);
         r->q = NULL;
         reader_free(r);
-        return sl_error_set(err, SL_EIO, "set %s: topic %s partition %d: cannot read: %s",
-                            t->set, t->topic, (int)kp->p, rd_kafka_err2str(e));
+        return sl_error_set(err, SL_EIO, "set %s: topic %s partition %d: cannot read: %s", t->set,
+                            t->topic, (int)kp->p, rd_kafka_err2str(e));
     }
     *reader = r;
     return 0;
@@ -177,8 +177,8 @@ int sl__kstore_reader_next(void *reader, sl_record *rec, sl_error *err)
             return SL_EEOF;
         }
         if (m->err) {
-            int rc = sl_error_set(err, SL_EIO, "set %s: topic %s partition %d: read: %s",
-                                  t->set, t->topic, (int)r->kp->p, rd_kafka_message_errstr(m));
+            int rc = sl_error_set(err, SL_EIO, "set %s: topic %s partition %d: read: %s", t->set,
+                                  t->topic, (int)r->kp->p, rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             return rc;
         }

@@ -712,14 +712,10 @@ int main(void)
 {
     sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_time_offset),
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_watermarks),
-        cmocka_unit_test(test_too_few_partitions),
-        cmocka_unit_test(test_full_while_down),
-        cmocka_unit_test(test_durable_failure),
-        cmocka_unit_test(test_buffer_retry),
-        cmocka_unit_test(test_many),
+        cmocka_unit_test(test_time_offset),     cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_watermarks),      cmocka_unit_test(test_too_few_partitions),
+        cmocka_unit_test(test_full_while_down), cmocka_unit_test(test_durable_failure),
+        cmocka_unit_test(test_buffer_retry),    cmocka_unit_test(test_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -318,10 +318,14 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     if (m->partition < 0 || m->partition >= t->nparts)
         return;
     kpart *kp = &t->parts[m->partition];
+    rd_kafka_resp_err_t e = m->err;
+    if ((e == RD_KAFKA_RESP_ERR__PURGE_QUEUE || e == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT) &&
+        atomic_load(&t->replacing))
+        e = RD_KAFKA_RESP_ERR__FATAL; /* not a shutdown: the producer died */
     atomic_fetch_sub(&t->inflight_bytes, (uint64_t)(m->len + m->key_len));
     atomic_fetch_sub(&t->inflight_records, 1);
-    bool retry = m->err && !t->durable;
-    if (m->err) {
+    bool retry = e && !t->durable;
+    if (e) {
         atomic_fetch_add(&t->failed, 1);
     } else {
         atomic_fetch_add(&t->delivered, 1);
@@ -332,7 +336,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     pthread_mutex_lock(&kp->mu);
     /* A failed message's report has no timestamp: its pending slot has. */
     int64_t ts = seq >= kp->lo && seq < kp->hi ? slot(kp, seq)->offset : -1;
-    settle(kp, seq, m->offset, m->err, m->err ? (retry ? KS_RETRYING : KS_FAILED) : KS_STORED);
+    settle(kp, seq, m->offset, e, e ? (retry ? KS_RETRYING : KS_FAILED) : KS_STORED);
     advance(kp);
     pthread_mutex_unlock(&kp->mu);
     if (retry) {
@@ -351,8 +355,9 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
         char fe[256] = "";
         rd_kafka_fatal_error(rk, fe, sizeof fe);
         sl_slog(SL_SLOG_ERROR, "kafka",
-                "set %s: topic %s: fatal producer error: %s; records produced from now on fail",
-                t->set, t->topic, fe);
+                "set %s: topic %s: fatal producer error: %s; making a new producer", t->set,
+                t->topic, fe);
+        atomic_store(&t->fatal, true);
         return;
     }
     int64_t now = sl_clock_mono_ms(), last = atomic_load(&t->err_log_ms);
@@ -405,12 +410,68 @@ static void log_lost(sl_kstore_topic *t, bool now)
             t->set, t->topic, lost - logged, lost);
 }
 
+static rd_kafka_t *new_producer(sl_kstore_topic *t, rd_kafka_topic_t **rkt, sl_error *err);
+
+/* After a fatal error (idempotence lost its sequence: librdkafka will not
+ * produce with that producer again): purges what it holds, whose reports
+ * fail those records (durable) or put them on the retry list (buffer), and
+ * makes a new producer. The poll thread, with pl write-held so that no
+ * append produces meanwhile. */
+static void replace_producer(sl_kstore_topic *t)
+{
+    int64_t now = sl_clock_mono_ms();
+    if (now < t->replace_at_ms)
+        return;
+    sl_error err = {0};
+    rd_kafka_topic_t *rkt = NULL;
+    rd_kafka_t *rk = new_producer(t, &rkt, &err);
+    if (!rk) {
+        t->replace_at_ms = now + RETRY_MS;
+        sl_slog(SL_SLOG_ERROR, "kafka", "set %s: topic %s: cannot make a new producer: %s", t->set,
+                t->topic, err.msg);
+        return;
+    }
+    pthread_rwlock_wrlock(&t->pl);
+    atomic_store(&t->replacing, true);
+    rd_kafka_t *old = t->prod;
+    rd_kafka_purge(old, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    for (int i = 0; i < 100 && rd_kafka_outq_len(old) > 0; i++)
+        rd_kafka_poll(old, 100);
+    /* Records whose reports did not come (none should be left) fail here:
+     * a publisher must never wait for ever. */
+    uint64_t left = atomic_exchange(&t->inflight_records, 0);
+    atomic_store(&t->inflight_bytes, 0);
+    for (int32_t p = 0; left && p < t->nparts; p++) {
+        kpart *kp = &t->parts[p];
+        pthread_mutex_lock(&kp->mu);
+        for (int64_t s = kp->dur; s < kp->hi; s++) {
+            if (!t->durable && slot(kp, s)->state == KS_PENDING)
+                atomic_fetch_add(&t->lost, 1); /* its bytes went with the old producer */
+            settle(kp, s, -1, RD_KAFKA_RESP_ERR__FATAL, t->durable ? KS_FAILED : KS_RETRYING);
+        }
+        advance(kp);
+        pthread_mutex_unlock(&kp->mu);
+        atomic_store(&kp->dirty, true);
+    }
+    rd_kafka_topic_destroy(t->prod_rkt);
+    rd_kafka_destroy(old);
+    t->prod = rk;
+    t->prod_rkt = rkt;
+    atomic_store(&t->fatal, false);
+    atomic_store(&t->replacing, false);
+    pthread_rwlock_unlock(&t->pl);
+    sl_slog(SL_SLOG_WARN, "kafka", "set %s: topic %s: a new producer replaces the failed one%s",
+            t->set, t->topic, left ? " (some records had no report: failed)" : "");
+}
+
 static void *poll_main(void *arg)
 {
     sl_kstore_topic *t = arg;
     int64_t retry_at = sl_clock_mono_ms() + RETRY_MS;
     while (!atomic_load(&t->stop)) {
         rd_kafka_poll(t->prod, 100);
+        if (atomic_load(&t->fatal))
+            replace_producer(t);
         for (int32_t p = 0; p < t->nparts; p++)
             if (atomic_exchange(&t->parts[p].dirty, false))
                 notify(&t->parts[p]);
@@ -535,6 +596,36 @@ static int reader_conf(rd_kafka_conf_t *conf, sl_error *err)
     return rc;
 }
 
+/* A producer from t's template, and its topic object. props: the cluster's
+ * properties, for hiding secrets in librdkafka's messages (NULL later:
+ * the template was accepted once). Returns it, or NULL with err. */
+static rd_kafka_t *new_producer_props(sl_kstore_topic *t, rd_kafka_topic_t **rkt,
+                                      char *const *props, size_t nprops, sl_error *err)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_dup(t->prod_conf);
+    if (!conf) {
+        sl_error_set(err, SL_ENOMEM, "out of memory for set %s", t->set);
+        return NULL;
+    }
+    char who[300];
+    snprintf(who, sizeof who, "set %s: producer", t->set);
+    rd_kafka_t *rk = sl_kafka_new(RD_KAFKA_PRODUCER, conf, props, nprops, who, err);
+    if (!rk)
+        return NULL;
+    if (!(*rkt = rd_kafka_topic_new(rk, t->topic, NULL))) {
+        sl_error_set(err, SL_ENOMEM, "set %s: topic %s: %s", t->set, t->topic,
+                     rd_kafka_err2str(rd_kafka_last_error()));
+        rd_kafka_destroy(rk);
+        return NULL;
+    }
+    return rk;
+}
+
+static rd_kafka_t *new_producer(sl_kstore_topic *t, rd_kafka_topic_t **rkt, sl_error *err)
+{
+    return new_producer_props(t, rkt, NULL, 0, err);
+}
+
 static void topic_free(sl_kstore_topic *t)
 {
     if (t->poller_on || t->wm_on) {
@@ -576,6 +667,9 @@ static void topic_free(sl_kstore_topic *t)
         rd_kafka_destroy(t->cons);
     if (t->cons_conf)
         rd_kafka_conf_destroy(t->cons_conf);
+    if (t->prod_conf)
+        rd_kafka_conf_destroy(t->prod_conf);
+    pthread_rwlock_destroy(&t->pl);
     for (int32_t p = 0; p < t->nparts; p++) {
         kpart *kp = &t->parts[p];
         free(kp->ring);
@@ -626,6 +720,7 @@ static sl_kstore_topic *topic_alloc(const sl_kafka_cluster *cl, const sl_kstore_
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&t->scond, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_rwlock_init(&t->pl, NULL);
     pthread_mutex_init(&t->smu, NULL);
     pthread_mutex_init(&t->rmu, NULL);
     pthread_mutex_init(&t->qmu, NULL);
@@ -677,15 +772,9 @@ int sl_kstore_open(const sl_kafka_cluster *cl, const sl_kstore_options *o, sl_ks
             rd_kafka_conf_destroy(conf);
         goto fail;
     }
-    char who[300];
-    snprintf(who, sizeof who, "set %s: producer", t->set);
-    if (!(t->prod = sl_kafka_new(RD_KAFKA_PRODUCER, conf, cl->props, cl->nprops, who, err))) {
-        rc = SL_EINVAL;
-        goto fail;
-    }
-    if (!(t->prod_rkt = rd_kafka_topic_new(t->prod, t->topic, NULL))) {
-        rc = sl_error_set(err, SL_ENOMEM, "set %s: topic %s: %s", t->set, t->topic,
-                          rd_kafka_err2str(rd_kafka_last_error()));
+    t->prod_conf = conf; /* kept: a replacement after a fatal error is made from it */
+    if (!(t->prod = new_producer_props(t, &t->prod_rkt, cl->props, cl->nprops, err))) {
+        rc = err && err->code ? err->code : SL_EINVAL;
         goto fail;
     }
     snprintf(suffix, sizeof suffix, "%s-reader", t->set);
@@ -700,6 +789,7 @@ int sl_kstore_open(const sl_kafka_cluster *cl, const sl_kstore_options *o, sl_ks
         rc = sl_error_set(err, SL_ENOMEM, "out of memory for set %s", t->set);
         goto fail;
     }
+    char who[300];
     snprintf(who, sizeof who, "set %s: reader", t->set);
     if (!(t->cons = sl_kafka_new(RD_KAFKA_CONSUMER, conf, cl->props, cl->nprops, who, err))) {
         rc = SL_EINVAL;
@@ -835,9 +925,14 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
                             "set %s: %" PRIu64 " bytes not acknowledged by "
                             "the cluster yet (max_inflight_bytes %" PRIu64 ")",
                             t->set, inflight, t->max_inflight);
+    /* Read-held from the numbering to the last produce: a replacement of
+     * the producer (write-held) sees these records all pending in the old
+     * producer or none. */
+    pthread_rwlock_rdlock(&t->pl);
     pthread_mutex_lock(&kp->mu);
     if (ring_reserve(kp, n)) {
         pthread_mutex_unlock(&kp->mu);
+        pthread_rwlock_unlock(&t->pl);
         return sl_error_set(err, SL_ENOMEM, "out of memory for %zu outcomes", n);
     }
     /* Pending before the first report can come; a pending slot's offset
@@ -862,6 +957,7 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
             break;
         }
     }
+    pthread_rwlock_unlock(&t->pl);
     *base_offset = base;
     return 0;
 }

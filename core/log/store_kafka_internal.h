@@ -68,8 +68,15 @@ struct sl_kstore_topic {
     sl_store_durable_fn *on_durable;
     sl_store_data_fn *on_data;
     void *ctx;
+    /* The producer; replaced after a fatal error (by the poll thread, with
+     * pl write-held; appends produce with it read-held). */
+    pthread_rwlock_t pl;
     rd_kafka_t *prod;
     rd_kafka_topic_t *prod_rkt;
+    rd_kafka_conf_t *prod_conf; /* template of a replacement */
+    atomic_bool fatal;          /* a fatal error: the poll thread replaces prod */
+    atomic_bool replacing;      /* reports of purged records are the fatal error's */
+    int64_t replace_at_ms;      /* a failed replacement is tried again from then */
     rd_kafka_t *cons;           /* the shared reader handle, also for queries */
     rd_kafka_conf_t *cons_conf; /* template of the private reader handles */
     pthread_t poller, wm;

@@ -9,6 +9,7 @@
 #include "testutil.h"
 #include "core/base/slog.h"
 #include "core/log/store_kafka.h"
+#include "core/log/store_kafka_internal.h" /* the producer, for a fatal error */
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -708,6 +709,52 @@ static void test_many(void **state)
     mock_stop(&m);
 }
 
+/* A fatal producer error (librdkafka's test hook): a new producer takes
+ * over, and records go on being stored. */
+static void test_fatal(void **state)
+{
+    (void)state;
+    mock m;
+    mock_start(&m);
+    assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.fatal", 1, 3), 0);
+    owner o;
+    owner_init(&o);
+    sl_kstore_options opt = options("sluice.fatal", 1, true, &o);
+    sl_kstore_topic *t;
+    sl_error err = {0};
+    assert_int_equal(sl_kstore_open(&m.cl, &opt, &t, &err), 0);
+    sl_store st;
+    assert_int_equal(sl_kstore_partition(t, 0, &st, &err), 0);
+    int64_t base;
+    append(&st, "", 0, 2, &base);
+    assert_true(wait_durable(&o, 0, 2));
+    pthread_rwlock_rdlock(&t->pl);
+    rd_kafka_t *old = t->prod;
+    assert_int_equal(
+        rd_kafka_test_fatal_error(old, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER, "a test"),
+        0);
+    pthread_rwlock_unlock(&t->pl);
+    bool replaced = false;
+    for (int waited = 0; !replaced && waited < WAIT_MS; waited += 20) {
+        sleep_ms(20);
+        pthread_rwlock_rdlock(&t->pl);
+        replaced = t->prod != old;
+        pthread_rwlock_unlock(&t->pl);
+    }
+    assert_true(replaced);
+    append(&st, "", 2, 3, &base);
+    assert_int_equal(base, 2);
+    assert_true(wait_durable(&o, 0, 5));
+    assert_int_equal(sl_store_outcome(&st, 0, 5, &err), 0);
+    int64_t off;
+    assert_int_equal(sl_store_offset_of(&st, 4, &off, &err), 0);
+    assert_int_equal(off, 4);
+    sl_store_close(&st);
+    sl_kstore_release(t);
+    owner_free(&o);
+    mock_stop(&m);
+}
+
 int main(void)
 {
     sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_ERROR);
@@ -716,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_watermarks),      cmocka_unit_test(test_too_few_partitions),
         cmocka_unit_test(test_full_while_down), cmocka_unit_test(test_durable_failure),
         cmocka_unit_test(test_buffer_retry),    cmocka_unit_test(test_many),
+        cmocka_unit_test(test_fatal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,7 @@
 
 static rd_kafka_t *g_mrk;
 static rd_kafka_mock_cluster_t *g_mc;
+static rd_kafka_t *g_raw; /* raw_put()'s producer */
 static sl_kafka_cluster g_cl;
 
 /* ---- members: what their callbacks saw ------------------------------------ */
@@ -50,6 +51,7 @@ typedef struct member {
     int64_t got[NP]; /* committed[] of the last on_assign of p */
     int assigns, revokes, lost;
     int asked_unowned; /* committable asked about a partition not owned */
+    const sl_kafka_cluster *cluster; /* NULL: g_cl */
 } member;
 
 static member g_m[2]; /* the members of a test, stopped by its teardown */
@@ -103,7 +105,7 @@ static void m_start(member *m, int id, const char *group, const char *topic, int
     m->id = id;
     for (int p = 0; p < NP; p++)
         m->got[p] = -2;
-    sl_kgroup_options o = {.cluster = &g_cl,
+    sl_kgroup_options o = {.cluster = m->cluster ? m->cluster : &g_cl,
                            .set = topic,
                            .group = group,
                            .topic = topic,
@@ -201,17 +203,53 @@ static void committed_of(const char *group, const char *topic, int64_t out[NP])
 
 /* ---- the tests ------------------------------------------------------------ */
 
-/* (a) One member gets all partitions, nothing committed yet. */
+/* A record written by something else than sl_kcursors (its value as is),
+ * acknowledged before this returns. */
+static void raw_put(const char *topic, const char *key, const char *value)
+{
+    char es[512];
+    if (!g_raw) {
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", g_cl.brokers, es, sizeof es),
+                         0);
+        assert_non_null(g_raw = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es));
+    }
+    assert_int_equal(rd_kafka_producev(g_raw, RD_KAFKA_V_TOPIC(topic),
+                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                       RD_KAFKA_V_KEY(key, strlen(key)),
+                                       RD_KAFKA_V_VALUE((void *)value, strlen(value)),
+                                       RD_KAFKA_V_END),
+                     0);
+    assert_int_equal(rd_kafka_flush(g_raw, 10000), 0);
+}
+
+/* (a) One member gets all partitions, nothing committed yet, and no
+ * record (they are paused); (f) a lost assignment (the coordinator forgot
+ * the member, as when its session timed out) commits nothing: the
+ * partitions come back with the offsets committed before; leaving commits
+ * what the revocation returned. */
 static void test_one_member(void **state)
 {
     (void)state;
     reset_owners();
     assert_int_equal(rd_kafka_mock_topic_create(g_mc, "kg.a", NP, 1), 0);
+    for (int i = 0; i < 30; i++) { /* records in every partition, read from the start */
+        char k[16];
+        snprintf(k, sizeof k, "k%d", i);
+        raw_put("kg.a", k, "{}");
+    }
     member *m = &g_m[0];
-    m->revoke_base = 40;
+    m->revoke_base = 500;
     m->commit_base = -1;
-    m_start(m, 1, "sluice.set.a", "kg.a", 0);
+    char prop[] = "auto.offset.reset=earliest";
+    char *props[] = {prop};
+    sl_kafka_cluster cl = g_cl;
+    cl.props = props;
+    cl.nprops = 1;
+    m->cluster = &cl;
+    m_start(m, 1, "sluice.set.a", "kg.a", 200);
     wait_split(m, NP, NULL, 0);
+    usleep(500 * 1000); /* time to fetch, were the partitions not paused */
     for (int p = 0; p < NP; p++) {
         assert_true(sl_kgroup_owns(m->g, p));
         assert_int_equal(m->got[p], -1);
@@ -226,10 +264,46 @@ static void test_one_member(void **state)
     assert_int_equal(info.owned, NP);
     assert_int_equal(info.rebalances, 1);
     assert_int_equal(info.stray_records, 0);
-    m_stop(m); /* the revocation commits 40 + p */
-    assert_int_equal(m->revokes, 1);
-    assert_int_equal(m->lost, 0);
+    assert_int_equal(info.commits, 0);
+
+    /* (f) */
+    pthread_mutex_lock(&g_mu);
+    m->commit_base = 10;
+    pthread_mutex_unlock(&g_mu);
+    wait_committed(m, 10);
+    pthread_mutex_lock(&g_mu);
+    m->commit_base = -1;
+    pthread_mutex_unlock(&g_mu);
+    /* The next heartbeat is answered UNKNOWN_MEMBER_ID (ApiKey 12). */
+    rd_kafka_mock_push_request_errors(g_mc, 12, 1, RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID);
+    int64_t end = sl_clock_mono_ms() + WAIT_MS;
+    for (;;) {
+        pthread_mutex_lock(&g_mu);
+        bool back = m->lost >= 1 && m->assigns >= 2;
+        pthread_mutex_unlock(&g_mu);
+        if (back)
+            break;
+        assert_true(sl_clock_mono_ms() < end);
+        usleep(100 * 1000);
+    }
+    wait_split(m, NP, NULL, 0);
     int64_t c[NP];
+    for (int p = 0; p < NP; p++)
+        assert_int_equal(m->got[p], 10 + p); /* not 500 + p */
+    committed_of("sluice.set.a", "kg.a", c);
+    for (int p = 0; p < NP; p++)
+        assert_int_equal(c[p], 10 + p);
+    sl_kgroup_info_get(m->g, &info);
+    assert_int_equal(info.stray_records, 0);
+    assert_int_equal(info.rebalances, 2);
+
+    pthread_mutex_lock(&g_mu);
+    m->revoke_base = 40;
+    int revokes = m->revokes;
+    pthread_mutex_unlock(&g_mu);
+    m_stop(m); /* the revocation commits 40 + p */
+    assert_int_equal(m->revokes, revokes + 1);
+    assert_int_equal(m->lost, 1);
     committed_of("sluice.set.a", "kg.a", c);
     for (int p = 0; p < NP; p++)
         assert_int_equal(c[p], 40 + p);
@@ -328,24 +402,6 @@ static void test_committable(void **state)
     assert_int_equal(g_conflicts, 0);
     m_stop(a);
     m_stop(b);
-}
-
-/* A record written by something else than sl_kcursors (its value as is). */
-static void raw_put(const char *topic, const char *key, const char *value)
-{
-    char es[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", g_cl.brokers, es, sizeof es), 0);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es);
-    assert_non_null(rk);
-    assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
-                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                       RD_KAFKA_V_KEY(key, strlen(key)),
-                                       RD_KAFKA_V_VALUE((void *)value, strlen(value)),
-                                       RD_KAFKA_V_END),
-                     0);
-    assert_int_equal(rd_kafka_flush(rk, 10000), 0);
-    rd_kafka_destroy(rk);
 }
 
 /* (e) The cursor table. */
@@ -474,6 +530,8 @@ static int test_teardown(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    if (g_raw)
+        rd_kafka_destroy(g_raw);
     rd_kafka_mock_cluster_destroy(g_mc);
     rd_kafka_destroy(g_mrk);
     return 0;

@@ -25,6 +25,7 @@
 
 #define POLL_MS 100
 #define COMMITTED_WAIT_MS 5000    /* rd_kafka_committed() at an assignment */
+#define REVOKE_COMMIT_WAIT_MS 5000 /* the commit of a revocation */
 #define DESCRIBE_EVERY_MS 5000    /* how often the group's members are counted */
 #define DESCRIBE_WAIT_MS 2000     /* rd_kafka_list_groups() */
 #define ERROR_LOG_EVERY_MS 10000  /* one line per kind of error at most this often */
@@ -116,8 +117,9 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 /* ---- commits ------------------------------------------------------------------ */
 
-/* The result of a commit, sync or async: the committed offsets are known. */
-static void commit_result(sl_kgroup *g, rd_kafka_resp_err_t err,
+/* The result of a commit (what: "periodic" or "revocation"): the
+ * committed offsets are known. */
+static void commit_result(sl_kgroup *g, const char *what, rd_kafka_resp_err_t err,
                           const rd_kafka_topic_partition_list_t *offs)
 {
     if (err == RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -138,18 +140,57 @@ static void commit_result(sl_kgroup *g, rd_kafka_resp_err_t err,
     }
     atomic_fetch_add(&g->commit_failures, 1);
     uint64_t sup = 0;
-    if (err_may_log(g, -10000 - err, &sup))
+    bool periodic = what[0] == 'p';
+    if (err_may_log(g, (periodic ? -10000 : -20000) - err, &sup))
         sl_slog(SL_SLOG_WARN, "kafka",
-                "set %s: group %s: offset commit failed: %s (the next owner of those "
-                "partitions starts from an older offset: duplicates, no loss)%s",
-                g->set, g->group, rd_kafka_err2str(err), sup ? " (and more like it)" : "");
+                "set %s: group %s: %s offset commit failed: %s (%s)%s", g->set, g->group, what,
+                rd_kafka_err2str(err),
+                periodic ? "tried again at the next interval"
+                         : "the next owner of those partitions starts from the last periodic "
+                           "commit, and the rules from their cursors: duplicates, no loss",
+                sup ? "; and more like it" : "");
 }
 
 static void on_commit(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                       rd_kafka_topic_partition_list_t *offs, void *opaque)
 {
     (void)rk;
-    commit_result(opaque, err, offs);
+    commit_result(opaque, "periodic", err, offs);
+}
+
+/* Given to rd_kafka_commit_queue() only so that librdkafka does not also
+ * hand the result to on_commit (it does when no callback is given): the
+ * result is read as an event. */
+static void no_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *offs, void *opaque)
+{
+    (void)rk, (void)err, (void)offs, (void)opaque;
+}
+
+/* Commits l synchronously, waiting at most REVOKE_COMMIT_WAIT_MS (a
+ * stop or a rebalance is not held for longer by a cluster that does not
+ * answer: what is not committed is delivered again, never lost). */
+static void commit_sync(sl_kgroup *g, const rd_kafka_topic_partition_list_t *l)
+{
+    rd_kafka_queue_t *q = rd_kafka_queue_new(g->rk);
+    if (!q) {
+        commit_result(g, "revocation", RD_KAFKA_RESP_ERR__CRIT_SYS_RESOURCE, NULL);
+        return;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_commit_queue(g->rk, l, q, no_commit_cb, NULL);
+    if (e) {
+        commit_result(g, "revocation", e, NULL);
+    } else {
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, REVOKE_COMMIT_WAIT_MS);
+        if (!ev)
+            commit_result(g, "revocation", RD_KAFKA_RESP_ERR__TIMED_OUT, NULL);
+        else
+            commit_result(g, "revocation", rd_kafka_event_error(ev),
+                          rd_kafka_event_topic_partition_list(ev));
+        if (ev)
+            rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_queue_destroy(q);
 }
 
 /* The list of what to commit: parts[i] at commit[i] when commit[i] >= 0,
@@ -206,7 +247,7 @@ static void periodic_commit(sl_kgroup *g)
         if (l) {
             rd_kafka_resp_err_t e = rd_kafka_commit(g->rk, l, 1);
             if (e)
-                commit_result(g, e, NULL);
+                commit_result(g, "periodic", e, NULL);
             rd_kafka_topic_partition_list_destroy(l);
         }
     }
@@ -371,11 +412,14 @@ static void do_revoke(sl_kgroup *g, const rd_kafka_topic_partition_list_t *list,
                 "timed out?): nothing committed, their next owner starts from the last commit",
                 g->set, g->group, n);
     if (!lost && n) {
+        /* Synchronous: the rebalance goes on once it is on the cluster.
+         * (Kafka accepts a commit of the current generation while the group
+         * prepares its rebalance; librdkafka's mock refuses every commit
+         * then, REBALANCE_IN_PROGRESS: on it only a leaving member's
+         * revocation commits.) */
         rd_kafka_topic_partition_list_t *l = commit_list(g, parts, commit, n, false, false);
         if (l) {
-            rd_kafka_resp_err_t e = rd_kafka_commit_queue(g->rk, l, NULL, on_commit, g);
-            if (e)
-                commit_result(g, e, NULL);
+            commit_sync(g, l);
             rd_kafka_topic_partition_list_destroy(l);
         }
     }

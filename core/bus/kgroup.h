@@ -79,6 +79,7 @@ typedef struct sl_kgroup_info {
     int32_t owned;        /* partitions this router owns */
     uint64_t rebalances;  /* assignments since start */
     uint64_t commits, commit_failures;
+    uint64_t stray_records; /* records the consumer got although paused (dropped) */
 } sl_kgroup_info;
 
 void sl_kgroup_info_get(sl_kgroup *g, sl_kgroup_info *out);

@@ -43,7 +43,33 @@ typedef struct sl_runner_options {
     /* The cursor table of the rules over Kafka-backed sets (core/bus/kgroup.h);
      * NULL when the config has none. */
     struct sl_kcursors *kcursors;
+    /* How the runner reaches the table and the groups (see
+     * sl_runner_kafka_ops below); NULL: no table, no group figures. */
+    const struct sl_runner_kafka_ops *kafka;
 } sl_runner_options;
+
+struct sl_kgroup;
+struct sl_kgroup_info;
+
+/* The functions of core/bus/kgroup.h the runner calls, as pointers with
+ * their exact signatures, so that rules/ links without the group module
+ * and tests can give an in-memory table. The server fills it with
+ * sl_kcursors_get, sl_kcursors_put, sl_kcursors_flush, sl_kcursors_key,
+ * sl_kgroup_info_get, sl_kgroup_committed (and group_run NULL). Any entry
+ * may be NULL: no table (get finds nothing, put and flush do nothing), the
+ * key "SET/RULE/LANE/PARTITION", no group figures. */
+typedef struct sl_runner_kafka_ops {
+    int (*cursor_get)(struct sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *offset);
+    int (*cursor_put)(struct sl_kcursors *k, const char *key, int64_t offset);
+    int (*cursor_flush)(struct sl_kcursors *k, int64_t wait_ms, sl_error *err);
+    void (*cursor_key)(char *buf, size_t cap, const char *set, const char *rule, const char *lane,
+                       int32_t partition);
+    void (*group_info)(struct sl_kgroup *g, struct sl_kgroup_info *out);
+    int64_t (*group_committed)(struct sl_kgroup *g, int32_t p);
+    /* Whether the rules of set run in its group; NULL: sl_set_remote(set).
+     * Tests mark a local set so. */
+    bool (*group_run)(const sl_set *set);
+} sl_runner_kafka_ops;
 
 /* Opens every rule's cursors and targets and starts the workers; each rule
  * catches up from its cursor at once. Returns 0 and *out, or an SL_E… code

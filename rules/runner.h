@@ -104,8 +104,10 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
 
 /* GET /v1/rules: {"rules":[{name, set, enabled, ordered, dlq, targets,
  * health:[{target, healthy, reason}], partitions:[{partition, cursor, end,
- * lag}], lag, read, matched, filtered, dropped, failed, delivered, retries,
- * dead_lettered, discarded, retrying, last_error}]} (docs/http-api.md). */
+ * lag, shared}], lag, read, matched, filtered, dropped, failed, delivered,
+ * retries, dead_lettered, discarded, retrying, last_error}]}; a rule over a
+ * Kafka-backed set also has group and members, and lists only the
+ * partitions this router owns, each with committed (docs/http-api.md). */
 int sl_runner_rules_json(sl_runner *r, sl_buf *out);
 
 /* Prometheus lines for /metrics (sluice_rule_*{rule="…"}). */
@@ -135,7 +137,12 @@ int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out);
  * assignment, with their cursors in the cursor topic (opts.kcursors, key
  * sl_kcursors_key(set, rule, lane, partition)) instead of DATA/rules. The
  * server passes the group's callbacks on to these three (same contracts as
- * sl_kgroup_options'): */
+ * sl_kgroup_options'). The groups must be stopped before sl_runner_free()
+ * (a revoke on a stopped runner is fine: it writes the cursors). Table
+ * writes are at most once a second per run and partition from deliveries,
+ * plus what moved at every committable(), on revoke and at
+ * sl_runner_stop(); a lost assignment writes nothing. Replays of such a set
+ * read every partition and use no table. */
 
 /* Partitions of set become this router's: every run of the set starts on
  * them from its cursor in the table, else committed[i] (the group's offset:

@@ -279,7 +279,7 @@ struct sl_runner {
     bool growing;         /* maybe_grow() is building a worker */
     replay *replays;      /* newest first; under lock */
     roster *rosters;      /* under lock (added with lanes, freed with the runner) */
-    kset *ksets;           /* Kafka-backed sets the runs read (added under lanes_lock) */
+    _Atomic(kset *) ksets; /* Kafka-backed sets the runs read (added under lanes_lock) */
     pthread_cond_t kcond;  /* a turn of a Kafka-backed set ended (while kwaiters) */
     unsigned kwaiters;     /* under lock: revokes waiting for turns to end */
     _Atomic int64_t cursor_sync_ns; /* when sl__runner_sync_cursors() last ran */

@@ -105,9 +105,11 @@ static void table_flush(sl_runner *r, const char *why)
 
 /* ---- sets and runs ---------------------------------------------------------- */
 
+/* Any thread: the list only grows (under lanes_lock), each set complete
+ * before it is published. */
 static kset *find_kset(sl_runner *r, const sl_set *set)
 {
-    for (kset *ks = r->ksets; ks; ks = ks->next)
+    for (kset *ks = atomic_load(&r->ksets); ks; ks = ks->next)
         if (ks->set == set)
             return ks;
     return NULL;
@@ -133,16 +135,15 @@ static kset *get_kset(sl_runner *r, sl_set *set)
     for (int32_t p = 0; p < set->nparts; p++)
         atomic_init(&ks->state[p], K_NONE);
     pthread_mutex_init(&ks->mu, NULL);
-    ks->next = r->ksets;
-    r->ksets = ks;
+    ks->next = atomic_load(&r->ksets);
+    atomic_store(&r->ksets, ks);
     return ks;
 }
 
 void sl__runner_kafka_free(sl_runner *r)
 {
-    while (r->ksets) {
-        kset *ks = r->ksets;
-        r->ksets = ks->next;
+    for (kset *ks = atomic_load(&r->ksets), *next; ks; ks = next) {
+        next = ks->next;
         pthread_mutex_destroy(&ks->mu);
         free(ks->state);
         free(ks->deferred);
@@ -384,7 +385,6 @@ void sl_runner_kafka_assign(sl_runner *r, sl_set *set, const int32_t *parts,
             c->kpending = at;
         }
         pthread_mutex_lock(&r->lock);
-        release_part(r, ks, p); /* nothing, unless a late turn left something */
         if (part_busy(r, ks, p)) {
             ks->deferred[p] = true; /* its end starts it (sl__runner_kafka_after_turn) */
             sl_slog(SL_SLOG_WARN, "rules",
@@ -392,6 +392,7 @@ void sl_runner_kafka_assign(sl_runner *r, sl_set *set, const int32_t *parts,
                     "still runs; it starts when that ends",
                     set->name, p);
         } else {
+            release_part(r, ks, p); /* nothing, unless a late turn left something */
             apply_part(r, ks, p);
         }
         pthread_mutex_unlock(&r->lock);
@@ -516,10 +517,7 @@ void sl_runner_kafka_committable(sl_runner *r, sl_set *set, const int32_t *parts
 {
     for (size_t i = 0; i < n; i++)
         commit[i] = -1;
-    kset *ks = NULL;
-    pthread_mutex_lock(&r->lanes_lock);
-    ks = find_kset(r, set);
-    pthread_mutex_unlock(&r->lanes_lock);
+    kset *ks = find_kset(r, set); /* not behind another set's revoke (lanes_lock) */
     if (!ks)
         return;
     pthread_mutex_lock(&ks->mu);
@@ -546,14 +544,15 @@ void sl_runner_kafka_group(sl_runner *r, sl_set *set, struct sl_kgroup *g)
 void sl__runner_kafka_stop(sl_runner *r)
 {
     pthread_mutex_lock(&r->lanes_lock);
-    for (kset *ks = r->ksets; ks; ks = ks->next) {
+    kset *all = atomic_load(&r->ksets);
+    for (kset *ks = all; ks; ks = ks->next) {
         pthread_mutex_lock(&ks->mu);
         for (int32_t p = 0; p < ks->nparts; p++)
             if (atomic_load(&ks->state[p]) == K_OWNED)
                 put_moved(r, ks, p);
         pthread_mutex_unlock(&ks->mu);
     }
-    if (r->ksets)
+    if (all)
         table_flush(r, "rules stopping");
     pthread_mutex_unlock(&r->lanes_lock);
 }

@@ -231,6 +231,7 @@ typedef struct fx {
     sl_set *in;
     sl_runner *runner;
     int fake_kc, fake_group; /* addresses only */
+    const sl_target_ops *file_ops; /* put back before the config is freed (it frees their conf) */
 } fx;
 
 static const char *config_text = "set \"in\" { partitions = 2 }\n"
@@ -259,6 +260,7 @@ static int fx_setup(void **state)
         fail_msg("config: %s", (char *)d.data);
     }
     sl_buf_free(&d);
+    f->file_ops = f->cfg->rules[0].targets[0].ops;
     for (size_t i = 0; i < f->cfg->nrules; i++)
         f->cfg->rules[i].targets[0].ops = &tt_ops;
     sl_error err = {0};
@@ -298,6 +300,8 @@ static int fx_teardown(void **state)
     sl_runner_free(f->runner);
     sl_databus_free(f->bus);
     sl_sets_close(f->sets);
+    for (size_t i = 0; i < f->cfg->nrules; i++)
+        f->cfg->rules[i].targets[0].ops = f->file_ops;
     sl_config_free(f->cfg);
     tu_rmdir(f->dir);
     free(f);

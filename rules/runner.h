@@ -69,6 +69,8 @@ typedef struct sl_runner_kafka_ops {
     /* Whether the rules of set run in its group; NULL: sl_set_remote(set).
      * Tests mark a local set so. */
     bool (*group_run)(const sl_set *set);
+    /* How long a revoke waits for turns in progress; 0: 30 s. */
+    int64_t revoke_wait_ms;
 } sl_runner_kafka_ops;
 
 /* Opens every rule's cursors and targets and starts the workers; each rule

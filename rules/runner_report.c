@@ -259,7 +259,8 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
     rc = rc ? rc
             : sl_metrics_family(
                   out, "sluice_rule_lag", SL_METRIC_GAUGE,
-                  "Events of the rule's set the rule has not read yet (end offset - cursor).");
+                  "Events of the rule's set the rule has not read yet (end offset - cursor); "
+                  "for a Kafka-backed set, over the partitions this router owns.");
     for (size_t i = 0; !rc && i < n; i++)
         if (!atomic_load(&RUN(r, i)->dropped))
             rc = run_sample(out, "sluice_rule_lag", RUN(r, i), run_lag(RUN(r, i)));

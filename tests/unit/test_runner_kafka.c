@@ -66,6 +66,7 @@ typedef struct tt_rule {
     char name[16];
     int64_t got[2][MAXREC]; /* offsets delivered per partition, in order */
     size_t ngot[2];
+    size_t nlane; /* of them, payloads of a lane's events */
     bool fail;     /* answer SL_EIO (retryable) */
     bool hold;     /* wait in deliver() until released */
     bool held;     /* a deliver() call is waiting */
@@ -114,6 +115,7 @@ static void tt_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_do
             int64_t o = field(d[i].data, d[i].len, "\"sluiceoffset\":");
             if (p >= 0 && p < 2 && t->ngot[p] < MAXREC)
                 t->got[p][t->ngot[p]++] = o;
+            t->nlane += d[i].lane && d[i].lane[0];
         }
     pthread_mutex_unlock(&tt_lock);
     for (size_t i = 0; i < n; i++)
@@ -234,15 +236,25 @@ typedef struct fx {
     const sl_target_ops *file_ops; /* put back before the config is freed (it frees their conf) */
 } fx;
 
-static const char *config_text = "set \"in\" { partitions = 2 }\n"
+static const char *config_text;
+static const char *config_plain = "set \"in\" { partitions = 2 }\n"
                                  "rule \"a\" { set = \"in\", start = \"beginning\",\n"
                                  "  target = target.file { path = \"a.ndjson\" } }\n"
                                  "rule \"b\" { set = \"in\", start = \"beginning\",\n"
                                  "  retry = { initial = \"20ms\", max = \"40ms\" },\n"
                                  "  target = target.file { path = \"b.ndjson\" } }\n";
 
+static const char *config_lanes = "set \"in\" { partitions = 2 }\n"
+                                  "lane \"fx\" { env = \"boe\" }\n"
+                                  "rule \"a\" { set = \"in\", start = \"beginning\",\n"
+                                  "  target = target.file { path = \"a.ndjson\" } }\n"
+                                  "rule \"b\" { set = \"in\",\n"
+                                  "  target = target.file { path = \"b.ndjson\" } }\n";
+
 static int fx_setup(void **state)
 {
+    if (!config_text)
+        config_text = config_plain;
     fx *f = calloc(1, sizeof *f);
     assert_non_null(f);
     f->dir = tu_tmpdir();
@@ -303,6 +315,7 @@ static int fx_teardown(void **state)
     for (size_t i = 0; i < f->cfg->nrules; i++)
         f->cfg->rules[i].targets[0].ops = f->file_ops;
     sl_config_free(f->cfg);
+    config_text = NULL;
     tu_rmdir(f->dir);
     free(f);
     return 0;
@@ -314,8 +327,14 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Appends n events to partition p and waits until they are stored. */
-static void publish(fx *f, int32_t p, int n)
+static int fx_setup_lanes(void **state)
+{
+    config_text = config_lanes;
+    return fx_setup(state);
+}
+
+/* Appends n events of lane to partition p and waits until they are stored. */
+static void publish_lane(fx *f, int32_t p, int n, const char *lane)
 {
     char key[16];
     for (int k = 0;; k++) {
@@ -331,7 +350,7 @@ static void publish(fx *f, int32_t p, int n)
                            "\"type\":\"x\"}",
                            p, i, (long long)want);
         sl_databus_event e = {.value = ev, .value_len = (size_t)len, .key = key,
-                              .key_len = strlen(key), .lane = ""};
+                              .key_len = strlen(key), .lane = lane};
         sl_databus_result res;
         sl_error err = {0};
         if (sl_databus_publish(f->bus, f->in, &e, 1, &res, NULL, NULL, &err) < 0)
@@ -340,6 +359,11 @@ static void publish(fx *f, int32_t p, int n)
     for (int i = 0; i < 1000 && sl_store_end_offset(&f->in->parts[p]) < want; i++)
         sleep_ms(10);
     assert_int_equal(sl_store_end_offset(&f->in->parts[p]), want);
+}
+
+static void publish(fx *f, int32_t p, int n)
+{
+    publish_lane(f, p, n, "");
 }
 
 static size_t got(int rule, int32_t p)
@@ -677,6 +701,49 @@ static void test_late_turn(void **state)
     assert_int_equal(tab_at("in/a//0"), 5);
 }
 
+/* Lane runs: their own keys in the table, positioned like a local set's
+ * lane runs (a new rule with start = "beginning": from the start), counted
+ * in the slowest cursor, back from the table after a revoke. */
+static void test_lanes(void **state)
+{
+    fx *f = *state;
+    publish(f, 0, 2);
+    publish_lane(f, 0, 2, "fx");
+    int32_t p0 = 0;
+    int64_t none = -1, commit = -2;
+    sl_runner_kafka_assign(f->runner, f->in, &p0, &none, 1);
+    wait_got(0, 0, 4); /* rule a from the start: its base run 2, its lane run 2 */
+    assert_int_equal(got(1, 0), 0); /* rule b starts at the end (start = "end") */
+    publish(f, 0, 1);
+    publish_lane(f, 0, 1, "fx");
+    wait_got(0, 0, 6);
+    wait_got(1, 0, 2);
+    pthread_mutex_lock(&tt_lock);
+    size_t la = tt_rules[0].nlane, lb = tt_rules[1].nlane;
+    pthread_mutex_unlock(&tt_lock);
+    assert_int_equal(la, 3);
+    assert_int_equal(lb, 1);
+    for (int i = 0; i < 1000; i++) {
+        sl_runner_kafka_committable(f->runner, f->in, &p0, 1, &commit);
+        if (commit == 6 && tab_at("in/b/fx/0") == 6 && tab_at("in/a/fx/0") == 6)
+            break;
+        sleep_ms(10);
+    }
+    assert_int_equal(commit, 6);
+    assert_int_equal(tab_at("in/a/fx/0"), 6);
+    assert_int_equal(tab_at("in/b/fx/0"), 6);
+    sl_runner_kafka_revoke(f->runner, f->in, &p0, 1, false, &commit);
+    assert_int_equal(commit, 6);
+    tab_put(NULL, "in/b/fx/0", 3); /* rule b's lane run: as if another router had it at 3 */
+    sl_runner_kafka_assign(f->runner, f->in, &p0, &none, 1);
+    wait_got(1, 0, 4); /* offsets 3 (lane) and 5 (lane) again, nothing of the base lane */
+    pthread_mutex_lock(&tt_lock);
+    bool ok = tt_rules[1].got[0][2] == 3 && tt_rules[1].got[0][3] == 5 && tt_rules[1].nlane == 3;
+    pthread_mutex_unlock(&tt_lock);
+    assert_true(ok);
+    assert_int_equal(got(0, 0), 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -685,6 +752,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_revoke_pool, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revoke_waits, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_late_turn, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_lanes, fx_setup_lanes, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

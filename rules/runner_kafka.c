@@ -44,10 +44,10 @@
 #include <string.h>
 #include <time.h>
 
-#define KCURSOR_WAIT_MS 5000     /* assign: the table catching up with the cursor topic */
+#define KCURSOR_WAIT_MS 5000        /* assign: the table catching up with the cursor topic */
 #define KREVOKE_WAIT_NS 30000000000 /* revoke: turns in progress, at most (ops: revoke_wait_ms) */
-#define KFLUSH_WAIT_MS 10000     /* revoke and stop: puts acknowledged, at most */
-#define KPUT_NS 1000000000       /* a turn puts its consumer's cursor once a second at most */
+#define KFLUSH_WAIT_MS 10000        /* revoke and stop: puts acknowledged, at most */
+#define KPUT_NS 1000000000          /* a turn puts its consumer's cursor once a second at most */
 #define KKEY_MAX (SL_SET_NAME_MAX + SL_EVENT_LANE_MAX + 400)
 
 /* ---- the table, through the server's functions ---------------------------- */
@@ -459,8 +459,8 @@ void sl_runner_kafka_revoke(sl_runner *r, sl_set *set, const int32_t *parts, siz
         }
     /* Deliveries in progress finish (their cursors move); a hung target is
      * not waited for beyond KREVOKE_WAIT_NS. */
-    int64_t wait_ns = kops(r)->revoke_wait_ms > 0 ? kops(r)->revoke_wait_ms * 1000000
-                                                  : KREVOKE_WAIT_NS;
+    int64_t wait_ns =
+        kops(r)->revoke_wait_ms > 0 ? kops(r)->revoke_wait_ms * 1000000 : KREVOKE_WAIT_NS;
     int64_t deadline = sl_clock_mono_ns() + wait_ns;
     r->kwaiters++;
     for (;;) {

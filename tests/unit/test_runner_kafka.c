@@ -67,9 +67,9 @@ typedef struct tt_rule {
     int64_t got[2][MAXREC]; /* offsets delivered per partition, in order */
     size_t ngot[2];
     size_t nlane; /* of them, payloads of a lane's events */
-    bool fail;     /* answer SL_EIO (retryable) */
-    bool hold;     /* wait in deliver() until released */
-    bool held;     /* a deliver() call is waiting */
+    bool fail;    /* answer SL_EIO (retryable) */
+    bool hold;    /* wait in deliver() until released */
+    bool held;    /* a deliver() call is waiting */
 } tt_rule;
 
 static pthread_mutex_t tt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -214,7 +214,8 @@ static bool group_run(const sl_set *set)
     return strcmp(set->name, "in") == 0;
 }
 
-static sl_runner_kafka_ops kops = { /* revoke_wait_ms: changed by a test */
+static sl_runner_kafka_ops kops = {
+    /* revoke_wait_ms: changed by a test */
     .cursor_get = tab_get,
     .cursor_put = tab_put,
     .cursor_flush = tab_flush,
@@ -232,17 +233,17 @@ typedef struct fx {
     sl_sets *sets;
     sl_set *in;
     sl_runner *runner;
-    int fake_kc, fake_group; /* addresses only */
+    int fake_kc, fake_group;       /* addresses only */
     const sl_target_ops *file_ops; /* put back before the config is freed (it frees their conf) */
 } fx;
 
 static const char *config_text;
 static const char *config_plain = "set \"in\" { partitions = 2 }\n"
-                                 "rule \"a\" { set = \"in\", start = \"beginning\",\n"
-                                 "  target = target.file { path = \"a.ndjson\" } }\n"
-                                 "rule \"b\" { set = \"in\", start = \"beginning\",\n"
-                                 "  retry = { initial = \"20ms\", max = \"40ms\" },\n"
-                                 "  target = target.file { path = \"b.ndjson\" } }\n";
+                                  "rule \"a\" { set = \"in\", start = \"beginning\",\n"
+                                  "  target = target.file { path = \"a.ndjson\" } }\n"
+                                  "rule \"b\" { set = \"in\", start = \"beginning\",\n"
+                                  "  retry = { initial = \"20ms\", max = \"40ms\" },\n"
+                                  "  target = target.file { path = \"b.ndjson\" } }\n";
 
 static const char *config_lanes = "set \"in\" { partitions = 2 }\n"
                                   "lane \"fx\" { env = \"boe\" }\n"
@@ -349,8 +350,11 @@ static void publish_lane(fx *f, int32_t p, int n, const char *lane)
                            "{\"specversion\":\"1.0\",\"id\":\"e%d-%d-%lld\",\"source\":\"t\","
                            "\"type\":\"x\"}",
                            p, i, (long long)want);
-        sl_databus_event e = {.value = ev, .value_len = (size_t)len, .key = key,
-                              .key_len = strlen(key), .lane = lane};
+        sl_databus_event e = {.value = ev,
+                              .value_len = (size_t)len,
+                              .key = key,
+                              .key_len = strlen(key),
+                              .lane = lane};
         sl_databus_result res;
         sl_error err = {0};
         if (sl_databus_publish(f->bus, f->in, &e, 1, &res, NULL, NULL, &err) < 0)
@@ -467,7 +471,7 @@ static void test_assign_positions(void **state)
     wait_got(1, 1, 4);
     expect_offsets(0, 1, 4, 6); /* the table */
     expect_offsets(1, 1, 2, 6); /* the group's offset */
-    publish(f, 1, 3); /* both go on, the wake-ups now reach them */
+    publish(f, 1, 3);           /* both go on, the wake-ups now reach them */
     wait_got(0, 1, 5);
     wait_got(1, 1, 7);
     expect_offsets(0, 1, 4, 9);
@@ -530,8 +534,8 @@ static void test_revoke_pool(void **state)
     wait_got(0, 0, 8);
     wait_got(1, 0, 8);
     pthread_mutex_lock(&tt_lock);
-    bool ok = tt_rules[0].got[0][7] == 7 && tt_rules[1].got[0][3] == 3 &&
-              tt_rules[1].got[0][7] == 7;
+    bool ok =
+        tt_rules[0].got[0][7] == 7 && tt_rules[1].got[0][3] == 3 && tt_rules[1].got[0][7] == 7;
     pthread_mutex_unlock(&tt_lock);
     assert_true(ok);
 }
@@ -712,7 +716,7 @@ static void test_lanes(void **state)
     int32_t p0 = 0;
     int64_t none = -1, commit = -2;
     sl_runner_kafka_assign(f->runner, f->in, &p0, &none, 1);
-    wait_got(0, 0, 4); /* rule a from the start: its base run 2, its lane run 2 */
+    wait_got(0, 0, 4);              /* rule a from the start: its base run 2, its lane run 2 */
     assert_int_equal(got(1, 0), 0); /* rule b starts at the end (start = "end") */
     publish(f, 0, 1);
     publish_lane(f, 0, 1, "fx");

@@ -62,6 +62,8 @@ static void free_consumer(consumer *c)
     c->npool = 0;
     if (!c->rp)
         sl_cursor_close(&c->cur);
+    free(c->kkey); /* a Kafka-backed set's: its cursor was written at stop */
+    c->kkey = NULL;
 }
 
 void sl__runner_free_replay(replay *rp)
@@ -130,6 +132,8 @@ static void free_runner(sl_runner *r)
     for (size_t c = 0; c < RUN_CHUNKS && r->chunks[c]; c++)
         free(r->chunks[c]);
     free(r->lane_names);
+    sl__runner_kafka_free(r);
+    pthread_cond_destroy(&r->kcond);
     pthread_mutex_destroy(&r->lanes_lock);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
@@ -216,6 +220,16 @@ static int open_rule(sl_runner *r, rule_run *rr, sl_error *err)
     }
     if (!(rr->targets = calloc(rc->ntargets ? rc->ntargets : 1, sizeof *rr->targets)))
         return sl_error_set(err, SL_ENOMEM, "rule %s: out of memory", rc->name);
+    if (sl__runner_kafka_run(r, rr->set)) {
+        /* Its cursors are in the cursor table, its positions come with the
+         * group's assignments (runner_kafka.c): no cursor file. */
+        for (int32_t p = 0; p < rr->nparts; p++) {
+            rr->cons[p].ctr = &rr->ctr;
+            rr->cons[p].part = p;
+        }
+        rc2 = sl__runner_kafka_open(r, rr, err);
+        return rc2 ? rc2 : open_targets(r, rr, err);
+    }
     for (int32_t p = 0; p < rr->nparts; p++) {
         consumer *c = &rr->cons[p];
         c->rule = rr;
@@ -465,6 +479,7 @@ int sl_runner_start(const sl_runner_options *opts, sl_runner **out, sl_error *er
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadline_in() */
     pthread_cond_init(&r->cond, &ca);
+    pthread_cond_init(&r->kcond, &ca);
     pthread_condattr_destroy(&ca);
     const sl_ruleset *rs = &r->opts.rules;
     unsigned nw = opts->workers ? opts->workers : rs->workers;
@@ -557,6 +572,7 @@ void sl_runner_stop(sl_runner *r)
     }
     for (unsigned i = 0; i < r->started; i++)
         pthread_join(r->workers[i].thread, NULL);
+    sl__runner_kafka_stop(r); /* Kafka-backed sets: their cursors, written */
 }
 
 void sl_runner_free(sl_runner *r)

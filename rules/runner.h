@@ -43,7 +43,35 @@ typedef struct sl_runner_options {
     /* The cursor table of the rules over Kafka-backed sets (core/bus/kgroup.h);
      * NULL when the config has none. */
     struct sl_kcursors *kcursors;
+    /* How the runner reaches the table and the groups (see
+     * sl_runner_kafka_ops below); NULL: no table, no group figures. */
+    const struct sl_runner_kafka_ops *kafka;
 } sl_runner_options;
+
+struct sl_kgroup;
+struct sl_kgroup_info;
+
+/* The functions of core/bus/kgroup.h the runner calls, as pointers with
+ * their exact signatures, so that rules/ links without the group module
+ * and tests can give an in-memory table. The server fills it with
+ * sl_kcursors_get, sl_kcursors_put, sl_kcursors_flush, sl_kcursors_key,
+ * sl_kgroup_info_get, sl_kgroup_committed (and group_run NULL). Any entry
+ * may be NULL: no table (get finds nothing, put and flush do nothing), the
+ * key "SET/RULE/LANE/PARTITION", no group figures. */
+typedef struct sl_runner_kafka_ops {
+    int (*cursor_get)(struct sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *offset);
+    int (*cursor_put)(struct sl_kcursors *k, const char *key, int64_t offset);
+    int (*cursor_flush)(struct sl_kcursors *k, int64_t wait_ms, sl_error *err);
+    void (*cursor_key)(char *buf, size_t cap, const char *set, const char *rule, const char *lane,
+                       int32_t partition);
+    void (*group_info)(struct sl_kgroup *g, struct sl_kgroup_info *out);
+    int64_t (*group_committed)(struct sl_kgroup *g, int32_t p);
+    /* Whether the rules of set run in its group; NULL: sl_set_remote(set).
+     * Tests mark a local set so. */
+    bool (*group_run)(const sl_set *set);
+    /* How long a revoke waits for turns in progress; 0: 30 s. */
+    int64_t revoke_wait_ms;
+} sl_runner_kafka_ops;
 
 /* Opens every rule's cursors and targets and starts the workers; each rule
  * catches up from its cursor at once. Returns 0 and *out, or an SL_E… code
@@ -78,8 +106,10 @@ void sl_runner_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end,
 
 /* GET /v1/rules: {"rules":[{name, set, enabled, ordered, dlq, targets,
  * health:[{target, healthy, reason}], partitions:[{partition, cursor, end,
- * lag}], lag, read, matched, filtered, dropped, failed, delivered, retries,
- * dead_lettered, discarded, retrying, last_error}]} (docs/http-api.md). */
+ * lag, shared}], lag, read, matched, filtered, dropped, failed, delivered,
+ * retries, dead_lettered, discarded, retrying, last_error}]}; a rule over a
+ * Kafka-backed set also has group and members, and lists only the
+ * partitions this router owns, each with committed (docs/http-api.md). */
 int sl_runner_rules_json(sl_runner *r, sl_buf *out);
 
 /* Prometheus lines for /metrics (sluice_rule_*{rule="…"}). */
@@ -109,7 +139,12 @@ int sl_runner_replays_json(sl_runner *r, const char *rule, sl_buf *out);
  * assignment, with their cursors in the cursor topic (opts.kcursors, key
  * sl_kcursors_key(set, rule, lane, partition)) instead of DATA/rules. The
  * server passes the group's callbacks on to these three (same contracts as
- * sl_kgroup_options'): */
+ * sl_kgroup_options'). The groups must be stopped before sl_runner_free()
+ * (a revoke on a stopped runner is fine: it writes the cursors). Table
+ * writes are at most once a second per run and partition from deliveries,
+ * plus what moved at every committable(), on revoke and at
+ * sl_runner_stop(); a lost assignment writes nothing. Replays of such a set
+ * read every partition and use no table. */
 
 /* Partitions of set become this router's: every run of the set starts on
  * them from its cursor in the table, else committed[i] (the group's offset:

@@ -52,6 +52,7 @@ typedef struct rule_run rule_run;
 typedef struct replay replay;
 typedef struct share share;
 typedef struct roster roster;
+typedef struct kset kset;
 
 /* What a rule, or one replay of it, counts. */
 typedef struct counters {
@@ -109,6 +110,13 @@ typedef struct consumer {
     int64_t commit_ns;    /* when its cursor was last written */
     unsigned share_flags; /* its shared reader's turn only */
     _Atomic bool cur_unsynced; /* a shared turn wrote its cursor: sl__runner_sync_cursors() */
+    /* Kafka-backed sets (runner_kafka.c): no cursor file (cur.fd -1) */
+    char *kkey;              /* its key in the cursor table */
+    _Atomic int64_t kput;    /* the offset last put there (-1: none); written under ks->mu */
+    _Atomic int64_t kput_ns; /* when */
+    int64_t kpending;        /* assign: the position it starts at (under the runner's lock) */
+    bool kfound;             /* … which came from the table */
+    bool knew;               /* … which is where a new rule starts */
 } consumer;
 
 /* The runs of one set and lane that may share reads (every live run but
@@ -124,6 +132,7 @@ struct roster {
     uint32_t *eval_run; /* pattern number -> index in runs */
     share *shares;      /* [set->nparts] */
     int32_t nparts;
+    kset *ks;           /* the set runs in its Kafka group; NULL: a local set */
 };
 
 /* One shared reader: reads a partition once for all its members, matches
@@ -187,6 +196,7 @@ struct rule_run {
     counters ctr;
     size_t batch_records;     /* records per turn: what its targets want */
     roster *ro;               /* NULL: never shares reads (transform_batch, or not built yet) */
+    kset *ks;                 /* a Kafka-backed set's ownership; NULL: a local set */
     _Atomic uint64_t wrapped; /* dead letters made for payloads that are not events */
     pthread_mutex_t err_lock;
     char last_error[SL_ERROR_MAX];
@@ -269,10 +279,44 @@ struct sl_runner {
     bool growing;         /* maybe_grow() is building a worker */
     replay *replays;      /* newest first; under lock */
     roster *rosters;      /* under lock (added with lanes, freed with the runner) */
+    _Atomic(kset *) ksets; /* Kafka-backed sets the runs read (added under lanes_lock) */
+    pthread_cond_t kcond;  /* a turn of a Kafka-backed set ended (while kwaiters) */
+    unsigned kwaiters;     /* under lock: revokes waiting for turns to end */
     _Atomic int64_t cursor_sync_ns; /* when sl__runner_sync_cursors() last ran */
     _Atomic bool cursor_syncing;
     unsigned replay_seq;
 };
+
+/* The partitions of a Kafka-backed set this router owns (runner_kafka.c).
+ * A partition is K_NONE (not owned: nothing of it runs, nothing moves its
+ * cursors), K_OWNED (its consumers are queued, turns put cursors in the
+ * table), or K_DRAIN (being revoked: nothing new is queued, turns in
+ * progress still move committed, only the revoke writes the table). */
+enum { K_NONE, K_OWNED, K_DRAIN };
+
+struct kset {
+    kset *next;
+    sl_set *set;
+    int32_t nparts;
+    _Atomic int *state;      /* [nparts] */
+    bool *deferred;          /* [nparts], under the runner's lock: assigned while a late turn ran */
+    pthread_mutex_t mu;      /* table writes against ownership changes */
+    _Atomic(struct sl_kgroup *) group; /* for GET /v1/rules; NULL: not known */
+    _Atomic int64_t put_log_ns;        /* last log line about a failed put */
+};
+
+/* Of the set a consumer (or a shared reader's handle) reads; NULL: local or a replay. */
+static inline kset *sl__runner_kset_of(const consumer *c)
+{
+    return c->handle_of ? c->handle_of->ro->ks : c->rp ? NULL : c->rule->ks;
+}
+
+/* Whether c may be queued: always for local sets and replays. */
+static inline bool sl__runner_kafka_owned(const consumer *c)
+{
+    kset *ks = sl__runner_kset_of(c);
+    return !ks || atomic_load(&ks->state[c->part]) == K_OWNED;
+}
 
 /* Grows array p to cap elements; returns SL_ENOMEM from the calling
  * function when it cannot. */
@@ -315,7 +359,19 @@ bool sl__runner_run_share(worker *w, share *sh);
 void sl__runner_try_join(sl_runner *r, consumer *c);
 void sl__runner_free_share_worker(worker *w);
 void sl__runner_sync_cursors(sl_runner *r);
+void sl__runner_share_reset(sl_runner *r, share *sh, bool rebuild);
 void *sl__runner_worker_main(void *arg);
+
+/* runner_kafka.c */
+bool sl__runner_kafka_run(const sl_runner *r, const sl_set *set);
+int sl__runner_kafka_open(sl_runner *r, rule_run *rr, sl_error *err);
+void sl__runner_kafka_commit(sl_runner *r, consumer *c, int64_t safe);
+void sl__runner_kafka_after_turn(sl_runner *r, consumer *c);
+void sl__runner_kafka_stop(sl_runner *r);
+void sl__runner_kafka_free(sl_runner *r);
+bool sl__runner_kafka_shows(const rule_run *rr, int32_t p);
+int sl__runner_kafka_rule_json(sl_runner *r, sl_buf *out, const rule_run *rr);
+int sl__runner_kafka_part_json(sl_runner *r, sl_buf *out, const rule_run *rr, int32_t p);
 void sl__runner_free_replay(replay *rp);
 int sl__runner_counters_json(sl_buf *out, const counters *k);
 void sl__runner_count_outcome(counters *k, sl_rule_outcome oc);

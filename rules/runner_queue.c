@@ -19,7 +19,8 @@ void sl__runner_push(sl_runner *r, consumer *c)
     if (c->in) /* a member of a shared reader: the reader runs for it */
         c = &c->in->handle;
     if (c->queued || c->running || c->join_wait || r->stopping || atomic_load(&c->done) ||
-        (c->handle_of ? !c->handle_of->nmembers : atomic_load(&c->rule->dropped)))
+        (c->handle_of ? !c->handle_of->nmembers : atomic_load(&c->rule->dropped)) ||
+        !sl__runner_kafka_owned(c)) /* a Kafka-backed set's partition this router does not own */
         return;
     c->queued = true;
     c->next = NULL;
@@ -220,6 +221,8 @@ void *sl__runner_worker_main(void *arg)
         c->running = false;
         if ((more || c->again) && !c->hold)
             sl__runner_push(r, c);
+        if (sl__runner_kset_of(c)) /* a revoke may wait for this turn */
+            sl__runner_kafka_after_turn(r, c);
     }
     pthread_mutex_unlock(&r->lock);
     return NULL;

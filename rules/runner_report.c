@@ -98,11 +98,13 @@ static const char *run_mode(const rule_run *rr)
                                         : "fallback";
 }
 
+/* Over the partitions it reads here: a Kafka-backed set's owned ones only. */
 static int64_t run_lag(const rule_run *rr)
 {
     int64_t total = 0, end;
     for (int32_t p = 0; p < rr->nparts; p++)
-        total += rule_lag(rr, p, &end);
+        if (sl__runner_kafka_shows(rr, p))
+            total += rule_lag(rr, p, &end);
     return total;
 }
 
@@ -170,9 +172,13 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
             rc = sl_buf_printf(out, "%s\"%s\"", t ? "," : "", rr->targets[t].ops->name);
         rc = rc ? rc : sl_buf_printf(out, "]");
         rc = rc ? rc : health_json(out, rr);
+        rc = rc ? rc : sl__runner_kafka_rule_json(r, out, rr); /* group, members */
         rc = rc ? rc : sl_buf_printf(out, ",\"partitions\":[");
         int64_t total = 0;
+        bool first_part = true;
         for (int32_t p = 0; !rc && p < rr->nparts; p++) {
+            if (!sl__runner_kafka_shows(rr, p))
+                continue; /* a Kafka-backed set's partition another router owns */
             int64_t end, lag = rule_lag(rr, p, &end);
             total += lag;
             pthread_mutex_lock(&r->lock);
@@ -180,9 +186,12 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
             pthread_mutex_unlock(&r->lock);
             rc = sl_buf_printf(out,
                                "%s{\"partition\":%d,\"cursor\":%" PRId64 ",\"end\":%" PRId64
-                               ",\"lag\":%" PRId64 ",\"shared\":%s}",
-                               p ? "," : "", p, atomic_load(&rr->cons[p].committed), end, lag,
-                               shared ? "true" : "false");
+                               ",\"lag\":%" PRId64 ",\"shared\":%s",
+                               first_part ? "" : ",", p, atomic_load(&rr->cons[p].committed), end,
+                               lag, shared ? "true" : "false");
+            rc = rc ? rc : sl__runner_kafka_part_json(r, out, rr, p);
+            rc = rc ? rc : sl_buf_append(out, "}", 1);
+            first_part = false;
         }
         rc = rc ? rc : sl_buf_printf(out, "],\"lag\":%" PRId64 ",", total);
         /* The rule's counts are those of all its lanes; "lanes" splits them. */
@@ -250,7 +259,8 @@ int sl_runner_metrics(sl_runner *r, sl_buf *out)
     rc = rc ? rc
             : sl_metrics_family(
                   out, "sluice_rule_lag", SL_METRIC_GAUGE,
-                  "Events of the rule's set the rule has not read yet (end offset - cursor).");
+                  "Events of the rule's set the rule has not read yet (end offset - cursor); "
+                  "for a Kafka-backed set, over the partitions this router owns.");
     for (size_t i = 0; !rc && i < n; i++)
         if (!atomic_load(&RUN(r, i)->dropped))
             rc = run_sample(out, "sluice_rule_lag", RUN(r, i), run_lag(RUN(r, i)));

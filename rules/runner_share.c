@@ -143,6 +143,7 @@ static int make_roster(sl_runner *r, rule_run **runs, size_t n, sl_error *err)
     }
     for (size_t i = 0; i < n; i++)
         runs[i]->ro = ro;
+    ro->ks = runs[0]->ks;
     ro->next = r->rosters;
     r->rosters = ro;
     pthread_mutex_unlock(&r->lock);
@@ -203,7 +204,8 @@ void sl__runner_try_join(sl_runner *r, consumer *c)
     (void)r;
     rule_run *rr = c->rule;
     if (!rr || !rr->ro || c->rp || c->in || c->join_wait || c->npool || c->hold ||
-        c->backoff_ms || atomic_load(&rr->dropped) || sl_clock_mono_ns() < c->rejoin_ns)
+        c->backoff_ms || atomic_load(&rr->dropped) || sl_clock_mono_ns() < c->rejoin_ns ||
+        !sl__runner_kafka_owned(c))
         return;
     share *sh = &rr->ro->shares[c->part];
     if (sh->handle.running) {
@@ -217,6 +219,37 @@ void sl__runner_try_join(sl_runner *r, consumer *c)
     if (sh->nmembers && c->pos < sh->pos)
         return; /* behind: it catches up on its own first */
     join(sh, c);
+}
+
+/* Empties sh (runner lock held, sh and its members not running): no
+ * reader, no member, no one waiting to join; with rebuild, it starts again
+ * with the members at their positions as at start (first_members()). Used
+ * when a Kafka-backed set's partition changes hands (runner_kafka.c). */
+void sl__runner_share_reset(sl_runner *r, share *sh, bool rebuild)
+{
+    (void)r;
+    roster *ro = sh->ro;
+    if (sh->reader)
+        sl_store_reader_close(&ro->set->parts[sh->part], sh->reader);
+    sh->reader = NULL;
+    for (size_t i = 0; i < ro->nruns; i++) {
+        consumer *c = &ro->runs[i]->cons[sh->part];
+        if (c->in == sh)
+            c->in = NULL;
+    }
+    for (size_t i = 0; i < sh->npending; i++)
+        sh->pending[i]->join_wait = false;
+    sh->npending = 0;
+    sh->nmembers = 0;
+    sh->linger_ns = 0;
+    sh->handle.hold = false;
+    sh->handle.retry_at_ns = 0;
+    if (!rebuild)
+        return;
+    int64_t *pos = calloc(ro->nruns, sizeof *pos);
+    if (pos) /* without memory every run reads alone, and joins later */
+        first_members(ro, sh, pos);
+    free(pos);
 }
 
 /* A member goes back to reading alone, at its own position. */
@@ -541,7 +574,7 @@ bool sl__runner_run_share(worker *w, share *sh)
     if (!sh->reader) {
         int rc = sl_store_reader_open(st, sh->pos, ro->lane, &sh->reader, &err);
         if (rc == SL_ERANGE && sh->pos > sl_store_end_offset(st) &&
-            sh->pos <= sl_databus_next_offset(ro->set, sh->part)) {
+            (ro->ks || sh->pos <= sl_databus_next_offset(ro->set, sh->part))) {
             sh->reader = NULL;
             pthread_mutex_lock(&r->lock);
             take_pending(r, sh);
@@ -582,6 +615,10 @@ bool sl__runner_run_share(worker *w, share *sh)
         if (next > c->pos)
             sl__runner_set_pos(c, next);
         int64_t safe = sl__runner_safe_position(c);
+        if (c->rule->ks) { /* the cursor table: once a second at most (runner_kafka.c) */
+            sl__runner_kafka_commit(r, c, safe);
+            continue;
+        }
         if (safe != c->cur.offset &&
             ((c->share_flags & S_TOUCHED) || now - c->commit_ns >= SHARE_COMMIT_NS)) {
             sl_error cerr = {0};

@@ -34,7 +34,10 @@ static int open_reader(consumer *c, bool *wait, char *why, size_t whylen)
     if (rc == SL_ERANGE) {
         int64_t start = sl_store_start_offset(st), end = sl_store_end_offset(st);
         int64_t bus_next = sl_databus_next_offset(rr->set, c->part);
-        if (c->pos > end && c->pos <= bus_next) {
+        /* A Kafka-backed set's end is a cached high watermark, which
+         * may not show yet what another router wrote: periodic() looks
+         * again when it moves. */
+        if (c->pos > end && (c->pos <= bus_next || rr->ks)) {
             *wait = true; /* accepted, not written yet: the append wakes us */
             return 0;
         }
@@ -292,6 +295,8 @@ bool sl__runner_run_consumer(worker *w, consumer *c)
         }
         if (c->pos < c->end && !rc && !c->npool)
             more = true;
+    } else if (rr->ks) {
+        sl__runner_kafka_commit(w->r, c, safe); /* the cursor table (runner_kafka.c) */
     } else if (safe != c->cur.offset || atomic_load(&c->committed) != safe) {
         sl_error err = {0};
         int crc = sl_cursor_commit(&c->cur, safe, CURSOR_SYNC_NS, &err);

@@ -196,11 +196,18 @@ static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_
     int rc = open_kcursors(r, cfg, err);
     if (rc)
         return rc;
+    static const sl_runner_kafka_ops kops = {.cursor_get = sl_kcursors_get,
+                                             .cursor_put = sl_kcursors_put,
+                                             .cursor_flush = sl_kcursors_flush,
+                                             .cursor_key = sl_kcursors_key,
+                                             .group_info = sl_kgroup_info_get,
+                                             .group_committed = sl_kgroup_committed};
     sl_runner_options ro = {.sets = r->sets,
                             .bus = r->bus,
                             .data_dir = r->data_dir,
                             .lanes = r->lanes,
-                            .kcursors = r->kcursors};
+                            .kcursors = r->kcursors,
+                            .kafka = r->kafka ? &kops : NULL};
     sl_config_ruleset(cfg, &ro.rules);
     if ((rc = sl_runner_start(&ro, out, err)))
         return rc;

@@ -363,13 +363,15 @@ void sl_runner_kafka_assign(sl_runner *r, sl_set *set, const int32_t *parts,
                 continue;
             }
             int rc = table_get(r, c->kkey, wait_ms, &at);
-            if (rc == SL_ETIMEDOUT && wait_ms) {
+            if (rc == SL_ETIMEDOUT && wait_ms)
                 sl_slog(SL_SLOG_WARN, "rules",
                         "set %s: the cursor table did not catch up within %d ms; rules start "
                         "from what it has (at worst from the group's offsets: duplicates)",
                         set->name, KCURSOR_WAIT_MS);
-                wait_ms = 0; /* once per assignment */
-            }
+            /* Once per assignment: caught up with the topic as of the first
+             * look-up is caught up with everything the previous owners wrote
+             * before they gave the partitions up. */
+            wait_ms = 0;
             c->kfound = rc == 0 || rc == SL_ETIMEDOUT;
             c->knew = false;
             if (c->kfound) {

@@ -173,6 +173,17 @@ static void notify(kpart *kp)
 
 /* ---- the retry list (buffer sets) --------------------------------------------------- */
 
+/* Appends r to the retry list. Caller holds qmu. */
+static void retry_push(sl_kstore_topic *t, kretry *r)
+{
+    r->next = NULL;
+    if (t->retry_tail)
+        t->retry_tail->next = r;
+    else
+        t->retry_head = r;
+    t->retry_tail = r;
+}
+
 /* Copies a failed record onto the retry list, or counts it lost when the
  * list is full or t is closing. */
 static void retry_add(sl_kstore_topic *t, int32_t p, int64_t ts, const void *key, size_t key_len,
@@ -209,8 +220,7 @@ static void retry_add(sl_kstore_topic *t, int32_t p, int64_t ts, const void *key
     if (r->value_len)
         memcpy(r->data + r->key_len, value, r->value_len);
     pthread_mutex_lock(&t->qmu);
-    r->next = t->retry_head;
-    t->retry_head = r;
+    retry_push(t, r);
     pthread_mutex_unlock(&t->qmu);
 }
 
@@ -299,8 +309,7 @@ static void retry_report(sl_kstore_topic *t, kretry *r, const rd_kafka_message_t
         free(r);
         return;
     }
-    r->next = t->retry_head;
-    t->retry_head = r;
+    retry_push(t, r);
     pthread_mutex_unlock(&t->qmu);
 }
 
@@ -373,7 +382,7 @@ static void retry_all(sl_kstore_topic *t)
 {
     pthread_mutex_lock(&t->qmu);
     kretry *r = t->retry_head;
-    t->retry_head = NULL;
+    t->retry_head = t->retry_tail = NULL;
     pthread_mutex_unlock(&t->qmu);
     while (r) {
         kretry *next = r->next;
@@ -382,12 +391,14 @@ static void retry_all(sl_kstore_topic *t)
                         r->has_value ? r->data + r->key_len : NULL, r->value_len, r->ts, r->lane,
                         strlen(r->lane), (void *)((uintptr_t)r | 1));
         if (e) { /* the rest waits for the next round */
-            pthread_mutex_lock(&t->qmu);
-            kretry **tail = &r->next;
-            while (*tail)
-                tail = &(*tail)->next;
-            *tail = t->retry_head;
+            kretry *last = r;
+            while (last->next)
+                last = last->next;
+            pthread_mutex_lock(&t->qmu); /* before what failed meanwhile */
+            last->next = t->retry_head;
             t->retry_head = r;
+            if (!t->retry_tail)
+                t->retry_tail = last;
             pthread_mutex_unlock(&t->qmu);
             return;
         }
@@ -656,7 +667,7 @@ static void topic_free(sl_kstore_topic *t)
             atomic_fetch_add(&t->lost, 1);
             free(r);
         }
-        t->retry_head = NULL;
+        t->retry_head = t->retry_tail = NULL;
         pthread_mutex_unlock(&t->qmu);
         log_lost(t, true);
         if (t->prod_rkt)
@@ -969,6 +980,8 @@ static int ksync(void *impl, sl_error *err)
     return 0; /* remote: durability comes with the delivery reports */
 }
 
+static int64_t kend_offset(void *impl);
+
 static int koffset_for_time(void *impl, int64_t ts_ms, int64_t *offset, sl_error *err)
 {
     kpart *kp = impl;
@@ -986,8 +999,7 @@ static int koffset_for_time(void *impl, int64_t ts_ms, int64_t *offset, sl_error
         return sl_error_set(err, e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EIO,
                             "set %s: topic %s partition %d: offset for time: %s", t->set, t->topic,
                             (int)kp->p, rd_kafka_err2str(e));
-    int64_t end = 0;
-    *offset = sl_kstore_time_offset(answer, (end = atomic_load(&kp->wm_hi)) >= 0 ? end : 0);
+    *offset = sl_kstore_time_offset(answer, kend_offset(impl));
     return 0;
 }
 

@@ -517,10 +517,23 @@ static void query_watermarks(sl_kstore_topic *t, int32_t p, int timeout_ms)
 static void *wm_main(void *arg)
 {
     sl_kstore_topic *t = arg;
-    while (!atomic_load(&t->stop)) {
+    for (unsigned round = 1; !atomic_load(&t->stop); round++) {
         int64_t next = sl_clock_mono_ms() + WATERMARK_MS;
-        for (int32_t p = 0; p < t->nparts && !atomic_load(&t->stop); p++)
-            query_watermarks(t, p, QUERY_MS);
+        for (int32_t p = 0; p < t->nparts && !atomic_load(&t->stop); p++) {
+            /* A partition the shared reader fetches has its high watermark
+             * in every fetch answer: asked for only every tenth round (for
+             * the low one), which spares the brokers a request per
+             * partition and round. */
+            pthread_mutex_lock(&t->rmu);
+            bool fetched = t->parts[p].shared_busy;
+            pthread_mutex_unlock(&t->rmu);
+            int64_t lo = -1, hi = -1;
+            if (fetched && round % 10 &&
+                rd_kafka_get_watermark_offsets(t->cons, t->topic, p, &lo, &hi) == 0 && hi >= 0)
+                sl__kstore_watermarks(&t->parts[p], -1, hi);
+            else
+                query_watermarks(t, p, QUERY_MS);
+        }
         rd_kafka_poll(t->cons, 0); /* the reader handle's errors and logs */
         int64_t left = next - sl_clock_mono_ms();
         if (left <= 0)

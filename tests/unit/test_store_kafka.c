@@ -445,6 +445,15 @@ static void test_watermarks(void **state)
     read_n(&a, r, g, 7);
     for (int i = 0; i < 7; i++)
         check_got(&g[i], i, i, "");
+    /* With a reader fetching, the end comes from the fetch answers. */
+    append(&b, "", 7, 3, &base);
+    assert_true(wait_durable(&o2, 1, 9));
+    for (waited = 0; sl_store_end_offset(&a) < 10 && waited < WAIT_MS; waited += 20)
+        sleep_ms(20);
+    assert_int_equal(sl_store_end_offset(&a), 10);
+    read_n(&a, r, g, 3);
+    for (int i = 0; i < 3; i++)
+        check_got(&g[i], 7 + i, 7 + i, "");
     sl_store_reader_close(&a, r);
     void *impl = c.impl;
     sl_store_close(&c);

@@ -662,9 +662,10 @@ static void topic_free(sl_kstore_topic *t)
         if (t->wm_on)
             pthread_join(t->wm, NULL);
     }
-    atomic_store(&t->closing, true);
     if (t->prod) {
+        retry_all(t); /* one last chance for what the cluster refused */
         rd_kafka_flush(t->prod, t->delivery_timeout_ms);
+        atomic_store(&t->closing, true); /* what fails from here on is lost */
         uint64_t left = atomic_load(&t->inflight_records);
         if (left) {
             sl_slog(SL_SLOG_ERROR, "kafka",

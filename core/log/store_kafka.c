@@ -173,6 +173,17 @@ static void notify(kpart *kp)
 
 /* ---- the retry list (buffer sets) --------------------------------------------------- */
 
+/* Appends r to the retry list. Caller holds qmu. */
+static void retry_push(sl_kstore_topic *t, kretry *r)
+{
+    r->next = NULL;
+    if (t->retry_tail)
+        t->retry_tail->next = r;
+    else
+        t->retry_head = r;
+    t->retry_tail = r;
+}
+
 /* Copies a failed record onto the retry list, or counts it lost when the
  * list is full or t is closing. */
 static void retry_add(sl_kstore_topic *t, int32_t p, int64_t ts, const void *key, size_t key_len,
@@ -209,8 +220,7 @@ static void retry_add(sl_kstore_topic *t, int32_t p, int64_t ts, const void *key
     if (r->value_len)
         memcpy(r->data + r->key_len, value, r->value_len);
     pthread_mutex_lock(&t->qmu);
-    r->next = t->retry_head;
-    t->retry_head = r;
+    retry_push(t, r);
     pthread_mutex_unlock(&t->qmu);
 }
 
@@ -299,8 +309,7 @@ static void retry_report(sl_kstore_topic *t, kretry *r, const rd_kafka_message_t
         free(r);
         return;
     }
-    r->next = t->retry_head;
-    t->retry_head = r;
+    retry_push(t, r);
     pthread_mutex_unlock(&t->qmu);
 }
 
@@ -373,7 +382,7 @@ static void retry_all(sl_kstore_topic *t)
 {
     pthread_mutex_lock(&t->qmu);
     kretry *r = t->retry_head;
-    t->retry_head = NULL;
+    t->retry_head = t->retry_tail = NULL;
     pthread_mutex_unlock(&t->qmu);
     while (r) {
         kretry *next = r->next;
@@ -382,12 +391,14 @@ static void retry_all(sl_kstore_topic *t)
                         r->has_value ? r->data + r->key_len : NULL, r->value_len, r->ts, r->lane,
                         strlen(r->lane), (void *)((uintptr_t)r | 1));
         if (e) { /* the rest waits for the next round */
-            pthread_mutex_lock(&t->qmu);
-            kretry **tail = &r->next;
-            while (*tail)
-                tail = &(*tail)->next;
-            *tail = t->retry_head;
+            kretry *last = r;
+            while (last->next)
+                last = last->next;
+            pthread_mutex_lock(&t->qmu); /* before what failed meanwhile */
+            last->next = t->retry_head;
             t->retry_head = r;
+            if (!t->retry_tail)
+                t->retry_tail = last;
             pthread_mutex_unlock(&t->qmu);
             return;
         }
@@ -506,10 +517,23 @@ static void query_watermarks(sl_kstore_topic *t, int32_t p, int timeout_ms)
 static void *wm_main(void *arg)
 {
     sl_kstore_topic *t = arg;
-    while (!atomic_load(&t->stop)) {
+    for (unsigned round = 1; !atomic_load(&t->stop); round++) {
         int64_t next = sl_clock_mono_ms() + WATERMARK_MS;
-        for (int32_t p = 0; p < t->nparts && !atomic_load(&t->stop); p++)
-            query_watermarks(t, p, QUERY_MS);
+        for (int32_t p = 0; p < t->nparts && !atomic_load(&t->stop); p++) {
+            /* A partition the shared reader fetches has its high watermark
+             * in every fetch answer: asked for only every tenth round (for
+             * the low one), which spares the brokers a request per
+             * partition and round. */
+            pthread_mutex_lock(&t->rmu);
+            bool fetched = t->parts[p].shared_busy;
+            pthread_mutex_unlock(&t->rmu);
+            int64_t lo = -1, hi = -1;
+            if (fetched && round % 10 &&
+                rd_kafka_get_watermark_offsets(t->cons, t->topic, p, &lo, &hi) == 0 && hi >= 0)
+                sl__kstore_watermarks(&t->parts[p], -1, hi);
+            else
+                query_watermarks(t, p, QUERY_MS);
+        }
         rd_kafka_poll(t->cons, 0); /* the reader handle's errors and logs */
         int64_t left = next - sl_clock_mono_ms();
         if (left <= 0)
@@ -638,9 +662,10 @@ static void topic_free(sl_kstore_topic *t)
         if (t->wm_on)
             pthread_join(t->wm, NULL);
     }
-    atomic_store(&t->closing, true);
     if (t->prod) {
+        retry_all(t); /* one last chance for what the cluster refused */
         rd_kafka_flush(t->prod, t->delivery_timeout_ms);
+        atomic_store(&t->closing, true); /* what fails from here on is lost */
         uint64_t left = atomic_load(&t->inflight_records);
         if (left) {
             sl_slog(SL_SLOG_ERROR, "kafka",
@@ -656,7 +681,7 @@ static void topic_free(sl_kstore_topic *t)
             atomic_fetch_add(&t->lost, 1);
             free(r);
         }
-        t->retry_head = NULL;
+        t->retry_head = t->retry_tail = NULL;
         pthread_mutex_unlock(&t->qmu);
         log_lost(t, true);
         if (t->prod_rkt)
@@ -969,6 +994,8 @@ static int ksync(void *impl, sl_error *err)
     return 0; /* remote: durability comes with the delivery reports */
 }
 
+static int64_t kend_offset(void *impl);
+
 static int koffset_for_time(void *impl, int64_t ts_ms, int64_t *offset, sl_error *err)
 {
     kpart *kp = impl;
@@ -986,8 +1013,7 @@ static int koffset_for_time(void *impl, int64_t ts_ms, int64_t *offset, sl_error
         return sl_error_set(err, e == RD_KAFKA_RESP_ERR__TIMED_OUT ? SL_ETIMEDOUT : SL_EIO,
                             "set %s: topic %s partition %d: offset for time: %s", t->set, t->topic,
                             (int)kp->p, rd_kafka_err2str(e));
-    int64_t end = 0;
-    *offset = sl_kstore_time_offset(answer, (end = atomic_load(&kp->wm_hi)) >= 0 ? end : 0);
+    *offset = sl_kstore_time_offset(answer, kend_offset(impl));
     return 0;
 }
 

@@ -31,9 +31,11 @@
  *     offset_for_time asks the cluster (ListOffsets by timestamp).
  *   - retention is the topic's (retain does nothing); stat reports 0.
  *
- * Thread-safety: append from one thread at a time (the Databus writer);
- * readers from any thread, each reader by one thread at a time; the rest
- * from anywhere.
+ * Thread-safety: append from one thread at a time per partition (the
+ * Databus writer); readers from any thread, each reader by one thread at a
+ * time; the rest from anywhere. on_durable is called from the topic's one
+ * poll thread only (never inside append), on_data from librdkafka's
+ * threads; neither after the partition's store closed.
  */
 #ifndef SL_STORE_KAFKA_H
 #define SL_STORE_KAFKA_H

@@ -88,8 +88,8 @@ struct sl_kstore_topic {
     pthread_mutex_t rmu; /* the kpart.shared_busy flags */
     /* Buffer sets: records failed for good, produced again every second. */
     pthread_mutex_t qmu;
-    kretry *retry_head;
-    uint64_t retry_bytes; /* on the list and produced again, not delivered */
+    kretry *retry_head, *retry_tail; /* produced again oldest first */
+    uint64_t retry_bytes;            /* on the list and produced again, not delivered */
     atomic_uint_fast64_t lost, lost_logged;
     int64_t lost_log_ms;
     atomic_int_fast64_t err_log_ms;

@@ -445,6 +445,15 @@ static void test_watermarks(void **state)
     read_n(&a, r, g, 7);
     for (int i = 0; i < 7; i++)
         check_got(&g[i], i, i, "");
+    /* With a reader fetching, the end comes from the fetch answers. */
+    append(&b, "", 7, 3, &base);
+    assert_true(wait_durable(&o2, 1, 9));
+    for (waited = 0; sl_store_end_offset(&a) < 10 && waited < WAIT_MS; waited += 20)
+        sleep_ms(20);
+    assert_int_equal(sl_store_end_offset(&a), 10);
+    read_n(&a, r, g, 3);
+    for (int i = 0; i < 3; i++)
+        check_got(&g[i], 7 + i, 7 + i, "");
     sl_store_reader_close(&a, r);
     void *impl = c.impl;
     sl_store_close(&c);
@@ -643,6 +652,48 @@ static void test_buffer_retry(void **state)
     mock_stop(&m);
 }
 
+/* A buffer set's retry list holds at most max_inflight_bytes: records past
+ * it are counted lost; the rest are stored once the cluster takes them. */
+static void test_buffer_lost(void **state)
+{
+    (void)state;
+    mock m;
+    mock_start(&m);
+    assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.lost", 1, 3), 0);
+    owner o;
+    owner_init(&o);
+    sl_kstore_options opt = options("sluice.lost", 1, false, &o);
+    opt.max_inflight_bytes = 30; /* three records of 10 bytes: "k1" + "{\"i\":1}" */
+    sl_kstore_topic *t;
+    sl_error err = {0};
+    assert_int_equal(sl_kstore_open(&m.cl, &opt, &t, &err), 0);
+    sl_store st;
+    assert_int_equal(sl_kstore_partition(t, 0, &st, &err), 0);
+    rd_kafka_mock_push_request_errors(m.mc, 0 /* Produce */, 2,
+                                      RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+                                      RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    int64_t base;
+    append(&st, "", 1, 5, &base);
+    assert_true(wait_durable(&o, 0, 5));
+    assert_int_equal(sl_store_outcome(&st, 0, 5, &err), 0); /* answered: not failures */
+    void *r;
+    got g[4];
+    assert_int_equal(sl_store_reader_open(&st, 0, NULL, &r, &err), 0);
+    read_n(&st, r, g, 3);
+    for (int i = 0; i < 3; i++)
+        check_got(&g[i], i, 1 + i, "");
+    sl_store_reader_close(&st, r);
+    assert_int_equal(atomic_load(&t->lost), 2);
+    sl_kstore_stats s;
+    sl_kstore_stats_get(t, &s);
+    assert_int_equal(s.delivered, 3);
+    assert_true(s.retried >= 3);
+    sl_store_close(&st);
+    sl_kstore_release(t);
+    owner_free(&o);
+    mock_stop(&m);
+}
+
 /* Thousands of records: the ring of outcomes grows (nothing released),
  * then wraps around (released as they become durable); every seq keeps its
  * offset, and a reader gets them all back in order. */
@@ -759,10 +810,15 @@ int main(void)
 {
     sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_time_offset),     cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_watermarks),      cmocka_unit_test(test_too_few_partitions),
-        cmocka_unit_test(test_full_while_down), cmocka_unit_test(test_durable_failure),
-        cmocka_unit_test(test_buffer_retry),    cmocka_unit_test(test_many),
+        cmocka_unit_test(test_time_offset),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_watermarks),
+        cmocka_unit_test(test_too_few_partitions),
+        cmocka_unit_test(test_full_while_down),
+        cmocka_unit_test(test_durable_failure),
+        cmocka_unit_test(test_buffer_retry),
+        cmocka_unit_test(test_buffer_lost),
+        cmocka_unit_test(test_many),
         cmocka_unit_test(test_fatal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

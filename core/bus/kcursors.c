@@ -41,8 +41,8 @@
 #define KEY_MAX 1024
 
 typedef struct kentry {
-    char *key; /* NULL: a free slot */
-    int64_t value; /* -1: none (never written, or a tombstone) */
+    char *key;        /* NULL: a free slot */
+    int64_t value;    /* -1: none (never written, or a tombstone) */
     uint64_t own_seq; /* this instance's latest put not read back yet (0: none) */
 } kentry;
 
@@ -52,7 +52,7 @@ struct sl_kcursors {
     rd_kafka_topic_t *rkt; /* the reader's */
     rd_kafka_queue_t *q;
     int32_t nparts;
-    bool *reading; /* [nparts]: consume started */
+    bool *reading;   /* [nparts]: consume started */
     char writer[37]; /* this instance's id in WRITER_HEADER */
 
     pthread_t thread;
@@ -308,10 +308,9 @@ int sl_kcursors_get(sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *o
             return SL_ENOMEM;
         for (int32_t p = 0; p < k->nparts; p++) {
             int64_t lo = 0, left = deadline - sl_clock_mono_ms();
-            rd_kafka_resp_err_t e =
-                left <= 0 ? RD_KAFKA_RESP_ERR__TIMED_OUT
-                          : rd_kafka_query_watermark_offsets(k->reader, k->topic, p, &lo, &hi[p],
-                                                             (int)left);
+            rd_kafka_resp_err_t e = left <= 0 ? RD_KAFKA_RESP_ERR__TIMED_OUT
+                                              : rd_kafka_query_watermark_offsets(
+                                                    k->reader, k->topic, p, &lo, &hi[p], (int)left);
             if (e) {
                 behind = true; /* the end is not known: what the table has */
                 hi[p] = 0;
@@ -427,10 +426,10 @@ int sl_kcursors_open(const sl_kafka_cluster *cl, const char *topic, sl_kcursors 
         cursors_free(k);
         return sl_error_set(err, SL_ENOMEM, "out of memory for cursor topic %s", topic);
     }
-    static const char *const prod_set[] = {"acks", "all", "enable.idempotence", "true",
-                                           "linger.ms", "5", NULL};
-    static const char *const read_set[] = {"enable.partition.eof", "true",
-                                           "enable.auto.commit", "false", NULL};
+    static const char *const prod_set[] = {"acks", "all", "enable.idempotence", "true", "linger.ms",
+                                           "5",    NULL};
+    static const char *const read_set[] = {"enable.partition.eof", "true", "enable.auto.commit",
+                                           "false", NULL};
     if (!(k->prod = make_client(cl, RD_KAFKA_PRODUCER, "cursors", prod_set, k, err)) ||
         !(k->reader = make_client(cl, RD_KAFKA_CONSUMER, "cursors-reader", read_set, k, err))) {
         cursors_free(k);

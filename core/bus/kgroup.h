@@ -73,7 +73,7 @@ typedef struct sl_kgroup_options {
     const char *set;   /* for messages */
     const char *group; /* PREFIX..SET */
     const char *topic;
-    int32_t partitions; /* the set's (the topic may have more: they are ignored) */
+    int32_t partitions;     /* the set's (the topic may have more: they are ignored) */
     int commit_interval_ms; /* 0: 1000 */
     void (*on_assign)(void *ctx, const int32_t *parts, const int64_t *committed, size_t n);
     void (*on_revoke)(void *ctx, const int32_t *parts, size_t n, bool lost, int64_t *commit);
@@ -96,11 +96,11 @@ bool sl_kgroup_owns(const sl_kgroup *g, int32_t p);
 
 typedef struct sl_kgroup_info {
     const char *group;
-    int32_t generation;   /* as of the last assignment; -1 before the first */
-    int members;          /* in the group as last described, every 5 s (-1: not known
-                             yet, or the cluster cannot describe groups: the mock) */
-    int32_t owned;        /* partitions this router owns */
-    uint64_t rebalances;  /* assignments since start */
+    int32_t generation;  /* as of the last assignment; -1 before the first */
+    int members;         /* in the group as last described, every 5 s (-1: not known
+                            yet, or the cluster cannot describe groups: the mock) */
+    int32_t owned;       /* partitions this router owns */
+    uint64_t rebalances; /* assignments since start */
     uint64_t commits, commit_failures;
     uint64_t stray_records; /* records the consumer got although paused (dropped) */
 } sl_kgroup_info;

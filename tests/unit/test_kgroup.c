@@ -50,7 +50,7 @@ typedef struct member {
     bool has[NP];
     int64_t got[NP]; /* committed[] of the last on_assign of p */
     int assigns, revokes, lost;
-    int asked_unowned; /* committable asked about a partition not owned */
+    int asked_unowned;               /* committable asked about a partition not owned */
     const sl_kafka_cluster *cluster; /* NULL: g_cl */
 } member;
 
@@ -214,12 +214,11 @@ static void raw_put(const char *topic, const char *key, const char *value)
                          0);
         assert_non_null(g_raw = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es));
     }
-    assert_int_equal(rd_kafka_producev(g_raw, RD_KAFKA_V_TOPIC(topic),
-                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                       RD_KAFKA_V_KEY(key, strlen(key)),
-                                       RD_KAFKA_V_VALUE((void *)value, strlen(value)),
-                                       RD_KAFKA_V_END),
-                     0);
+    assert_int_equal(
+        rd_kafka_producev(g_raw, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                          RD_KAFKA_V_KEY(key, strlen(key)),
+                          RD_KAFKA_V_VALUE((void *)value, strlen(value)), RD_KAFKA_V_END),
+        0);
     assert_int_equal(rd_kafka_flush(g_raw, 10000), 0);
 }
 
@@ -544,8 +543,8 @@ int main(void)
         cmocka_set_test_filter(getenv("KGROUP_TEST"));
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
-        T(test_errors), T(test_one_member), T(test_rebalance), T(test_committable),
-        T(test_kcursors),
+        T(test_errors),      T(test_one_member), T(test_rebalance),
+        T(test_committable), T(test_kcursors),
 #undef T
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -36,6 +36,11 @@ static rd_kafka_mock_cluster_t *g_mc;
 static rd_kafka_t *g_raw; /* raw_put()'s producer */
 static sl_kafka_cluster g_cl;
 
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk, (void)level, (void)fac, (void)buf;
+}
+
 /* ---- members: what their callbacks saw ------------------------------------ */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -212,6 +217,7 @@ static void raw_put(const char *topic, const char *key, const char *value)
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", g_cl.brokers, es, sizeof es),
                          0);
+        rd_kafka_conf_set_log_cb(conf, quiet_log);
         assert_non_null(g_raw = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es));
     }
     assert_int_equal(
@@ -452,12 +458,34 @@ static void test_kcursors(void **state)
 
     /* Malformed values are ignored; a tombstone removes the value. */
     raw_put(topic, "orders/bad//0", "12x");
-    raw_put(topic, "orders/bad//1", "");
     raw_put(topic, "orders/good//0", "42");
+    raw_put(topic, "orders/gone//0", "5");
+    raw_put(topic, "orders/gone//0", ""); /* no value: a tombstone */
     assert_int_equal(sl_kcursors_get(k1, "orders/bad//0", 10000, &off), SL_ENOENT);
-    assert_int_equal(sl_kcursors_get(k1, "orders/bad//1", 10000, &off), SL_ENOENT);
+    assert_int_equal(sl_kcursors_get(k1, "orders/gone//0", 10000, &off), SL_ENOENT);
     assert_int_equal(sl_kcursors_get(k1, "orders/good//0", 10000, &off), 0);
     assert_int_equal(off, 42);
+
+    /* A put the cluster refuses fails the next flush, once. */
+    rd_kafka_mock_push_request_errors(g_mc, 0 /* Produce */, 1,
+                                      RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    assert_int_equal(sl_kcursors_put(k1, "orders/r3//0", 1), 0);
+    err = (sl_error){0};
+    assert_int_equal(sl_kcursors_flush(k1, 10000, &err), SL_EIO);
+    assert_non_null(strstr(err.msg, "sluice.cursors"));
+    assert_int_equal(sl_kcursors_put(k1, "orders/r3//0", 2), 0);
+    assert_int_equal(sl_kcursors_flush(k1, 10000, &err), 0);
+    assert_int_equal(sl_kcursors_get(k2, "orders/r3//0", 10000, &off), 0);
+    assert_int_equal(off, 2);
+
+    /* A cluster that does not answer: what the table has, said so. */
+    for (int b = 1; b <= 3; b++)
+        assert_int_equal(rd_kafka_mock_broker_set_down(g_mc, b), 0);
+    assert_int_equal(sl_kcursors_get(k1, "orders/r1//3", 300, &off), SL_ETIMEDOUT);
+    assert_int_equal(off, 250);
+    assert_int_equal(sl_kcursors_get(k1, "orders/r9//3", 300, &off), SL_ENOENT);
+    for (int b = 1; b <= 3; b++)
+        assert_int_equal(rd_kafka_mock_broker_set_up(g_mc, b), 0);
 
     sl_kcursors_close(k2);
     sl_kcursors_close(k1);
@@ -484,11 +512,6 @@ static void test_errors(void **state)
     assert_null(g);
     assert_int_equal(sl_kgroup_committed(NULL, 0), -1);
     assert_false(sl_kgroup_owns(NULL, 0));
-}
-
-static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk, (void)level, (void)fac, (void)buf;
 }
 
 static int setup(void **state)

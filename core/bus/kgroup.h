@@ -121,12 +121,12 @@ int sl_kcursors_open(const sl_kafka_cluster *cl, const char *topic, sl_kcursors 
 
 /* The latest offset stored under key. It first waits (up to wait_ms; 0:
  * not at all) until the table has read the topic up to its end as of this
- * call (the high watermarks, asked of the cluster), so that a router
- * taking a partition over sees what the previous owner wrote and flushed.
- * Returns 0 with *offset, SL_ENOENT when the key has no value,
- * SL_ETIMEDOUT when the table could not catch up (then *offset is what it
- * has, or SL_ENOENT still wins when it has nothing), SL_ENOMEM. Any
- * thread. */
+ * call (the high watermarks, asked of the cluster by a thread of the
+ * table's, so that wait_ms holds even when the cluster does not answer),
+ * so that a router taking a partition over sees what the previous owner
+ * wrote and flushed. Returns 0 with *offset, SL_ENOENT when the key has no
+ * value, SL_ETIMEDOUT when the table could not catch up (then *offset is
+ * what it has, or SL_ENOENT still wins when it has nothing). Any thread. */
 int sl_kcursors_get(sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *offset);
 
 /* Stores offset under key (asynchronous produce; the table at once). Any

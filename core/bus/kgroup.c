@@ -30,8 +30,9 @@
 #define DESCRIBE_WAIT_MS 2000      /* rd_kafka_list_groups() */
 #define ERROR_LOG_EVERY_MS 10000   /* one line per kind of error at most this often */
 #define HEARTBEAT_MAX_MS 3000      /* librdkafka's default heartbeat.interval.ms */
-#define MAX_POLL_INTERVAL_MS                                                                       \
-    300000 /* the thread polls every POLL_MS; only a slow on_revoke counts */
+/* max.poll.interval.ms: the thread polls every POLL_MS; only a callback
+ * that takes long (on_revoke waiting for deliveries) comes near it. */
+#define MAX_POLL_INTERVAL_MS 300000
 #define ERROR_KINDS 8
 
 typedef struct err_kind {

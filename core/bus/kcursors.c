@@ -39,10 +39,12 @@
 #define LOG_EVERY_MS 10000
 #define WRITER_HEADER "sluice-writer"
 #define KEY_MAX 1024
+#define WM_WAIT_MS 5000     /* one watermark query */
+#define WM_SOCKET_MS "5000" /* socket.timeout.ms of its client */
 
 typedef struct kentry {
-    char *key; /* NULL: a free slot */
-    int64_t value; /* -1: none (never written, or a tombstone) */
+    char *key;        /* NULL: a free slot */
+    int64_t value;    /* -1: none (never written, or a tombstone) */
     uint64_t own_seq; /* this instance's latest put not read back yet (0: none) */
 } kentry;
 
@@ -52,22 +54,29 @@ struct sl_kcursors {
     rd_kafka_topic_t *rkt; /* the reader's */
     rd_kafka_queue_t *q;
     int32_t nparts;
-    bool *reading; /* [nparts]: consume started */
+    bool *reading;   /* [nparts]: consume started */
     char writer[37]; /* this instance's id in WRITER_HEADER */
 
-    pthread_t thread;
-    bool started;
+    rd_kafka_t *wm; /* the watermark queries' own client */
+
+    pthread_t thread, wm_thread;
+    bool started, wm_started;
     atomic_bool stop;
 
     pthread_mutex_t lock; /* everything below */
     pthread_cond_t moved; /* the read position moved */
     kentry *slots;
     size_t cap, count;
-    int64_t *readpos; /* [nparts]: the next offset to read */
+    int64_t *readpos;       /* [nparts]: the next offset to read */
+    pthread_cond_t wm_wake; /* a get() wants the watermarks */
+    uint64_t wm_req;        /* get()s that asked for them so far */
+    uint64_t wm_done;       /* the last query answered covers the requests up to this */
+    bool wm_ok;             /* it got every partition's */
+    int64_t *wm_hi;         /* [nparts]: its high watermarks (0 where it failed) */
     uint64_t seq;
     uint64_t failed, failed_seen;
     char fail_msg[256];
-    int64_t bad_log_ms;
+    int64_t bad_log_ms, err_log_ms;
     uint64_t bad;
 };
 
@@ -165,7 +174,7 @@ static void apply(sl_kcursors *k, const rd_kafka_message_t *m)
     if (!m->key || !m->key_len || m->key_len > KEY_MAX)
         return;
     int64_t v = -1; /* a tombstone: no value */
-    if (m->payload && (v = parse_offset(m->payload, m->len)) < 0) {
+    if (m->payload && m->len && (v = parse_offset(m->payload, m->len)) < 0) {
         k->bad++;
         int64_t now = sl_clock_mono_ms();
         if (!k->bad_log_ms || now - k->bad_log_ms >= LOG_EVERY_MS) {
@@ -298,32 +307,62 @@ int sl_kcursors_flush(sl_kcursors *k, int64_t wait_ms, sl_error *err)
 
 /* ---- looking up --------------------------------------------------------------- */
 
-int sl_kcursors_get(sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *offset)
+/* The watermark queries, off the callers' threads: librdkafka's
+ * rd_kafka_query_watermark_offsets() does not keep to its timeout when the
+ * brokers are unreachable (its requests wait for socket.timeout.ms, and
+ * retry), and get() must. One query at a time serves every get() that
+ * asked before it started; its client's socket.timeout.ms bounds how long
+ * close waits for it. */
+static void *wm_thread(void *arg)
 {
-    bool behind = false;
-    if (wait_ms > 0) {
-        int64_t deadline = sl_clock_mono_ms() + wait_ms;
-        int64_t *hi = calloc((size_t)k->nparts, sizeof *hi);
-        if (!hi)
-            return SL_ENOMEM;
+    sl_kcursors *k = arg;
+    int64_t *hi = calloc((size_t)k->nparts, sizeof *hi);
+    pthread_mutex_lock(&k->lock);
+    while (!atomic_load(&k->stop)) {
+        if (k->wm_req == k->wm_done || !hi) {
+            struct timespec ts = sl_clock_mono_deadline(READ_MS);
+            pthread_cond_timedwait(&k->wm_wake, &k->lock, &ts);
+            continue;
+        }
+        uint64_t req = k->wm_req;
+        pthread_mutex_unlock(&k->lock);
+        bool ok = true;
         for (int32_t p = 0; p < k->nparts; p++) {
-            int64_t lo = 0, left = deadline - sl_clock_mono_ms();
-            rd_kafka_resp_err_t e =
-                left <= 0 ? RD_KAFKA_RESP_ERR__TIMED_OUT
-                          : rd_kafka_query_watermark_offsets(k->reader, k->topic, p, &lo, &hi[p],
-                                                             (int)left);
-            if (e) {
-                behind = true; /* the end is not known: what the table has */
+            int64_t lo = 0;
+            if (rd_kafka_query_watermark_offsets(k->wm, k->topic, p, &lo, &hi[p], WM_WAIT_MS)) {
+                ok = false;
                 hi[p] = 0;
             }
         }
         pthread_mutex_lock(&k->lock);
+        memcpy(k->wm_hi, hi, (size_t)k->nparts * sizeof *hi);
+        k->wm_ok = ok;
+        k->wm_done = req;
+        pthread_cond_broadcast(&k->moved);
+    }
+    pthread_mutex_unlock(&k->lock);
+    free(hi);
+    return NULL;
+}
+
+int sl_kcursors_get(sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *offset)
+{
+    bool behind = false;
+    pthread_mutex_lock(&k->lock);
+    if (wait_ms > 0) {
+        int64_t deadline = sl_clock_mono_ms() + wait_ms;
+        uint64_t my = ++k->wm_req;
+        pthread_cond_signal(&k->wm_wake);
         for (;;) {
-            bool caught = true;
+            /* The ends as of a query that started after this call, then
+             * the table read up to them. */
+            bool caught = k->wm_done >= my;
             for (int32_t p = 0; p < k->nparts && caught; p++)
-                caught = k->readpos[p] >= hi[p];
-            if (caught)
+                caught = k->readpos[p] >= k->wm_hi[p];
+            if (caught) {
+                behind = !k->wm_ok;
                 break;
+            }
             if (sl_clock_mono_ms() >= deadline) {
                 behind = true;
                 break;
@@ -331,9 +370,6 @@ int sl_kcursors_get(sl_kcursors *k, const char *key, int64_t wait_ms, int64_t *o
             struct timespec ts = sl_clock_mono_deadline(deadline - sl_clock_mono_ms());
             pthread_cond_timedwait(&k->moved, &k->lock, &ts);
         }
-        free(hi);
-    } else {
-        pthread_mutex_lock(&k->lock);
     }
     kentry *e = table_find(k, key, strlen(key));
     int64_t v = e ? e->value : -1;
@@ -367,6 +403,10 @@ static void cursors_free(sl_kcursors *k)
     }
     if (k->prod)
         rd_kafka_destroy(k->prod);
+    if (k->wm)
+        rd_kafka_destroy(k->wm);
+    free(k->wm_hi);
+    pthread_cond_destroy(&k->wm_wake);
     for (size_t i = 0; i < k->cap; i++)
         free(k->slots[i].key);
     free(k->slots);
@@ -376,6 +416,41 @@ static void cursors_free(sl_kcursors *k)
     pthread_cond_destroy(&k->moved);
     pthread_mutex_destroy(&k->lock);
     free(k);
+}
+
+/* The clients' errors (brokers down, …): one line per 10 s at most for
+ * the three of them; a fatal one always (the producer's: puts fail). */
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    sl_kcursors *k = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char fe[256] = "";
+        rd_kafka_fatal_error(rk, fe, sizeof fe);
+        sl_slog(SL_SLOG_ERROR, "kafka", "cursor topic %s: fatal error: %s", k->topic, fe);
+        return;
+    }
+    int64_t now = sl_clock_mono_ms();
+    pthread_mutex_lock(&k->lock);
+    bool log = !k->err_log_ms || now - k->err_log_ms >= LOG_EVERY_MS;
+    if (log)
+        k->err_log_ms = now ? now : 1;
+    pthread_mutex_unlock(&k->lock);
+    if (log)
+        sl_slog(SL_SLOG_WARN, "kafka", "cursor topic %s: %s: %s", k->topic, rd_kafka_err2str(err),
+                reason);
+}
+
+static void stop_threads(sl_kcursors *k)
+{
+    pthread_mutex_lock(&k->lock);
+    atomic_store(&k->stop, true);
+    pthread_cond_signal(&k->wm_wake);
+    pthread_mutex_unlock(&k->lock);
+    if (k->started)
+        pthread_join(k->thread, NULL);
+    if (k->wm_started)
+        pthread_join(k->wm_thread, NULL);
+    k->started = k->wm_started = false;
 }
 
 /* A client of the cluster with sluice's settings on top (NULL-terminated
@@ -392,6 +467,7 @@ static rd_kafka_t *make_client(const sl_kafka_cluster *cl, rd_kafka_type_t type,
             return NULL;
         }
     rd_kafka_conf_set_opaque(conf, k);
+    rd_kafka_conf_set_error_cb(conf, on_error);
     if (type == RD_KAFKA_PRODUCER)
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     return sl_kafka_new(type, conf, cl->props, cl->nprops, "cursor topic", err);
@@ -417,22 +493,26 @@ int sl_kcursors_open(const sl_kafka_cluster *cl, const char *topic, sl_kcursors 
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&k->moved, &ca);
+    pthread_cond_init(&k->wm_wake, &ca);
     pthread_condattr_destroy(&ca);
     k->nparts = nparts;
     k->topic = strdup(topic);
     k->readpos = calloc((size_t)nparts, sizeof *k->readpos);
     k->reading = calloc((size_t)nparts, sizeof *k->reading);
+    k->wm_hi = calloc((size_t)nparts, sizeof *k->wm_hi);
     sl_event_uuid7(sl_clock_now_ms(), k->writer);
-    if (!k->topic || !k->readpos || !k->reading) {
+    if (!k->topic || !k->readpos || !k->reading || !k->wm_hi) {
         cursors_free(k);
         return sl_error_set(err, SL_ENOMEM, "out of memory for cursor topic %s", topic);
     }
-    static const char *const prod_set[] = {"acks", "all", "enable.idempotence", "true",
-                                           "linger.ms", "5", NULL};
-    static const char *const read_set[] = {"enable.partition.eof", "true",
-                                           "enable.auto.commit", "false", NULL};
+    static const char *const prod_set[] = {"acks", "all", "enable.idempotence", "true", "linger.ms",
+                                           "5",    NULL};
+    static const char *const read_set[] = {"enable.partition.eof", "true", "enable.auto.commit",
+                                           "false", NULL};
+    static const char *const wm_set[] = {"socket.timeout.ms", WM_SOCKET_MS, NULL};
     if (!(k->prod = make_client(cl, RD_KAFKA_PRODUCER, "cursors", prod_set, k, err)) ||
-        !(k->reader = make_client(cl, RD_KAFKA_CONSUMER, "cursors-reader", read_set, k, err))) {
+        !(k->reader = make_client(cl, RD_KAFKA_CONSUMER, "cursors-reader", read_set, k, err)) ||
+        !(k->wm = make_client(cl, RD_KAFKA_CONSUMER, "cursors-watermarks", wm_set, k, err))) {
         cursors_free(k);
         return err && err->code ? err->code : SL_EINVAL;
     }
@@ -456,6 +536,12 @@ int sl_kcursors_open(const sl_kafka_cluster *cl, const char *topic, sl_kcursors 
         return sl_error_set(err, SL_ENOMEM, "cursor topic %s: cannot start its thread", topic);
     }
     k->started = true;
+    if (pthread_create(&k->wm_thread, NULL, wm_thread, k)) {
+        stop_threads(k);
+        cursors_free(k);
+        return sl_error_set(err, SL_ENOMEM, "cursor topic %s: cannot start its thread", topic);
+    }
+    k->wm_started = true;
     *out = k;
     return 0;
 }
@@ -467,8 +553,6 @@ void sl_kcursors_close(sl_kcursors *k)
     sl_error e = {0};
     if (sl_kcursors_flush(k, CLOSE_FLUSH_MS, &e))
         sl_slog(SL_SLOG_WARN, "kafka", "%s (closing)", e.msg);
-    atomic_store(&k->stop, true);
-    if (k->started)
-        pthread_join(k->thread, NULL);
+    stop_threads(k);
     cursors_free(k);
 }

@@ -24,13 +24,15 @@
 #include <string.h>
 
 #define POLL_MS 100
-#define COMMITTED_WAIT_MS 5000    /* rd_kafka_committed() at an assignment */
+#define COMMITTED_WAIT_MS 5000     /* rd_kafka_committed() at an assignment */
 #define REVOKE_COMMIT_WAIT_MS 5000 /* the commit of a revocation */
-#define DESCRIBE_EVERY_MS 5000    /* how often the group's members are counted */
-#define DESCRIBE_WAIT_MS 2000     /* rd_kafka_list_groups() */
-#define ERROR_LOG_EVERY_MS 10000  /* one line per kind of error at most this often */
-#define HEARTBEAT_MAX_MS 3000     /* librdkafka's default heartbeat.interval.ms */
-#define MAX_POLL_INTERVAL_MS 300000 /* the thread polls every POLL_MS; only a slow on_revoke counts */
+#define DESCRIBE_EVERY_MS 5000     /* how often the group's members are counted */
+#define DESCRIBE_WAIT_MS 2000      /* rd_kafka_list_groups() */
+#define ERROR_LOG_EVERY_MS 10000   /* one line per kind of error at most this often */
+#define HEARTBEAT_MAX_MS 3000      /* librdkafka's default heartbeat.interval.ms */
+/* max.poll.interval.ms: the thread polls every POLL_MS; only a callback
+ * that takes long (on_revoke waiting for deliveries) comes near it. */
+#define MAX_POLL_INTERVAL_MS 300000
 #define ERROR_KINDS 8
 
 typedef struct err_kind {
@@ -142,9 +144,8 @@ static void commit_result(sl_kgroup *g, const char *what, rd_kafka_resp_err_t er
     uint64_t sup = 0;
     bool periodic = what[0] == 'p';
     if (err_may_log(g, (periodic ? -10000 : -20000) - err, &sup))
-        sl_slog(SL_SLOG_WARN, "kafka",
-                "set %s: group %s: %s offset commit failed: %s (%s)%s", g->set, g->group, what,
-                rd_kafka_err2str(err),
+        sl_slog(SL_SLOG_WARN, "kafka", "set %s: group %s: %s offset commit failed: %s (%s)%s",
+                g->set, g->group, what, rd_kafka_err2str(err),
                 periodic ? "tried again at the next interval"
                          : "the next owner of those partitions starts from the last periodic "
                            "commit, and the rules from their cursors: duplicates, no loss",
@@ -290,8 +291,8 @@ static void describe_group(sl_kgroup *g)
     if (e == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE) {
         g->describe_off = true;
         sl_slog(SL_SLOG_DEBUG, "kafka",
-                "set %s: group %s: the cluster cannot describe groups: members not known",
-                g->set, g->group);
+                "set %s: group %s: the cluster cannot describe groups: members not known", g->set,
+                g->group);
     } else if (!e && gl) {
         for (int i = 0; i < gl->group_cnt; i++)
             if (!gl->groups[i].err && strcmp(gl->groups[i].group, g->group) == 0)
@@ -303,8 +304,8 @@ static void describe_group(sl_kgroup *g)
 
 /* The set's partitions among list, their committed offsets (fetched when
  * fetch), into parts/committed (room for list->cnt). */
-static size_t set_parts(sl_kgroup *g, const rd_kafka_topic_partition_list_t *list,
-                        int32_t *parts, int64_t *committed, bool fetch)
+static size_t set_parts(sl_kgroup *g, const rd_kafka_topic_partition_list_t *list, int32_t *parts,
+                        int64_t *committed, bool fetch)
 {
     rd_kafka_topic_partition_list_t *q = NULL;
     if (fetch && (q = rd_kafka_topic_partition_list_copy(list))) {
@@ -353,8 +354,8 @@ static void do_assign(sl_kgroup *g, rd_kafka_topic_partition_list_t *list)
     if (!parts || !committed) {
         /* Without memory this router cannot take them: owning none of them
          * is safe (they are not read), and the next rebalance retries. */
-        sl_slog(SL_SLOG_ERROR, "kafka", "set %s: group %s: out of memory at an assignment",
-                g->set, g->group);
+        sl_slog(SL_SLOG_ERROR, "kafka", "set %s: group %s: out of memory at an assignment", g->set,
+                g->group);
         free(parts);
         free(committed);
         return;
@@ -390,8 +391,8 @@ static void do_revoke(sl_kgroup *g, const rd_kafka_topic_partition_list_t *list,
         else
             n = owned_list(g, parts);
     } else {
-        sl_slog(SL_SLOG_ERROR, "kafka", "set %s: group %s: out of memory at a revocation",
-                g->set, g->group);
+        sl_slog(SL_SLOG_ERROR, "kafka", "set %s: group %s: out of memory at a revocation", g->set,
+                g->group);
     }
     /* Not ours any more from now on, even before the callee stopped. */
     for (size_t i = 0; i < n; i++)
@@ -442,8 +443,8 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     default:
         /* librdkafka says to unassign: what was owned is treated as lost
          * (another router may have it already). */
-        sl_slog(SL_SLOG_WARN, "kafka", "set %s: group %s: rebalance failed: %s", g->set,
-                g->group, rd_kafka_err2str(err));
+        sl_slog(SL_SLOG_WARN, "kafka", "set %s: group %s: rebalance failed: %s", g->set, g->group,
+                rd_kafka_err2str(err));
         do_revoke(g, NULL, true);
         break;
     }

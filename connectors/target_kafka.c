@@ -374,6 +374,9 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_target_kafka_conf *cfg, 
         rc = sl_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
     if (!rc)
         rc = sl_kafka_conf_set(conf, "linger.ms", "5", err);
+    if (!rc) /* a key's partition is the one Java producers (and sluice's Databus) pick;
+              * librdkafka's default, consistent_random, hashes with CRC32 */
+        rc = sl_kafka_conf_set(conf, "partitioner", "murmur2_random", err);
     if (!rc) { /* see raise_copy_max() */
         snprintf(num, sizeof num, "%d", COPY_MAX_BYTES);
         rc = sl_kafka_conf_set(conf, "message.copy.max.bytes", num, err);

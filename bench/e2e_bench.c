@@ -16,7 +16,8 @@
  *
  * Environment (bench/README.md has the table): SLUICE_BENCH_DIR, SLUICE_E2E_RATE,
  * SLUICE_E2E_SECS, SLUICE_E2E_HTTP_N, SLUICE_E2E_KAFKA_N, SLUICE_E2E_REPS,
- * SLUICE_E2E_PARTITIONS, SLUICE_E2E_WORKERS, SLUICE_E2E_ROWS, SLUICE_E2E_PERF,
+ * SLUICE_E2E_PARTITIONS, SLUICE_E2E_WORKERS, SLUICE_E2E_ROWS, SLUICE_E2E_PERF (and
+ * SLUICE_E2E_PERF_FREQ, its sampling rate, default 499),
  * and for experiments SLUICE_E2E_SET_EXTRA / _HTTP_EXTRA / _KAFKA_EXTRA (keys
  * added to the set, target.http and target.kafka blocks of the config).
  *
@@ -557,8 +558,9 @@ static int server_start_cfg(server *s, const server_cfg *c)
         char pid[16], out[PATH_MAX + 32];
         snprintf(pid, sizeof pid, "%d", (int)s->pid);
         snprintf(out, sizeof out, "%s/%s.data", perf_dir, c->name);
+        const char *freq = getenv("SLUICE_E2E_PERF_FREQ");
         const char *pargv[] = {"perf", "record", "-q", "--call-graph", perf_graph, "-F",
-                               "499",  "-p",     pid,  "-o",           out,        NULL};
+                               freq && atoi(freq) > 0 ? freq : "499", "-p", pid, "-o", out, NULL};
         s->perf = spawn(pargv, NULL, NULL, NULL);
     }
     return 0;

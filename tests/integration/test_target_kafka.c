@@ -12,7 +12,8 @@
  * check` refusing what librdkafka refuses (conflicting properties too) without
  * quoting secrets, records held behind an unqueueable one in an ordered batch
  * using up no attempt, a refused timestamp being permanent, and keyed records
- * on the partition Java's murmur2 picks (an explicit `partitioner` wins).
+ * on the partition Java's murmur2 picks (an explicit `partitioner` wins), and
+ * the ce_sluice* headers of decorated events and of a transform's output.
  * The harness is itest.h.
  */
 #include "itest.h"
@@ -371,6 +372,58 @@ static void test_binary(void **state)
     assert_int_equal(it_rule_int(st, "delivered"), 13);
     assert_int_equal(it_rule_int(st, "failed"), 0);
     json_decref(st);
+    s->passed = true;
+}
+
+/* The ce_sluice* headers come from the decorated event's tail, and from
+ * anywhere in a transform's output (whose members may come in any order);
+ * data that merely contains the text of such a tail changes nothing. */
+static void test_sluice_headers(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "lanes.auto = true\n"
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"plain\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"sh-plain\", properties = { [\"linger.ms\"] = 1 } } }\n"
+                    "rule \"tf\" { set = \"in\",\n"
+                    "  transform = function(e) e.data.t = true; e.zz = \"last\"; return e end,\n"
+                    "  target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"sh-tf\", properties = { [\"linger.ms\"] = 1 } } }\n",
+                    g_mk.boot, g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 4; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"h%d\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"data\":{\"s\":\",\\\"sluiceset\\\":\\\"fake\\\",\\\"sluicepartition\\\":7,"
+                      "\\\"sluiceoffset\\\":9}\"}}\n",
+                      i);
+    json_decref(it_post_all(s, "in", NULL, &b, 4));
+    sl_buf_free(&b);
+    it_wait_caught_up(s, WAIT_S);
+    for (int pass = 0; pass < 2; pass++) {
+        krecs rs = consume(pass ? "sh-tf" : "sh-plain", 4);
+        assert_int_equal(rs.n, 4);
+        for (size_t k = 0; k < rs.n; k++) {
+            krec *r = &rs.v[k];
+            char id[16], want[16];
+            if (!hdr(r, "ce_id", id, sizeof id))
+                fail_msg("a record without ce_id: %s", r->hdrs);
+            expect_hdr(r, "ce_sluiceset", "in");
+            expect_hdr(r, "ce_sluicepartition", "0");
+            snprintf(want, sizeof want, "%d", atoi(id + 1));
+            expect_hdr(r, "ce_sluiceoffset", want);
+            if (count_of(r->hdrs, "ce_sluiceset=") != 1)
+                fail_msg("record %s: ce_sluiceset more than once:\n%s", id, r->hdrs);
+            if (pass)
+                expect_hdr(r, "ce_zz", "last");
+            if (!strstr(r->value, "sluiceset\\\":\\\"fake"))
+                fail_msg("record %s: the data changed: %s", id, r->value);
+        }
+        krecs_free(&rs);
+    }
     s->passed = true;
 }
 
@@ -1071,6 +1124,7 @@ int main(void)
         T(test_binary),
         T(test_structured_and_data),
         T(test_partitioner),
+        T(test_sluice_headers),
         T(test_permanent),
         T(test_check),
         T(test_shutdown_brokers_down),

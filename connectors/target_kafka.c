@@ -83,6 +83,7 @@ struct kcall {
     atomic_size_t refs;
     size_t n, cap; /* payloads; slots allocated */
     kcall *prev, *next;
+    sl_event ev; /* deliver()'s scratch for parsing payloads (kept with a spare call) */
     kslot slot[];
 };
 
@@ -1053,10 +1054,7 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
 {
     kafka_target *t = impl;
     kcall *c = call_get(t, n);
-    sl_event *ev = malloc(sizeof *ev);
-    if (!c || !ev) {
-        free(c);
-        free(ev);
+    if (!c) {
         for (size_t i = 0; i < n; i++)
             done(ctx, i, SL_ENOMEM, "target.kafka: out of memory");
         return;
@@ -1101,7 +1099,7 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
             continue;
         }
         record r = {0};
-        int rc = build_record(t, &d[i], ev, &r, why, sizeof why);
+        int rc = build_record(t, &d[i], &c->ev, &r, why, sizeof why);
         if (rc == SL_ENOMEM)
             snprintf(why, sizeof why, "target.kafka: out of memory");
         if (!rc) {
@@ -1136,7 +1134,6 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
         }
     }
     pthread_rwlock_unlock(&t->rklock);
-    free(ev);
     call_unref(c);
 }
 

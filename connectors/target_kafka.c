@@ -347,7 +347,9 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     char why[SL_ERROR_MAX];
     int status =
         map_error(t, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : "?", s->ts_ms, why, sizeof why);
-    if (!status)
+    /* Read first: a store for every record would pull the line holding the
+     * flags the producing threads read into this thread each time. */
+    if (!status && atomic_load_explicit(&t->brokers_down, memory_order_relaxed))
         atomic_store(&t->brokers_down, false);
     atomic_store(&s->queued, false);
     atomic_fetch_sub(&t->outstanding, 1);

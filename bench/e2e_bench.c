@@ -16,7 +16,8 @@
  *
  * Environment (bench/README.md has the table): SLUICE_BENCH_DIR, SLUICE_E2E_RATE,
  * SLUICE_E2E_SECS, SLUICE_E2E_HTTP_N, SLUICE_E2E_KAFKA_N, SLUICE_E2E_REPS,
- * SLUICE_E2E_PARTITIONS, SLUICE_E2E_WORKERS, SLUICE_E2E_ROWS, SLUICE_E2E_PERF,
+ * SLUICE_E2E_PARTITIONS, SLUICE_E2E_WORKERS, SLUICE_E2E_ROWS, SLUICE_E2E_PERF (and
+ * SLUICE_E2E_PERF_FREQ, its sampling rate, default 499),
  * and for experiments SLUICE_E2E_SET_EXTRA / _HTTP_EXTRA / _KAFKA_EXTRA (keys
  * added to the set, target.http and target.kafka blocks of the config).
  *
@@ -557,8 +558,9 @@ static int server_start_cfg(server *s, const server_cfg *c)
         char pid[16], out[PATH_MAX + 32];
         snprintf(pid, sizeof pid, "%d", (int)s->pid);
         snprintf(out, sizeof out, "%s/%s.data", perf_dir, c->name);
+        const char *freq = getenv("SLUICE_E2E_PERF_FREQ");
         const char *pargv[] = {"perf", "record", "-q", "--call-graph", perf_graph, "-F",
-                               "499",  "-p",     pid,  "-o",           out,        NULL};
+                               freq && atoi(freq) > 0 ? freq : "499", "-p", pid, "-o", out, NULL};
         s->perf = spawn(pargv, NULL, NULL, NULL);
     }
     return 0;
@@ -1199,8 +1201,9 @@ static int backlog_run(int rep, int n, int partitions, const char *target, long 
 
 /* kcat -P of the file of n messages: wall time of the whole process. The
  * records are shaped as target.kafka's default binary mode makes them: key
- * partitionkey, value the event's data, the attributes as ce_* headers (kcat
- * sends the same headers with every record: values of the same sizes). */
+ * partitionkey, value the event's data, the attributes as ce_* headers, the
+ * read-back members as ce_sluice* headers (kcat sends the same headers with
+ * every record: values of the same sizes). */
 static int kcat_run(const char *boot, const char *topic, const char *file, int n, const char *stamp,
                     result *r)
 {
@@ -1214,6 +1217,7 @@ static int kcat_run(const char *boot, const char *topic, const char *file, int n
                           "-X",   "compression.codec=zstd",
                           "-X",   "enable.idempotence=true",
                           "-X",   "acks=all",
+                          "-X",   "partitioner=murmur2_random",
                           "-H",   "content-type=application/json",
                           "-H",   "ce_specversion=1.0",
                           "-H",   "ce_id=e2e-1-0000000",
@@ -1221,6 +1225,9 @@ static int kcat_run(const char *boot, const char *topic, const char *file, int n
                           "-H",   "ce_type=bench.t",
                           "-H",   h_time,
                           "-H",   "ce_partitionkey=k000",
+                          "-H",   "ce_sluiceset=in",
+                          "-H",   "ce_sluicepartition=0",
+                          "-H",   "ce_sluiceoffset=100000",
                           "-l",   file,
                           NULL};
     char log[PATH_MAX + 16];
@@ -1812,7 +1819,8 @@ out:
     if (want_kafka)
         printf("- target.kafka: timed from the first POST to the GET /v1/rules that shows every "
                "event delivered and lag 0 (polled every 2 ms); kcat -P -l FILE with -X "
-               "linger.ms=5 -X compression.codec=zstd -X enable.idempotence=true -X acks=all, wall "
+               "linger.ms=5 -X compression.codec=zstd -X enable.idempotence=true -X acks=all -X "
+               "partitioner=murmur2_random and the 10 headers sluice sends, wall "
                "time of the process including start and flush; %d topics of %d partitions on a "
                "3-broker mock cluster.\n",
                want_backlog ? 3 : 2, KAFKA_PARTS);

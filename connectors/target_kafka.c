@@ -54,6 +54,7 @@
 #define TOPIC_MAX 249           /* Kafka's longest topic name */
 #define PURGE_LIMIT_MS 30000    /* drain(): reports missing this long after a purge are given up */
 #define PROBE_INTERVAL_MS 3000  /* brokers down and idle: ask for metadata this often */
+#define SPARE_CALLS 4 /* completed calls' bookkeeping kept for the next ones */
 #define COPY_MAX_BYTES                                                                             \
     1000000 /* message.copy.max.bytes: librdkafka's message.max.bytes default                      \
              */
@@ -80,8 +81,9 @@ struct kcall {
     sl_deliver_done_fn *done;
     void *ctx;
     atomic_size_t refs;
-    size_t n;
+    size_t n, cap; /* payloads; slots allocated */
     kcall *prev, *next;
+    sl_event ev; /* deliver()'s scratch for parsing payloads (kept with a spare call) */
     kslot slot[];
 };
 
@@ -92,8 +94,10 @@ struct kafka_target {
     char **hname, **hvalue; /* the config's record headers */
     size_t nheaders;
     bool topic_templ, key_templ;
+    bool topic_ok; /* a fixed topic's name is valid (checked once, at open) */
     pthread_rwlock_t rklock; /* read: producing; write: replacing rk */
     rd_kafka_t *rk;          /* NULL after a failed re-creation */
+    rd_kafka_topic_t *rkt;   /* a fixed topic's handle in rk (NULL: a template, or none) */
     pthread_t poller;
     bool polling;
     atomic_bool poll_stop;
@@ -105,6 +109,7 @@ struct kafka_target {
     atomic_bool abandoned;     /* drain() completed the rest itself: ignore late reports */
     pthread_mutex_t clock;     /* guards calls */
     kcall *calls;              /* every call not completed yet */
+    kcall *spare[SPARE_CALLS]; /* completed calls kept for reuse (guarded by clock) */
     /* health: GET /v1/rules */
     atomic_bool brokers_down;
     pthread_mutex_t mlock; /* guards health_msg, down_msg and the log rate limit */
@@ -179,13 +184,52 @@ static void call_unlink(kcall *c)
         c->next->prev = c->prev;
 }
 
+/* A call's bookkeeping, with room for n slots: a spare one when one is big
+ * enough, else new. A rule turn's call of thousands of records is over
+ * 64 KiB, and freeing a chunk that large makes malloc consolidate its
+ * arena's free lists: once per turn, in the poll thread, it cost more than
+ * the rest of the delivery reports. NULL when out of memory. */
+static kcall *call_get(kafka_target *t, size_t n)
+{
+    kcall *c = NULL;
+    pthread_mutex_lock(&t->clock);
+    for (size_t i = 0; i < SPARE_CALLS && !c; i++)
+        if (t->spare[i] && t->spare[i]->cap >= n) {
+            c = t->spare[i];
+            t->spare[i] = NULL;
+        }
+    pthread_mutex_unlock(&t->clock);
+    if (!c && (c = malloc(sizeof *c + n * sizeof *c->slot)))
+        c->cap = n;
+    return c;
+}
+
+/* Unlinks a completed call and keeps it as a spare, or frees it. Caller
+ * holds t->clock. */
+static void call_release(kcall *c)
+{
+    kafka_target *t = c->t;
+    call_unlink(c);
+    size_t at = SPARE_CALLS;
+    for (size_t i = 0; i < SPARE_CALLS; i++)
+        if (!t->spare[i] || t->spare[i]->cap < c->cap) {
+            at = i;
+            break;
+        }
+    if (at == SPARE_CALLS) {
+        free(c);
+        return;
+    }
+    free(t->spare[at]); /* a smaller one, or NULL */
+    t->spare[at] = c;
+}
+
 static void call_unref(kcall *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) == 1) {
         pthread_mutex_lock(&c->t->clock);
-        call_unlink(c);
+        call_release(c);
         pthread_mutex_unlock(&c->t->clock);
-        free(c);
     }
 }
 
@@ -303,7 +347,9 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     char why[SL_ERROR_MAX];
     int status =
         map_error(t, m->err, m->rkt ? rd_kafka_topic_name(m->rkt) : "?", s->ts_ms, why, sizeof why);
-    if (!status)
+    /* Read first: a store for every record would pull the line holding the
+     * flags the producing threads read into this thread each time. */
+    if (!status && atomic_load_explicit(&t->brokers_down, memory_order_relaxed))
         atomic_store(&t->brokers_down, false);
     atomic_store(&s->queued, false);
     atomic_fetch_sub(&t->outstanding, 1);
@@ -374,6 +420,9 @@ static int apply_config(rd_kafka_conf_t *conf, const sl_target_kafka_conf *cfg, 
         rc = sl_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
     if (!rc)
         rc = sl_kafka_conf_set(conf, "linger.ms", "5", err);
+    if (!rc) /* a key's partition is the one Java producers (and sluice's Databus) pick;
+              * librdkafka's default, consistent_random, hashes with CRC32 */
+        rc = sl_kafka_conf_set(conf, "partitioner", "murmur2_random", err);
     if (!rc) { /* see raise_copy_max() */
         snprintf(num, sizeof num, "%d", COPY_MAX_BYTES);
         rc = sl_kafka_conf_set(conf, "message.copy.max.bytes", num, err);
@@ -418,13 +467,20 @@ static rd_kafka_t *make_producer(kafka_target *t, sl_error *err)
         return NULL;
     /* A fixed topic is made known now: librdkafka then asks for its
      * metadata at once, where a topic first named by a produce call waits
-     * for the next scan (a second), which a rule catching up would pay. */
-    if (!t->topic_templ) {
-        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, t->cfg->topic, NULL);
-        if (rkt)
-            rd_kafka_topic_destroy(rkt);
-    }
+     * for the next scan (a second), which a rule catching up would pay. The
+     * handle is kept for producing: naming the topic instead makes
+     * librdkafka look it up under its write lock for every record. */
+    t->rkt = t->topic_templ ? NULL : rd_kafka_topic_new(rk, t->cfg->topic, NULL);
     return rk;
+}
+
+/* Destroys rk and the fixed topic's handle. */
+static void free_producer(kafka_target *t, rd_kafka_t *rk)
+{
+    if (t->rkt)
+        rd_kafka_topic_destroy(t->rkt);
+    t->rkt = NULL;
+    rd_kafka_destroy(rk);
 }
 
 /* librdkafka says when every broker is down, but not when one is back: while
@@ -497,10 +553,8 @@ static void abandon(kafka_target *t)
                 k++;
             }
         atomic_fetch_sub(&t->outstanding, k);
-        if (k && atomic_fetch_sub(&c->refs, k) == k) {
-            call_unlink(c);
-            free(c);
-        }
+        if (k && atomic_fetch_sub(&c->refs, k) == k)
+            call_release(c);
     }
     pthread_mutex_unlock(&t->clock);
 }
@@ -537,7 +591,7 @@ static void drain(kafka_target *t, int64_t limit_ms)
 /* Destroys the producer after drain(); late reports are served no more. */
 static void destroy_producer(kafka_target *t)
 {
-    rd_kafka_destroy(t->rk);
+    free_producer(t, t->rk);
     t->rk = NULL;
     atomic_store(&t->abandoned, false);
 }
@@ -562,7 +616,7 @@ static void recreate(kafka_target *t)
         snprintf(t->health_msg, sizeof t->health_msg, "cannot make a new producer: %s", why);
         pthread_mutex_unlock(&t->mlock);
         if (t->rk)
-            rd_kafka_destroy(t->rk);
+            free_producer(t, t->rk);
         t->rk = NULL;
         atomic_store(&t->no_producer, true);
         return;
@@ -593,13 +647,119 @@ static bool topic_name_ok(const char *s, size_t len)
     return true;
 }
 
-static int header_of(void *ud, const char *name, size_t nlen, const char *v, size_t vlen)
+/* A token's text for a header or key: a string's contents, else the raw
+ * JSON (numbers, booleans). Points into the payload when the string has no
+ * escape, which is the rule for stored events; else *own holds a decoded
+ * copy the caller frees. Returns 0 or SL_ENOMEM. */
+static int tok_text(const sl_json_tok *tok, char **own, const char **v, size_t *vlen)
+{
+    *own = NULL;
+    if (tok->type != SL_JSON_STRING) {
+        *v = tok->p;
+        *vlen = tok->len;
+        return 0;
+    }
+    if (tok->len >= 2 && !memchr(tok->p, '\\', tok->len)) {
+        *v = tok->p + 1;
+        *vlen = tok->len - 2;
+        return 0;
+    }
+    if (!(*own = sl_ce_attr_text(tok, vlen)))
+        return SL_ENOMEM;
+    *v = *own;
+    return 0;
+}
+
+static bool tok_present(const sl_json_tok *tok)
+{
+    return tok->type != SL_JSON_NONE && tok->type != SL_JSON_NULL;
+}
+
+/* Adds header ce_NAME with the text of tok. Returns 0 or SL_ENOMEM. */
+static int ce_header(rd_kafka_headers_t *hdrs, const char *name, size_t nlen,
+                     const sl_json_tok *tok)
 {
     char hn[SL_EVENT_NAME_MAX + 4] = "ce_";
     if (nlen > SL_EVENT_NAME_MAX)
         nlen = SL_EVENT_NAME_MAX;
     memcpy(hn + 3, name, nlen);
-    return rd_kafka_header_add(ud, hn, (ssize_t)nlen + 3, v, (ssize_t)vlen) ? SL_ENOMEM : 0;
+    char *own;
+    const char *v;
+    size_t vl;
+    if (tok_text(tok, &own, &v, &vl))
+        return SL_ENOMEM;
+    int rc = rd_kafka_header_add(hdrs, hn, (ssize_t)nlen + 3, v, (ssize_t)vl) ? SL_ENOMEM : 0;
+    free(own);
+    return rc;
+}
+
+/* Binary mode's ce_* headers: every attribute but datacontenttype (the
+ * content-type header), in the order of sl_ce_binary_attrs() (the standard
+ * attributes, then the extensions in input order). The same result, without
+ * its look-up of each attribute by name: this runs for every record. */
+static int ce_headers(const sl_event *ev, rd_kafka_headers_t *hdrs)
+{
+#define STD(f) {#f, sizeof #f - 1, offsetof(sl_event, f)}
+    static const struct {
+        const char *name;
+        size_t len, off;
+    } std[] = {STD(specversion), STD(id),         STD(source),
+               STD(type),        STD(time),       STD(subject),
+               STD(dataschema),  {"lane", 4, offsetof(sl_event, lane_attr)},
+               STD(partitionkey)};
+#undef STD
+    for (size_t i = 0; i < sizeof std / sizeof *std; i++) {
+        const sl_json_tok *tok = (const sl_json_tok *)((const char *)ev + std[i].off);
+        if (tok_present(tok) && ce_header(hdrs, std[i].name, std[i].len, tok))
+            return SL_ENOMEM;
+    }
+    for (size_t i = 0; i < ev->n_ext; i++)
+        if (tok_present(&ev->ext[i].value) &&
+            ce_header(hdrs, ev->ext[i].name, ev->ext[i].name_len, &ev->ext[i].value))
+            return SL_ENOMEM;
+    return 0;
+}
+
+/* The read-back members as sl_event_decorate() writes them, at the end of
+ * the object: `,"sluiceset":"SET","sluicepartition":P,"sluiceoffset":O}`.
+ * Fills the three values (pointing into the object) and returns true when
+ * the object ends exactly so, with no escape in SET; false sends the caller
+ * the slow way. Every payload of a rule without a transform ends so, and
+ * walking its members instead costs as much as the rest of the record. */
+static bool decorated_tail(const sl_json_tok *obj, const char *v[3], size_t vl[3])
+{
+    static const char *const lead[3] = {",\"sluiceset\":\"", "\",\"sluicepartition\":",
+                                        ",\"sluiceoffset\":"};
+    const char *p = obj->p, *end = obj->p + obj->len;
+    if (obj->len < 64 || end[-1] != '}')
+        return false;
+    /* SET is a set name (a few dozen bytes at most); look back far enough. */
+    const char *from = obj->len > 400 ? end - 400 : p, *at = NULL;
+    for (const char *q = from; (q = memmem(q, (size_t)(end - q), lead[0], 14)); q++)
+        at = q;
+    if (!at)
+        return false;
+    const char *c = at + 14;
+    const char *close = memchr(c, '"', (size_t)(end - c));
+    if (!close || memchr(c, '\\', (size_t)(close - c)))
+        return false;
+    v[0] = c;
+    vl[0] = (size_t)(close - c);
+    c = close;
+    for (int k = 1; k < 3; k++) {
+        size_t ll = strlen(lead[k]);
+        if ((size_t)(end - c) < ll || memcmp(c, lead[k], ll))
+            return false;
+        c += ll;
+        const char *d = c;
+        while (c < end && *c >= '0' && *c <= '9')
+            c++;
+        if (c == d)
+            return false;
+        v[k] = d;
+        vl[k] = (size_t)(c - d);
+    }
+    return c == end - 1;
 }
 
 /* Binary mode: the read-back members (sluiceset, sluicepartition,
@@ -609,9 +769,19 @@ static int header_of(void *ud, const char *name, size_t nlen, const char *v, siz
  * output) gets none. Returns 0 or SL_ENOMEM. */
 static int sluice_headers(const sl_event *ev, rd_kafka_headers_t *hdrs)
 {
+    static const char *const names[] = {"sluiceset", "sluicepartition", "sluiceoffset"};
+    static const char *const hnames[] = {"ce_sluiceset", "ce_sluicepartition", "ce_sluiceoffset"};
+    const char *tv[3];
+    size_t tl[3];
+    if (decorated_tail(&ev->object, tv, tl)) {
+        for (int k = 0; k < 3; k++)
+            if (rd_kafka_header_add(hdrs, hnames[k], (ssize_t)strlen(hnames[k]), tv[k],
+                                    (ssize_t)tl[k]))
+                return SL_ENOMEM;
+        return 0;
+    }
     if (!memmem(ev->object.p, ev->object.len, "\"sluice", 7))
         return 0;
-    static const char *const names[] = {"sluiceset", "sluicepartition", "sluiceoffset"};
     sl_json_iter it;
     sl_json_tok k, v;
     sl_json_iter_init(&it, &ev->object);
@@ -622,14 +792,8 @@ static int sluice_headers(const sl_event *ev, rd_kafka_headers_t *hdrs)
                 continue;
             if (v.type != SL_JSON_STRING && v.type != SL_JSON_NUMBER)
                 break;
-            size_t vl = 0;
-            char *text = sl_ce_attr_text(&v, &vl);
-            if (!text)
+            if (ce_header(hdrs, names[i], nl, &v))
                 return SL_ENOMEM;
-            int rc = header_of(hdrs, names[i], nl, text, vl);
-            free(text);
-            if (rc)
-                return rc;
             break;
         }
     }
@@ -638,8 +802,10 @@ static int sluice_headers(const sl_event *ev, rd_kafka_headers_t *hdrs)
 
 /* One record, built from payload d. */
 typedef struct record {
-    char *topic;
-    char *key;
+    const char *topic; /* the fixed topic, or own_topic */
+    char *own_topic;   /* a template's expansion */
+    const char *key;   /* into the payload, or own_key */
+    char *own_key;
     size_t key_len;
     const char *value;
     size_t value_len;
@@ -650,12 +816,48 @@ typedef struct record {
 
 static void record_free(record *r)
 {
-    free(r->topic);
-    free(r->key);
+    free(r->own_topic);
+    free(r->own_key);
     sl_buf_free(&r->own);
     if (r->hdrs)
         rd_kafka_headers_destroy(r->hdrs);
     memset(r, 0, sizeof *r);
+}
+
+/* The record's topic: the fixed one, or the template's expansion, checked.
+ * Returns 0, SL_EINVAL with why, or SL_ENOMEM. */
+static int record_topic(kafka_target *t, const sl_event *pev, record *r, char *why, size_t len)
+{
+    const sl_target_kafka_conf *cfg = t->cfg;
+    if (!t->topic_templ) {
+        r->topic = cfg->topic;
+        if (t->topic_ok)
+            return 0;
+        snprintf(why, len,
+                 "target.kafka: \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -)",
+                 cfg->topic);
+        return SL_EINVAL;
+    }
+    const char *miss = NULL;
+    size_t mlen = 0, tlen = 0;
+    int rc = sl_ce_expand(cfg->topic, pev, NULL, &r->own_topic, &tlen, &miss, &mlen);
+    if (rc == SL_EINVAL) {
+        snprintf(why, len,
+                 "target.kafka: the topic template %s needs the attribute \"%.*s\", which the "
+                 "payload does not have",
+                 cfg->topic, (int)mlen, miss);
+        return rc;
+    }
+    if (rc)
+        return rc;
+    r->topic = r->own_topic;
+    if (!topic_name_ok(r->topic, tlen)) {
+        snprintf(why, len,
+                 "target.kafka: \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -)",
+                 r->topic);
+        return SL_EINVAL;
+    }
+    return 0;
 }
 
 /* Builds the record for payload d (ev: scratch space for its parse).
@@ -676,26 +878,13 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
         return SL_EINVAL;
     }
     const sl_event *pev = parsed ? ev : NULL;
-    const char *miss = NULL;
-    size_t mlen = 0, tlen = 0;
-    int rc = sl_ce_expand(cfg->topic, pev, NULL, &r->topic, &tlen, &miss, &mlen);
-    if (rc == SL_EINVAL) {
-        snprintf(why, len,
-                 "target.kafka: the topic template %s needs the attribute \"%.*s\", which the "
-                 "payload does not have",
-                 cfg->topic, (int)mlen, miss);
-        return rc;
-    }
+    int rc = record_topic(t, pev, r, why, len);
     if (rc)
         return rc;
-    if (!topic_name_ok(r->topic, tlen)) {
-        snprintf(why, len,
-                 "target.kafka: \"%s\" is not a valid topic name (1 to 249 of a-z A-Z 0-9 . _ -)",
-                 r->topic);
-        return SL_EINVAL;
-    }
     if (cfg->key) {
-        rc = sl_ce_expand(cfg->key, pev, NULL, &r->key, &r->key_len, &miss, &mlen);
+        const char *miss = NULL;
+        size_t mlen = 0;
+        rc = sl_ce_expand(cfg->key, pev, NULL, &r->own_key, &r->key_len, &miss, &mlen);
         if (rc == SL_EINVAL)
             snprintf(why, len,
                      "target.kafka: the key template %s needs the attribute \"%.*s\", which the "
@@ -703,40 +892,56 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
                      cfg->key, (int)mlen, miss);
         if (rc)
             return rc;
+        r->key = r->own_key;
     } else if (pev) {
-        sl_json_tok tok;
-        if (sl_ce_attr(pev, "partitionkey", 12, &tok) || sl_ce_attr(pev, "subject", 7, &tok))
-            if (!(r->key = sl_ce_attr_text(&tok, &r->key_len)))
-                return SL_ENOMEM;
+        const sl_json_tok *tok = tok_present(&pev->partitionkey) ? &pev->partitionkey
+                                 : tok_present(&pev->subject)    ? &pev->subject
+                                                                 : NULL;
+        if (tok && tok_text(tok, &r->own_key, &r->key, &r->key_len))
+            return SL_ENOMEM;
     }
     if (pev && pev->has_time)
         r->ts_ms = pev->time_ms;
-    if (!(r->hdrs = rd_kafka_headers_new(8 + cfg->nheaders)))
+    /* Room for every header binary mode adds (content-type, 9 attributes,
+     * the 3 read-back members, lane) without the list growing. */
+    if (!(r->hdrs = rd_kafka_headers_new(16 + (pev ? pev->n_ext : 0) + t->nheaders)))
         return SL_ENOMEM;
     for (size_t i = 0; i < t->nheaders; i++)
         rd_kafka_header_add(r->hdrs, t->hname[i], -1, t->hvalue[i], -1);
     if (d->lane && d->lane[0])
-        rd_kafka_header_add(r->hdrs, "lane", -1, d->lane, -1);
+        rd_kafka_header_add(r->hdrs, "lane", 4, d->lane, -1);
     switch (cfg->body) {
     case SL_HTTP_BODY_BINARY: {
-        bool oom = false;
-        char *ctype = sl_ce_content_type(pev, &oom);
-        if (oom)
-            return SL_ENOMEM;
+        /* The content type as text for sl_ce_binary_data*(): on the stack
+         * when it is short and has no escape (always, in practice). */
+        char ctbuf[256], *ctype = NULL, *ct_own = NULL;
+        const sl_json_tok *ctt = &pev->datacontenttype;
+        if (tok_present(ctt)) {
+            if (ctt->type == SL_JSON_STRING && ctt->len >= 2 && ctt->len - 2 < sizeof ctbuf &&
+                !memchr(ctt->p, '\\', ctt->len)) {
+                memcpy(ctbuf, ctt->p + 1, ctt->len - 2);
+                ctbuf[ctt->len - 2] = '\0';
+                ctype = ctbuf;
+            } else {
+                bool oom = false;
+                if (!(ctype = ct_own = sl_ce_content_type(pev, &oom)) && oom)
+                    return SL_ENOMEM;
+            }
+        }
         /* No datacontenttype: JSON data is application/json (JSON format §3.1). */
         const char *ct = ctype ? ctype
                          : pev->data.type != SL_JSON_NONE && pev->data_base64.type == SL_JSON_NONE
                              ? "application/json"
                              : NULL;
         if (ct)
-            rd_kafka_header_add(r->hdrs, "content-type", -1, ct, -1);
-        rc = sl_ce_binary_attrs(pev, header_of, r->hdrs);
+            rd_kafka_header_add(r->hdrs, "content-type", 12, ct, -1);
+        rc = ce_headers(pev, r->hdrs);
         if (!rc)
             rc = sluice_headers(pev, r->hdrs);
         bool as_is = sl_ce_binary_data_is_json(pev, ctype);
         if (!rc && !as_is)
             rc = sl_ce_binary_data(pev, ctype, &r->own);
-        free(ctype);
+        free(ct_own);
         if (rc)
             return rc;
         if (as_is && pev->data.type != SL_JSON_NONE) {
@@ -749,7 +954,7 @@ static int build_record(kafka_target *t, const sl_delivery *d, sl_event *ev, rec
         break;
     }
     case SL_HTTP_BODY_STRUCTURED:
-        rd_kafka_header_add(r->hdrs, "content-type", -1, "application/cloudevents+json", -1);
+        rd_kafka_header_add(r->hdrs, "content-type", 12, "application/cloudevents+json", -1);
         r->value = d->data;
         r->value_len = d->len;
         break;
@@ -789,11 +994,22 @@ static rd_kafka_resp_err_t produce(kafka_target *t, kcall *c, size_t i, record *
         atomic_fetch_add(&c->refs, 1);
         c->slot[i].ts_ms = r->ts_ms ? r->ts_ms : -1;
         atomic_store(&c->slot[i].queued, true); /* before: its report may come at once */
-        rd_kafka_resp_err_t err = rd_kafka_producev(
-            t->rk, RD_KAFKA_V_TOPIC(r->topic), RD_KAFKA_V_MSGFLAGS(flags),
-            RD_KAFKA_V_VALUE((void *)r->value, r->value_len),
-            RD_KAFKA_V_KEY(r->key, r->key ? r->key_len : 0), RD_KAFKA_V_HEADERS(r->hdrs),
-            RD_KAFKA_V_TIMESTAMP(r->ts_ms), RD_KAFKA_V_OPAQUE(&c->slot[i]), RD_KAFKA_V_END);
+        rd_kafka_vu_t vu[7] = {
+            {.vtype = RD_KAFKA_VTYPE_MSGFLAGS, .u.i = flags},
+            {.vtype = RD_KAFKA_VTYPE_VALUE, .u.mem = {(void *)r->value, r->value_len}},
+            {.vtype = RD_KAFKA_VTYPE_KEY, .u.mem = {(void *)r->key, r->key ? r->key_len : 0}},
+            {.vtype = RD_KAFKA_VTYPE_HEADERS, .u.headers = r->hdrs},
+            {.vtype = RD_KAFKA_VTYPE_TIMESTAMP, .u.i64 = r->ts_ms},
+            {.vtype = RD_KAFKA_VTYPE_OPAQUE, .u.ptr = &c->slot[i]},
+        };
+        if (t->rkt && r->topic == t->cfg->topic)
+            vu[6] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_RKT, .u.rkt = t->rkt};
+        else
+            vu[6] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_TOPIC, .u.cstr = r->topic};
+        rd_kafka_error_t *kerr = rd_kafka_produceva(t->rk, vu, 7);
+        rd_kafka_resp_err_t err = kerr ? rd_kafka_error_code(kerr) : RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (kerr)
+            rd_kafka_error_destroy(kerr);
         if (!err) {
             r->hdrs = NULL;
             return err;
@@ -839,11 +1055,8 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
                           void *ctx)
 {
     kafka_target *t = impl;
-    kcall *c = malloc(sizeof *c + n * sizeof *c->slot);
-    sl_event *ev = malloc(sizeof *ev);
-    if (!c || !ev) {
-        free(c);
-        free(ev);
+    kcall *c = call_get(t, n);
+    if (!c) {
         for (size_t i = 0; i < n; i++)
             done(ctx, i, SL_ENOMEM, "target.kafka: out of memory");
         return;
@@ -888,7 +1101,7 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
             continue;
         }
         record r = {0};
-        int rc = build_record(t, &d[i], ev, &r, why, sizeof why);
+        int rc = build_record(t, &d[i], &c->ev, &r, why, sizeof why);
         if (rc == SL_ENOMEM)
             snprintf(why, sizeof why, "target.kafka: out of memory");
         if (!rc) {
@@ -923,7 +1136,6 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
         }
     }
     pthread_rwlock_unlock(&t->rklock);
-    free(ev);
     call_unref(c);
 }
 
@@ -931,6 +1143,8 @@ static void kafka_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver
 
 static void free_target(kafka_target *t)
 {
+    for (size_t i = 0; i < SPARE_CALLS; i++)
+        free(t->spare[i]);
     for (size_t i = 0; i < t->nheaders; i++) {
         free(t->hname[i]);
         free(t->hvalue[i]);
@@ -986,6 +1200,7 @@ static int kafka_open(const sl_target_config *tc, const sl_target_env *env, void
     t->ordered = tc->ordered;
     t->topic_templ = sl_ce_has_placeholder(cfg->topic);
     t->key_templ = cfg->key && sl_ce_has_placeholder(cfg->key);
+    t->topic_ok = !t->topic_templ && topic_name_ok(cfg->topic, strlen(cfg->topic));
     int rc = (t->rule = strdup(env && env->rule ? env->rule : "?")) ? 0 : SL_ENOMEM;
     if (rc)
         sl_error_set(err, rc, "target.kafka: out of memory");
@@ -995,7 +1210,7 @@ static int kafka_open(const sl_target_config *tc, const sl_target_env *env, void
         rc = err && err->code ? err->code : SL_EINVAL;
     if (!rc && start_polling(t)) {
         rc = sl_error_set(err, SL_ENOMEM, "target.kafka: cannot start its thread");
-        rd_kafka_destroy(t->rk);
+        free_producer(t, t->rk);
     }
     if (rc) {
         free_target(t);

@@ -11,7 +11,9 @@
  * the target's health (back once the brokers are, even when idle), `sluice
  * check` refusing what librdkafka refuses (conflicting properties too) without
  * quoting secrets, records held behind an unqueueable one in an ordered batch
- * using up no attempt, and a refused timestamp being permanent.
+ * using up no attempt, a refused timestamp being permanent, and keyed records
+ * on the partition Java's murmur2 picks (an explicit `partitioner` wins), and
+ * the ce_sluice* headers of decorated events and of a transform's output.
  * The harness is itest.h.
  */
 #include "itest.h"
@@ -373,6 +375,58 @@ static void test_binary(void **state)
     s->passed = true;
 }
 
+/* The ce_sluice* headers come from the decorated event's tail, and from
+ * anywhere in a transform's output (whose members may come in any order);
+ * data that merely contains the text of such a tail changes nothing. */
+static void test_sluice_headers(void **state)
+{
+    it_server *s = *state;
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "lanes.auto = true\n"
+                    "set \"in\" { partitions = 1 }\n"
+                    "rule \"plain\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"sh-plain\", properties = { [\"linger.ms\"] = 1 } } }\n"
+                    "rule \"tf\" { set = \"in\",\n"
+                    "  transform = function(e) e.data.t = true; e.zz = \"last\"; return e end,\n"
+                    "  target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"sh-tf\", properties = { [\"linger.ms\"] = 1 } } }\n",
+                    g_mk.boot, g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < 4; i++)
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"h%d\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"data\":{\"s\":\",\\\"sluiceset\\\":\\\"fake\\\",\\\"sluicepartition\\\":7,"
+                      "\\\"sluiceoffset\\\":9}\"}}\n",
+                      i);
+    json_decref(it_post_all(s, "in", NULL, &b, 4));
+    sl_buf_free(&b);
+    it_wait_caught_up(s, WAIT_S);
+    for (int pass = 0; pass < 2; pass++) {
+        krecs rs = consume(pass ? "sh-tf" : "sh-plain", 4);
+        assert_int_equal(rs.n, 4);
+        for (size_t k = 0; k < rs.n; k++) {
+            krec *r = &rs.v[k];
+            char id[16], want[16];
+            if (!hdr(r, "ce_id", id, sizeof id))
+                fail_msg("a record without ce_id: %s", r->hdrs);
+            expect_hdr(r, "ce_sluiceset", "in");
+            expect_hdr(r, "ce_sluicepartition", "0");
+            snprintf(want, sizeof want, "%d", atoi(id + 1));
+            expect_hdr(r, "ce_sluiceoffset", want);
+            if (count_of(r->hdrs, "ce_sluiceset=") != 1)
+                fail_msg("record %s: ce_sluiceset more than once:\n%s", id, r->hdrs);
+            if (pass)
+                expect_hdr(r, "ce_zz", "last");
+            if (!strstr(r->value, "sluiceset\\\":\\\"fake"))
+                fail_msg("record %s: the data changed: %s", id, r->value);
+        }
+        krecs_free(&rs);
+    }
+    s->passed = true;
+}
+
 /* Structured mode (the event JSON, content-type application/cloudevents+json)
  * with a key template and a configured header; data mode (the payload alone,
  * no ce_* headers) with its key from subject. */
@@ -435,6 +489,137 @@ static void test_structured_and_data(void **state)
         }
         krecs_free(&rs);
     }
+    s->passed = true;
+}
+
+/* Kafka's Utils.murmur2 (Java), written here again rather than taken from
+ * core/bus/databus.c, so that the test checks sluice against Kafka and not
+ * against itself; the vectors of Kafka's UtilsTest check this copy. */
+static int32_t java_murmur2(const char *key, size_t len)
+{
+    const uint32_t m = 0x5bd1e995;
+    uint32_t h = 0x9747b28c ^ (uint32_t)len;
+    const unsigned char *d = (const unsigned char *)key;
+    size_t i = 0;
+    for (; i + 4 <= len; i += 4) {
+        uint32_t k = d[i] | (uint32_t)d[i + 1] << 8 | (uint32_t)d[i + 2] << 16 |
+                     (uint32_t)d[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = h * m ^ k;
+    }
+    switch (len - i) {
+    case 3:
+        h ^= (uint32_t)d[i + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)d[i + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= d[i];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+/* The Java producer's partition for a key: toPositive(murmur2(key)) % n. */
+static int java_partition(const char *key, int n)
+{
+    return (int)(((uint32_t)java_murmur2(key, strlen(key)) & 0x7fffffffu) % (uint32_t)n);
+}
+
+/* librdkafka's "consistent" partitioner: CRC32 (zlib's) of the key % n. */
+static int crc32_partition(const char *key, int n)
+{
+    uint32_t c = 0xffffffffu;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
+        c ^= *p;
+        for (int b = 0; b < 8; b++)
+            c = c & 1 ? (c >> 1) ^ 0xedb88320u : c >> 1;
+    }
+    return (int)((c ^ 0xffffffffu) % (uint32_t)n);
+}
+
+/* A keyed record lands on the partition a Java producer (and sluice's own
+ * Databus) picks for its key, murmur2, not librdkafka's CRC32 default; a
+ * rule whose properties name another partitioner gets that one. */
+static void test_partitioner(void **state)
+{
+    static const struct {
+        const char *key;
+        int32_t murmur2;
+    } kafka[] = {
+        /* org.apache.kafka.common.utils.UtilsTest#testMurmur2 */
+        {"21", -973932308},
+        {"foobar", -790332482},
+        {"a-little-bit-long-string", -985981536},
+        {"a-little-bit-longer-string", -1486304829},
+        {"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971},
+        {"abc", 479470107},
+    };
+    enum { NV = sizeof kafka / sizeof *kafka, NK = 60, PARTS = 16 };
+    for (int i = 0; i < NV; i++)
+        assert_int_equal(java_murmur2(kafka[i].key, strlen(kafka[i].key)), kafka[i].murmur2);
+
+    it_server *s = *state;
+    mock_cmd("topic pm %d", PARTS);
+    mock_cmd("topic pc %d", PARTS);
+    char cfg[PATH_MAX];
+    it_write_config(s, cfg,
+                    "lanes.auto = true\n"
+                    "set \"in\" { partitions = 3 }\n"
+                    "rule \"pm\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"pm\", properties = { [\"linger.ms\"] = 1 } } }\n"
+                    "rule \"pc\" { set = \"in\", target = target.kafka { brokers = \"%s\",\n"
+                    "  topic = \"pc\", properties = { [\"linger.ms\"] = 1,\n"
+                    "  partitioner = \"consistent\" } } }\n",
+                    g_mk.boot, g_mk.boot);
+    it_start_config(s, cfg, WAIT_S);
+    sl_buf b = SL_BUF_INIT;
+    for (int i = 0; i < NV + NK; i++) {
+        char key[64];
+        if (i < NV)
+            snprintf(key, sizeof key, "%s", kafka[i].key);
+        else
+            snprintf(key, sizeof key, "customer-%d", i * 7919);
+        sl_buf_printf(&b,
+                      "{\"specversion\":\"1.0\",\"id\":\"p%d\",\"source\":\"/s\",\"type\":\"t\","
+                      "\"partitionkey\":\"%s\",\"data\":%d}\n",
+                      i, key, i);
+    }
+    json_decref(it_post_all(s, "in", NULL, &b, NV + NK));
+    sl_buf_free(&b);
+    it_wait_caught_up(s, WAIT_S);
+
+    int differ = 0, used[PARTS] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        krecs rs = consume(pass ? "pc" : "pm", NV + NK);
+        assert_int_equal(rs.n, NV + NK);
+        for (size_t k = 0; k < rs.n; k++) {
+            krec *r = &rs.v[k];
+            if (!r->key)
+                fail_msg("record %d/%lld without a key", r->part, (long long)r->off);
+            int want = pass ? crc32_partition(r->key, PARTS) : java_partition(r->key, PARTS);
+            if (r->part != want)
+                fail_msg("%s: key \"%s\" is in partition %d, want %d", pass ? "consistent" : "default",
+                         r->key, r->part, want);
+            if (!pass) {
+                used[r->part]++;
+                differ += crc32_partition(r->key, PARTS) != want;
+            }
+        }
+        krecs_free(&rs);
+    }
+    /* The keys tell the two partitioners apart, and spread over the topic. */
+    assert_true(differ > (NV + NK) / 2);
+    int nused = 0;
+    for (int p = 0; p < PARTS; p++)
+        nused += used[p] > 0;
+    assert_true(nused >= PARTS / 2);
     s->passed = true;
 }
 
@@ -938,6 +1123,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_binary),
         T(test_structured_and_data),
+        T(test_partitioner),
+        T(test_sluice_headers),
         T(test_permanent),
         T(test_check),
         T(test_shutdown_brokers_down),
@@ -948,6 +1135,9 @@ int main(void)
         T(test_invalid_timestamp),
         T(test_health_back),
     };
+    /* ITEST_ONLY=NAME (a cmocka pattern, e.g. test_partitioner) runs those alone. */
+    if (getenv("ITEST_ONLY"))
+        cmocka_set_test_filter(getenv("ITEST_ONLY"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     it_cleanup();
     return rc;

@@ -72,6 +72,10 @@
 #define KEYS 10              /* partition keys per writer */
 #define BATCH 100            /* events per POST */
 #define SESSION_S 6          /* server.kafka.session_timeout: takeover is bounded by it */
+/* server.kafka.delivery_timeout: shorter than the broker outage of
+ * test_cluster, so that durable writes to its partitions fail (per-entry
+ * errors, 503) and the writers post them again elsewhere */
+#define DELIVERY_S 5
 #define TOPIC "acc.orders"
 #define GROUP "sluice.set.orders"
 
@@ -602,8 +606,9 @@ static int group_setup(void **state)
                         "-- scale-out: the routers share this config\n"
                         "server { kafka = { brokers = \"%s\", topic_prefix = \"acc.\",\n"
                         "                   client_id = \"itest-scaleout\", session_timeout = "
-                        "\"%ds\" } }\n" KAFKA_SET RULE_DELIVER,
-                        g_mk.boot, SESSION_S, rx_port(g_rx));
+                        "\"%ds\",\n"
+                        "                   delivery_timeout = \"%ds\" } }\n" KAFKA_SET RULE_DELIVER,
+                        g_mk.boot, SESSION_S, DELIVERY_S, rx_port(g_rx));
     printf("# test_scaleout: %s; mock cluster %s; receiver on port %d\n",
            g_local ? "SCALEOUT_LOCAL: local sets (the harness's selftest)" : "Kafka-backed set",
            g_mk.boot, rx_port(g_rx));

@@ -247,6 +247,7 @@ typedef struct writer {
 
 static writer g_w[WRITERS];
 static atomic_bool g_stop;
+static phase g_ph; /* the current test's stream; freed by the test's teardown */
 
 static void phase_init(phase *ph, char tag, int per_writer, double span)
 {
@@ -644,6 +645,7 @@ static int test_teardown(void **state)
 {
     (void)state;
     writers_join(0);
+    phase_free(&g_ph);
     rx_unscript(g_rx);
     g_nrouters = ROUTERS;
     g_any_failed |= g_failed;
@@ -724,11 +726,18 @@ static void test_sets(void **state)
             json_t *rule = it_rule(g_r[i], "deliver");
             const char *group = json_string_value(json_object_get(rule, "group"));
             json_t *members = json_object_get(rule, "members");
-            if (!group || strcmp(group, GROUP) != 0 || !json_is_integer(members) ||
-                json_integer_value(members) != ROUTERS)
-                it_fail_rule(rule, "router %d: GET /v1/rules should name the group " GROUP
-                             " and its %d members", i, ROUTERS);
+            bool good = group && strcmp(group, GROUP) == 0 && json_is_integer(members) &&
+                        json_integer_value(members) == ROUTERS;
+            char *flat = good ? NULL : json_dumps(rule, JSON_COMPACT);
             json_decref(rule);
+            if (!good) {
+                char msg[2048];
+                snprintf(msg, sizeof msg, "%s", flat ? flat : "?");
+                free(flat);
+                fail_msg("router %d: GET /v1/rules should name the group " GROUP
+                         " and its %d members: %s",
+                         i, ROUTERS, msg);
+            }
         }
     }
     passed();
@@ -742,24 +751,23 @@ static void test_crash(void **state)
     need_routers();
     unsigned masks[MAX_R];
     wait_owned(ROUTERS, true, masks, 40, "before the stream");
-    phase ph;
     /* 20,000 events over 20 s; 100,000 over 60 s with SLUICE_SOAK=1 */
     int total = it_soak() ? 100000 : 20000;
-    phase_init(&ph, 'b', (total + WRITERS - 1) / WRITERS, it_soak() ? 60 : 20);
-    writers_start(&ph);
+    phase_init(&g_ph, 'b', (total + WRITERS - 1) / WRITERS, it_soak() ? 60 : 20);
+    writers_start(&g_ph);
 
     /* one router SIGKILLed a quarter of the way in: what it owned must be
      * taken over by the others within about the session timeout */
-    wait_acked(&ph, 0.25, 40);
+    wait_acked(&g_ph, 0.25, 40);
     unsigned killed = 0;
     int members;
     if (owned(0, &killed, &members) < 0)
         killed = 0;
-    long acked_at_kill = atomic_load(&ph.acked);
+    long acked_at_kill = atomic_load(&g_ph.acked);
     router_stop(0, SIGKILL);
     double t_kill = it_mono();
-    ph.after = t_kill;
-    ph.after_mask = killed;
+    g_ph.after = t_kill;
+    g_ph.after_mask = killed;
     double reassigned = -1;
     char pic[512] = "";
     if (!g_local) {
@@ -776,8 +784,8 @@ static void test_crash(void **state)
     }
 
     /* another router stopped cleanly and started again, later in the stream */
-    wait_acked(&ph, 0.7, 40);
-    long acked_at_term = atomic_load(&ph.acked);
+    wait_acked(&g_ph, 0.7, 40);
+    long acked_at_term = atomic_load(&g_ph.acked);
     double t_term = it_mono();
     int st = router_stop(1, SIGTERM);
     it_sleep_ms(1000); /* the group rebalances without it, then with it again */
@@ -786,11 +794,11 @@ static void test_crash(void **state)
     bool finished = writers_join(120);
     if (!finished)
         fail_msg("crash: the writers did not finish within 120 s (%ld acknowledged so far)",
-                 atomic_load(&ph.acked));
+                 atomic_load(&g_ph.acked));
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail_msg("crash: router 1 did not stop cleanly on SIGTERM (status %d)", st);
     double t_posted = it_mono();
-    wait_delivered(&ph, WAIT_S, "crash");
+    wait_delivered(&g_ph, WAIT_S, "crash");
     double drained = it_mono() - t_posted;
     if (!g_local && reassigned < 0)
         fail_msg("crash: the partitions of the SIGKILLed router (mask 0x%x) were not taken over "
@@ -798,19 +806,18 @@ static void test_crash(void **state)
                  killed, SESSION_S * 4 + 20, pic);
     printf("# crash: router 0 SIGKILLed %.1f s into the stream (%ld acknowledged), router 1 "
            "SIGTERMed at %.1f s (%ld acknowledged) and back at %.1f s\n",
-           t_kill - ph.t0, acked_at_kill, t_term - ph.t0, acked_at_term, t_back - ph.t0);
+           t_kill - g_ph.t0, acked_at_kill, t_term - g_ph.t0, acked_at_term, t_back - g_ph.t0);
     if (!g_local)
         printf("# crash: takeover after the SIGKILL of router 0 (partitions mask 0x%x, session "
                "timeout %d s): reassigned after %.0f ms, first delivery from them after %.0f ms; "
                "drained %.1f s after the last post\n",
                killed, SESSION_S, reassigned * 1000,
-               ph.first_after > 0 ? (ph.first_after - t_kill) * 1000 : -1.0, drained);
-    phase_check(&ph, "crash", 0.10);
+               g_ph.first_after > 0 ? (g_ph.first_after - t_kill) * 1000 : -1.0, drained);
+    phase_check(&g_ph, "crash", 0.10);
     /* router 0 back for what follows */
     if (!g_r[0]->pid)
         router_restart(0);
     wait_owned(ROUTERS, true, masks, 40, "after the crash test");
-    phase_free(&ph);
     passed();
 }
 
@@ -829,10 +836,9 @@ static void test_cluster(void **state)
     need_routers();
     unsigned masks[MAX_R];
     wait_owned(ROUTERS, true, masks, 40, "before the cluster faults");
-    phase ph;
-    phase_init(&ph, 'c', 2000, 22);
-    writers_start(&ph);
-    double t0 = ph.t0;
+    phase_init(&g_ph, 'c', 2000, 22);
+    writers_start(&g_ph);
+    double t0 = g_ph.t0;
     /* broker 2 down for 10 s: leaders stay on it (the mock does not move
      * them), so its partitions (and maybe the group's coordinator) wait */
     at_time(t0, 2);
@@ -863,19 +869,21 @@ static void test_cluster(void **state)
     it_kmock_cmd(&g_mk, "clear offsetcommit");
     if (!finished)
         fail_msg("cluster: the writers did not finish within 120 s (%ld acknowledged so far)",
-                 atomic_load(&ph.acked));
+                 atomic_load(&g_ph.acked));
     double t_posted = it_mono();
-    wait_delivered(&ph, WAIT_S, "cluster");
+    wait_delivered(&g_ph, WAIT_S, "cluster");
     double drained = it_mono() - t_posted;
-    /* bounded but looser than a crash: a commit refused with a rebalance
-     * redelivers what was in flight */
-    phase_check(&ph, "cluster", 0.25);
+    /* looser than a crash: while the coordinator's broker is down the
+     * sessions time out (assignments lost: nothing committed), and the
+     * cursor topic's partitions on that broker take no writes for 10 s, so
+     * what was delivered meanwhile may come again; the point here is that
+     * nothing is lost */
+    phase_check(&g_ph, "cluster", 0.5);
     double settled = wait_owned(ROUTERS, true, masks, 40, "after the cluster faults");
     printf("# cluster: broker 2 down 10 s, 3 leaders and the coordinator moved, errors on "
            "Produce/Fetch/OffsetCommit: drained %.1f s after the last post, group whole %.1f s "
            "later\n",
            drained, settled);
-    phase_free(&ph);
     passed();
 }
 
@@ -932,10 +940,9 @@ static void test_target(void **state)
     need_routers();
     unsigned masks[MAX_R];
     wait_owned(ROUTERS, true, masks, 40, "before the target outage");
-    phase ph;
-    phase_init(&ph, 'd', 1000, 10);
-    writers_start(&ph);
-    double t0 = ph.t0;
+    phase_init(&g_ph, 'd', 1000, 10);
+    writers_start(&g_ph);
+    double t0 = g_ph.t0;
     at_time(t0, 2);
     rx_fail(g_rx, -1, 503, "down for maintenance", "1");
     double t_down = it_mono();
@@ -956,11 +963,11 @@ static void test_target(void **state)
     bool finished = writers_join(60);
     if (!finished)
         fail_msg("target: the writers did not finish within 60 s (%ld acknowledged so far)",
-                 atomic_load(&ph.acked));
-    wait_delivered(&ph, WAIT_S, "target");
+                 atomic_load(&g_ph.acked));
+    wait_delivered(&g_ph, WAIT_S, "target");
     double caught_up = it_mono() - t_up;
     /* a request the outage refused is retried, not counted twice */
-    phase_check(&ph, "target", 0.10);
+    phase_check(&g_ph, "target", 0.10);
     printf("# target: 503 for 30 s (%zu requests refused in all so far): the group whole at %d "
            "of %d looks, caught up %.1f s after the target came back\n",
            refused, whole, looks, caught_up);
@@ -970,7 +977,6 @@ static void test_target(void **state)
                  whole, looks, bad);
     /* and the group's offsets followed: what a next owner would start from */
     wait_committed(ROUTERS, 30, "target");
-    phase_free(&ph);
     passed();
 }
 
@@ -983,11 +989,10 @@ static void test_join(void **state)
     unsigned masks[MAX_R];
     char pic[512];
     wait_owned(ROUTERS, true, masks, 40, "before the fourth router");
-    phase ph;
-    phase_init(&ph, 'e', 1000, 14);
+    phase_init(&g_ph, 'e', 1000, 14);
     g_nrouters = ROUTERS + 1; /* the writers use the fourth one too */
     router_start(3);
-    writers_start(&ph);
+    writers_start(&g_ph);
     /* 6 partitions among 4 routers: each gets one at least */
     double joined = wait_owned(ROUTERS + 1, true, masks, 40, "4 routers");
     if (!g_local && !masks[3]) {
@@ -998,7 +1003,7 @@ static void test_join(void **state)
         ownership(ROUTERS + 1, true, masks, pic, sizeof pic);
         printf("# join: with 4 routers after %.1f s: %s\n", joined, pic);
     }
-    at_time(ph.t0, 7);
+    at_time(g_ph.t0, 7);
     int st = router_stop(3, SIGTERM);
     g_nrouters = ROUTERS;
     double left = wait_owned(ROUTERS, true, masks, 40, "after the fourth router left");
@@ -1009,16 +1014,15 @@ static void test_join(void **state)
     bool finished = writers_join(60);
     if (!finished)
         fail_msg("join: the writers did not finish within 60 s (%ld acknowledged so far)",
-                 atomic_load(&ph.acked));
+                 atomic_load(&g_ph.acked));
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail_msg("join: the fourth router did not stop cleanly on SIGTERM (status %d)", st);
     if (g_local)
         router_restart(3); /* its own events wait in its own data dir */
-    wait_delivered(&ph, WAIT_S, "join");
-    phase_check(&ph, "join", 0.10);
+    wait_delivered(&g_ph, WAIT_S, "join");
+    phase_check(&g_ph, "join", 0.10);
     if (g_local)
         router_stop(3, SIGTERM);
-    phase_free(&ph);
     passed();
 }
 

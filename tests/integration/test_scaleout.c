@@ -13,7 +13,9 @@
  *   sets       GET /v1/sets names backend "kafka", topic and partitions;
  *              `sluice check` takes the config and refuses a kafka set
  *              without server.kafka at FILE:LINE; the group shares the 6
- *              partitions among the 3 routers (GET /v1/rules).
+ *              partitions among the 3 routers and GET /v1/rules names it
+ *              (members: 3, or null where the cluster cannot describe
+ *              groups, as the 2.0.2 mock).
  *   crash      20,000 events (100,000 with SLUICE_SOAK=1; NDJSON batches of
  *              100, a partitionkey each, ack = "durable") posted across the
  *              routers by 3 writers that
@@ -726,8 +728,16 @@ static void test_sets(void **state)
             json_t *rule = it_rule(g_r[i], "deliver");
             const char *group = json_string_value(json_object_get(rule, "group"));
             json_t *members = json_object_get(rule, "members");
-            bool good = group && strcmp(group, GROUP) == 0 && json_is_integer(members) &&
-                        json_integer_value(members) == ROUTERS;
+            /* members: null when the cluster cannot describe groups (the
+             * 2.0.2 mock has no DescribeGroups), else all three */
+            bool good = group && strcmp(group, GROUP) == 0 &&
+                        (json_is_null(members) ||
+                         (json_is_integer(members) && json_integer_value(members) == ROUTERS));
+            if (good && i == 0)
+                printf("# sets: GET /v1/rules: group %s, members %s\n", group,
+                       json_is_null(members) ? "null (not known: the cluster cannot describe "
+                                               "groups)"
+                                             : "3");
             char *flat = good ? NULL : json_dumps(rule, JSON_COMPACT);
             json_decref(rule);
             if (!good) {
@@ -735,7 +745,7 @@ static void test_sets(void **state)
                 snprintf(msg, sizeof msg, "%s", flat ? flat : "?");
                 free(flat);
                 fail_msg("router %d: GET /v1/rules should name the group " GROUP
-                         " and its %d members: %s",
+                         " and its %d members (or null): %s",
                          i, ROUTERS, msg);
             }
         }

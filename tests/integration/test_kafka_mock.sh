@@ -43,6 +43,29 @@ wait "$prod" || { echo "FAIL: the producer failed across the outage"; exit 1; }
 got=$(timeout 60 kcat -q -C -b "$bs" -t t -o beginning -e | sort -n | uniq | wc -l)
 [ "$got" -eq 2000 ] || { echo "FAIL: after the outage read back $got distinct of 2000"; exit 1; }
 grep -c '^ok' "$dir/out" | grep -qx 2 || { echo "FAIL: the harness did not confirm down/up: $(cat "$dir/out")"; exit 1; }
+
+# The commands of the scale-out tests: a replicated topic, a leader moved, a
+# group coordinator moved, injected errors on Produce, Fetch and
+# OffsetCommit (by name); the client retries through all of them and loses
+# nothing. Wrong commands answer "error: ..." and change nothing.
+for c in "topic r 6 3" "leader r 0 3" "leader r 1 2" "coordinator group g-r 2" \
+         "error produce NOT_LEADER_FOR_PARTITION 2" "error fetch 6 3" \
+         "errors OffsetCommit REBALANCE_IN_PROGRESS 15" "ping" "bootstrap" \
+         "topic r 6 3" "leader r 0 9" "error nosuchapi 6 1" "coordinator nope g 1"; do
+    echo "$c" >&3
+done
+i=0
+until [ "$(wc -l < "$dir/out")" -ge 16 ]; do
+    i=$((i + 1))
+    [ $i -lt 100 ] || { echo "FAIL: the harness did not answer every command: $(cat "$dir/out")"; exit 1; }
+    sleep 0.1
+done
+[ "$(sed -n 4,12p "$dir/out" | grep -c '^ok')" -eq 9 ] || { echo "FAIL: commands refused: $(cat "$dir/out")"; exit 1; }
+sed -n 12p "$dir/out" | grep -qx "ok $bs" || { echo "FAIL: bootstrap answered $(sed -n 12p "$dir/out"), not ok $bs"; exit 1; }
+[ "$(sed -n 13,16p "$dir/out" | grep -c '^error: ')" -eq 4 ] || { echo "FAIL: wrong commands not refused: $(cat "$dir/out")"; exit 1; }
+seq 1 600 | timeout 60 kcat -q -P -b "$bs" -t r -X message.timeout.ms=30000
+got=$(timeout 60 kcat -q -C -b "$bs" -t r -o beginning -e | sort -n | uniq | wc -l)
+[ "$got" -eq 600 ] || { echo "FAIL: with a leader moved and injected errors read back $got distinct of 600"; exit 1; }
 echo "quit" >&3
 exec 3>&-
 wait "$pid" || { echo "FAIL: kafka_mock did not exit cleanly"; exit 1; }
@@ -94,4 +117,4 @@ except subprocess.TimeoutExpired:
 if rc != 0:
     sys.exit("FAIL: kafka_mock exited %d at the end of a piped stdin" % rc)
 PY
-echo "ok: kafka_mock (3 brokers on $bs): 2000 messages produced and read back with kcat, across a broker outage; runs until signalled with /dev/null or a terminal as stdin"
+echo "ok: kafka_mock (3 brokers on $bs): 2000 messages produced and read back with kcat, across a broker outage; 600 more to a topic with replication 3 across a moved leader and injected Produce/Fetch errors; runs until signalled with /dev/null or a terminal as stdin"

@@ -260,8 +260,12 @@ sys.exit(0 if sorted(parts) == list(range(int(sys.argv[1]))) else 1)' "$PARTS" <
 }
 
 SUMMARY=()
+LAST=""   # key=value pairs of the last line
+MISSED=0
 row() { # row LABEL FIGURE REF RATIO GOAL MET (for the table printed at the end)
     SUMMARY+=("$(printf '%-52s %14s %14s %7s %8s %4s' "$1" "$2" "$3" "$4" "$5" "$6")")
+    [ "$6" = no ] && MISSED=$((MISSED + 1))
+    return 0
 }
 
 # ---- (a) HTTP ingest vs kcat -P ------------------------------------------------------------
@@ -342,6 +346,7 @@ PY
             ev/s "$ING_EPS" "kcat -P, same records and cluster" "$REF_EPS" "$r" ">= $INGEST_GOAL" "$met"
         tsv_row scaleout.ingest_cpu "HTTP ingest into a Kafka-backed set: CPU per event (lower is better)" \
             "µs/ev" "$ING_CPU" "kcat -P" "$REF_CPU" "$(ratio "$ING_CPU" "$REF_CPU")" - -
+        LAST="$LAST ingest_eps=$(printf '%.0f' "$ING_EPS") ingest_ratio=$r ingest_cpu_us=$(printf '%.2f' "$ING_CPU") kcat_cpu_us=$(printf '%.2f' "$REF_CPU")"
         row "(a) ingest, ev/s (kcat -P)" "$(printf '%.0f' "$ING_EPS")" "$(printf '%.0f' "$REF_EPS")" "$r" ">= $INGEST_GOAL" "$met"
         row "(a) ingest, CPU us/ev (kcat -P)" "$(printf '%.2f' "$ING_CPU")" "$(printf '%.2f' "$REF_CPU")" "$(ratio "$ING_CPU" "$REF_CPU")" - -
     fi
@@ -449,6 +454,7 @@ if has_row deliver; then
             "µs/ev" "${DCPU[$n]}" "1 router, same run" "${DCPU[1]}" "$rc" "$goal" "$met"
         tsv_row "scaleout.deliver_eps_$n" "rule delivery over a Kafka-backed set, $n router(s) on $(nproc) cores: delivered events/s" \
             ev/s "${DEPS[$n]}" "1 router, same run" "${DEPS[1]}" "$re" - -
+        LAST="$LAST deliver_eps_$n=$(printf '%.0f' "${DEPS[$n]}") deliver_cpu_us_$n=$(printf '%.2f' "${DCPU[$n]}")"
         row "(b) $n router(s), CPU us/ev per router (1 router)" "$(printf '%.2f' "${DCPU[$n]}")" "$(printf '%.2f' "${DCPU[1]}")" "$rc" "$goal" "$met"
         row "(b) $n router(s), delivered ev/s (1 router)" "$(printf '%.0f' "${DEPS[$n]}")" "$(printf '%.0f' "${DEPS[1]}")" "$re" - -
     done
@@ -459,6 +465,7 @@ if has_row deliver; then
         le "$r" "$TAKEOVER_GOAL" && met=yes
         tsv_row scaleout.takeover "takeover after a SIGKILL of 1 of 3 routers: until the 2 others own every partition" \
             s "$TK" "session_timeout" "$sess_s" "$r" "<= $TAKEOVER_GOAL" "$met"
+        LAST="$LAST takeover_s=$(printf '%.2f' "$TK")"
         row "(b) takeover after SIGKILL, s (session_timeout)" "$(printf '%.2f' "$TK")" "$sess_s" "$r" "<= $TAKEOVER_GOAL" "$met"
     fi
 fi
@@ -506,10 +513,12 @@ if has_row fetch; then
         tsv_row scaleout.fetch_1 "Kafka fetch bytes per router, 1 rule, $E events" MiB "$(calc "$FB1 / 1048576")" - - - - -
         tsv_row "scaleout.fetch_$FETCH_RULES" "Kafka fetch bytes per router, $FETCH_RULES rules, $E events" MiB \
             "$(calc "$FBN / 1048576")" "1 rule, same run" "$(calc "$FB1 / 1048576")" "$r" "<= $FETCH_GOAL" "$met"
+        LAST="$LAST fetch_bytes_1=$FB1 fetch_bytes_$FETCH_RULES=$FBN fetch_ratio=$r"
         row "(c) fetch MiB, $FETCH_RULES rules (1 rule)" "$(printf '%.1f' "$(calc "$FBN / 1048576")")" "$(printf '%.1f' "$(calc "$FB1 / 1048576")")" "$r" "<= $FETCH_GOAL" "$met"
     else
         tsv_row "scaleout.fetch_$FETCH_RULES" "Kafka fetch bytes per router, 1 and $FETCH_RULES rules: not measured (no sluice_kafka_fetched_bytes_total{set} in /metrics)" \
             MiB - - - - "<= $FETCH_GOAL" -
+        LAST="$LAST fetch_bytes=not_measured"
         row "(c) fetch bytes: not measured (no metric)" - - - "<= $FETCH_GOAL" -
     fi
 fi
@@ -523,4 +532,5 @@ for l in "${SUMMARY[@]}"; do echo "$l"; done
 echo "(CPU us/ev: user + system time of the process per event; the mock broker's CPU is counted on"
 echo " neither side. (b) is timed from the first delivered event to the last; per router: its CPU"
 echo " over that window / the events it delivered. On 2 cores, more routers share the same CPUs.)"
+echo "scaleout_bench:${LAST} goals_missed=$MISSED"
 exit 0

@@ -270,6 +270,22 @@ static int add_rules(session *s, table *t)
             goto oom;
         member_text(&el, "name", row[0], CELL, 0, "?");
         member_text(&el, "set", row[1], CELL, 0, "?");
+        /* A rule over a Kafka-backed set runs in the set's group: which
+         * share of it this router has (docs/scale-out.md). */
+        sl_json_tok parts, p;
+        char group[64];
+        member_text(&el, "group", group, sizeof group, 0, "");
+        if (group[0] && sl_json_get(&el, "partitions", &parts) && parts.type == SL_JSON_ARRAY) {
+            int owned = 0;
+            sl_json_iter pit;
+            sl_json_iter_init(&pit, &parts);
+            while (sl_json_iter_elem(&pit, &p))
+                owned++;
+            char set[CELL];
+            memcpy(set, row[1], CELL);
+            snprintf(row[1], CELL, "%.48s [%.48s: %lld members, %d partitions here]", set, group,
+                     (long long)sl_cli_member_i64(&el, "members"), owned);
+        }
         cell_i64(row[2], sl_cli_member_i64(&el, "lag"));
         cell_i64(row[3], sl_cli_member_i64(&el, "delivered"));
         cell_i64(row[4], sl_cli_member_i64(&el, "failed"));

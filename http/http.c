@@ -343,8 +343,19 @@ void sl__http_req_release(sl_http_req *r)
         atomic_fetch_sub(&r->h->open_body_bytes, r->body.len);
     sl_buf_free(&r->body);
     sl_buf_free(&r->resp);
+    sl__http_kafka_answer_free(r->kafka);
     pthread_mutex_destroy(&r->lock);
     free(r);
+}
+
+void sl__http_kafka_answer_free(sl_kafka_answer *ka)
+{
+    if (!ka)
+        return;
+    free(ka->res);
+    free(ka->slots);
+    free(ka->index);
+    free(ka);
 }
 
 void sl__http_req_answered(sl_http_req *r)
@@ -728,6 +739,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   "no space left on device: not all the events were stored "
                                   "(some of them may have been, in any partition); retry "
                                   "once space is freed, a retry may store some twice");
+        if (r->wait_status && r->kafka) /* a Kafka-backed set: no event acknowledged */
+            return sl__http_error(r, 503, "NotAcknowledged",
+                                  "the Kafka cluster did not acknowledge the events (%s); "
+                                  "they may or may not be stored: retry (the event ids let "
+                                  "consumers drop a second copy)",
+                                  r->kafka->why[0] ? r->kafka->why
+                                                   : sl_strerror(r->wait_status));
         if (r->wait_status) /* not 503: that would promise nothing was stored */
             return sl__http_error(r, 500, "NotConfirmed",
                                   "the events were queued but not "

@@ -16,7 +16,11 @@
 #include "core/bus/event.h"
 #include "core/base/buf.h"
 
+#include "core/base/slog.h"
+#include "core/bus/databus.h"
+
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,28 +356,72 @@ static const char *ack_used(const ingest *in)
     return in->ack == SL_ACK_DURABLE || in->set->cfg.ack == SL_ACK_DURABLE ? "durable" : "buffer";
 }
 
-static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
+/* How build_response() writes what the Databus said of each event. */
+typedef enum resp_mode {
+    RESP_OFFSETS, /* the offsets (a local set: known at once) */
+    RESP_QUEUED,  /* a Kafka-backed buffer set: queued, no offset yet */
+    RESP_SLOTS,   /* a Kafka-backed durable set: blanks that remote_answer() fills */
+} resp_mode;
+
+/* A blank of SLOT_W bytes in a response, filled later (JSON allows the
+ * spaces that pad it). */
+static void put_slot(sl_buf *b, sl_kafka_answer *ka)
+{
+    ka->slots[ka->nslots++] = b->len;
+    sl_buf_printf(b, "%*s", SLOT_W, "");
+}
+
+static void fill_slot(sl_buf *b, size_t at, const char *fmt, ...)
+{
+    char tmp[SLOT_W + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0 && n <= SLOT_W && at + SLOT_W <= b->len)
+        memcpy(b->data + at, tmp, (size_t)n);
+}
+
+static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b, resp_mode mode,
+                           sl_kafka_answer *ka)
 {
     if (in->single) { /* in->ev is the one event, its id a JSON string token */
         sl_buf_append(b, "{\"id\":", 6);
         sl_buf_append(b, in->ev.id.p, in->ev.id.len);
         sl_buf_append(b, ",\"set\":", 7);
         sl_json_put_string(b, in->set->name, strlen(in->set->name));
-        sl_buf_printf(b, ",\"partition\":%d,\"offset\":%" PRId64 ",\"ack\":\"%s\"}\n",
-                      (int)res[0].partition, res[0].offset, ack_used(in));
+        sl_buf_printf(b, ",\"partition\":%d", (int)res[0].partition);
+        if (mode == RESP_OFFSETS)
+            sl_buf_printf(b, ",\"offset\":%" PRId64, res[0].offset);
+        else if (mode == RESP_SLOTS) {
+            sl_buf_append(b, ",", 1);
+            put_slot(b, ka);
+        }
+        sl_buf_printf(b, ",\"ack\":\"%s\"}\n", ack_used(in));
         return;
     }
     size_t ok = 0;
     for (size_t i = 0; i < in->n; i++)
         ok += in->v[i].status == SL_EVENT_OK;
-    sl_buf_printf(b, "{\"accepted\":%zu,\"failed\":%zu,\"ack\":\"%s\",\"results\":[", ok,
-                  in->n - ok, ack_used(in));
-    sl_buf_reserve(b, in->n * 40 + 64);
+    if (mode == RESP_SLOTS) { /* a failed delivery moves events from one count to the other */
+        sl_buf_append(b, "{", 1);
+        ka->counts = b->len;
+        sl_buf_printf(b, "%*s", 2 * SLOT_W, "");
+        fill_slot(b, ka->counts, "\"accepted\":%zu,", ok);
+        fill_slot(b, ka->counts + SLOT_W, "\"failed\":%zu,", in->n - ok);
+        ka->accepted = ok;
+        ka->failed = in->n - ok;
+        sl_buf_printf(b, "\"ack\":\"%s\",\"results\":[", ack_used(in));
+    } else {
+        sl_buf_printf(b, "{\"accepted\":%zu,\"failed\":%zu,\"ack\":\"%s\",\"results\":[", ok,
+                      in->n - ok, ack_used(in));
+    }
+    sl_buf_reserve(b, in->n * (mode == RESP_SLOTS ? 40 + SLOT_W : 40) + 64);
     for (size_t i = 0, k = 0; i < in->n; i++) {
         const entry *e = &in->v[i];
         if (i)
             sl_buf_append(b, ",", 1);
-        if (e->status == SL_EVENT_OK) { /* the hot path: no printf */
+        if (e->status == SL_EVENT_OK && mode == RESP_OFFSETS) { /* the hot path: no printf */
             char tmp[64], *w = tmp;
             memcpy(w, "{\"partition\":", 13);
             w = put_i64(w + 13, res[k].partition);
@@ -384,6 +432,17 @@ static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
             k++;
             continue;
         }
+        if (e->status == SL_EVENT_OK) {
+            sl_buf_printf(b, "{\"partition\":%d", (int)res[k].partition);
+            if (mode == RESP_SLOTS) {
+                sl_buf_append(b, ",", 1);
+                ka->index[ka->nslots] = i;
+                put_slot(b, ka);
+            }
+            sl_buf_append(b, "}", 1);
+            k++;
+            continue;
+        }
         const char *msg = (const char *)in->msgs.data + e->msg_off;
         sl_buf_printf(b, "{\"error\":\"%s\",\"message\":", sl_event_status_name(e->status));
         if (sl_json_put_string(b, msg, strlen(msg)))
@@ -391,6 +450,36 @@ static void build_response(ingest *in, const sl_databus_result *res, sl_buf *b)
         sl_buf_printf(b, ",\"index\":%zu}", i);
     }
     sl_buf_append(b, "]}\n", 3);
+}
+
+/* A Kafka-backed durable publish has its delivery reports (from the
+ * Databus's thread, inside done): the blanks of the prepared answer get
+ * each event's offset, or its failure. Returns the status of the wait: 0,
+ * or the failure when no event was stored (then the answer is an error). */
+static int remote_answer(sl_http_req *r)
+{
+    sl_kafka_answer *ka = r->kafka;
+    sl_error e = {0};
+    size_t failed = sl_databus_offsets(ka->set, ka->res, ka->n, &e);
+    for (size_t k = 0; k < ka->n && k < ka->nslots; k++) {
+        if (ka->res[k].status == 0)
+            fill_slot(&r->resp, ka->slots[k], "\"offset\":%" PRId64, ka->res[k].offset);
+        else if (ka->single)
+            fill_slot(&r->resp, ka->slots[k], "\"error\":\"NotAcknowledged\"");
+        else
+            fill_slot(&r->resp, ka->slots[k], "\"error\":\"NotAcknowledged\",\"index\":%zu",
+                      ka->index[k]);
+    }
+    if (!ka->single && failed) {
+        fill_slot(&r->resp, ka->counts, "\"accepted\":%zu,", ka->accepted - failed);
+        fill_slot(&r->resp, ka->counts + SLOT_W, "\"failed\":%zu,", ka->failed + failed);
+    }
+    if (failed) {
+        sl_slog(SL_SLOG_WARN, "http", "set %s: %zu of %zu events not acknowledged by Kafka: %s",
+                ka->set->name, failed, ka->n, e.msg[0] ? e.msg : sl_strerror(e.code));
+        snprintf(ka->why, sizeof ka->why, "%s", e.msg[0] ? e.msg : sl_strerror(e.code));
+    }
+    return failed == ka->n ? (e.code ? e.code : SL_EIO) : 0;
 }
 
 /* The Databus made a durable publish safe (or gave up): answer it. */
@@ -404,6 +493,8 @@ static void durable_done(void *ctx, int status)
     if (published)
         published(r->published_ctx, status);
     pthread_mutex_lock(&r->lock);
+    if (!status && r->kafka)
+        status = remote_answer(r);
     r->wait_status = status;
     sl__http_req_answered(r);
 }
@@ -471,6 +562,23 @@ static int group_by_lane(const ingest *in, sl_databus_event *evs, size_t *rank, 
     return 0;
 }
 
+static sl_kafka_answer *kafka_answer_new(sl_set *set, const sl_databus_result *res, size_t n,
+                                         bool single)
+{
+    sl_kafka_answer *ka = calloc(1, sizeof *ka);
+    if (!ka || !(ka->res = malloc(n * sizeof *ka->res)) ||
+        !(ka->slots = malloc(n * sizeof *ka->slots)) ||
+        !(ka->index = malloc(n * sizeof *ka->index))) {
+        sl__http_kafka_answer_free(ka);
+        return NULL;
+    }
+    memcpy(ka->res, res, n * sizeof *res);
+    ka->set = set;
+    ka->n = n;
+    ka->single = single;
+    return ka;
+}
+
 /* Puts the results of the grouped events back in input order (tmp: room
  * for n results). */
 static void unpermute(sl_databus_result *res, const size_t *rank, sl_databus_result *tmp, size_t n)
@@ -522,13 +630,26 @@ static enum MHD_Result publish(ingest *in)
         r->published = in->done;
         r->published_ctx = in->done_ctx;
         pthread_mutex_lock(&r->lock);
-        rc = sl_databus_publish_ack(r->h->bus, in->set, in->ack, evs, ok, res, durable_done, r,
-                                    &err);
+        /* A Kafka-backed durable set: offsets come with the delivery
+         * reports; the answer is prepared with blanks for them. */
+        bool remote = sl_set_remote(in->set);
+        sl_kafka_answer *ka = NULL;
+        if (remote && ack_used(in)[0] == 'd' && !(ka = kafka_answer_new(in->set, res, ok, in->single)))
+            rc = SL_ENOMEM;
+        if (ka) {
+            res = NULL; /* ka's now, freed with the request */
+            r->kafka = ka;
+            rc = sl_databus_publish_entries(r->h->bus, in->set, in->ack, evs, ok, ka->res,
+                                            durable_done, r, &err);
+        } else if (!rc) {
+            rc = sl_databus_publish_ack(r->h->bus, in->set, in->ack, evs, ok, res, durable_done, r,
+                                        &err);
+        }
         if (rc == 0 || rc == 1)
-            unpermute(res, rank, tmp, ok);
+            unpermute(ka ? ka->res : res, rank, tmp, ok);
         if (rc == 1) {
             /* Answer prepared now; sent when the fsync covering it is done. */
-            build_response(in, res, &r->resp);
+            build_response(in, ka ? ka->res : res, &r->resp, ka ? RESP_SLOTS : RESP_OFFSETS, ka);
             r->resp_status = 200;
             r->suspended = true;
             MHD_suspend_connection(r->conn);
@@ -543,7 +664,7 @@ static enum MHD_Result publish(ingest *in)
         in->done(in->done_ctx, rc);
     if (rc == 0) {
         sl_buf b = SL_BUF_INIT;
-        build_response(in, res, &b);
+        build_response(in, res, &b, sl_set_remote(in->set) ? RESP_QUEUED : RESP_OFFSETS, NULL);
         ret = sl__http_reply(r, 200, &b, "application/json", 0);
     } else if (rc == SL_EFULL) {
         ret = sl__http_error(r, 503, "Backpressure",

@@ -9,6 +9,7 @@
 
 #include "http/http.h"
 #include "core/bus/auth.h"
+#include "core/bus/databus.h"
 #include "core/bus/waits.h"
 #include "core/base/buf.h"
 #include "core/base/ratelimit.h"
@@ -58,6 +59,25 @@ struct sl_http {
     bool stopped; /* sl_http_stop() ran: threads joined, the daemon gone */
 };
 
+/* A durable publish to a Kafka-backed set: the answer prepared with
+ * blanks (SLOT_W bytes each) that the delivery reports fill
+ * (http_ingest.c remote_answer()). */
+#define SLOT_W 40
+typedef struct sl_kafka_answer {
+    sl_set *set;
+    sl_databus_result *res; /* in input order */
+    size_t n;
+    size_t *slots; /* where each event's blank starts in resp */
+    size_t *index; /* its index in the request */
+    size_t nslots;
+    size_t counts; /* the "accepted"/"failed" blanks (batches) */
+    size_t accepted, failed;
+    bool single;
+    char why[256]; /* the failure, when nothing was stored */
+} sl_kafka_answer;
+
+void sl__http_kafka_answer_free(sl_kafka_answer *ka);
+
 struct sl_http_req {
     sl_http *h;
     struct MHD_Connection *conn;
@@ -87,6 +107,7 @@ struct sl_http_req {
     int wait_status; /* result of a durable wait */
     sl_buf resp;     /* response prepared before a durable wait */
     int resp_status;
+    sl_kafka_answer *kafka; /* its blanks, for a Kafka-backed set; NULL otherwise */
     /* Told the outcome of a durable wait, from the Databus's thread, before
      * the request is resumed (sl__http_publish_json()). */
     void (*published)(void *ctx, int status);

@@ -3,6 +3,7 @@
  * from a partition (with long-polling), set listings, and /metrics.
  */
 #include "http/http_internal.h"
+#include "core/log/store_kafka.h"
 #include "core/base/lane_name.h"
 #include "core/base/clock.h"
 #include "core/bus/event.h"
@@ -296,6 +297,12 @@ static json_t *set_json(sl_set *s, bool detail)
                                                    (json_int_t)end, "bytes", (json_int_t)size,
                                                    "segments", (json_int_t)segments));
     }
+    /* Where its partitions live (docs/scale-out.md): for a Kafka-backed
+     * set, events and offsets are the topic's (its watermarks, every
+     * router's writes), bytes 0 (the cluster keeps them). */
+    json_object_set_new(j, "backend", json_string(sl_set_remote(s) ? "kafka" : "log"));
+    if (sl_set_remote(s))
+        json_object_set_new(j, "topic", json_string(c->topic));
     json_object_set_new(j, "auto_created", json_boolean(s->auto_created));
     json_object_set_new(j, "events", json_integer(events));
     json_object_set_new(j, "bytes", json_integer(bytes));
@@ -360,6 +367,20 @@ static const struct {
      "them full waits or gets 503).",
      SL_METRIC_GAUGE},
     {"sluice_partition_end_offset", "Next offset of each partition.", SL_METRIC_GAUGE},
+    /* Kafka-backed sets only (5…): this router's producer and readers. */
+    {"sluice_kafka_produced_total", "Records this router handed to the Kafka producer of each "
+     "Kafka-backed set.", SL_METRIC_COUNTER},
+    {"sluice_kafka_delivered_total", "Records of each Kafka-backed set the cluster acknowledged.",
+     SL_METRIC_COUNTER},
+    {"sluice_kafka_delivery_failures_total", "Delivery reports with an error, per Kafka-backed "
+     "set (durable sets: their publishers were told; buffer sets: produced again).",
+     SL_METRIC_COUNTER},
+    {"sluice_kafka_inflight_bytes", "Bytes produced to each Kafka-backed set and not yet "
+     "acknowledged (past the limit, publishers get 503).", SL_METRIC_GAUGE},
+    {"sluice_kafka_fetched_bytes_total", "Bytes of records this router fetched from each "
+     "Kafka-backed set's topic (keys, values, headers).", SL_METRIC_COUNTER},
+    {"sluice_kafka_fetched_records_total", "Records this router fetched from each Kafka-backed "
+     "set's topic.", SL_METRIC_COUNTER},
 };
 
 typedef struct metrics_ctx {
@@ -374,6 +395,16 @@ static void set_metrics(sl_set *s, void *ctx)
     uint64_t fill = 0, limit = 0;
     if (m->fam == 2 || m->fam == 3)
         sl_databus_fill(s, &fill, &limit);
+    if (m->fam >= 5) {
+        if (!sl_set_remote(s))
+            return;
+        sl_kstore_stats ks;
+        sl_kstore_stats_get(s->ktopic, &ks);
+        const uint64_t v[] = {ks.produced,       ks.delivered,       ks.failed,
+                              ks.inflight_bytes, ks.fetched_bytes, ks.fetched_records};
+        sl_metrics_u64(m->b, name, v[m->fam - 5], "set", s->name, NULL);
+        return;
+    }
     switch (m->fam) {
     case 0:
         sl_metrics_u64(m->b, name, atomic_load(&s->stats.events_in), "set", s->name, NULL);

@@ -84,7 +84,55 @@ static const key server_keys[] = {
     {"log_level", K_STRING, FIELD(sl_config, log_level), 0, 0, "\"info\"",
      "lowest level logged: \"debug\", \"info\", \"warn\" or \"error\" (`--log-level` wins); "
      "re-applied on reload"},
+    {"kafka", K_KAFKA, FIELD(sl_config, kafka), 0, 0, "none",
+     "`{ brokers = \"…\", … }` (`server.kafka` below): the Kafka cluster that sets with "
+     "`backend = \"kafka\"` live on (docs/scale-out.md)"},
 };
+
+/* server.kafka { … } (core/base/kafka_admin.h). */
+static const key kafka_keys[] = {
+    {"brokers", K_STRING, FIELD(sl_config_kafka, brokers), 0, 0, "required",
+     "bootstrap servers, `\"HOST:PORT,HOST:PORT\"`"},
+    {"topic_prefix", K_STRING, FIELD(sl_config_kafka, topic_prefix), 0, 0, "\"sluice.\"",
+     "a set's topic is PREFIX..NAME unless the set names its `topic`; the rules' cursors are in "
+     "PREFIX..`cursors`"},
+    {"group_prefix", K_STRING, FIELD(sl_config_kafka, group_prefix), 0, 0, "\"sluice.set.\"",
+     "the consumer group that runs a set's rules is PREFIX..NAME"},
+    {"client_id", K_STRING, FIELD(sl_config_kafka, client_id), 0, 0, "\"sluice\"",
+     "`client.id` of sluice's Kafka clients (each adds a suffix: `-orders-producer`, …)"},
+    {"properties", K_PROPS, FIELD(sl_config_kafka, properties), 0, 0, "none",
+     "librdkafka properties for every client (`security.protocol`, SASL, TLS files, …)"},
+    {"session_timeout", K_DURATION, FIELD(sl_config_kafka, session_timeout_ms), 1000, 3600000,
+     "\"10s\"",
+     "the set groups' `session.timeout.ms`: how long the partitions of a router that died wait "
+     "before another router takes them"},
+    {"delivery_timeout", K_DURATION, FIELD(sl_config_kafka, delivery_timeout_ms), 1000, 3600000,
+     "\"30s\"",
+     "`ack = \"durable\"` sets: a record the cluster has not acknowledged within this fails "
+     "(its publisher gets an error; buffer sets retry without a limit)"},
+};
+
+void sl__config_read_kafka(loader *ld, int idx, const key *k, const block *b)
+{
+    sl_config *cfg = b->obj;
+    int line = sl__config_key_line(ld, b->line, k->name);
+    if (lua_type(ld->L, idx) != LUA_TTABLE) {
+        sl__config_problem(ld, line, "%s: kafka must be a table { brokers = \"HOST:PORT\", … }",
+                           b->what);
+        return;
+    }
+    cfg->kafka.present = true;
+    cfg->kafka.line = line;
+    block kb = {"server.kafka", line, &cfg->kafka};
+    sl__config_check_block(ld, idx, kafka_keys, sizeof kafka_keys / sizeof *kafka_keys, &kb, NULL);
+    if (!cfg->kafka.brokers || !cfg->kafka.brokers[0])
+        sl__config_problem(ld, line, "server.kafka needs brokers = \"HOST:PORT,…\"");
+}
+
+void sl__config_free_kafka(sl_config *cfg)
+{
+    sl__config_free_keys(kafka_keys, sizeof kafka_keys / sizeof *kafka_keys, &cfg->kafka);
+}
 
 /* server.api_keys.NAME { … } (core/bus/auth.h). */
 static const key api_key_keys[] = {
@@ -125,6 +173,13 @@ static const key set_keys[] = {
      "largest batch the Databus writes"},
     {"buffer_bytes", K_SIZE, FIELD(sl_set_config, buffer_bytes), 1024, INT64_MAX, "\"8MiB\"",
      "Databus buffer per partition; beyond it publishers get 503"},
+    {"backend", K_BACKEND, FIELD(sl_set_config, backend), 0, 0, "\"log\"",
+     "where the partitions live: \"log\" (the embedded log in `data_dir`) or \"kafka\" (a "
+     "topic on `server.kafka`'s cluster, shared by every router: docs/scale-out.md)"},
+    {"topic", K_TOPIC, FIELD(sl_set_config, topic), 0, 0, "`topic_prefix`..NAME",
+     "`backend = \"kafka\"`: the set's topic"},
+    {"replication", K_INT, FIELD(sl_set_config, replication), 1, 32767, "the cluster's default",
+     "`backend = \"kafka\"`: replication factor of a topic sluice creates"},
     {"schemas", K_SCHEMAS, 0, 0, 0, 0, "none",
      "`{ [\"type\"] = \"file.json\" | { …schema… } }`: JSON Schemas checked at ingest "
      "(docs/schemas.md)"},
@@ -190,7 +245,11 @@ void sl__config_read_set_body(loader *ld, int idx, sl_set_config *sc, const bloc
     }
     /* set_defaults: schemas belong to declared sets only */
     sl__config_check_block(ld, idx, set_keys, sizeof set_keys / sizeof *set_keys - 1, b, NULL);
-    (void)sc;
+    if (sc->backend != SL_BACKEND_LOG)
+        sl__config_problem(ld, sl__config_key_line(ld, b->line, "backend"),
+                           "%s: sets created on first use are local: declare a Kafka-backed "
+                           "set with set \"NAME\" { backend = \"kafka\" }",
+                           b->what);
 }
 
 /* server.api_keys = { NAME = { sha256 = …, publish = …, read = …, admin = …,
@@ -577,6 +636,8 @@ int sl_config_keys_markdown(sl_buf *out)
     if (!rc)
         rc = sl__config_keys_table(out, "server.api_keys.NAME { … }", KEYS(api_key_keys));
     if (!rc)
+        rc = sl__config_keys_table(out, "server.kafka { … }", KEYS(kafka_keys));
+    if (!rc)
         rc = sl__config_keys_table(out, "set \"NAME\" { … }", KEYS(set_keys));
     if (!rc)
         rc = sl__config_rules_markdown(out);
@@ -620,6 +681,7 @@ void sl_config_free(sl_config *cfg)
         sl__config_free_source(&cfg->sources[i]);
     free(cfg->sources);
     free(cfg->plugin_dir);
+    sl__config_free_kafka(cfg);
     for (size_t i = 0; i < cfg->nsets; i++) {
         free(cfg->sets[i].name);
         for (size_t s = 0; s < cfg->sets[i].nschemas; s++) {

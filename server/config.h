@@ -49,6 +49,16 @@ typedef struct sl_set_decl {
     size_t nschemas;
 } sl_set_decl;
 
+/* server { kafka = { … } }: the cluster of Kafka-backed sets. */
+typedef struct sl_config_kafka {
+    bool present; /* the block is there */
+    int line;
+    char *brokers, *topic_prefix, *group_prefix, *client_id; /* NULL: defaults */
+    char **properties; /* "name=value" */
+    size_t nproperties;
+    int64_t session_timeout_ms, delivery_timeout_ms; /* 0: defaults */
+} sl_config_kafka;
+
 typedef struct sl_config {
     char *path;   /* the file, as given */
     char *dir;    /* its folder: relative paths in the config resolve here */
@@ -81,6 +91,7 @@ typedef struct sl_config {
     int64_t max_open_partitions; /* 0 unset: from the descriptor limit */
     int64_t partition_idle_ms;   /* 0 unset */
     sl_set_config set_defaults;  /* what sets created on first use get */
+    sl_config_kafka kafka;       /* server.kafka */
     sl_set_decl *sets;
     size_t nsets;
     sl_rule_config *rules;

@@ -6,6 +6,9 @@
  */
 #include "server/config_internal.h"
 
+#include "core/base/kafka_admin.h"
+#include "core/base/kafka_conf.h"
+
 #include "core/base/lane_name.h"
 #include "core/bus/connector.h"
 
@@ -120,10 +123,46 @@ static void check_override_lane(loader *ld, const sl_rule_config *o, const char 
 }
 
 /* Checks what needs the whole file: references between blocks. */
+/* server.kafka's properties as librdkafka takes them: a client is made
+ * (no connection is opened) and its complaint reported at the block. */
+static void check_kafka(loader *ld, const sl_config_kafka *k)
+{
+    sl_kafka_cluster cl = {.brokers = k->brokers,
+                           .client_id = k->client_id,
+                           .props = k->properties,
+                           .nprops = k->nproperties};
+    sl_error e = {0};
+    rd_kafka_conf_t *conf = sl_kafka_cluster_conf(&cl, NULL, &e);
+    if (conf) {
+        rd_kafka_conf_set_log_cb(conf, sl_kafka_quiet_log);
+        rd_kafka_t *rk = sl_kafka_new(RD_KAFKA_PRODUCER, conf, k->properties, k->nproperties,
+                                      NULL, &e);
+        if (rk)
+            rd_kafka_destroy(rk);
+    }
+    if (e.code || e.msg[0])
+        sl__config_problem(ld, k->line, "server.kafka: %s", e.msg);
+}
+
 void sl__config_cross_check(loader *ld)
 {
     sl_config *cfg = ld->cfg;
     char who[300];
+    if (cfg->kafka.present && cfg->kafka.brokers)
+        check_kafka(ld, &cfg->kafka);
+    for (size_t i = 0; i < cfg->nsets; i++) {
+        const sl_set_decl *d = &cfg->sets[i];
+        bool kafka = d->cfg.backend == SL_BACKEND_KAFKA;
+        if (kafka && !cfg->kafka.present)
+            sl__config_problem(ld, d->line,
+                               "set \"%s\": backend = \"kafka\" needs the cluster: "
+                               "server { kafka = { brokers = \"HOST:PORT\" } }",
+                               d->name);
+        if (!kafka && (d->cfg.topic[0] || d->cfg.replication != -1))
+            sl__config_problem(ld, d->line,
+                               "set \"%s\": topic and replication are for backend = \"kafka\"",
+                               d->name);
+    }
     for (size_t i = 0; i < cfg->nrules; i++) {
         snprintf(who, sizeof who, "rule \"%s\"", cfg->rules[i].name);
         check_base_rule(ld, &cfg->rules[i], who);

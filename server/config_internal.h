@@ -51,6 +51,9 @@ enum {
     K_LANEENV,  /* "boe" | "ppe" -> sl_lane_env */
     K_FALLBACK, /* "base" | "none" -> bool fallback_base */
     K_APIKEYS,  /* server.api_keys: { NAME = { api_key_keys } } -> sl_auth_key_config[] */
+    K_KAFKA,    /* server.kafka: { kafka_keys } -> sl_config_kafka */
+    K_BACKEND,  /* "log" | "kafka" -> sl_backend */
+    K_TOPIC,    /* a Kafka topic name -> char[SL_SET_TOPIC_MAX + 1] */
     K__COUNT
 };
 
@@ -170,6 +173,8 @@ void sl__config_check_sources(loader *ld);
 void sl__config_read_schemas(loader *ld, int idx, const key *k, const block *b, sl_set_decl *d);
 void sl__config_read_set_body(loader *ld, int idx, sl_set_config *sc, const block *b, void *decl);
 void sl__config_read_api_keys(loader *ld, int idx, const key *k, const block *b);
+void sl__config_read_kafka(loader *ld, int idx, const key *k, const block *b);
+void sl__config_free_kafka(sl_config *cfg);
 const sl_set_decl *sl__config_find_set(const sl_config *cfg, const char *name);
 void sl__config_free_rule(sl_rule_config *r);
 

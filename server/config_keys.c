@@ -601,6 +601,34 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra)
     case K_APIKEYS:
         sl__config_read_api_keys(ld, idx, k, b);
         return;
+    case K_KAFKA:
+        sl__config_read_kafka(ld, idx, k, b);
+        return;
+    case K_BACKEND: {
+        const char *v = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
+        if (strcmp(v, "log") == 0)
+            *(sl_backend *)field = SL_BACKEND_LOG;
+        else if (strcmp(v, "kafka") == 0)
+            *(sl_backend *)field = SL_BACKEND_KAFKA;
+        else
+            sl__config_problem(ld, line, "%s: backend must be \"log\" or \"kafka\"", b->what);
+        return;
+    }
+    case K_TOPIC: {
+        /* Kafka's rule for topic names: 1-249 of [A-Za-z0-9._-]. */
+        size_t n = 0;
+        const char *v = t == LUA_TSTRING ? lua_tolstring(L, idx, &n) : NULL;
+        bool ok = v && n >= 1 && n <= SL_SET_TOPIC_MAX && strcmp(v, ".") && strcmp(v, "..");
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)v[i]) || v[i] == '.' || v[i] == '_' || v[i] == '-';
+        if (ok)
+            memcpy(field, v, n + 1);
+        else
+            sl__config_problem(ld, line,
+                               "%s: topic must be a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)",
+                               b->what);
+        return;
+    }
     case K_PROPS:
         read_props(ld, idx, k, b, field);
         return;
@@ -748,6 +776,7 @@ static const char *const type_names[K__COUNT] = {
     [K_PROPS] = "table",           [K_STRINGS] = "string(s)", [K_PARSE] = "string or function",
     [K_LONGLINES] = "string",      [K_ENCODING] = "string",   [K_LANES] = "table",
     [K_LANEENV] = "string",        [K_FALLBACK] = "string",   [K_APIKEYS] = "table",
+    [K_KAFKA] = "table",           [K_BACKEND] = "string",    [K_TOPIC] = "string",
 };
 
 int sl__config_keys_rows(sl_buf *out, const key *keys, size_t n)

@@ -7,6 +7,7 @@
 
 #include "core/base/clock.h"
 #include "core/bus/event.h"
+#include "core/bus/kgroup.h"
 #include "core/bus/redrive.h"
 #include "rules/runner.h"
 #include "core/base/slog.h"
@@ -35,7 +36,114 @@ struct sl_router {
      * lock; the lanes' own lock is never held while they call a hook. */
     sl_lanes *lanes;
     pthread_mutex_t swap_lock;
+    /* Kafka-backed sets (docs/scale-out.md): the cluster, the cursor table
+     * (opened with the first such set that rules read, kept across
+     * reloads), and the running runner's groups, one per such set: they
+     * start after it and stop before it. */
+    const sl_kafka_cluster *kafka;
+    sl_kcursors *kcursors;
+    struct group_run *groups;
+    size_t ngroups;
 };
+
+/* One Kafka-backed set's group, bound to the runner it feeds. */
+typedef struct group_run {
+    sl_runner *runner;
+    sl_set *set;
+    sl_kgroup *g;
+    char name[300];
+} group_run;
+
+static void group_assign(void *ctx, const int32_t *parts, const int64_t *committed, size_t n)
+{
+    group_run *gr = ctx;
+    sl_runner_kafka_assign(gr->runner, gr->set, parts, committed, n);
+}
+
+static void group_revoke(void *ctx, const int32_t *parts, size_t n, bool lost, int64_t *commit)
+{
+    group_run *gr = ctx;
+    sl_runner_kafka_revoke(gr->runner, gr->set, parts, n, lost, commit);
+}
+
+static void group_committable(void *ctx, const int32_t *parts, size_t n, int64_t *commit)
+{
+    group_run *gr = ctx;
+    sl_runner_kafka_committable(gr->runner, gr->set, parts, n, commit);
+}
+
+/* The Kafka-backed sets cfg's rules read, each once, in rule order. */
+static size_t kafka_rule_sets(sl_router *r, const sl_config *cfg, sl_set **out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->nrules; i++) {
+        sl_set *s = NULL;
+        if (sl_sets_get(r->sets, cfg->rules[i].set, false, &s, NULL) || !sl_set_remote(s))
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = out[j] == s;
+        if (!seen && n < cap)
+            out[n++] = s;
+    }
+    return n;
+}
+
+/* Opens the cursor table when cfg's rules read a Kafka-backed set. */
+static int open_kcursors(sl_router *r, const sl_config *cfg, sl_error *err)
+{
+    sl_set *one;
+    if (r->kcursors || !r->kafka || kafka_rule_sets(r, cfg, &one, 1) == 0)
+        return 0;
+    char topic[300];
+    snprintf(topic, sizeof topic, "%scursors", r->kafka->topic_prefix);
+    return sl_kcursors_open(r->kafka, topic, &r->kcursors, err);
+}
+
+static void stop_groups(sl_router *r)
+{
+    for (size_t i = 0; i < r->ngroups; i++)
+        sl_kgroup_stop(r->groups[i].g); /* revokes: cursors written, offsets committed */
+    free(r->groups);
+    r->groups = NULL;
+    r->ngroups = 0;
+}
+
+/* Joins the group of every Kafka-backed set runner's rules read. */
+static int start_groups(sl_router *r, const sl_config *cfg, sl_runner *runner, sl_error *err)
+{
+    sl_set *sets[256];
+    size_t n = r->kafka ? kafka_rule_sets(r, cfg, sets, 256) : 0;
+    if (!n)
+        return 0;
+    if (!(r->groups = calloc(n, sizeof *r->groups)))
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        group_run *gr = &r->groups[i];
+        gr->runner = runner;
+        gr->set = sets[i];
+        snprintf(gr->name, sizeof gr->name, "%s%s", r->kafka->group_prefix, sets[i]->name);
+        sl_kgroup_options go = {.cluster = r->kafka,
+                                .set = sets[i]->name,
+                                .group = gr->name,
+                                .topic = sets[i]->cfg.topic,
+                                .partitions = sets[i]->nparts,
+                                .on_assign = group_assign,
+                                .on_revoke = group_revoke,
+                                .committable = group_committable,
+                                .ctx = gr};
+        int rc = sl_kgroup_start(&go, &gr->g, err);
+        if (rc) {
+            stop_groups(r);
+            return rc;
+        }
+        r->ngroups++;
+        sl_runner_kafka_group(runner, sets[i], gr->g);
+        sl_slog(SL_SLOG_INFO, "router", "set %s: rules run in Kafka group %s", sets[i]->name,
+                gr->name);
+    }
+    return 0;
+}
 
 /* Declares the sets of cfg; live sets keep their settings unless starting. */
 static int declare_sets(sl_router *r, const sl_config *cfg, bool starting, sl_error *err)
@@ -82,12 +190,25 @@ static void stop_sources(sl_router *r)
     sl_sources_free(old);
 }
 
+/* Starts cfg's rules, and the groups of the Kafka-backed sets they read. */
 static int start_runner(sl_router *r, const sl_config *cfg, sl_runner **out, sl_error *err)
 {
-    sl_runner_options ro = {
-        .sets = r->sets, .bus = r->bus, .data_dir = r->data_dir, .lanes = r->lanes};
+    int rc = open_kcursors(r, cfg, err);
+    if (rc)
+        return rc;
+    sl_runner_options ro = {.sets = r->sets,
+                            .bus = r->bus,
+                            .data_dir = r->data_dir,
+                            .lanes = r->lanes,
+                            .kcursors = r->kcursors};
     sl_config_ruleset(cfg, &ro.rules);
-    return sl_runner_start(&ro, out, err);
+    if ((rc = sl_runner_start(&ro, out, err)))
+        return rc;
+    if ((rc = start_groups(r, cfg, *out, err))) {
+        sl_runner_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* The lanes' hooks: a lane's runs are made (or dropped) in the runner of the
@@ -115,7 +236,7 @@ static void lane_dropped(void *ctx, const char *lane)
 }
 
 int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *data_dir,
-                    sl_router **out, sl_error *err)
+                    const sl_kafka_cluster *kafka, sl_router **out, sl_error *err)
 {
     sl_router *r = calloc(1, sizeof *r);
     if (!r || !(r->data_dir = strdup(data_dir))) {
@@ -126,6 +247,7 @@ int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *
     r->sets = sets;
     r->bus = bus;
     r->cfg = cfg;
+    r->kafka = kafka;
     pthread_mutex_init(&r->swap_lock, NULL);
     /* Writers first: a reload must not wait behind a stream of ingest
      * threads reading the schemas (no path takes the read lock twice). */
@@ -169,6 +291,7 @@ static int replace_runner(sl_router *r, sl_config *want, sl_config *fallback, sl
     sl_runner *old = r->runner;
     r->runner = NULL;
     pthread_rwlock_unlock(&r->lock);
+    stop_groups(r); /* the old runner gives its partitions back first */
     sl_runner_free(old);
     sl_runner *fresh = NULL;
     *runs = want;
@@ -397,7 +520,10 @@ void sl_router_stop(sl_router *r)
     r->runner = NULL;
     pthread_rwlock_unlock(&r->lock);
     /* Outside the lock: its batches may wait for the bus. Its cursors sync and
-     * its targets close now, before the HTTP server and the bus stop. */
+     * its targets close now, before the HTTP server and the bus stop. The
+     * groups leave first: their revoke lets the runner's turns finish and
+     * commits where they got. */
+    stop_groups(r);
     sl_runner_stop(old);
     sl_runner_free(old);
 }
@@ -408,6 +534,7 @@ void sl_router_free(sl_router *r)
         return;
     sl_router_stop(r);
     sl_config_free(r->cfg);
+    sl_kcursors_close(r->kcursors);
     sl_lanes_free(r->lanes);
     pthread_mutex_destroy(&r->swap_lock);
     pthread_rwlock_destroy(&r->lock);

@@ -10,7 +10,10 @@
  * batch in progress, and every rule (old, changed or new) goes on from its
  * cursor on disk, so nothing is skipped or delivered twice across a reload.
  * Settings of sets that already hold events (partitions, ack, …) apply on
- * the next restart; the reload says so.
+ * the next restart; the reload says so. The rules of Kafka-backed sets run
+ * in the sets' consumer groups (kafka: the cluster, NULL for none): a
+ * reload leaves the groups (their partitions' cursors written and offsets
+ * committed) and joins them again with the new rules.
  */
 #ifndef SL_ROUTER_H
 #define SL_ROUTER_H
@@ -19,6 +22,7 @@
 #include "server/config.h"
 #include "core/bus/databus.h"
 #include "core/base/err.h"
+#include "core/base/kafka_admin.h"
 #include "core/bus/set.h"
 
 typedef struct sl_router sl_router;
@@ -27,7 +31,7 @@ typedef struct sl_router sl_router;
  * Takes cfg (freed with the router, or here on error). Returns 0 or an SL_E…
  * code with err. */
 int sl_router_start(sl_config *cfg, sl_sets *sets, sl_databus *bus, const char *data_dir,
-                    sl_router **out, sl_error *err);
+                    const sl_kafka_cluster *kafka, sl_router **out, sl_error *err);
 
 /* Replaces the running config with cfg (taken). Returns 0, or an SL_E… code
  * with err when the new rules could not start (the old ones run again). */

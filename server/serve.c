@@ -10,6 +10,7 @@
 #include "http/http.h"
 #include "core/bus/auth.h"
 #include "core/base/clock.h"
+#include "core/base/kafka_admin.h"
 #include "core/base/net.h"
 #include "server/config.h"
 #include "core/bus/databus.h"
@@ -24,6 +25,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +112,58 @@ static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, co
     sl_waits_on_append(a->waits, set, partition, end);
     if (a->router)
         sl_router_on_append(a->router, set, partition, end, lane);
+}
+
+/* Records written to a Kafka-backed set by any router: wakes its rules
+ * (the router is there once the config's rules started). */
+static _Atomic(sl_router *) remote_router;
+
+static void on_remote_data(sl_set *set, int32_t partition, void *ctx)
+{
+    (void)ctx;
+    sl_router *r = atomic_load(&remote_router);
+    if (r)
+        sl_router_on_append(r, set, partition, -1, NULL);
+}
+
+/* server.kafka, copied: the registry's Kafka-backed sets outlive the
+ * config (a reload frees it). */
+typedef struct kafka_copy {
+    sl_kafka_cluster cl;
+    char *strs[4];
+    char **props;
+} kafka_copy;
+
+static int kafka_copy_make(const sl_config_kafka *k, kafka_copy *c)
+{
+    memset(c, 0, sizeof *c);
+    const char *in[4] = {k->brokers, k->client_id, k->topic_prefix, k->group_prefix};
+    const char *dflt[4] = {"", "sluice", "sluice.", "sluice.set."};
+    for (int i = 0; i < 4; i++)
+        if (!(c->strs[i] = strdup(in[i] ? in[i] : dflt[i])))
+            return SL_ENOMEM;
+    if (k->nproperties && !(c->props = calloc(k->nproperties, sizeof *c->props)))
+        return SL_ENOMEM;
+    for (size_t i = 0; i < k->nproperties; i++)
+        if (!(c->props[c->cl.nprops++] = strdup(k->properties[i])))
+            return SL_ENOMEM;
+    c->cl.brokers = c->strs[0];
+    c->cl.client_id = c->strs[1];
+    c->cl.topic_prefix = c->strs[2];
+    c->cl.group_prefix = c->strs[3];
+    c->cl.props = c->props;
+    c->cl.session_timeout_ms = (int)k->session_timeout_ms;
+    c->cl.delivery_timeout_ms = (int)k->delivery_timeout_ms;
+    return 0;
+}
+
+static void kafka_copy_free(kafka_copy *c)
+{
+    for (int i = 0; i < 4; i++)
+        free(c->strs[i]);
+    for (size_t i = 0; i < c->cl.nprops; i++)
+        free(c->props[i]);
+    free(c->props);
 }
 
 /* Loads the config named by -c/--config, if any. Returns 0, 1 (with the
@@ -466,7 +520,16 @@ int sl_serve_main(int argc, char **argv)
     sl_waits *waits = NULL; /* long-polls of every front door */
     sl_router *router = NULL;
     sl_databus_options bo = {0};
-    int rc = sl_databus_start(&bo, &bus, &err);
+    kafka_copy kafka = {0};
+    int rc = 0;
+    if (cfg && cfg->kafka.present) {
+        if ((rc = kafka_copy_make(&cfg->kafka, &kafka)))
+            sl_error_set(&err, rc, "out of memory");
+        so.kafka = &kafka.cl;
+        so.on_remote_data = on_remote_data;
+    }
+    if (!rc)
+        rc = sl_databus_start(&bo, &bus, &err);
     if (!rc) {
         so.on_open = sl_databus_attach;
         so.on_close = sl_databus_detach;
@@ -482,7 +545,7 @@ int sl_serve_main(int argc, char **argv)
     if (!rc)
         sl_sets_retain(sets, sl_clock_now_ms());
     if (!rc && cfg) { /* sets are declared before any traffic */
-        rc = sl_router_start(cfg, sets, bus, data, &router, &err);
+        rc = sl_router_start(cfg, sets, bus, data, so.kafka, &router, &err);
         cfg = NULL;
     }
     if (!rc)
@@ -516,8 +579,10 @@ int sl_serve_main(int argc, char **argv)
         sl_sets_close(sets);
         sl_config_free(cfg);
         sl_auth_free(auth);
+        kafka_copy_free(&kafka);
         return 1;
     }
+    atomic_store(&remote_router, router);
     /* Appends wake long-polls and rules; the bus was started before both. */
     appenders app = {waits, router};
     /* insecure from the flag only: a reload re-reads the file's. */
@@ -574,6 +639,7 @@ int sl_serve_main(int argc, char **argv)
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
     sl_router_stop(router);
+    atomic_store(&remote_router, NULL);
     sl_databus_stop(bus);
     sl_http_stop(http);
     /* Only now nothing can call into the router: the Databus writer (its
@@ -584,6 +650,7 @@ int sl_serve_main(int argc, char **argv)
     sl_http_free(http);
     sl_waits_free(waits); /* after everything that could wake or add a waiter */
     sl_sets_close(sets);
+    kafka_copy_free(&kafka); /* after the sets that used it */
     /* After the HTTP threads: they borrowed the tables. */
     sl_auth_free(sec.auth);
     for (size_t i = 0; i < sec.nretired; i++)

@@ -27,6 +27,7 @@
 #define RETRY_NS 100000000ll /* wait before retrying a failed append */
 #define SYNC_HELPERS 3       /* threads that fdatasync beside the syncer */
 #define ROUND_IDLE (SIZE_MAX / 2)
+#define REMOTE_DRAIN_NS 10000000000ll /* at stop: how long remote partitions may take */
 
 typedef struct bus_part {
     sl_buf pending; /* frames not yet taken by the writer */
@@ -56,6 +57,10 @@ typedef struct bus_part {
      * synced at once, like a durable set's, not after linger_ms and
      * buffer_sync_ms. */
     int64_t urgent;
+    /* A remote store (a Kafka topic's partition): offsets are sequence
+     * numbers, never synced here; durable moves with its delivery reports
+     * (sl_databus_remote_durable). */
+    bool remote;
 } bus_part;
 
 typedef struct bus_set {
@@ -71,10 +76,11 @@ typedef struct waiter {
     bus_set *bs;
     sl_databus_done_fn *done;
     void *ctx;
+    bool entries; /* sl_databus_publish_entries(): the caller reports failures */
     int32_t n;
     struct {
         int32_t part;
-        int64_t end;
+        int64_t start, end; /* its events of the partition: [start, end) */
     } t[];
 } waiter;
 
@@ -101,6 +107,7 @@ struct sl_databus {
     pthread_t thread;
     pthread_t syncer;
     bool writer_done; /* the writer drained and stopped: sync what is left */
+    int64_t writer_done_ns;
     /* Sync helpers: a round's fdatasyncs run in parallel (on ext4 and xfs,
      * concurrent syncs share one journal commit). */
     pthread_t helpers[SYNC_HELPERS];
@@ -184,8 +191,9 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
     bs->set = set;
     bs->bus = bus;
     for (int32_t p = 0; p < set->nparts; p++) {
-        int64_t end = sl_store_end_offset(&set->parts[p]);
+        int64_t end = sl_store_next_seq(&set->parts[p]);
         bs->parts[p].next = bs->parts[p].written = bs->parts[p].durable = end;
+        bs->parts[p].remote = sl_store_remote(&set->parts[p]);
     }
     set->bus = bs;
     pthread_mutex_lock(&bus->lock);
@@ -225,9 +233,27 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
     return sl_databus_publish_ack(bus, set, set->cfg.ack, evs, n, results, done, ctx, err);
 }
 
+static int publish(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs, size_t n,
+                   sl_databus_result *results, sl_databus_done_fn *done, void *ctx, bool entries,
+                   sl_error *err);
+
 int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs,
                            size_t n, sl_databus_result *results, sl_databus_done_fn *done,
                            void *ctx, sl_error *err)
+{
+    return publish(bus, set, ack, evs, n, results, done, ctx, false, err);
+}
+
+int sl_databus_publish_entries(sl_databus *bus, sl_set *set, sl_ack ack,
+                               const sl_databus_event *evs, size_t n, sl_databus_result *results,
+                               sl_databus_done_fn *done, void *ctx, sl_error *err)
+{
+    return publish(bus, set, ack, evs, n, results, done, ctx, true, err);
+}
+
+static int publish(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs, size_t n,
+                   sl_databus_result *results, sl_databus_done_fn *done, void *ctx, bool entries,
+                   sl_error *err)
 {
     bus_set *bs = set->bus;
     int32_t np = set->nparts;
@@ -286,6 +312,9 @@ int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_da
     bool signal = false;
     if (!rc) {
         int64_t now = sl_clock_mono_ns();
+        for (int32_t p = 0, k = 0; w && p < np; p++)
+            if (need[p])
+                w->t[k++].start = bs->parts[p].next;
         for (size_t i = 0; i < n; i++) {
             bus_part *bp = &bs->parts[results[i].partition];
             if (bp->pending_n == 0) {
@@ -295,6 +324,7 @@ int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_da
             frame_put(&bp->pending, &evs[i]);
             bp->pending_n++;
             results[i].offset = bp->next++;
+            results[i].status = 0;
         }
         for (int32_t p = 0, k = 0; p < np; p++) {
             if (!need[p])
@@ -313,6 +343,7 @@ int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_da
         }
         if (w) {
             w->bs = bs;
+            w->entries = entries;
             w->done = done;
             w->ctx = ctx;
             w->n = touched;
@@ -391,7 +422,7 @@ void sl_databus_detach(sl_set *set, void *busp)
 int64_t sl_databus_next_offset(sl_set *set, int32_t partition)
 {
     bus_set *bs = set->bus;
-    if (!bs)
+    if (!bs || sl_store_remote(&set->parts[partition])) /* sequence numbers are not offsets */
         return sl_store_end_offset(&set->parts[partition]);
     pthread_mutex_lock(&bs->bus->lock);
     int64_t next = bs->parts[partition].next;
@@ -681,8 +712,10 @@ static void *writer_main(void *arg)
         void *on_append_ctx = bus->opts.ctx;
         pthread_mutex_unlock(&bus->lock);
         finish_waiters(failed, failed_rc);
+        /* A remote partition's records are readable once delivered, and its
+         * end is not a sequence number: its store tells the readers. */
         for (size_t i = 0; i < n && on_append; i++)
-            if (ws[i].done_n)
+            if (ws[i].done_n && !ws[i].bs->parts[ws[i].part].remote)
                 on_append(on_append_ctx, ws[i].bs->set, ws[i].part,
                           ws[i].first + (int64_t)ws[i].done_n, ws[i].mixed ? NULL : ws[i].lane);
         pthread_mutex_lock(&bus->lock);
@@ -720,14 +753,74 @@ static waiter *take_waiters(sl_databus *bus, bool all)
     return done;
 }
 
+/* A durable waiter's status: for a remote partition, the first failed
+ * delivery among its events (unless the caller reports them itself). */
+static int remote_status(const waiter *w)
+{
+    if (w->entries)
+        return 0;
+    for (int32_t i = 0; i < w->n; i++) {
+        const sl_store *st = &w->bs->set->parts[w->t[i].part];
+        sl_error err = {0};
+        int rc = sl_store_outcome(st, w->t[i].start, w->t[i].end, &err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static void finish_waiters(waiter *w, int status)
 {
     while (w) {
         waiter *next = w->next;
-        w->done(w->ctx, status);
+        w->done(w->ctx, status ? status : remote_status(w));
         free(w);
         w = next;
     }
+}
+
+void sl_databus_remote_durable(sl_set *set, int32_t partition, int64_t seq_end)
+{
+    bus_set *bs = set->bus;
+    if (!bs || partition < 0 || partition >= set->nparts)
+        return;
+    sl_databus *bus = bs->bus;
+    pthread_mutex_lock(&bus->lock);
+    bus_part *bp = &bs->parts[partition];
+    if (seq_end > bp->durable)
+        bp->durable = seq_end < bp->written ? seq_end : bp->written;
+    waiter *done = take_waiters(bus, false);
+    /* Outcomes the waiters still queued need are kept; the rest go. Calls
+     * come from the store's one delivery thread, so no later call releases
+     * what the waiters taken here read below. */
+    int64_t keep = bp->durable;
+    for (waiter *w = bus->waiters; w; w = w->next)
+        for (int32_t i = 0; w->bs == bs && i < w->n; i++)
+            if (w->t[i].part == partition && w->t[i].start < keep)
+                keep = w->t[i].start;
+    if (bus->writer_done)
+        pthread_cond_signal(&bus->sync_wake);
+    pthread_mutex_unlock(&bus->lock);
+    finish_waiters(done, 0);
+    sl_store_release(&set->parts[partition], keep);
+}
+
+size_t sl_databus_offsets(sl_set *set, sl_databus_result *results, size_t n, sl_error *err)
+{
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        const sl_store *st = &set->parts[results[i].partition];
+        if (!sl_store_remote(st))
+            continue;
+        sl_error e = {0};
+        int64_t off = -1;
+        int rc = sl_store_offset_of(st, results[i].offset, &off, &e);
+        results[i].offset = rc ? -1 : off;
+        results[i].status = rc;
+        if (rc && !failed++ && err)
+            *err = e;
+    }
+    return failed;
 }
 
 /* A partition the syncer is to fdatasync in this round. */
@@ -822,12 +915,16 @@ static void *syncer_main(void *arg)
     for (;;) {
         int64_t now = sl_clock_mono_ns(), deadline = INT64_MAX;
         size_t n = 0;
-        bool left = false;
+        bool left = false, left_remote = false;
         for (bus_set *bs = bus->sets; bs; bs = bs->next) {
             for (int32_t p = 0; p < bs->set->nparts; p++) {
                 bus_part *bp = &bs->parts[p];
                 if (bp->syncing || bp->gave_up || bp->durable >= bp->written)
                     continue;
+                if (bp->remote) { /* its delivery reports make it durable */
+                    left_remote = true;
+                    continue;
+                }
                 left = true;
                 int64_t due = bp->sync_failing ? bp->sync_retry_ns
                               : bus->writer_done || bs->set->cfg.ack == SL_ACK_DURABLE ||
@@ -845,8 +942,13 @@ static void *syncer_main(void *arg)
             }
         }
         if (n == 0) {
-            if (bus->writer_done && !left)
+            /* At stop, remote partitions get a bounded while for their last
+             * delivery reports (sl_databus_remote_durable wakes us). */
+            if (bus->writer_done && !left &&
+                (!left_remote || now - bus->writer_done_ns > REMOTE_DRAIN_NS))
                 break;
+            if (bus->writer_done && left_remote && deadline > now + 100000000)
+                deadline = now + 100000000;
             timed_wait(&bus->sync_wake, &bus->lock, deadline);
             continue;
         }
@@ -962,6 +1064,7 @@ void sl_databus_stop(sl_databus *bus)
      * waiters and stops. */
     pthread_mutex_lock(&bus->lock);
     bus->writer_done = true;
+    bus->writer_done_ns = sl_clock_mono_ns();
     pthread_cond_signal(&bus->sync_wake);
     pthread_mutex_unlock(&bus->lock);
     pthread_join(bus->syncer, NULL);

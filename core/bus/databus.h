@@ -47,7 +47,10 @@ typedef struct sl_databus_event {
 
 typedef struct sl_databus_result {
     int32_t partition;
+    /* The offset; for a Kafka-backed set (a remote store) a local sequence
+     * number until sl_databus_offsets() translates it. */
     int64_t offset;
+    int status; /* sl_databus_offsets(): 0 stored, else why not */
 } sl_databus_result;
 
 /* Completion of a durable publish: status 0 once every event of it is on
@@ -117,6 +120,26 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
 int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs,
                            size_t n, sl_databus_result *results, sl_databus_done_fn *done,
                            void *ctx, sl_error *err);
+
+/* sl_databus_publish_ack() for a caller that reports each event's outcome
+ * itself: on a Kafka-backed set (remote store) done(ctx, 0) comes once every
+ * event has its outcome, some perhaps failed; done then calls
+ * sl_databus_offsets() on its results (still valid in done, not after).
+ * On a local set it is sl_databus_publish_ack(). */
+int sl_databus_publish_entries(sl_databus *bus, sl_set *set, sl_ack ack,
+                               const sl_databus_event *evs, size_t n, sl_databus_result *results,
+                               sl_databus_done_fn *done, void *ctx, sl_error *err);
+
+/* Inside done of sl_databus_publish_entries(): turns results[0..n) of a
+ * remote set into stored offsets, status 0, or the failure's code with
+ * offset -1 and, in err, the first failure's message. No-op for a local
+ * set. Returns the number of failed events. */
+size_t sl_databus_offsets(sl_set *set, sl_databus_result *results, size_t n, sl_error *err);
+
+/* A remote store's on_durable (fits sl_store_durable_fn with the set as
+ * ctx, by way of the registry): every event of set's partition below
+ * seq_end has its outcome; answers the durable publishes it completes. */
+void sl_databus_remote_durable(sl_set *set, int32_t partition, int64_t seq_end);
 
 /* The next offset the bus will assign in a partition: offsets below it and
  * at or above the log's end offset are accepted but not yet written. It can

@@ -4,6 +4,10 @@
  */
 #include "core/bus/set.h"
 
+#include "core/bus/databus.h"
+#include "core/log/store_kafka.h"
+#include "core/base/slog.h"
+
 #include "core/base/metrics.h"
 
 #include <dirent.h>
@@ -326,6 +330,74 @@ static int set_open(sl_sets *sets, const char *name, const sl_set_config *c, boo
     return 0;
 }
 
+/* ---- Kafka-backed sets --------------------------------------------------- */
+
+static void kafka_durable(void *ctx, int32_t partition, int64_t seq_end)
+{
+    sl_databus_remote_durable(ctx, partition, seq_end);
+}
+
+static void kafka_data(void *ctx, int32_t partition)
+{
+    sl_set *s = ctx;
+    if (s->reg->opts.on_remote_data)
+        s->reg->opts.on_remote_data(s, partition, s->reg->opts.remote_ctx);
+}
+
+/* Opens set name on its topic: nothing on disk. */
+static int set_open_kafka(sl_sets *sets, const char *name, const sl_set_config *c, sl_set **out,
+                          sl_error *err)
+{
+    const sl_kafka_cluster *cl = sets->opts.kafka;
+    if (!cl)
+        return sl_error_set(err, SL_EINVAL,
+                            "set %s: backend \"kafka\" needs server { kafka = { brokers = … } }",
+                            name);
+    sl_set *s = calloc(1, sizeof *s);
+    if (!s)
+        return SL_ENOMEM;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->cfg = *c;
+    s->reg = sets;
+    if (!c->topic[0])
+        snprintf(s->cfg.topic, sizeof s->cfg.topic, "%s%s",
+                 cl->topic_prefix ? cl->topic_prefix : "sluice.", name);
+    sl_kstore_options ko = {
+        .set = s->name,
+        .topic = s->cfg.topic,
+        .partitions = c->partitions,
+        .replication = c->replication,
+        .durable = c->ack == SL_ACK_DURABLE,
+        .compression = c->compression,
+        .linger_ms = c->linger_ms,
+        .batch_bytes = c->batch_bytes,
+        .on_durable = kafka_durable,
+        .on_data = kafka_data,
+        .ctx = s,
+    };
+    int rc = sl_kstore_open(cl, &ko, &s->ktopic, err);
+    if (!rc && !(s->parts = calloc((size_t)c->partitions, sizeof *s->parts)))
+        rc = SL_ENOMEM;
+    for (int32_t p = 0; !rc && p < c->partitions; p++)
+        if (!(rc = sl_kstore_partition(s->ktopic, p, &s->parts[p], err)))
+            s->nparts++;
+    if (!rc && sets->opts.on_open && !(rc = sets->opts.on_open(s, sets->opts.ctx, err)))
+        s->opened = true;
+    else if (!rc)
+        s->opened = true;
+    if (rc) {
+        struct sl_kstore_topic *t = s->ktopic;
+        set_free(sets, s); /* the partitions' references */
+        sl_kstore_release(t);
+        return rc;
+    }
+    sl_kstore_release(s->ktopic); /* the partitions hold it now */
+    sl_slog(SL_SLOG_INFO, "sets", "set %s: on Kafka topic %s (%d partitions)", name,
+            s->cfg.topic, (int)s->nparts);
+    *out = s;
+    return 0;
+}
+
 static int push(sl_sets *sets, sl_set *s)
 {
     int rc = 0;
@@ -552,6 +624,37 @@ static int get_or_create(sl_sets *sets, const char *name, const sl_set_config *c
     if (!client)
         client = "";
     sl_set *s = find(sets, name);
+    bool kafka = mode == MAKE_DEFINE && cfg->backend == SL_BACKEND_KAFKA;
+    if (s && (kafka != sl_set_remote(s)) && mode == MAKE_DEFINE)
+        return sl_error_set(err, SL_EEXIST,
+                            kafka ? "set %s: declared with backend \"kafka\", but %s/%s holds it "
+                                    "as a local set; a set does not change backend in place "
+                                    "(migrate it: docs/scale-out.md)"
+                                  : "set %s: declared as a local set, but it is Kafka-backed "
+                                    "(%s/%s: a set does not change backend in place)",
+                            name, sets->root, name);
+    if (s && kafka) { /* defined again: settings that need no reopening */
+        pthread_mutex_lock(&sets->create_lock);
+        char topic[SL_SET_TOPIC_MAX + 1];
+        memcpy(topic, s->cfg.topic, sizeof topic);
+        s->cfg = *cfg;
+        s->cfg.partitions = s->nparts;
+        memcpy(s->cfg.topic, topic, sizeof topic);
+        pthread_mutex_unlock(&sets->create_lock);
+        *out = s;
+        return 0;
+    }
+    if (!s && kafka) {
+        pthread_mutex_lock(&sets->create_lock);
+        int rc = 0;
+        if (!(s = find(sets, name)) && !(rc = set_open_kafka(sets, name, cfg, &s, err)) &&
+            (rc = push(sets, s)))
+            set_free(sets, s);
+        pthread_mutex_unlock(&sets->create_lock);
+        if (!rc)
+            *out = s;
+        return rc;
+    }
     if (s && mode == MAKE_DEFINE) { /* over an existing set: new settings, same partitions */
         pthread_mutex_lock(&sets->create_lock);
         sl_set_config c = *cfg;

@@ -90,6 +90,7 @@ struct sl_set {
     /* Kafka-backed (cfg.backend == SL_BACKEND_KAFKA): its topic's stores and
      * the topic's name on the cluster; NULL for a local set. */
     struct sl_kstore_topic *ktopic;
+    struct sl_sets *reg; /* its registry (Kafka-backed sets' callbacks) */
 };
 
 /* True for a set whose partitions are on a Kafka cluster. */
@@ -123,6 +124,15 @@ typedef struct sl_sets_options {
     /* Most partitions kept open at once; the least recently used idle one
      * parks beyond it (core/log/store.h). 0: sl_sets_default_max_open(). */
     size_t max_open_partitions;
+    /* The cluster of Kafka-backed sets (server { kafka = … }); NULL: none
+     * may be defined. Must outlive the registry. */
+    const struct sl_kafka_cluster *kafka;
+    /* Records arrived on a Kafka-backed set's partition for a reader that
+     * was caught up (written by any router): the rule runner's wake-up, as
+     * the Databus's on_append is for local sets. From a librdkafka thread;
+     * may be NULL. */
+    void (*on_remote_data)(sl_set *set, int32_t partition, void *ctx);
+    void *remote_ctx;
 } sl_sets_options;
 
 /* Descriptors a partition is counted for when sizing the default limit: 6
@@ -169,6 +179,13 @@ bool sl_sets_auto_creates(const sl_sets *sets);
 
 /* Auto-created sets right now. */
 size_t sl_sets_auto_count(sl_sets *sets);
+
+/* A Kafka-backed set (cfg->backend == SL_BACKEND_KAFKA) is never on disk:
+ * sl_sets_define() opens its topic (created when missing, refused when it
+ * has fewer partitions than declared: core/log/store_kafka.h) at every
+ * start; the name of a local set cannot be given to it (SL_EEXIST: migrate
+ * instead, docs/scale-out.md). Its durable publishes complete with the
+ * delivery reports (sl_databus_remote_durable()). */
 
 /* Creates a set with an explicit configuration (for config files); an
  * existing set keeps its partitions, the rest of cfg replaces its settings

@@ -33,6 +33,8 @@ static void unlink_wait(sl_wait *w)
     w->prev = NULL;
 }
 
+#define REMOTE_CHECK_NS 100000000 /* 100 ms */
+
 /* Unlinks w, then wakes it: the callback may end w's life. */
 static void wake(sl_wait *w)
 {
@@ -49,10 +51,17 @@ static void *timer_main(void *arg)
         int64_t now = sl_clock_mono_ns(), next = now + 1000000000;
         for (sl_wait *w = ws->head, *n; w; w = n) {
             n = w->next;
-            if (w->deadline_ns <= now)
+            /* A Kafka-backed set grows without an append here (other
+             * routers write it): its cached watermark is looked at every
+             * REMOTE_CHECK_NS. */
+            bool remote = sl_set_remote(w->set);
+            if (w->deadline_ns <= now ||
+                (remote && sl_store_end_offset(&w->set->parts[w->part]) > w->pos))
                 wake(w);
             else if (w->deadline_ns < next)
                 next = w->deadline_ns;
+            if (remote && now + REMOTE_CHECK_NS < next)
+                next = now + REMOTE_CHECK_NS;
         }
         struct timespec ts = {.tv_sec = next / 1000000000, .tv_nsec = next % 1000000000};
         pthread_cond_timedwait(&ws->cond, &ws->lock, &ts);

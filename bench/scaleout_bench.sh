@@ -9,44 +9,45 @@
 #      wrk with bench/http/post.lua: NDJSON, 100 events of ~300 B per POST,
 #      16 connections, 2 threads, SECS seconds, closed loop. Reference: `kcat
 #      -P` of the same records (same shape, keys, size; as many as sluice
-#      stored) to a topic of the same partitions on the same cluster, with
-#      sluice's producer settings (acks=all, enable.idempotence=true,
-#      partitioner=murmur2_random, linger.ms=5). Rows: events/s (goal >=
-#      0.9x kcat) and CPU per event of each side (user + system time of the
-#      sluice process or of kcat; the mock's own CPU counted on neither).
-#  (b) rule delivery over a Kafka-backed set with 1, 2 and 3 routers: R
-#      routers started together (the mock's 3 s initial rebalance delay lets
-#      them join one generation), one rule "deliver" over the set (start =
-#      "beginning", a fresh group and cursor topic per run) writing to a
-#      target.file of each router's own, reading the events (a) stored. Timed
-#      from the first delivered line to the last (startup and the group join
-#      left out). Rows: delivered events/s and CPU per event per router (each
-#      router's CPU over the window / the events it delivered, the mean over
-#      routers), against 1 router in the same run; the goal is a flat cost
-#      per event (<= 1.25x of 1 router; the machine's 2 cores make events/s
-#      flat or falling, so it has no goal).
+#      stored, 20,000-300,000) to a topic of the same partitions on the same
+#      cluster, with sluice's producer settings (acks=all,
+#      enable.idempotence=true, partitioner=murmur2_random, linger.ms=5).
+#      Rows: events/s (goal >= 0.9x kcat) and CPU per event of each side
+#      (user + system time of the sluice process or of kcat; the mock's own
+#      CPU counted on neither).
+#  (b) rule delivery over a Kafka-backed set with 1, 2 and 3 routers: for
+#      each count R, a topic of its own, R routers started together with one
+#      rule "deliver" (start = "beginning") writing to a target.file of each
+#      router's own; once the set's group gave every partition to one of them
+#      (GET /v1/rules), EVENTS records are produced into the topic with kcat
+#      -P, and the run is timed from the start of that production to the
+#      last delivered line.
+#      Rows: delivered events/s and CPU per event per router (each router's
+#      CPU over the window / the lines it wrote in it; the mean over routers),
+#      against 1 router in the same run; the goal is a flat cost per event
+#      (<= 1.25x of 1 router; events/s has no goal: on 2 cores more routers
+#      share the same CPUs). Duplicates (lines beyond EVENTS) are printed.
 #      Then takeover: router 3 of the 3-router run is SIGKILLed and the time
 #      until routers 1 and 2 own every partition (GET /v1/rules) is measured,
 #      against the group's session_timeout (SESSION).
 #  (c) Kafka fetch bytes per router with 1 and 20 rules: one router, rules
-#      over the same set (rule 1 delivers to a file, rules 2-20 match nothing,
-#      so only reading and matching grow), until every rule has lag 0; the
-#      router's sluice_kafka_fetched_bytes_total{set="bench"} from GET
-#      /metrics. Goal: 20 rules fetch <= 1.1x the bytes of 1 rule (one shared
-#      reader per partition, one fetch per router whatever the rules).
+#      over a set whose topic holds EVENTS records (rule 1 delivers to a
+#      file, rules 2-20 match nothing, so only reading and matching grow),
+#      until every rule has lag 0; the router's
+#      sluice_kafka_fetched_bytes_total{set="bench"} from GET /metrics. Goal:
+#      20 rules fetch <= 1.1x the bytes of 1 rule (one shared reader per
+#      partition: one fetch per router whatever the number of rules).
 #
 # Environment: SLUICE_BENCH_DIR (default ./build/bench-tmp),
 # SLUICE_SCALEOUT_SECS (wrk seconds of (a), default 3),
-# SLUICE_SCALEOUT_PARTITIONS (default 6), SLUICE_SCALEOUT_ROUTERS (router
-# counts of (b), default "1 2 3"; the first must be 1),
-# SLUICE_SCALEOUT_SESSION (the groups' session_timeout, default "10s"),
-# SLUICE_SCALEOUT_ROWS (comma list of ingest,deliver,takeover,fetch; default
-# all; takeover needs deliver with 3 routers), SLUICE_SCALEOUT_SELFTEST=local
-# (tests this script against a sluice without Kafka-backed sets: local sets,
-# each router a copy of the ingest router's data, no takeover row; the
-# figures then mean nothing).
+# SLUICE_SCALEOUT_EVENTS (records of (b) and (c), default 60000: the mock
+# keeps about 5 MB per partition), SLUICE_SCALEOUT_PARTITIONS (default 6),
+# SLUICE_SCALEOUT_ROUTERS (router counts of (b), default "1 2 3"; the first
+# must be 1), SLUICE_SCALEOUT_SESSION (the groups' session_timeout, default
+# "6s"), SLUICE_SCALEOUT_ROWS (comma list of ingest,deliver,takeover,fetch;
+# default all; takeover needs deliver with 3 routers).
 #
-# About 80 s on 2 cores. Exits 0 when it measured everything, goals met or
+# About 50-90 s on 2 cores. Exits 0 when it measured everything, goals met or
 # not; 1 on any error (a server that did not start, an event not delivered,
 # a tool missing). A missing sluice_kafka_fetched_bytes_total family is
 # reported as "not measured", not an error.
@@ -59,11 +60,9 @@ cd "$(dirname "$0")/.." || exit 1
 SECS=${SLUICE_SCALEOUT_SECS:-3}
 PARTS=${SLUICE_SCALEOUT_PARTITIONS:-6}
 ROUTERS=${SLUICE_SCALEOUT_ROUTERS:-1 2 3}
-SESSION=${SLUICE_SCALEOUT_SESSION:-10s}
-LOCAL=0
-[ "${SLUICE_SCALEOUT_SELFTEST:-}" = local ] && LOCAL=1
+SESSION=${SLUICE_SCALEOUT_SESSION:-6s}
+EVENTS=${SLUICE_SCALEOUT_EVENTS:-60000}
 ROWS=${SLUICE_SCALEOUT_ROWS:-ingest,deliver,takeover,fetch}
-[ "$LOCAL" = 1 ] && ROWS=${SLUICE_SCALEOUT_ROWS:-ingest,deliver,fetch}
 ROOT=${SLUICE_BENCH_DIR:-./build/bench-tmp}
 MOCK=build/rel/tools/kafka_mock
 CONNS=16
@@ -87,6 +86,8 @@ has_row() { case ",$ROWS," in *",$1,"*) return 0 ;; esac; return 1; }
 case "$SECS" in '' | *[!0-9]*) die "SLUICE_SCALEOUT_SECS must be a whole number of seconds" ;; esac
 [ "$SECS" -ge 1 ] || die "SLUICE_SCALEOUT_SECS must be at least 1"
 case "$PARTS" in '' | *[!0-9]*) die "SLUICE_SCALEOUT_PARTITIONS must be a number" ;; esac
+case "$EVENTS" in '' | *[!0-9]*) die "SLUICE_SCALEOUT_EVENTS must be a number" ;; esac
+[ "$EVENTS" -ge 1000 ] || die "SLUICE_SCALEOUT_EVENTS must be at least 1000"
 [ "$PARTS" -ge 1 ] && [ "$PARTS" -le 64 ] || die "SLUICE_SCALEOUT_PARTITIONS must be 1-64"
 first=
 for n in $ROUTERS; do
@@ -101,7 +102,6 @@ print(int(m.group(1)) * (1 if m.group(2) == "ms" else 1000) if m else "")' "$SES
 for r in ${ROWS//,/ }; do
     case "$r" in ingest | deliver | takeover | fetch) ;; *) die "unknown row '$r' in SLUICE_SCALEOUT_ROWS" ;; esac
 done
-[ "$LOCAL" = 1 ] && has_row takeover && die "no takeover row in the selftest (local sets)"
 if has_row takeover && { ! has_row deliver || ! case " $ROUTERS " in *" 3 "*) true ;; *) false ;; esac; }; then
     die "the takeover row needs the deliver row with 3 routers"
 fi
@@ -177,36 +177,46 @@ topic() {
     mock_cmd topic "$1" "$2" $MOCK_REPL
 }
 
-topic sluice.bench "$PARTS" # the set's topic (topic = "sluice.bench" in every config)
-topic ref.bench "$PARTS"    # kcat -P's
-topic ing.cursors 1         # the ingest router's cursor topic (it has no rules; in case it is opened)
-
-# topic_events TOPIC: records the topic holds now (high - low watermark, all partitions)
-topic_events() {
-    local p lo hi sum=0
-    for p in $(seq 0 $((PARTS - 1))); do
-        lo=$(kcat -Q -b "$BOOT" -t "$1:$p:-2" 2>/dev/null | awk '{print $NF}')
-        hi=$(kcat -Q -b "$BOOT" -t "$1:$p:-1" 2>/dev/null | awk '{print $NF}')
-        sum=$((sum + ${hi:-0} - ${lo:-0}))
-    done
-    echo "$sum"
+# records FILE N TAG: N records KEY|JSON in the shape of post.lua's events
+# (~EVENT_BYTES, keys k0..k1023, ids TAG-…), for kcat -P -K '|'
+records() {
+    python3 - "$2" "$BATCH" "$EVENT_BYTES" "$3" >"$1" <<'PY' || die "cannot write the records"
+import sys, time
+n, batch, size, tag = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+head = '{"specversion":"1.0","id":"'
+out = []
+for r in range(n // batch + 1):
+    v = r % 8 + 1
+    for i in range(1, batch + 1):
+        if len(out) == n:
+            break
+        key = (v * 131 + i * 37) % 1024
+        tail = ('-%d","source":"/bench/http","type":"bench.http.event","time":"%s","partitionkey":"k%d",'
+                '"datacontenttype":"application/json","data":{"seq":%d,"note":"' % (i, now, key, i))
+        pad = max(1, size - (len(head) + 16 + len(tail) + 3))
+        out.append("k%d|%s%s-0-%d%s%s\"}}" % (key, head, tag, r, tail, "x" * pad))
+sys.stdout.write("\n".join(out) + "\n")
+PY
+}
+# produce TOPIC FILE: kcat -P with sluice's producer settings
+produce() {
+    kcat -P -q -b "$BOOT" -t "$1" -K '|' -X enable.idempotence=true -X acks=all \
+        -X partitioner=murmur2_random -X linger.ms=$LINGER_MS -l "$2" >/dev/null 2>&1
 }
 
 # config FILE PREFIX RULES DIR: a router's config: server.kafka with topic and group
 # prefix PREFIX (so every run has its own group PREFIX.set.bench and cursor topic
-# PREFIX.cursors), the set "bench" on topic sluice.bench, RULES rules (rule 1 to
-# DIR/out.ndjson, the others matching nothing).
+# PREFIX.cursors), the set "bench" on topic PREFIX.bench, RULES rules (rule 1 to
+# DIR/out.ndjson, the others matching nothing; 0: none).
 config() {
     local file=$1 prefix=$2 rules=$3 dir=$4 i
     {
-        if [ "$LOCAL" = 1 ]; then
-            printf 'set "bench" { partitions = %d,\n' "$PARTS"
-        else
-            printf 'server { kafka = { brokers = "%s", topic_prefix = "%s.", group_prefix = "%s.set.",\n' "$BOOT" "$prefix" "$prefix"
-            printf '  client_id = "bench-%s", session_timeout = "%s" } }\n' "$prefix" "$SESSION"
-            printf 'set "bench" { backend = "kafka", topic = "sluice.bench", partitions = %d, replication = 3,\n' "$PARTS"
-        fi
+        printf 'server { kafka = { brokers = "%s", topic_prefix = "%s.", group_prefix = "%s.set.",\n' "$BOOT" "$prefix" "$prefix"
+        printf '  client_id = "bench-%s", session_timeout = "%s" } }\n' "$prefix" "$SESSION"
+        printf 'set "bench" { backend = "kafka", partitions = %d, replication = 3,\n' "$PARTS"
         printf '  ack = "durable", linger = "%dms" }\n' "$LINGER_MS"
+        [ "$rules" -ge 1 ] &&
         printf 'rule "deliver" { set = "bench", start = "beginning", target = target.file { path = "%s/out.ndjson" } }\n' "$dir"
         for i in $(seq 2 "$rules"); do
             printf 'rule "idle%d" { set = "bench", start = "beginning", match = { type = { "never-%d" } },\n' "$i" "$i"
@@ -215,25 +225,30 @@ config() {
     } >"$file"
 }
 
-# start_router NAME CONFIG DIR: sets RPORT and RPID (added to PIDS)
-start_router() {
-    local name=$1 cfg=$2 dir=$3
+# launch_router CONFIG DIR: starts one, does not wait; sets RPORT and RPID (added to PIDS)
+launch_router() {
+    local cfg=$1 dir=$2
     mkdir -p "$dir"
-    # selftest: local sets; every router starts with the ingest router's events
-    if [ "$LOCAL" = 1 ] && [ -d "$TMP/ingest/data" ] && [ ! -e "$dir/data" ]; then
-        cp -a "$TMP/ingest/data" "$dir/data" || die "cannot copy the ingest data"
-    fi
     RPORT=$(free_port)
     bin/sluice serve -c "$cfg" --data "$dir/data" --listen "127.0.0.1:$RPORT" >"$dir/server.log" 2>&1 &
     RPID=$!
     PIDS+=("$RPID")
+}
+# wait_router NAME PORT PID DIR: until /healthz answers (10 s)
+wait_router() {
+    local name=$1 port=$2 pid=$3 dir=$4
     for _ in $(seq 200); do
-        curl -sf --max-time 1 "http://127.0.0.1:$RPORT/healthz" >/dev/null 2>&1 && return 0
-        kill -0 "$RPID" 2>/dev/null || break
+        curl -sf --max-time 1 "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.05
     done
     tail -n 20 "$dir/server.log" >&2
     die "$name did not start (log above)"
+}
+# start_router NAME CONFIG DIR: both
+start_router() {
+    launch_router "$2" "$3"
+    wait_router "$1" "$RPORT" "$RPID" "$3"
 }
 stop_router() { # stop_router PID: SIGTERM, 10 s, then SIGKILL
     kill -TERM "$1" 2>/dev/null || return 0
@@ -270,14 +285,14 @@ row() { # row LABEL FIGURE REF RATIO GOAL MET (for the table printed at the end)
 
 # ---- (a) HTTP ingest vs kcat -P ------------------------------------------------------------
 
-STORED=0
-if has_row ingest || has_row deliver || has_row fetch; then
+if has_row ingest; then
     note "scaleout_bench: (a) HTTP ingest into a Kafka-backed set, $CONNS connections, $SECS s"
+    topic ing.bench "$PARTS"
+    topic ing.cursors 1 # in case the router opens its cursor topic without rules
+    topic ref.bench "$PARTS"
     d=$TMP/ingest
     mkdir -p "$d"
-    config "$d/sluice.lua" ing 1 "$d"
-    # no rule while ingesting: only the write path is measured
-    sed -i '/^rule /d; /^  target = /d' "$d/sluice.lua"
+    config "$d/sluice.lua" ing 0 "$d" # no rule: only the write path is measured
     start_router "the ingest router" "$d/sluice.lua" "$d"
     ING_PID=$RPID
     ING_PORT=$RPORT
@@ -297,96 +312,84 @@ if has_row ingest || has_row deliver || has_row fetch; then
     non200=$(field non200)
     [ "${accepted:-0}" -gt 0 ] || die "no event accepted: $(cat "$d/wrk.out")"
     [ "${non200:-0}" -eq 0 ] || note "  $non200 answers were not 200: $(grep '^@@' "$d/wrk.out" | tr '\n' ' ')"
+    [ "$(field failed_entries)" = 0 ] || note "  $(field failed_entries) entries failed"
     ING_EPS=$(calc "$accepted / ($dur_us / 1e6)")
     ING_CPU=$(calc "($c1 - $c0) / $HZ * 1e6 / $accepted")
     note "  sluice: $accepted events in $(calc "$dur_us / 1e6") s: $(printf '%.0f' "$ING_EPS") ev/s, $(printf '%.2f' "$ING_CPU") CPU us/event"
-    # what the set holds: the accepted ones, the warm-up, and the POSTs wrk had
-    # in flight when it stopped (sent, answered after its clock)
-    sleep 1
-    STORED=$(curl -sf --max-time 5 "http://127.0.0.1:$ING_PORT/v1/sets/bench" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin).get("events", ""))' 2>/dev/null)
-    case "$STORED" in '' | *[!0-9]*) STORED=$((accepted + 1)) ;; esac
     stop_router "$ING_PID"
 
-    # the same records for kcat: post.lua's events (ids, keys k0..k1023, ~300 B), KEY|JSON
+    # the same records for kcat, as many as sluice stored
     REF_N=$accepted
     [ "$REF_N" -gt 300000 ] && REF_N=300000
     [ "$REF_N" -lt 20000 ] && REF_N=20000
-    python3 - "$REF_N" "$BATCH" "$EVENT_BYTES" >"$TMP/records.txt" <<'PY'
-import sys, time
-n, batch, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
-head = '{"specversion":"1.0","id":"'
-out = []
-for r in range(n // batch + 1):
-    v = r % 8 + 1
-    for i in range(1, batch + 1):
-        if len(out) == n:
-            break
-        key = (v * 131 + i * 37) % 1024
-        tail = ('-%d","source":"/bench/http","type":"bench.http.event","time":"%s","partitionkey":"k%d",'
-                '"datacontenttype":"application/json","data":{"seq":%d,"note":"' % (i, now, key, i))
-        pad = max(1, size - (len(head) + 16 + len(tail) + 3))
-        out.append("k%d|%sref-0-%d%s%s\"}}" % (key, head, r, tail, "x" * pad))
-sys.stdout.write("\n".join(out) + "\n")
-PY
+    records "$TMP/ref.txt" "$REF_N" ref
     TIMEFORMAT='%R %U %S'
-    { time kcat -P -q -b "$BOOT" -t ref.bench -K '|' -X enable.idempotence=true -X acks=all \
-        -X partitioner=murmur2_random -X linger.ms=$LINGER_MS -l "$TMP/records.txt" >/dev/null 2>&1; } 2>"$TMP/kcat.time" ||
-        die "kcat -P failed"
+    { time produce ref.bench "$TMP/ref.txt"; } 2>"$TMP/kcat.time" || die "kcat -P failed"
     read -r kreal kuser ksys <"$TMP/kcat.time"
     REF_EPS=$(calc "$REF_N / $kreal")
     REF_CPU=$(calc "($kuser + $ksys) * 1e6 / $REF_N")
     note "  kcat -P: $REF_N records in $kreal s: $(printf '%.0f' "$REF_EPS") ev/s, $(printf '%.2f' "$REF_CPU") CPU us/event"
-    if has_row ingest; then
-        r=$(ratio "$ING_EPS" "$REF_EPS")
-        met=no
-        awk -v a="$r" -v g="$INGEST_GOAL" 'BEGIN {exit !(a >= g)}' && met=yes
-        tsv_row scaleout.ingest "HTTP ingest into a Kafka-backed set, NDJSON $BATCH/POST, ack=durable, $CONNS connections" \
-            ev/s "$ING_EPS" "kcat -P, same records and cluster" "$REF_EPS" "$r" ">= $INGEST_GOAL" "$met"
-        tsv_row scaleout.ingest_cpu "HTTP ingest into a Kafka-backed set: CPU per event (lower is better)" \
-            "µs/ev" "$ING_CPU" "kcat -P" "$REF_CPU" "$(ratio "$ING_CPU" "$REF_CPU")" - -
-        LAST="$LAST ingest_eps=$(printf '%.0f' "$ING_EPS") ingest_ratio=$r ingest_cpu_us=$(printf '%.2f' "$ING_CPU") kcat_cpu_us=$(printf '%.2f' "$REF_CPU")"
-        row "(a) ingest, ev/s (kcat -P)" "$(printf '%.0f' "$ING_EPS")" "$(printf '%.0f' "$REF_EPS")" "$r" ">= $INGEST_GOAL" "$met"
-        row "(a) ingest, CPU us/ev (kcat -P)" "$(printf '%.2f' "$ING_CPU")" "$(printf '%.2f' "$REF_CPU")" "$(ratio "$ING_CPU" "$REF_CPU")" - -
-    fi
+    r=$(ratio "$ING_EPS" "$REF_EPS")
+    met=no
+    awk -v a="$r" -v g="$INGEST_GOAL" 'BEGIN {exit !(a >= g)}' && met=yes
+    tsv_row scaleout.ingest "HTTP ingest into a Kafka-backed set, NDJSON $BATCH/POST, ack=durable, $CONNS connections" \
+        ev/s "$ING_EPS" "kcat -P, same records and cluster" "$REF_EPS" "$r" ">= $INGEST_GOAL" "$met"
+    tsv_row scaleout.ingest_cpu "HTTP ingest into a Kafka-backed set: CPU per event (lower is better)" \
+        "µs/ev" "$ING_CPU" "kcat -P" "$REF_CPU" "$(ratio "$ING_CPU" "$REF_CPU")" - -
+    LAST="$LAST ingest_eps=$(printf '%.0f' "$ING_EPS") ingest_ratio=$r ingest_cpu_us=$(printf '%.2f' "$ING_CPU") kcat_cpu_us=$(printf '%.2f' "$REF_CPU")"
+    row "(a) ingest, ev/s (kcat -P)" "$(printf '%.0f' "$ING_EPS")" "$(printf '%.0f' "$REF_EPS")" "$r" ">= $INGEST_GOAL" "$met"
+    row "(a) ingest, CPU us/ev (kcat -P)" "$(printf '%.2f' "$ING_CPU")" "$(printf '%.2f' "$REF_CPU")" "$(ratio "$ING_CPU" "$REF_CPU")" - -
 fi
 
-# The events the delivery and fetch runs read: what (a) stored and the mock kept.
-if [ "$LOCAL" = 1 ]; then E=$STORED; else E=$(topic_events sluice.bench); fi
-note "scaleout_bench: the set's topic holds $E events (of $STORED stored)"
-if { has_row deliver || has_row fetch; } && [ "$E" -le 0 ]; then die "the topic sluice.bench is empty"; fi
+# the records of (b) and (c)
+if has_row deliver || has_row fetch; then
+    records "$TMP/events.txt" "$EVENTS" ev
+fi
 
 # ---- (b) rule delivery with 1, 2, 3 routers; takeover ---------------------------------------
 
-# deliver_run R: R routers on a fresh group; sets D_EPS, D_CPU (mean per-router CPU
-# us/event), D_MAX (the highest router's), D_PORTS, D_PIDS (left running)
+# deliver_run R: R routers on a fresh topic and group; sets D_EPS, D_CPU (mean
+# per-router CPU us/event), D_MAX (the highest router's), D_DUPS, D_PORTS,
+# D_PIDS (left running)
 deliver_run() {
-    local n=$1 i cfg dir t0="" t1="" got c0=() c1=() l0=() l1=() deadline want=$E
-    [ "$LOCAL" = 1 ] && want=$((n * E)) # each router has all the events
+    local n=$1 i dir t0="" t1="" got c0=() c1=() l0=() l1=() deadline kpid
     D_PORTS=()
     D_PIDS=()
+    topic "d$n.bench" "$PARTS"
     topic "d$n.cursors" 1
+    # all at once, so that they join the group together
     for i in $(seq "$n"); do
         dir=$TMP/d$n/r$i
         mkdir -p "$dir"
         config "$dir/sluice.lua" "d$n" 1 "$dir"
-        start_router "router $i of $n" "$dir/sluice.lua" "$dir"
+        launch_router "$dir/sluice.lua" "$dir"
         D_PORTS+=("$RPORT")
         D_PIDS+=("$RPID")
     done
+    for i in $(seq "$n"); do
+        wait_router "router $i of $n" "${D_PORTS[i - 1]}" "${D_PIDS[i - 1]}" "$TMP/d$n/r$i"
+    done
+    local tj=$SECONDS
+    until owned_all "${D_PORTS[@]}"; do
+        [ $((SECONDS - tj)) -lt 60 ] || die "the group d$n.set.bench did not give every partition to one of the $n router(s) in 60 s"
+        sleep 0.2
+    done
+    note "  group d$n.set.bench: partitions split after $((SECONDS - tj)) s"
+    # the clock starts with the production: the topic was empty, so every line
+    # a router writes from now on is in the window (delivery overlaps kcat's
+    # production, which is several times faster)
+    for i in $(seq 0 $((n - 1))); do
+        c0[i]=$(cpu_of "${D_PIDS[i]}")
+        l0[i]=0
+    done
+    t0=$(now)
+    n0=0
+    produce "d$n.bench" "$TMP/events.txt" &
+    kpid=$!
     deadline=$(calc "$(now) + 90")
     while :; do
         got=$(lines_of "$TMP/d$n"/r*/out.ndjson)
-        if [ -z "$t0" ] && [ "$got" -gt 0 ]; then
-            t0=$(now)
-            n0=$got
-            for i in $(seq 0 $((n - 1))); do
-                c0[i]=$(cpu_of "${D_PIDS[i]}")
-                l0[i]=$(lines_of "$TMP/d$n/r$((i + 1))/out.ndjson")
-            done
-        fi
-        if [ "$got" -ge "$want" ]; then
+        if [ "$got" -ge "$EVENTS" ]; then
             t1=$(now)
             for i in $(seq 0 $((n - 1))); do
                 c1[i]=$(cpu_of "${D_PIDS[i]}")
@@ -398,15 +401,16 @@ deliver_run() {
         for i in $(seq 0 $((n - 1))); do kill -0 "${D_PIDS[i]}" 2>/dev/null || die "router $((i + 1)) of $n died: $(tail -n 10 "$TMP/d$n/r$((i + 1))/server.log")"; done
         sleep 0.02
     done
-    [ -n "$t1" ] || die "$n router(s) delivered $got of $want events in 90 s: $(tail -n 10 "$TMP/d$n/r1/server.log")"
+    wait "$kpid" || die "kcat -P into d$n.bench failed"
+    [ -n "$t1" ] || die "$n router(s) delivered $got of $EVENTS events in 90 s: $(tail -n 10 "$TMP/d$n/r1/server.log")"
     local secs sum=0 max=0 per counted=0
     secs=$(calc "$t1 - $t0")
-    D_EPS=$(calc "($want - $n0) / $secs")
+    D_EPS=$(calc "($EVENTS - $n0) / $secs")
     for i in $(seq 0 $((n - 1))); do
         # the events it delivered inside the window, with the CPU it used there
         got=$((l1[i] - l0[i]))
         if [ "$got" -le 0 ]; then
-            note "  router $((i + 1)) of $n delivered nothing while timed (left out of the mean: did the group give it partitions?)"
+            note "  router $((i + 1)) of $n delivered nothing while timed (left out of the mean)"
             continue
         fi
         per=$(calc "(${c1[i]} - ${c0[i]}) / $HZ * 1e6 / $got")
@@ -418,13 +422,15 @@ deliver_run() {
     [ "$counted" -gt 0 ] || die "no router of $n delivered anything while timed"
     D_CPU=$(calc "$sum / $counted")
     D_MAX=$max
-    note "  $n router(s): $(printf '%.0f' "$D_EPS") delivered ev/s over $(printf '%.2f' "$secs") s, mean $(printf '%.2f' "$D_CPU") CPU us/event per router"
+    sleep 0.5
+    D_DUPS=$(($(lines_of "$TMP/d$n"/r*/out.ndjson) - EVENTS))
+    note "  $n router(s): $(printf '%.0f' "$D_EPS") delivered ev/s over $(printf '%.2f' "$secs") s, mean $(printf '%.2f' "$D_CPU") CPU us/event per router, $D_DUPS duplicates"
 }
 
 if has_row deliver; then
     declare -A DEPS DCPU DMAX
     for n in $ROUTERS; do
-        note "scaleout_bench: (b) rule delivery with $n router(s), $E events"
+        note "scaleout_bench: (b) rule delivery with $n router(s), $EVENTS events"
         deliver_run "$n"
         DEPS[$n]=$D_EPS
         DCPU[$n]=$D_CPU
@@ -432,9 +438,10 @@ if has_row deliver; then
         if [ "$n" = 3 ] && has_row takeover; then
             note "scaleout_bench: takeover: SIGKILL of router 3, session_timeout $SESSION"
             kill -KILL "${D_PIDS[2]}"
+            wait "${D_PIDS[2]}" 2>/dev/null
             tk0=$(now)
             TK=""
-            while awk -v a="$(now)" -v b="$tk0" -v l="$((SESSION_MS * 4 / 1000 + 20))" 'BEGIN {exit !(a - b < l)}'; do
+            while awk -v a="$(now)" -v b="$tk0" -v l="$((SESSION_MS * 6 / 1000 + 20))" 'BEGIN {exit !(a - b < l)}'; do
                 if owned_all "${D_PORTS[0]}" "${D_PORTS[1]}"; then TK=$(calc "$(now) - $tk0"); break; fi
                 sleep 0.1
             done
@@ -472,17 +479,19 @@ fi
 
 # ---- (c) fetch bytes with 1 and 20 rules ----------------------------------------------------
 
-# fetch_run RULES: one router, RULES rules, until every rule has lag 0; sets FB
-# (fetched bytes, "" when the family is missing)
+# fetch_run RULES: one router, RULES rules, a fresh topic holding EVENTS records,
+# until every rule has lag 0; sets FB (fetched bytes, "" when the family is missing)
 fetch_run() {
     local n=$1 dir=$TMP/f$1 deadline
+    topic "f$n.bench" "$PARTS"
     topic "f$n.cursors" 1
+    produce "f$n.bench" "$TMP/events.txt" || die "kcat -P into f$n.bench failed"
     mkdir -p "$dir"
     config "$dir/sluice.lua" "f$n" "$n" "$dir"
     start_router "the fetch router ($n rules)" "$dir/sluice.lua" "$dir"
     deadline=$(calc "$(now) + 90")
     while :; do
-        if [ "$(lines_of "$dir/out.ndjson")" -ge "$E" ] &&
+        if [ "$(lines_of "$dir/out.ndjson")" -ge "$EVENTS" ] &&
             curl -sf --max-time 2 "http://127.0.0.1:$RPORT/v1/rules" | python3 -c '
 import json, sys
 rules = json.load(sys.stdin)["rules"]
@@ -490,18 +499,22 @@ sys.exit(0 if rules and all(r.get("lag", 1) == 0 and r.get("partitions") for r i
             break
         fi
         awk -v a="$(now)" -v b="$deadline" 'BEGIN {exit !(a > b)}' &&
-            die "$n rules: not caught up in 90 s ($(lines_of "$dir/out.ndjson") of $E delivered)"
+            die "$n rules: not caught up in 90 s ($(lines_of "$dir/out.ndjson") of $EVENTS delivered)"
         kill -0 "$RPID" 2>/dev/null || die "the fetch router died: $(tail -n 10 "$dir/server.log")"
         sleep 0.1
     done
     FB=$(curl -sf --max-time 5 "http://127.0.0.1:$RPORT/metrics" |
         awk '/^sluice_kafka_fetched_bytes_total\{/ && /set="bench"/ {s += $NF; f = 1} END {if (f) printf "%.0f", s}')
-    note "  $n rule(s): ${FB:-no sluice_kafka_fetched_bytes_total{set=\"bench\"} in /metrics} fetched bytes"
+    if [ -n "$FB" ]; then
+        note "  $n rule(s): $FB bytes fetched ($(calc "round($FB / $EVENTS)") per event)"
+    else
+        note "  $n rule(s): no sluice_kafka_fetched_bytes_total with set=\"bench\" in /metrics"
+    fi
     stop_router "$RPID"
 }
 
 if has_row fetch; then
-    note "scaleout_bench: (c) Kafka fetch bytes of one router, 1 and $FETCH_RULES rules, $E events"
+    note "scaleout_bench: (c) Kafka fetch bytes of one router, 1 and $FETCH_RULES rules, $EVENTS events"
     fetch_run 1
     FB1=$FB
     fetch_run "$FETCH_RULES"
@@ -510,8 +523,8 @@ if has_row fetch; then
         r=$(ratio "$FBN" "$FB1")
         met=no
         le "$r" "$FETCH_GOAL" && met=yes
-        tsv_row scaleout.fetch_1 "Kafka fetch bytes per router, 1 rule, $E events" MiB "$(calc "$FB1 / 1048576")" - - - - -
-        tsv_row "scaleout.fetch_$FETCH_RULES" "Kafka fetch bytes per router, $FETCH_RULES rules, $E events" MiB \
+        tsv_row scaleout.fetch_1 "Kafka fetch bytes per router, 1 rule, $EVENTS events" MiB "$(calc "$FB1 / 1048576")" - - - - -
+        tsv_row "scaleout.fetch_$FETCH_RULES" "Kafka fetch bytes per router, $FETCH_RULES rules, $EVENTS events" MiB \
             "$(calc "$FBN / 1048576")" "1 rule, same run" "$(calc "$FB1 / 1048576")" "$r" "<= $FETCH_GOAL" "$met"
         LAST="$LAST fetch_bytes_1=$FB1 fetch_bytes_$FETCH_RULES=$FBN fetch_ratio=$r"
         row "(c) fetch MiB, $FETCH_RULES rules (1 rule)" "$(printf '%.1f' "$(calc "$FBN / 1048576")")" "$(printf '%.1f' "$(calc "$FB1 / 1048576")")" "$r" "<= $FETCH_GOAL" "$met"
@@ -530,7 +543,8 @@ echo "scale-out: Kafka-backed set of $PARTS partitions on the mock cluster (3 br
 printf '%-52s %14s %14s %7s %8s %4s\n' row sluice reference ratio goal met
 for l in "${SUMMARY[@]}"; do echo "$l"; done
 echo "(CPU us/ev: user + system time of the process per event; the mock broker's CPU is counted on"
-echo " neither side. (b) is timed from the first delivered event to the last; per router: its CPU"
-echo " over that window / the events it delivered. On 2 cores, more routers share the same CPUs.)"
+echo " neither side. (b) is timed from the start of kcat's production into the empty topic to the"
+echo " last delivered line; per router: its CPU over that window / the events it delivered. On"
+echo " $(nproc) cores, more routers share the same CPUs; the (b) windows are short: +-10 ms of CPU ticks.)"
 echo "scaleout_bench:${LAST} goals_missed=$MISSED"
 exit 0

@@ -15,8 +15,8 @@
 #      that each router delivered only partitions it owns, and shows
 #      GET /v1/sets and GET /v1/rules of each router;
 #   6. with --takeover: SIGKILLs router 3, posts as many orders again through
-#      the other two, and shows how long its partitions took to move (bounded
-#      by session_timeout = "6s" in sluice.lua) and the new split;
+#      the other two, and shows how long its partitions took to move
+#      (session_timeout = "6s" in sluice.lua, plus a rebalance) and the new split;
 #   7. stops everything on exit (SIGTERM to the routers, then the mock), also
 #      on Ctrl-C or an error.
 #

@@ -5,13 +5,13 @@
 # machine. Every row has a reference measured in the same run.
 #
 #  (a) HTTP ingest into a Kafka-backed set: one `sluice serve`, set "bench"
-#      (backend = "kafka", PARTS partitions, ack = "durable", linger 5 ms),
+#      (backend = "kafka", PARTS partitions, ack = "durable", linger LINGER),
 #      wrk with bench/http/post.lua: NDJSON, 100 events of ~300 B per POST,
 #      16 connections, 2 threads, SECS seconds, closed loop. Reference: `kcat
 #      -P` of the same records (same shape, keys, size; as many as sluice
 #      stored, 20,000-300,000) to a topic of the same partitions on the same
 #      cluster, with sluice's producer settings (acks=all,
-#      enable.idempotence=true, partitioner=murmur2_random, linger.ms=5).
+#      enable.idempotence=true, partitioner=murmur2_random, linger.ms=LINGER).
 #      Rows: events/s (goal >= 0.9x kcat) and CPU per event of each side
 #      (user + system time of the sluice process or of kcat; the mock's own
 #      CPU counted on neither).
@@ -45,7 +45,8 @@
 # keeps about 5 MB per partition), SLUICE_SCALEOUT_PARTITIONS (default 6),
 # SLUICE_SCALEOUT_ROUTERS (router counts of (b), default "1 2 3"; the first
 # must be 1), SLUICE_SCALEOUT_SESSION (the groups' session_timeout, default
-# "6s"), SLUICE_SCALEOUT_ROWS (comma list of ingest,deliver,takeover,fetch;
+# "6s"), SLUICE_SCALEOUT_LINGER_MS (the sets' linger and kcat's linger.ms,
+# default 2, sluice's default), SLUICE_SCALEOUT_ROWS (comma list of ingest,deliver,takeover,fetch;
 # default all; takeover needs deliver with 3 routers).
 #
 # About 50-90 s on 2 cores. Exits 0 when it measured everything, goals met or
@@ -71,7 +72,7 @@ CONNS=16
 THREADS=2
 BATCH=100
 EVENT_BYTES=300
-LINGER_MS=5
+LINGER_MS=${SLUICE_SCALEOUT_LINGER_MS:-2} # the set's linger (sluice's default) and kcat's linger.ms
 FETCH_RULES=20
 INGEST_GOAL=0.9
 CPU_GOAL=1.25
@@ -91,6 +92,7 @@ case "$PARTS" in '' | *[!0-9]*) die "SLUICE_SCALEOUT_PARTITIONS must be a number
 case "$EVENTS" in '' | *[!0-9]*) die "SLUICE_SCALEOUT_EVENTS must be a number" ;; esac
 [ "$EVENTS" -ge 1000 ] || die "SLUICE_SCALEOUT_EVENTS must be at least 1000"
 case "$REPS" in [1-9]) ;; *) die "SLUICE_SCALEOUT_REPS must be 1-9" ;; esac
+case "$LINGER_MS" in '' | *[!0-9]*) die "SLUICE_SCALEOUT_LINGER_MS must be a whole number of ms" ;; esac
 [ "$PARTS" -ge 1 ] && [ "$PARTS" -le 64 ] || die "SLUICE_SCALEOUT_PARTITIONS must be 1-64"
 first=
 for n in $ROUTERS; do

@@ -99,8 +99,8 @@ export SLUICE_BENCH_TSV=$PWD/$ROWS
 } >"$META"
 
 # The order of the issues (store, rules, HTTP, end to end, sources, lanes,
-# agent, rules at scale), whatever order make passed them in; unknown names go last.
-ORDER="log_bench rules_bench http_bench e2e_bench source_file_bench source_kafka_bench lanes_bench agent_bench rulescale_bench"
+# agent, rules at scale, scale-out), whatever order make passed them in; unknown names go last.
+ORDER="log_bench rules_bench http_bench e2e_bench source_file_bench source_kafka_bench lanes_bench agent_bench rulescale_bench scaleout_bench"
 PROGS=()
 for want in $ORDER; do
     for prog in "$@"; do [ "$(basename "$prog" .sh)" = "$want" ] && PROGS+=("$prog"); done

@@ -153,7 +153,8 @@ function response(status, hdrs, body)
       return
    end
    ok = ok + 1
-   local a, f = string.match(body, '^{"accepted":(%d+),"failed":(%d+)')
+   -- (JSON spaces may follow the comma: a Kafka-backed set's answer has them)
+   local a, f = string.match(body, '^{"accepted":(%d+),%s*"failed":(%d+)')
    accepted = accepted + (tonumber(a) or 0)
    failed_entries = failed_entries + (tonumber(f) or 0)
 end

@@ -609,10 +609,11 @@ int sl_kgroup_start(const sl_kgroup_options *o, sl_kgroup **out, sl_error *err)
         return code;
     }
     if (pthread_create(&g->thread, NULL, group_thread, g)) {
+        int code = sl_error_set(err, SL_ENOMEM, "set %s: group %s: cannot start its thread", g->set,
+                                g->group);
         rd_kafka_consumer_close(g->rk);
         group_free(g);
-        return sl_error_set(err, SL_ENOMEM, "set %s: group %s: cannot start its thread", o->set,
-                            o->group);
+        return code;
     }
     g->started = true;
     *out = g;

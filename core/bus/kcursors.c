@@ -227,7 +227,8 @@ static void *reader_thread(void *arg)
             }
         }
         rd_kafka_poll(k->prod, 0); /* delivery reports */
-        rd_kafka_poll(k->reader, 0);
+        rd_kafka_poll(k->reader, 0); /* errors: their queues grow unless served */
+        rd_kafka_poll(k->wm, 0);
     }
     return NULL;
 }

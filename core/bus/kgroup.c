@@ -302,13 +302,14 @@ static void describe_group(sl_kgroup *g)
         rd_kafka_group_list_destroy(gl);
 }
 
-/* The set's partitions among list, their committed offsets (fetched when
- * fetch), into parts/committed (room for list->cnt). */
+/* The set's partitions among list and their committed offsets, into
+ * parts/committed (room for list->cnt). The offsets are fetched when
+ * fetched is not NULL (*fetched: whether that worked), else all -1. */
 static size_t set_parts(sl_kgroup *g, const rd_kafka_topic_partition_list_t *list, int32_t *parts,
-                        int64_t *committed, bool fetch)
+                        int64_t *committed, bool *fetched)
 {
     rd_kafka_topic_partition_list_t *q = NULL;
-    if (fetch && (q = rd_kafka_topic_partition_list_copy(list))) {
+    if (fetched && (q = rd_kafka_topic_partition_list_copy(list))) {
         rd_kafka_resp_err_t e = rd_kafka_committed(g->rk, q, COMMITTED_WAIT_MS);
         if (e) {
             sl_slog(SL_SLOG_WARN, "kafka",
@@ -318,6 +319,7 @@ static size_t set_parts(sl_kgroup *g, const rd_kafka_topic_partition_list_t *lis
             rd_kafka_topic_partition_list_destroy(q);
             q = NULL;
         }
+        *fetched = q != NULL;
     }
     size_t n = 0;
     for (int i = 0; i < list->cnt; i++) {
@@ -360,9 +362,10 @@ static void do_assign(sl_kgroup *g, rd_kafka_topic_partition_list_t *list)
         free(committed);
         return;
     }
-    size_t n = set_parts(g, list, parts, committed, true);
+    bool fetched = false;
+    size_t n = set_parts(g, list, parts, committed, &fetched);
     for (size_t i = 0; i < n; i++) {
-        if (committed[i] >= 0)
+        if (committed[i] >= 0 || fetched)
             atomic_store(&g->committed[parts[i]], committed[i]);
         if (!atomic_exchange(&g->owned[parts[i]], true))
             atomic_fetch_add(&g->owned_n, 1);
@@ -387,7 +390,7 @@ static void do_revoke(sl_kgroup *g, const rd_kafka_topic_partition_list_t *list,
     size_t n = 0;
     if (parts && commit) {
         if (list)
-            n = set_parts(g, list, parts, commit, false);
+            n = set_parts(g, list, parts, commit, NULL);
         else
             n = owned_list(g, parts);
     } else {
@@ -606,10 +609,11 @@ int sl_kgroup_start(const sl_kgroup_options *o, sl_kgroup **out, sl_error *err)
         return code;
     }
     if (pthread_create(&g->thread, NULL, group_thread, g)) {
+        int code = sl_error_set(err, SL_ENOMEM, "set %s: group %s: cannot start its thread", g->set,
+                                g->group);
         rd_kafka_consumer_close(g->rk);
         group_free(g);
-        return sl_error_set(err, SL_ENOMEM, "set %s: group %s: cannot start its thread", o->set,
-                            o->group);
+        return code;
     }
     g->started = true;
     *out = g;

@@ -512,6 +512,21 @@ static void test_errors(void **state)
     assert_null(g);
     assert_int_equal(sl_kgroup_committed(NULL, 0), -1);
     assert_false(sl_kgroup_owns(NULL, 0));
+
+    /* A cluster that is not there: the start does not wait for it, nor
+     * does the stop. */
+    sl_kafka_cluster none = {.brokers = "127.0.0.1:1", .session_timeout_ms = 6000};
+    member *m = &g_m[0];
+    m->cluster = &none;
+    m->revoke_base = m->commit_base = -1;
+    m_start(m, 1, "sluice.set.none", "kg.none", 0);
+    usleep(300 * 1000);
+    sl_kgroup_info info;
+    sl_kgroup_info_get(m->g, &info);
+    assert_int_equal(info.owned, 0);
+    assert_int_equal(info.generation, -1);
+    assert_int_equal(info.members, -1);
+    m_stop(m);
 }
 
 static int setup(void **state)

@@ -694,6 +694,36 @@ static void test_buffer_lost(void **state)
     mock_stop(&m);
 }
 
+/* Closing with records the cluster never acknowledged: bounded by the
+ * delivery timeout, what is left is dropped and counted, nothing leaks. */
+static void test_close_pending(void **state)
+{
+    (void)state;
+    for (int durable = 0; durable < 2; durable++) {
+        mock m;
+        mock_start(&m);
+        m.cl.delivery_timeout_ms = 500;
+        assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.close", 1, 3), 0);
+        owner o;
+        owner_init(&o);
+        sl_kstore_options opt = options("sluice.close", 1, durable, &o);
+        sl_kstore_topic *t;
+        sl_error err = {0};
+        assert_int_equal(sl_kstore_open(&m.cl, &opt, &t, &err), 0);
+        sl_store st;
+        assert_int_equal(sl_kstore_partition(t, 0, &st, &err), 0);
+        int64_t base;
+        append(&st, "", 0, 1, &base);
+        assert_true(wait_durable(&o, 0, 1));
+        brokers(&m, false);
+        append(&st, "blue", 1, 4, &base);
+        sl_kstore_release(t);
+        sl_store_close(&st); /* the last reference: flush, give up, free */
+        owner_free(&o);
+        mock_stop(&m);
+    }
+}
+
 /* Thousands of records: the ring of outcomes grows (nothing released),
  * then wraps around (released as they become durable); every seq keeps its
  * offset, and a reader gets them all back in order. */
@@ -819,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_buffer_retry),
         cmocka_unit_test(test_buffer_lost),
         cmocka_unit_test(test_many),
+        cmocka_unit_test(test_close_pending),
         cmocka_unit_test(test_fatal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

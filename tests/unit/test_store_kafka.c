@@ -715,8 +715,18 @@ static void test_close_pending(void **state)
         int64_t base;
         append(&st, "", 0, 1, &base);
         assert_true(wait_durable(&o, 0, 1));
+        void *r1, *r2; /* the shared reader client and one of its own */
+        assert_int_equal(sl_store_reader_open(&st, 0, NULL, &r1, &err), 0);
+        assert_int_equal(sl_store_reader_open(&st, 0, NULL, &r2, &err), 0);
+        got g[1];
+        read_n(&st, r1, g, 1);
         brokers(&m, false);
         append(&st, "blue", 1, 4, &base);
+        sl_record rec;
+        int rc = sl_store_reader_next(&st, r2, &rec, &err);
+        assert_true(rc == 0 || rc == SL_EEOF);
+        sl_store_reader_close(&st, r2);
+        sl_store_reader_close(&st, r1);
         sl_kstore_release(t);
         sl_store_close(&st); /* the last reference: flush, give up, free */
         owner_free(&o);

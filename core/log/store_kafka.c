@@ -389,6 +389,17 @@ static void retry_all(sl_kstore_topic *t)
             produce_one(t, r->p, r->has_key ? r->data : NULL, r->key_len,
                         r->has_value ? r->data + r->key_len : NULL, r->value_len, r->ts, r->lane,
                         strlen(r->lane), (void *)((uintptr_t)r | 1));
+        if (e && e != RD_KAFKA_RESP_ERR__QUEUE_FULL && e != RD_KAFKA_RESP_ERR__FATAL) {
+            /* librdkafka itself refuses it (larger than message.max.bytes):
+             * no later round can do better. */
+            pthread_mutex_lock(&t->qmu);
+            t->retry_bytes -= retry_size(r);
+            pthread_mutex_unlock(&t->qmu);
+            atomic_fetch_add(&t->lost, 1);
+            free(r);
+            r = next;
+            continue;
+        }
         if (e) { /* the rest waits for the next round */
             kretry *last = r;
             while (last->next)
@@ -421,7 +432,8 @@ static void log_lost(sl_kstore_topic *t, bool closing)
             "set %s: topic %s: %" PRIu64 " records lost (%" PRIu64 " in all): %s", t->set, t->topic,
             lost - logged, lost,
             closing ? "not stored when the set closed"
-                    : "refused by the cluster, with the retry list full (max_inflight_bytes)");
+                    : "refused for good (larger than message.max.bytes) or with the retry "
+                      "list full (max_inflight_bytes)");
 }
 
 static rd_kafka_t *new_producer(sl_kstore_topic *t, rd_kafka_topic_t **rkt, sl_error *err);
@@ -909,11 +921,6 @@ static void refuse(kpart *kp, const sl_batch *b, int64_t base, int32_t from, int
         settle(kp, base + i, -1, e, t->durable ? KS_FAILED : KS_RETRYING);
     advance(kp);
     pthread_mutex_unlock(&kp->mu);
-    if (t->durable)
-        sl_slog(SL_SLOG_ERROR, "kafka",
-                "set %s: topic %s partition %d: %d records not "
-                "produced: %s",
-                t->set, t->topic, (int)kp->p, (int)(to - from), rd_kafka_err2str(e));
     atomic_store(&kp->dirty, true); /* on_durable comes from the poll thread only */
 }
 
@@ -985,18 +992,25 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
     atomic_fetch_add(&t->inflight_records, n);
     atomic_fetch_add(&t->produced, n);
     const char *lane = b->lane ? b->lane : "";
-    size_t lane_len = strlen(lane);
+    size_t lane_len = strlen(lane), refused = 0;
+    rd_kafka_resp_err_t first = RD_KAFKA_RESP_ERR_NO_ERROR;
     for (size_t i = 0; i < n; i++) {
         const sl_record *r = &kp->recs[i];
         rd_kafka_resp_err_t e =
             produce_one(t, kp->p, r->key, r->key_len, r->value, r->value_len, r->timestamp, lane,
                         lane_len, (void *)(uintptr_t)((uint64_t)(base + (int64_t)i) << 1));
-        if (e) {
-            refuse(kp, b, base, (int32_t)i, (int32_t)n, e);
-            break;
+        if (e) { /* this record's outcome; the next may well pass (e.g. a smaller one) */
+            refuse(kp, b, base, (int32_t)i, (int32_t)i + 1, e);
+            if (!refused++)
+                first = e;
         }
     }
     pthread_rwlock_unlock(&t->pl);
+    if (refused)
+        sl_slog(t->durable ? SL_SLOG_ERROR : SL_SLOG_WARN, "kafka",
+                "set %s: topic %s partition %d: %zu of %zu records not produced: %s%s", t->set,
+                t->topic, (int)kp->p, refused, n, rd_kafka_err2str(first),
+                t->durable ? "" : " (retried)");
     *base_offset = base;
     return 0;
 }

@@ -14,9 +14,13 @@
  *
  * Threads: the poll thread serves delivery reports (rd_kafka_poll), then
  * calls on_durable for the partitions whose durable end moved, and once a
- * second produces the retry list again; the watermark thread asks the
- * cluster for every partition's watermarks every 500 ms. Locks: a
- * partition's mu guards its outcomes; nmu is taken before mu, never after.
+ * second produces the retry list again (and replaces the producer after a
+ * fatal error); the watermark thread asks the cluster for every
+ * partition's watermarks every 500 ms. Locks, outermost first: pl (append
+ * read-holds it from numbering to the last produce, a replacement
+ * write-holds it); a partition's nmu (the on_durable calls), then its mu
+ * (its outcomes); qmu (the retry list) and rmu (which partitions the
+ * shared reader client reads) are innermost: nothing is locked under them.
  */
 #include "core/log/store_kafka_internal.h"
 

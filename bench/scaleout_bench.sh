@@ -156,11 +156,14 @@ mock_ask() {
     local before
     before=$(grep -vc '^bootstrap ' "$TMP/mock.out")
     echo "$*" >&3
-    for _ in $(seq 200); do
-        [ "$(grep -vc '^bootstrap ' "$TMP/mock.out")" -gt "$before" ] && break
+    for _ in $(seq 600); do # 30 s: a loaded machine
+        if [ "$(grep -vc '^bootstrap ' "$TMP/mock.out")" -gt "$before" ]; then
+            grep -v '^bootstrap ' "$TMP/mock.out" | tail -n 1
+            return 0
+        fi
         sleep 0.05
     done
-    grep -v '^bootstrap ' "$TMP/mock.out" | tail -n 1
+    echo "no answer in 30 s ($(tail -n 2 "$TMP/mock.err" 2>/dev/null | tr '\n' ' '))"
 }
 mock_cmd() {
     local answer

@@ -41,7 +41,7 @@ TAKEOVER=0
 for a in "$@"; do
   case "$a" in
     --takeover) TAKEOVER=1 ;;
-    -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0 [--takeover]" >&2; exit 2 ;;
   esac
 done

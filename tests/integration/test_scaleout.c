@@ -183,7 +183,11 @@ static bool ownership(int n, bool need_all, unsigned *masks, char *out, size_t c
             if (masks[i] & (1u << p))
                 used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%d",
                                          out[used - 1] == '{' ? "" : ",", p);
-        used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "}(members %d)", members);
+        if (members >= 0)
+            used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "}(members %d)",
+                                     members);
+        else
+            used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "}");
         if (used >= cap)
             used = cap - 1;
     }

@@ -14,9 +14,13 @@
  *
  * Threads: the poll thread serves delivery reports (rd_kafka_poll), then
  * calls on_durable for the partitions whose durable end moved, and once a
- * second produces the retry list again; the watermark thread asks the
- * cluster for every partition's watermarks every 500 ms. Locks: a
- * partition's mu guards its outcomes; nmu is taken before mu, never after.
+ * second produces the retry list again (and replaces the producer after a
+ * fatal error); the watermark thread asks the cluster for every
+ * partition's watermarks every 500 ms. Locks, outermost first: pl (append
+ * read-holds it from numbering to the last produce, a replacement
+ * write-holds it); a partition's nmu (the on_durable calls), then its mu
+ * (its outcomes); qmu (the retry list) and rmu (which partitions the
+ * shared reader client reads) are innermost: nothing is locked under them.
  */
 #include "core/log/store_kafka_internal.h"
 
@@ -34,9 +38,8 @@
 #define DEFAULT_INFLIGHT (64ull << 20)
 #define DEFAULT_DELIVERY_MS 30000
 #define WATERMARK_MS 500     /* background refresh of the watermarks */
-#define QUERY_MS 1000        /* one watermark query in the background */
+#define QUERY_MS 1000        /* a watermark query in the background */
 #define OPEN_QUERY_MS 5000   /* the first, synchronous one at open */
-#define OPEN_BUDGET_MS 10000 /* all of them at open */
 #define RETRY_MS 1000        /* buffer sets: the retry list is produced again this often */
 #define LOST_LOG_MS 60000    /* records lost are logged at most this often */
 #define ERR_LOG_MS 10000     /* producer errors are logged at most this often */
@@ -390,6 +393,17 @@ static void retry_all(sl_kstore_topic *t)
             produce_one(t, r->p, r->has_key ? r->data : NULL, r->key_len,
                         r->has_value ? r->data + r->key_len : NULL, r->value_len, r->ts, r->lane,
                         strlen(r->lane), (void *)((uintptr_t)r | 1));
+        if (e && e != RD_KAFKA_RESP_ERR__QUEUE_FULL && e != RD_KAFKA_RESP_ERR__FATAL) {
+            /* librdkafka itself refuses it (larger than message.max.bytes):
+             * no later round can do better. */
+            pthread_mutex_lock(&t->qmu);
+            t->retry_bytes -= retry_size(r);
+            pthread_mutex_unlock(&t->qmu);
+            atomic_fetch_add(&t->lost, 1);
+            free(r);
+            r = next;
+            continue;
+        }
         if (e) { /* the rest waits for the next round */
             kretry *last = r;
             while (last->next)
@@ -407,8 +421,11 @@ static void retry_all(sl_kstore_topic *t)
     }
 }
 
-static void log_lost(sl_kstore_topic *t, bool now)
+/* Logs the buffer set's records lost since the last time, at most once a
+ * minute unless closing (why: what lost them). */
+static void log_lost(sl_kstore_topic *t, bool closing)
 {
+    bool now = closing;
     uint64_t lost = atomic_load(&t->lost), logged = atomic_load(&t->lost_logged);
     int64_t ms = sl_clock_mono_ms();
     if (lost == logged || (!now && t->lost_log_ms && ms - t->lost_log_ms < LOST_LOG_MS))
@@ -416,9 +433,11 @@ static void log_lost(sl_kstore_topic *t, bool now)
     t->lost_log_ms = ms;
     atomic_store(&t->lost_logged, lost);
     sl_slog(SL_SLOG_ERROR, "kafka",
-            "set %s: topic %s: %" PRIu64 " records lost (%" PRIu64 " in all): the retry list "
-            "of records the cluster refused is full (max_inflight_bytes) or the set closed",
-            t->set, t->topic, lost - logged, lost);
+            "set %s: topic %s: %" PRIu64 " records lost (%" PRIu64 " in all): %s", t->set, t->topic,
+            lost - logged, lost,
+            closing ? "not stored when the set closed"
+                    : "refused for good (larger than message.max.bytes) or with the retry "
+                      "list full (max_inflight_bytes)");
 }
 
 static rd_kafka_t *new_producer(sl_kstore_topic *t, rd_kafka_topic_t **rkt, sl_error *err);
@@ -507,33 +526,45 @@ void sl__kstore_watermarks(kpart *kp, int64_t lo, int64_t hi)
         ;
 }
 
-static void query_watermarks(sl_kstore_topic *t, int32_t p, int timeout_ms)
+/* Asks the cluster for every partition's first (which -2) or next (-1)
+ * offset: ListOffsets, one request per leader. Not
+ * rd_kafka_query_watermark_offsets(): before librdkafka 2.3 it waits for
+ * ever when a partition's leader is down (librdkafka #2588), while
+ * rd_kafka_offsets_for_times() keeps to its timeout. Returns false when the
+ * cluster did not answer. */
+static bool list_offsets(sl_kstore_topic *t, int64_t which, int timeout_ms)
 {
-    int64_t lo = -1, hi = -1;
-    if (rd_kafka_query_watermark_offsets(t->cons, t->topic, p, &lo, &hi, timeout_ms) == 0)
-        sl__kstore_watermarks(&t->parts[p], lo, hi);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(t->nparts);
+    if (!l)
+        return false;
+    for (int32_t p = 0; p < t->nparts; p++)
+        rd_kafka_topic_partition_list_add(l, t->topic, p)->offset = which;
+    bool ok = rd_kafka_offsets_for_times(t->cons, l, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (int i = 0; ok && i < l->cnt; i++) {
+        const rd_kafka_topic_partition_t *e = &l->elems[i];
+        if (e->err || e->offset < 0 || e->partition < 0 || e->partition >= t->nparts)
+            continue;
+        if (which == RD_KAFKA_OFFSET_BEGINNING)
+            sl__kstore_watermarks(&t->parts[e->partition], e->offset, -1);
+        else
+            sl__kstore_watermarks(&t->parts[e->partition], -1, e->offset);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    return ok;
+}
+
+static void refresh_watermarks(sl_kstore_topic *t, int timeout_ms)
+{
+    if (list_offsets(t, RD_KAFKA_OFFSET_END, timeout_ms))
+        list_offsets(t, RD_KAFKA_OFFSET_BEGINNING, timeout_ms);
 }
 
 static void *wm_main(void *arg)
 {
     sl_kstore_topic *t = arg;
-    for (unsigned round = 1; !atomic_load(&t->stop); round++) {
+    while (!atomic_load(&t->stop)) {
         int64_t next = sl_clock_mono_ms() + WATERMARK_MS;
-        for (int32_t p = 0; p < t->nparts && !atomic_load(&t->stop); p++) {
-            /* A partition the shared reader fetches has its high watermark
-             * in every fetch answer: asked for only every tenth round (for
-             * the low one), which spares the brokers a request per
-             * partition and round. */
-            pthread_mutex_lock(&t->rmu);
-            bool fetched = t->parts[p].shared_busy;
-            pthread_mutex_unlock(&t->rmu);
-            int64_t lo = -1, hi = -1;
-            if (fetched && round % 10 &&
-                rd_kafka_get_watermark_offsets(t->cons, t->topic, p, &lo, &hi) == 0 && hi >= 0)
-                sl__kstore_watermarks(&t->parts[p], -1, hi);
-            else
-                query_watermarks(t, p, QUERY_MS);
-        }
+        refresh_watermarks(t, QUERY_MS);
         rd_kafka_poll(t->cons, 0); /* the reader handle's errors and logs */
         int64_t left = next - sl_clock_mono_ms();
         if (left <= 0)
@@ -667,11 +698,12 @@ static void topic_free(sl_kstore_topic *t)
         rd_kafka_flush(t->prod, t->delivery_timeout_ms);
         atomic_store(&t->closing, true); /* what fails from here on is lost */
         uint64_t left = atomic_load(&t->inflight_records);
-        if (left) {
+        if (left && t->durable) /* a buffer set's count as lost, below */
             sl_slog(SL_SLOG_ERROR, "kafka",
                     "set %s: topic %s: %" PRIu64 " records not acknowledged within %d ms at "
                     "close: lost",
                     t->set, t->topic, left, t->delivery_timeout_ms);
+        if (left) {
             rd_kafka_purge(t->prod, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
             rd_kafka_flush(t->prod, 1000);
         }
@@ -822,9 +854,7 @@ int sl_kstore_open(const sl_kafka_cluster *cl, const sl_kstore_options *o, sl_ks
     }
     /* The watermarks once, before anyone asks: the end offset a set shows
      * right after open is the topic's, not 0. */
-    int64_t until = sl_clock_mono_ms() + OPEN_BUDGET_MS;
-    for (int32_t p = 0; p < t->nparts && sl_clock_mono_ms() < until; p++)
-        query_watermarks(t, p, OPEN_QUERY_MS);
+    refresh_watermarks(t, OPEN_QUERY_MS);
     if (pthread_create(&t->poller, NULL, poll_main, t)) {
         rc = sl_error_set(err, SL_ENOMEM, "set %s: cannot start the producer's thread", t->set);
         goto fail;
@@ -895,11 +925,6 @@ static void refuse(kpart *kp, const sl_batch *b, int64_t base, int32_t from, int
         settle(kp, base + i, -1, e, t->durable ? KS_FAILED : KS_RETRYING);
     advance(kp);
     pthread_mutex_unlock(&kp->mu);
-    if (t->durable)
-        sl_slog(SL_SLOG_ERROR, "kafka",
-                "set %s: topic %s partition %d: %d records not "
-                "produced: %s",
-                t->set, t->topic, (int)kp->p, (int)(to - from), rd_kafka_err2str(e));
     atomic_store(&kp->dirty, true); /* on_durable comes from the poll thread only */
 }
 
@@ -971,18 +996,25 @@ static int kappend(void *impl, sl_batch *b, int64_t *base_offset, sl_error *err)
     atomic_fetch_add(&t->inflight_records, n);
     atomic_fetch_add(&t->produced, n);
     const char *lane = b->lane ? b->lane : "";
-    size_t lane_len = strlen(lane);
+    size_t lane_len = strlen(lane), refused = 0;
+    rd_kafka_resp_err_t first = RD_KAFKA_RESP_ERR_NO_ERROR;
     for (size_t i = 0; i < n; i++) {
         const sl_record *r = &kp->recs[i];
         rd_kafka_resp_err_t e =
             produce_one(t, kp->p, r->key, r->key_len, r->value, r->value_len, r->timestamp, lane,
                         lane_len, (void *)(uintptr_t)((uint64_t)(base + (int64_t)i) << 1));
-        if (e) {
-            refuse(kp, b, base, (int32_t)i, (int32_t)n, e);
-            break;
+        if (e) { /* this record's outcome; the next may well pass (e.g. a smaller one) */
+            refuse(kp, b, base, (int32_t)i, (int32_t)i + 1, e);
+            if (!refused++)
+                first = e;
         }
     }
     pthread_rwlock_unlock(&t->pl);
+    if (refused)
+        sl_slog(t->durable ? SL_SLOG_ERROR : SL_SLOG_WARN, "kafka",
+                "set %s: topic %s partition %d: %zu of %zu records not produced: %s%s", t->set,
+                t->topic, (int)kp->p, refused, n, rd_kafka_err2str(first),
+                t->durable ? "" : " (retried)");
     *base_offset = base;
     return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "core/base/kafka_conf.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,8 +103,10 @@ int sl__kstore_reader_open(void *impl, int64_t offset, const char *lane, void **
             reader_free(r);
             return sl_error_set(err, SL_ENOMEM, "out of memory for a reader");
         }
+        char who[300];
+        snprintf(who, sizeof who, "set %s: reader", t->set);
         r->priv = true;
-        if (!(r->rk = sl_kafka_new(RD_KAFKA_CONSUMER, conf, NULL, 0, "reader", err))) {
+        if (!(r->rk = sl_kafka_new(RD_KAFKA_CONSUMER, conf, NULL, 0, who, err))) {
             reader_free(r);
             return SL_EINVAL;
         }

@@ -30,7 +30,8 @@
 #
 # Prints "ok: …" last and exits 0 when every order was delivered; exits 1
 # naming what went wrong (with the end of each router's log). Bounded: every
-# wait gives up; about 10 s without --takeover, 25 s with it.
+# wait gives up; 10-25 s without --takeover (the group takes 3-15 s to
+# settle), 25-45 s with it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -40,7 +41,7 @@ TAKEOVER=0
 for a in "$@"; do
   case "$a" in
     --takeover) TAKEOVER=1 ;;
-    -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: $0 [--takeover]" >&2; exit 2 ;;
   esac
 done
@@ -134,7 +135,7 @@ else
     local before answer
     before=$(grep -vc '^bootstrap ' "$work/mock.out" || true)
     echo "$*" >&3
-    wait_for 10 "kafka_mock did not answer '$*'" \
+    wait_for 30 "kafka_mock did not answer '$*' ($(tail -n 2 "$work/mock.err" 2>/dev/null))" \
       test "$(grep -vc '^bootstrap ' "$work/mock.out" || true)" -gt "$before"
     answer=$(grep -v '^bootstrap ' "$work/mock.out" | tail -n 1)
     [[ $answer == ok ]] || fail "kafka_mock: '$*': $answer"
@@ -145,7 +146,7 @@ else
 fi
 
 # ---- 2. three routers ---------------------------------------------------------------
-start_router() { # start_router I (1-3)
+start_router() { # start_router I (1-3): starts it, does not wait
   local i=$1 port
   port=$(free_port)
   mkdir -p "$work/r$i/out"
@@ -154,10 +155,14 @@ start_router() { # start_router I (1-3)
     >"$work/r$i/server.log" 2>&1 &
   router_pids[i - 1]=$!
   ports[i - 1]=$port
-  wait_for 20 "router $i did not answer /healthz on port $port" curl -sf "http://127.0.0.1:$port/healthz"
-  echo "router $i: sluice serve on 127.0.0.1:$port (pid ${router_pids[i - 1]}, data in $work/r$i)"
 }
+# All three at once, so that they join the group in one generation (a router
+# joining later makes the group rebalance, which takes seconds more).
 for i in 1 2 3; do start_router "$i"; done
+for i in 1 2 3; do
+  wait_for 20 "router $i did not answer /healthz on port ${ports[i - 1]}" curl -sf "http://127.0.0.1:${ports[i - 1]}/healthz"
+  echo "router $i: sluice serve on 127.0.0.1:${ports[i - 1]} (pid ${router_pids[i - 1]}, data in $work/r$i)"
+done
 
 # owned I: the partitions router I lists for the rule all-orders, "0,1" (or "")
 owned() {

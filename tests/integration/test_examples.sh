@@ -8,7 +8,7 @@
 # bytes in target.file files, requests the receiver got, records kcat reads.
 # Every example with a tests.lua also passes `sluice check` and `sluice test`.
 #
-# Bounded: each wait gives up after seconds; the whole script takes ~25 s.
+# Bounded: each wait gives up after seconds; the whole script takes ~30-40 s.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/integration/examples_lib.sh
@@ -219,7 +219,7 @@ ex_stop "$ex_server_pid"
 
 # ---- scale-out: three routers on one Kafka-backed set, by its own script ------
 # run.sh starts its own 3-broker mock and routers, checks that every order is
-# delivered and each partition by its owner, and prints "ok: …" (about 10 s;
+# delivered and each partition by its owner, and prints "ok: …" (10-25 s;
 # its --takeover round is left to the fault tests).
 step "scale-out"
 out=$(timeout 90 examples/scale-out/run.sh 2>&1) ||

@@ -694,6 +694,102 @@ static void test_buffer_lost(void **state)
     mock_stop(&m);
 }
 
+/* Closing with records the cluster never acknowledged: bounded by the
+ * delivery timeout, what is left is dropped and counted, nothing leaks. */
+static void test_close_pending(void **state)
+{
+    (void)state;
+    for (int durable = 0; durable < 2; durable++) {
+        mock m;
+        mock_start(&m);
+        m.cl.delivery_timeout_ms = 500;
+        assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.close", 1, 3), 0);
+        owner o;
+        owner_init(&o);
+        sl_kstore_options opt = options("sluice.close", 1, durable, &o);
+        sl_kstore_topic *t;
+        sl_error err = {0};
+        assert_int_equal(sl_kstore_open(&m.cl, &opt, &t, &err), 0);
+        sl_store st;
+        assert_int_equal(sl_kstore_partition(t, 0, &st, &err), 0);
+        int64_t base;
+        append(&st, "", 0, 1, &base);
+        assert_true(wait_durable(&o, 0, 1));
+        void *r1, *r2; /* the shared reader client and one of its own */
+        assert_int_equal(sl_store_reader_open(&st, 0, NULL, &r1, &err), 0);
+        assert_int_equal(sl_store_reader_open(&st, 0, NULL, &r2, &err), 0);
+        got g[1];
+        read_n(&st, r1, g, 1);
+        brokers(&m, false);
+        append(&st, "blue", 1, 4, &base);
+        sl_record rec;
+        int rc = sl_store_reader_next(&st, r2, &rec, &err);
+        assert_true(rc == 0 || rc == SL_EEOF);
+        sl_store_reader_close(&st, r2);
+        sl_store_reader_close(&st, r1);
+        sl_kstore_release(t);
+        sl_store_close(&st); /* the last reference: flush, give up, free */
+        owner_free(&o);
+        mock_stop(&m);
+    }
+}
+
+/* A record librdkafka refuses (larger than message.max.bytes) fails alone:
+ * the records around it in its batch are stored (durable set), or it is
+ * counted lost after one more try (buffer set). */
+static void test_record_too_large(void **state)
+{
+    (void)state;
+    static char small[] = "message.max.bytes=2000";
+    char *props[] = {p1, p2, p3, small};
+    for (int durable = 1; durable >= 0; durable--) {
+        mock m;
+        mock_start(&m);
+        m.cl.props = props;
+        m.cl.nprops = 4;
+        assert_int_equal(rd_kafka_mock_topic_create(m.mc, "sluice.large", 1, 3), 0);
+        owner o;
+        owner_init(&o);
+        sl_kstore_options opt = options("sluice.large", 1, durable, &o);
+        sl_kstore_topic *t;
+        sl_error err = {0};
+        assert_int_equal(sl_kstore_open(&m.cl, &opt, &t, &err), 0);
+        sl_store st;
+        assert_int_equal(sl_kstore_partition(t, 0, &st, &err), 0);
+        sl_batch_builder b;
+        sl_batch_builder_init(&b, SL_CODEC_NONE, 0);
+        assert_int_equal(sl_batch_builder_reset(&b, ""), 0);
+        static char big[5000];
+        memset(big, 'x', sizeof big);
+        assert_int_equal(sl_batch_builder_add(&b, 1000, "k0", 2, "{\"i\":0}", 7), 0);
+        assert_int_equal(sl_batch_builder_add(&b, 1001, "k1", 2, big, sizeof big), 0);
+        assert_int_equal(sl_batch_builder_add(&b, 1002, "k2", 2, "{\"i\":2}", 7), 0);
+        sl_batch batch;
+        assert_int_equal(sl_batch_builder_finish(&b, &batch, &err), 0);
+        int64_t base, off;
+        assert_int_equal(sl_store_append(&st, &batch, &base, &err), 0);
+        assert_true(wait_durable(&o, 0, 3));
+        if (durable) {
+            assert_int_equal(sl_store_outcome(&st, 0, 3, &err), SL_ETOOBIG);
+            assert_int_equal(sl_store_offset_of(&st, 1, &off, &err), SL_ETOOBIG);
+            assert_int_equal(sl_store_offset_of(&st, 2, &off, &err), 0);
+            assert_int_equal(off, 1);
+        } else {
+            assert_int_equal(sl_store_outcome(&st, 0, 3, &err), 0);
+            for (int waited = 0; atomic_load(&t->lost) == 0 && waited < WAIT_MS; waited += 20)
+                sleep_ms(20);
+            assert_int_equal(atomic_load(&t->lost), 1);
+        }
+        assert_int_equal(sl_store_offset_of(&st, 0, &off, &err), 0);
+        assert_int_equal(off, 0);
+        sl_batch_builder_free(&b);
+        sl_store_close(&st);
+        sl_kstore_release(t);
+        owner_free(&o);
+        mock_stop(&m);
+    }
+}
+
 /* Thousands of records: the ring of outcomes grows (nothing released),
  * then wraps around (released as they become durable); every seq keeps its
  * offset, and a reader gets them all back in order. */
@@ -810,16 +906,12 @@ int main(void)
 {
     sl_slog_configure(SL_SLOG_LOGFMT, SL_SLOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_time_offset),
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_watermarks),
-        cmocka_unit_test(test_too_few_partitions),
-        cmocka_unit_test(test_full_while_down),
-        cmocka_unit_test(test_durable_failure),
-        cmocka_unit_test(test_buffer_retry),
-        cmocka_unit_test(test_buffer_lost),
-        cmocka_unit_test(test_many),
-        cmocka_unit_test(test_fatal),
+        cmocka_unit_test(test_time_offset),      cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_watermarks),       cmocka_unit_test(test_too_few_partitions),
+        cmocka_unit_test(test_full_while_down),  cmocka_unit_test(test_durable_failure),
+        cmocka_unit_test(test_buffer_retry),     cmocka_unit_test(test_buffer_lost),
+        cmocka_unit_test(test_record_too_large), cmocka_unit_test(test_many),
+        cmocka_unit_test(test_close_pending),    cmocka_unit_test(test_fatal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,6 +61,7 @@ typedef struct bus_part {
      * numbers, never synced here; durable moves with its delivery reports
      * (sl_databus_remote_durable). */
     bool remote;
+    int64_t reported; /* remote: the end its store reported (may run ahead of written) */
 } bus_part;
 
 typedef struct bus_set {
@@ -108,6 +109,7 @@ struct sl_databus {
     pthread_t syncer;
     bool writer_done; /* the writer drained and stopped: sync what is left */
     int64_t writer_done_ns;
+    int finishing; /* threads finishing remote waiters (their outcomes must stay) */
     /* Sync helpers: a round's fdatasyncs run in parallel (on ext4 and xfs,
      * concurrent syncs share one journal commit). */
     pthread_t helpers[SYNC_HELPERS];
@@ -194,6 +196,7 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
         int64_t end = sl_store_next_seq(&set->parts[p]);
         bs->parts[p].next = bs->parts[p].written = bs->parts[p].durable = end;
         bs->parts[p].remote = sl_store_remote(&set->parts[p]);
+        bs->parts[p].reported = end;
     }
     set->bus = bs;
     pthread_mutex_lock(&bus->lock);
@@ -596,6 +599,7 @@ static void requeue(bus_part *bp, work *w, int64_t now)
 }
 
 static void finish_waiters(waiter *w, int status);
+static waiter *take_waiters(sl_databus *bus, bool all);
 
 /* A durable set's partition could not append because the disk is full.
  * Other errors are retried while the publishers wait (they may pass in a
@@ -675,12 +679,17 @@ static void *writer_main(void *arg)
         bool want_sync = false;
         waiter *failed = NULL; /* durable publishes whose events could not be written */
         int failed_rc = 0;
+        bool remote_moved = false; /* a delivery report came before written moved */
         for (size_t i = 0; i < n; i++) {
             work *w = &ws[i];
             bus_part *bp = &w->bs->parts[w->part];
             bp->busy = false;
             bp->buffered -= w->done_bytes;
             bp->written = w->first + (int64_t)w->done_n;
+            if (bp->remote && bp->reported > bp->durable) {
+                bp->durable = bp->reported < bp->written ? bp->reported : bp->written;
+                remote_moved = true;
+            }
             want_sync |=
                 w->done_n && (w->bs->set->cfg.ack == SL_ACK_DURABLE || bp->urgent > bp->durable);
             if (w->done_n < w->n && w->rc == SL_ENOSPC && !bus->stopping &&
@@ -710,8 +719,18 @@ static void *writer_main(void *arg)
             pthread_cond_broadcast(&bus->room);
         sl_databus_append_fn *on_append = bus->opts.on_append;
         void *on_append_ctx = bus->opts.ctx;
+        /* Outcomes are released by the next report, never while waiters
+         * being finished read theirs (bus->finishing). */
+        waiter *ready = remote_moved ? take_waiters(bus, false) : NULL;
+        bus->finishing += ready != NULL;
         pthread_mutex_unlock(&bus->lock);
         finish_waiters(failed, failed_rc);
+        if (ready) {
+            finish_waiters(ready, 0);
+            pthread_mutex_lock(&bus->lock);
+            bus->finishing--;
+            pthread_mutex_unlock(&bus->lock);
+        }
         /* A remote partition's records are readable once delivered, and its
          * end is not a sequence number: its store tells the readers. */
         for (size_t i = 0; i < n && on_append; i++)
@@ -787,22 +806,31 @@ void sl_databus_remote_durable(sl_set *set, int32_t partition, int64_t seq_end)
     sl_databus *bus = bs->bus;
     pthread_mutex_lock(&bus->lock);
     bus_part *bp = &bs->parts[partition];
-    if (seq_end > bp->durable)
-        bp->durable = seq_end < bp->written ? seq_end : bp->written;
+    /* A report can come before the writer, back from the append, moved
+     * written: kept, and applied by the writer then (remote_catch_up). */
+    if (seq_end > bp->reported)
+        bp->reported = seq_end;
+    if (bp->reported > bp->durable)
+        bp->durable = bp->reported < bp->written ? bp->reported : bp->written;
     waiter *done = take_waiters(bus, false);
-    /* Outcomes the waiters still queued need are kept; the rest go. Calls
-     * come from the store's one delivery thread, so no later call releases
-     * what the waiters taken here read below. */
-    int64_t keep = bp->durable;
-    for (waiter *w = bus->waiters; w; w = w->next)
-        for (int32_t i = 0; w->bs == bs && i < w->n; i++)
-            if (w->t[i].part == partition && w->t[i].start < keep)
-                keep = w->t[i].start;
+    bus->finishing++;
     if (bus->writer_done)
         pthread_cond_signal(&bus->sync_wake);
     pthread_mutex_unlock(&bus->lock);
     finish_waiters(done, 0);
-    sl_store_release(&set->parts[partition], keep);
+    /* Outcomes the waiters still queued need are kept; the rest go, unless
+     * waiters taken elsewhere (the writer) are reading theirs right now:
+     * then a later report releases them. */
+    pthread_mutex_lock(&bus->lock);
+    bool release = --bus->finishing == 0;
+    int64_t keep = bp->durable;
+    for (waiter *w = bus->waiters; release && w; w = w->next)
+        for (int32_t i = 0; w->bs == bs && i < w->n; i++)
+            if (w->t[i].part == partition && w->t[i].start < keep)
+                keep = w->t[i].start;
+    pthread_mutex_unlock(&bus->lock);
+    if (release)
+        sl_store_release(&set->parts[partition], keep);
 }
 
 size_t sl_databus_offsets(sl_set *set, sl_databus_result *results, size_t n, sl_error *err)
@@ -977,9 +1005,11 @@ static void *syncer_main(void *arg)
             }
         }
         waiter *done = take_waiters(bus, false);
+        bus->finishing++; /* remote ones among them read their outcomes */
         pthread_mutex_unlock(&bus->lock);
         finish_waiters(done, 0);
         pthread_mutex_lock(&bus->lock);
+        bus->finishing--;
     }
     /* Whatever is still waiting was never made durable. */
     waiter *rest = take_waiters(bus, true);

@@ -132,6 +132,8 @@ int sl__kstore_reader_open(void *impl, int64_t offset, const char *lane, void **
 }
 
 /* The watermarks the reader's handle learnt from its fetches. */
+#define READ_WAIT_MS 500 /* reader_next behind the high watermark: a fetch's wait, at most */
+
 static void learn_watermarks(kreader *r)
 {
     int64_t lo = -1, hi = -1;
@@ -166,8 +168,17 @@ int sl__kstore_reader_next(void *reader, sl_record *rec, sl_error *err)
     }
     if (r->priv)
         rd_kafka_poll(r->rk, 0); /* its errors and logs */
+    bool waited = false;
     for (;;) {
         rd_kafka_message_t *m = rd_kafka_consume_queue(r->q, 0);
+        if (!m && !waited && r->pos < atomic_load(&r->kp->wm_hi)) {
+            /* Records exist past the position, the fetch has not brought
+             * them yet (a reader just opened, or the prefetch ran dry): wait
+             * for them a moment rather than answer "nothing" (a GET of the
+             * events would come back empty). Once per call: bounded. */
+            waited = true;
+            m = rd_kafka_consume_queue(r->q, READ_WAIT_MS);
+        }
         if (!m) {
             learn_watermarks(r);
             return SL_EEOF;

@@ -7,9 +7,11 @@
  * Ownership is one atomic state per partition (struct kset, runner_internal.h)
  * that sl__runner_push() checks, so that nothing of a partition this router
  * does not own is ever queued: not its consumers, not its shared readers'
- * handles, not by a wake-up nor by periodic(). Everything that changes
- * ownership (assign, revoke, a lane's new runs) holds lanes_lock, so they
- * happen one at a time.
+ * handles, not by a wake-up nor by periodic(). Giving a partition
+ * (assign) and making a lane's runs hold lanes_lock, and a revoke takes it
+ * to mark its partitions draining, so that a new run sees whether its
+ * partitions are owned and stays so while it is made; a revoke does not
+ * hold it while it waits for turns (a turn's target.set may add a lane).
  *
  * Assign: each run's position is looked up in the table (outside the
  * runner's lock: it may wait for the table to catch up), then, under the
@@ -23,8 +25,8 @@
  * Revoke: K_DRAIN first (nothing new is queued; queued turns leave the
  * queue), then it waits for the turns in progress (their deliveries finish
  * and move committed), drops the pools (the next owner delivers those
- * payloads again from the cursor), writes the cursors and flushes the
- * table; K_NONE at last, after which no result moves a cursor.
+ * payloads again from the cursor) and writes the cursors; then K_NONE,
+ * after which no result moves a cursor, and the table is flushed.
  *
  * Table writes are made under the set's mutex with the state checked, so
  * that a put can never land after its partition was revoked: once a second
@@ -441,18 +443,19 @@ void sl_runner_kafka_revoke(sl_runner *r, sl_set *set, const int32_t *parts, siz
 {
     for (size_t i = 0; i < n; i++)
         commit[i] = -1;
-    pthread_mutex_lock(&r->lanes_lock);
     kset *ks = find_kset(r, set);
-    if (!ks) {
-        pthread_mutex_unlock(&r->lanes_lock);
+    if (!ks)
         return;
-    }
-    /* No new turn, no put from a turn. */
+    /* No new turn, no put from a turn. Under lanes_lock so that a lane's
+     * runs being made are complete first; not held while turns are waited
+     * for (a turn's target.set may add a lane, which takes it). */
+    pthread_mutex_lock(&r->lanes_lock);
     pthread_mutex_lock(&ks->mu);
     for (size_t i = 0; i < n; i++)
         if (parts[i] >= 0 && parts[i] < ks->nparts)
             atomic_store(&ks->state[parts[i]], K_DRAIN);
     pthread_mutex_unlock(&ks->mu);
+    pthread_mutex_unlock(&r->lanes_lock);
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < n; i++)
         if (parts[i] >= 0 && parts[i] < ks->nparts) {
@@ -513,7 +516,6 @@ void sl_runner_kafka_revoke(sl_runner *r, sl_set *set, const int32_t *parts, siz
     pthread_mutex_unlock(&ks->mu);
     if (!lost)
         table_flush(r, set->name);
-    pthread_mutex_unlock(&r->lanes_lock);
 }
 
 void sl_runner_kafka_committable(sl_runner *r, sl_set *set, const int32_t *parts, size_t n,
@@ -521,7 +523,7 @@ void sl_runner_kafka_committable(sl_runner *r, sl_set *set, const int32_t *parts
 {
     for (size_t i = 0; i < n; i++)
         commit[i] = -1;
-    kset *ks = find_kset(r, set); /* not behind another set's revoke (lanes_lock) */
+    kset *ks = find_kset(r, set); /* not behind an assignment's table lookups */
     if (!ks)
         return;
     pthread_mutex_lock(&ks->mu);
@@ -547,7 +549,6 @@ void sl_runner_kafka_group(sl_runner *r, sl_set *set, struct sl_kgroup *g)
 /* At stop (workers joined): the cursors that moved, acknowledged. */
 void sl__runner_kafka_stop(sl_runner *r)
 {
-    pthread_mutex_lock(&r->lanes_lock);
     kset *all = atomic_load(&r->ksets);
     for (kset *ks = all; ks; ks = ks->next) {
         pthread_mutex_lock(&ks->mu);
@@ -558,7 +559,6 @@ void sl__runner_kafka_stop(sl_runner *r)
     }
     if (all)
         table_flush(r, "rules stopping");
-    pthread_mutex_unlock(&r->lanes_lock);
 }
 
 /* ---- what GET /v1/rules shows --------------------------------------------------- */

@@ -32,6 +32,7 @@ typedef struct kreader {
     bool all; /* no lane filter */
     char lane[SL_LANE_MAX + 1];
     size_t lane_len;
+    bool fetched; /* something came through its queue already */
 } kreader;
 
 /* librdkafka's thread: the reader's queue got something. */
@@ -132,7 +133,8 @@ int sl__kstore_reader_open(void *impl, int64_t offset, const char *lane, void **
 }
 
 /* The watermarks the reader's handle learnt from its fetches. */
-#define READ_WAIT_MS 500 /* reader_next behind the high watermark: a fetch's wait, at most */
+#define READ_WAIT_MS 500        /* reader_next behind the high watermark: a fetch's wait, at most */
+#define READ_FIRST_WAIT_MS 5000 /* … for a reader's first records */
 
 static void learn_watermarks(kreader *r)
 {
@@ -171,14 +173,19 @@ int sl__kstore_reader_next(void *reader, sl_record *rec, sl_error *err)
     bool waited = false;
     for (;;) {
         rd_kafka_message_t *m = rd_kafka_consume_queue(r->q, 0);
-        if (!m && !waited && r->pos < atomic_load(&r->kp->wm_hi)) {
+        int64_t hi = atomic_load(&r->kp->wm_hi), d = atomic_load(&r->kp->delivered_end);
+        if (!m && !waited && r->pos < (hi > d ? hi : d)) {
             /* Records exist past the position, the fetch has not brought
              * them yet (a reader just opened, or the prefetch ran dry): wait
              * for them a moment rather than answer "nothing" (a GET of the
              * events would come back empty). Once per call: bounded. */
             waited = true;
-            m = rd_kafka_consume_queue(r->q, READ_WAIT_MS);
+            /* A reader's first fetch may need a client to connect first (a
+             * second reader of a partition has its own): longer. */
+            m = rd_kafka_consume_queue(r->q, r->fetched ? READ_WAIT_MS : READ_FIRST_WAIT_MS);
         }
+        if (m)
+            r->fetched = true;
         if (!m) {
             learn_watermarks(r);
             return SL_EEOF;

@@ -1103,6 +1103,8 @@ static int mixed_count(const char *path, const char *prefix, int n, uint8_t *see
     return got;
 }
 
+static void mixed_reads(it_server *s);
+
 static void test_mixed(void **state)
 {
     (void)state;
@@ -1110,8 +1112,10 @@ static void test_mixed(void **state)
     it_server *s = g_r[4];
     char cfg[PATH_MAX];
     int port = rx_port(g_rx);
-    if (!g_local)
+    if (!g_local) {
         it_kmock_cmd(&g_mk, "topic mix.kaf 3 3");
+        it_kmock_cmd(&g_mk, "topic mix.kbuf 2 3");
+    }
     const char *kaf = g_local ? "set \"kaf\" { partitions = 3, ack = \"durable\" }\n"
                               : "set \"kaf\" { backend = \"kafka\", partitions = 3, replication = 3, "
                                 "ack = \"durable\" }\n";
@@ -1125,6 +1129,7 @@ static void test_mixed(void **state)
                     "-- a local set and a Kafka-backed set, each feeding the other\n"
                     "%s%s"
                     "set \"loc\" { partitions = 2, ack = \"durable\" }\n"
+                    "%s"
                     "rule \"loc-to-kaf\" { set = \"loc\", start = \"beginning\",\n"
                     "  match = { type = { \"to.kafka\" } }, target = target.set { set = \"kaf\" } }\n"
                     "rule \"kaf-to-loc\" { set = \"kaf\", start = \"beginning\",\n"
@@ -1133,7 +1138,10 @@ static void test_mixed(void **state)
                     "  target = target.http { url = \"http://127.0.0.1:%d/kaf\", batch = 20 } }\n"
                     "rule \"loc-out\" { set = \"loc\", start = \"beginning\",\n"
                     "  target = target.http { url = \"http://127.0.0.1:%d/loc\", batch = 20 } }\n",
-                    server, kaf, port, port);
+                    server, kaf,
+                    g_local ? "set \"kbuf\" { partitions = 2, ack = \"buffer\" }\n"
+                            : "set \"kbuf\" { backend = \"kafka\", partitions = 2, ack = \"buffer\" }\n",
+                    port, port);
     char *out = NULL;
     int rc = it_run(s, NULL, &out, NULL, (const char *const[]){"check", cfg, NULL}, 30);
     if (rc != 0)
@@ -1199,8 +1207,117 @@ static void test_mixed(void **state)
             fail_msg("mixed: %s: %d of %d events reached %s", want[w].how, got, N, want[w].path);
         printf("# mixed: %s: all %d delivered\n", want[w].how, N);
     }
+    if (!g_local)
+        mixed_reads(s);
     router_stop(4, SIGTERM);
     passed();
+}
+
+/* A long-poll's event, posted by another thread a moment after the read
+ * began. */
+typedef struct late_post {
+    it_server *s;
+    const char *set, *body;
+} late_post;
+
+static void *post_late(void *arg)
+{
+    late_post *lp = arg;
+    it_sleep_ms(700);
+    it_resp r = it_post(lp->s, lp->set, IT_CT_NDJSON, NULL, lp->body, SIZE_MAX);
+    it_resp_free(&r);
+    return NULL;
+}
+
+/* Reads of Kafka-backed sets (issue 19 §3) and the answers' shapes (§2):
+ * a durable answer's offsets are where GET finds the events; a buffer set's
+ * answer has partitions and no offset; a long-poll is answered by an event
+ * that arrives while it waits. */
+static void mixed_reads(it_server *s)
+{
+    const char *five = "{\"specversion\":\"1.0\",\"id\":\"rd-0\",\"source\":\"/r\",\"type\":\"rd\",\"partitionkey\":\"same\"}\n"
+                       "{\"specversion\":\"1.0\",\"id\":\"rd-1\",\"source\":\"/r\",\"type\":\"rd\",\"partitionkey\":\"same\"}\n"
+                       "{\"specversion\":\"1.0\",\"id\":\"rd-2\",\"source\":\"/r\",\"type\":\"rd\",\"partitionkey\":\"same\"}\n";
+    it_resp r = it_post(s, "kaf", IT_CT_NDJSON, NULL, five, SIZE_MAX);
+    json_t *j = r.status == 200 ? it_parse_json(&r) : NULL;
+    json_t *res = json_object_get(j, "results");
+    if (json_array_size(res) != 3)
+        fail_msg("reads: POST to the Kafka-backed set answered %ld: %s", r.status, it_body(&r));
+    it_resp_free(&r);
+    json_int_t part = json_integer_value(json_object_get(json_array_get(res, 0), "partition"));
+    json_int_t off[3];
+    for (size_t i = 0; i < 3; i++) {
+        json_t *o = json_object_get(json_array_get(res, i), "offset");
+        if (!json_is_integer(o))
+            fail_msg("reads: a durable answer without offset: %s",
+                     json_dumps(json_array_get(res, i), JSON_COMPACT));
+        off[i] = json_integer_value(o);
+    }
+    json_decref(j);
+    if (off[1] != off[0] + 1 || off[2] != off[1] + 1)
+        fail_msg("reads: offsets %lld %lld %lld of one key are not consecutive", (long long)off[0],
+                 (long long)off[1], (long long)off[2]);
+    r = it_get(s, "/v1/sets/kaf/events?partition=%lld&offset=%lld&max=3", (long long)part,
+               (long long)off[0]);
+    j = r.status == 200 ? it_parse_json(&r) : NULL;
+    json_t *evs = json_object_get(j, "events");
+    if (json_array_size(evs) != 3)
+        fail_msg("reads: GET of the Kafka-backed set at the answer's offset gave %ld: %s", r.status,
+                 it_body(&r));
+    it_resp_free(&r);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = json_array_get(evs, i);
+        char id[16];
+        snprintf(id, sizeof id, "rd-%zu", i);
+        const char *got = json_string_value(json_object_get(e, "id"));
+        if (!got || strcmp(got, id) || json_integer_value(json_object_get(e, "sluiceoffset")) != off[i])
+            fail_msg("reads: event %zu read back as %s", i, json_dumps(e, JSON_COMPACT));
+    }
+    json_int_t next = json_integer_value(json_object_get(j, "next_offset"));
+    json_decref(j);
+    printf("# reads: 3 events posted with Kafka offsets %lld-%lld of partition %lld, read back there\n",
+           (long long)off[0], (long long)off[2], (long long)part);
+    /* a long-poll at the end gets the event posted while it waits */
+    late_post lp = {s, "kaf",
+                    "{\"specversion\":\"1.0\",\"id\":\"rd-late\",\"source\":\"/r\",\"type\":\"rd\",\"partitionkey\":\"same\"}\n"};
+    pthread_t th;
+    pthread_create(&th, NULL, post_late, &lp);
+    r = it_get(s, "/v1/sets/kaf/events?partition=%lld&offset=%lld&wait_ms=15000", (long long)part,
+               (long long)next);
+    pthread_join(th, NULL);
+    if (r.status != 200 || !strstr(it_body(&r), "rd-late"))
+        fail_msg("reads: a long-poll at the end did not get the event posted meanwhile: %ld %s",
+                 r.status, it_body(&r));
+    it_resp_free(&r);
+    /* a buffer set answers before Kafka assigned offsets */
+    r = it_post(s, "kbuf", IT_CT_NDJSON, NULL, five, SIZE_MAX);
+    j = r.status == 200 ? it_parse_json(&r) : NULL;
+    res = json_object_get(j, "results");
+    if (json_array_size(res) != 3)
+        fail_msg("reads: POST to the buffer Kafka-backed set answered %ld: %s", r.status, it_body(&r));
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = json_array_get(res, i);
+        if (!json_is_integer(json_object_get(e, "partition")) || json_object_get(e, "offset"))
+            fail_msg("reads: a buffer set's result should have a partition and no offset: %s",
+                     it_body(&r));
+    }
+    it_resp_free(&r);
+    json_decref(j);
+    /* and its events are stored all the same */
+    int got = 0;
+    for (double end = it_mono() + OWN(20); it_mono() < end && got < 3; it_sleep_ms(200)) {
+        got = 0;
+        for (int p = 0; p < 2; p++) {
+            r = it_get(s, "/v1/sets/kbuf/events?partition=%d&offset=0", p);
+            for (const char *q = it_body(&r); (q = strstr(q, "\"rd-")); q++)
+                got++;
+            it_resp_free(&r);
+        }
+    }
+    if (got < 3)
+        fail_msg("reads: %d of 3 events of the buffer set could be read back", got);
+    printf("# reads: a long-poll woken by a post; a buffer set answers without offsets and "
+           "stores the events\n");
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, test_setup, test_teardown)

@@ -46,6 +46,13 @@ int sl_kafka_conf_line(rd_kafka_conf_t *conf, const char *line, const char *cons
     return sl_kafka_conf_set(conf, name, value, err);
 }
 
+int sl_kafka_conf_num(rd_kafka_conf_t *conf, const char *name, long long value, sl_error *err)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%lld", value);
+    return sl_kafka_conf_set(conf, name, num, err);
+}
+
 const char *sl_kafka_property(char *const *lines, size_t n, const char *name)
 {
     char k[256];

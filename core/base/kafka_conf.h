@@ -22,6 +22,9 @@ bool sl_kafka_sensitive(const char *name);
  * except for sensitive properties (whose message would quote the value). */
 int sl_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, sl_error *err);
 
+/* sl_kafka_conf_set() of a number. */
+int sl_kafka_conf_num(rd_kafka_conf_t *conf, const char *name, long long value, sl_error *err);
+
 /* Splits a "name=value" property line: copies the name into name[0..cap).
  * Returns the value, or NULL with SL_EINVAL in err (never quoting what
  * follows '='). */

@@ -509,13 +509,6 @@ static void group_free(sl_kgroup *g)
     free(g);
 }
 
-static int set_num(rd_kafka_conf_t *conf, const char *name, int v, sl_error *err)
-{
-    char s[24];
-    snprintf(s, sizeof s, "%d", v);
-    return sl_kafka_conf_set(conf, name, s, err);
-}
-
 /* The consumer's configuration on top of the cluster's. */
 static rd_kafka_conf_t *group_conf(sl_kgroup *g, const sl_kafka_cluster *cl, sl_error *err)
 {
@@ -536,9 +529,9 @@ static rd_kafka_conf_t *group_conf(sl_kgroup *g, const sl_kafka_cluster *cl, sl_
         sl_kafka_conf_set(conf, "enable.auto.commit", "false", err) ||
         sl_kafka_conf_set(conf, "enable.auto.offset.store", "false", err) ||
         sl_kafka_conf_set(conf, "partition.assignment.strategy", "range,roundrobin", err) ||
-        set_num(conf, "session.timeout.ms", session, err) ||
-        set_num(conf, "heartbeat.interval.ms", heartbeat, err) ||
-        set_num(conf, "max.poll.interval.ms", maxpoll, err) ||
+        sl_kafka_conf_num(conf, "session.timeout.ms", session, err) ||
+        sl_kafka_conf_num(conf, "heartbeat.interval.ms", heartbeat, err) ||
+        sl_kafka_conf_num(conf, "max.poll.interval.ms", maxpoll, err) ||
         /* Nothing is fetched for the consumer: keep its buffers small. */
         sl_kafka_conf_set(conf, "queued.max.messages.kbytes", "1024", err)) {
         rd_kafka_conf_destroy(conf);

@@ -580,18 +580,6 @@ static void *wm_main(void *arg)
 
 /* ---- the topic ---------------------------------------------------------------- */
 
-static int conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, sl_error *err)
-{
-    return sl_kafka_conf_set(conf, name, value, err);
-}
-
-static int conf_num(rd_kafka_conf_t *conf, const char *name, long long v, sl_error *err)
-{
-    char num[32];
-    snprintf(num, sizeof num, "%lld", v);
-    return conf_set(conf, name, num, err);
-}
-
 static int producer_conf(sl_kstore_topic *t, const sl_kstore_options *o, rd_kafka_conf_t *conf,
                          sl_error *err)
 {
@@ -605,26 +593,26 @@ static int producer_conf(sl_kstore_topic *t, const sl_kstore_options *o, rd_kafk
     long long kbytes = (long long)(t->max_inflight / 1024) * 2 + 4096;
     if (kbytes > INT_MAX)
         kbytes = INT_MAX;
-    int rc = conf_set(conf, "enable.idempotence", "true", err);
+    int rc = sl_kafka_conf_set(conf, "enable.idempotence", "true", err);
     if (!rc)
-        rc = conf_set(conf, "acks", "all", err);
+        rc = sl_kafka_conf_set(conf, "acks", "all", err);
     if (!rc) /* idempotence keeps order across retries with at most 5 in flight */
-        rc = conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
+        rc = sl_kafka_conf_set(conf, "max.in.flight.requests.per.connection", "5", err);
     if (!rc) /* every message names its partition; this is for anything else */
-        rc = conf_set(conf, "partitioner", "murmur2_random", err);
+        rc = sl_kafka_conf_set(conf, "partitioner", "murmur2_random", err);
     if (!rc)
-        rc = conf_num(conf, "linger.ms", linger, err);
+        rc = sl_kafka_conf_num(conf, "linger.ms", linger, err);
     if (!rc && batch > 0)
-        rc = conf_num(conf, "batch.size", batch, err);
+        rc = sl_kafka_conf_num(conf, "batch.size", batch, err);
     if (!rc)
-        rc = conf_set(conf, "compression.codec", o->compression == SL_CODEC_ZSTD ? "zstd" : "none",
+        rc = sl_kafka_conf_set(conf, "compression.codec", o->compression == SL_CODEC_ZSTD ? "zstd" : "none",
                       err);
     if (!rc)
-        rc = conf_num(conf, "message.timeout.ms", t->durable ? t->delivery_timeout_ms : 0, err);
+        rc = sl_kafka_conf_num(conf, "message.timeout.ms", t->durable ? t->delivery_timeout_ms : 0, err);
     if (!rc)
-        rc = conf_num(conf, "queue.buffering.max.kbytes", kbytes, err);
-    if (!rc && conf_num(conf, "queue.buffering.max.messages", INT_MAX, NULL))
-        rc = conf_num(conf, "queue.buffering.max.messages", 10000000, err);
+        rc = sl_kafka_conf_num(conf, "queue.buffering.max.kbytes", kbytes, err);
+    if (!rc && sl_kafka_conf_num(conf, "queue.buffering.max.messages", INT_MAX, NULL))
+        rc = sl_kafka_conf_num(conf, "queue.buffering.max.messages", 10000000, err);
     if (rc)
         return rc;
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
@@ -637,17 +625,17 @@ static int reader_conf(rd_kafka_conf_t *conf, sl_error *err)
 {
     /* No group: readers fetch partitions at offsets they choose and commit
      * nothing (cursors are the set groups' business, core/bus/kgroup.h). */
-    int rc = conf_set(conf, "enable.partition.eof", "true", err);
+    int rc = sl_kafka_conf_set(conf, "enable.partition.eof", "true", err);
     if (!rc)
-        rc = conf_set(conf, "auto.offset.reset", "earliest", err);
+        rc = sl_kafka_conf_set(conf, "auto.offset.reset", "earliest", err);
     if (!rc)
-        rc = conf_set(conf, "enable.auto.commit", "false", err);
+        rc = sl_kafka_conf_set(conf, "enable.auto.commit", "false", err);
     if (!rc)
-        rc = conf_set(conf, "enable.auto.offset.store", "false", err);
+        rc = sl_kafka_conf_set(conf, "enable.auto.offset.store", "false", err);
     if (!rc) /* a caught-up reader hears of new records within this */
-        rc = conf_set(conf, "fetch.wait.max.ms", "100", err);
+        rc = sl_kafka_conf_set(conf, "fetch.wait.max.ms", "100", err);
     if (!rc) /* prefetched per partition and reader: 8 MiB, not the 64 MiB default */
-        rc = conf_set(conf, "queued.max.messages.kbytes", "8192", err);
+        rc = sl_kafka_conf_set(conf, "queued.max.messages.kbytes", "8192", err);
     return rc;
 }
 

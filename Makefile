@@ -36,7 +36,7 @@ endif
 
 # The floors of ARCHITECTURE.md §2 (docs/architecture.md). Everything in them is
 # library code; cli/main.c is the program.
-LAYERS   := core/base core/log core/bus rules connectors http server agent cli
+LAYERS   := core/base core/log core/bus rules connectors http kafka server agent cli
 LIB_SRC  := $(filter-out cli/main.c,$(foreach d,$(LAYERS),$(wildcard $(d)/*.c)))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/lua_embed.o $(B)/gen/ui_embed.o
 # Files only (NAME.EXT: no subdirectories), no editor backups (NAME~), in a

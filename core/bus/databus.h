@@ -43,6 +43,20 @@ typedef struct sl_databus_event {
     size_t key_len;
     const char *lane; /* "" for base */
     int64_t ts_ms;
+    /* A record that arrived as a Kafka record (the Kafka listener's
+     * Produce) keeps exactly its own headers: with raw, the stored record
+     * gets headers[0..headers_len) (header_count entries, Kafka's record
+     * header encoding after the count) and nothing else; its lane header,
+     * if any, is among them and lane must name the same lane. Without raw
+     * (every other publisher: the value is a CloudEvent), the Databus writes
+     * the headers every stored CloudEvent gets: content-type:
+     * application/cloudevents+json (the CloudEvents Kafka binding's
+     * structured mode), then lane for a non-base lane
+     * (docs/storage-format.md). */
+    bool raw;
+    const void *headers;
+    size_t headers_len;
+    int32_t header_count;
 } sl_databus_event;
 
 typedef struct sl_databus_result {
@@ -129,6 +143,14 @@ int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_da
 int sl_databus_publish_entries(sl_databus *bus, sl_set *set, sl_ack ack,
                                const sl_databus_event *evs, size_t n, sl_databus_result *results,
                                sl_databus_done_fn *done, void *ctx, sl_error *err);
+
+/* sl_databus_publish_ack() into partition part of a local set, whatever
+ * the events' keys say (a Kafka client picks its partition). SL_ERANGE
+ * with err for a partition the set does not have, SL_EINVAL for a
+ * Kafka-backed set. Otherwise as sl_databus_publish_ack(). */
+int sl_databus_publish_part(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
+                            const sl_databus_event *evs, size_t n, sl_databus_result *results,
+                            sl_databus_done_fn *done, void *ctx, sl_error *err);
 
 /* Inside done of sl_databus_publish_entries(): turns results[0..n) of a
  * remote set into stored offsets, status 0, or the failure's code with

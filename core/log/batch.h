@@ -129,12 +129,31 @@ void sl_batch_builder_init(sl_batch_builder *b, sl_codec codec, int zstd_level);
  * Returns 0 or SL_EINVAL for a lane that is not [a-z0-9-]{1,32}. */
 int sl_batch_builder_reset(sl_batch_builder *b, const char *lane);
 
-/* Appends a record (after sl_batch_builder_reset()). key may be NULL (null
+/* Appends a record (after sl_batch_builder_reset()) with the headers of a
+ * stored CloudEvent: content-type (SL_BATCH_CE_HEADER_*), then lane when
+ * the builder's lane is not the base. key may be NULL (null
  * key, key_len ignored). Returns 0, SL_ETOOBIG when the batch would pass
  * SL_BATCH_MAX_BYTES or the record count INT32_MAX, SL_EINVAL when the builder
  * was not reset, or SL_ENOMEM; the batch is unchanged on error. */
 int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
                          const void *value, size_t value_len);
+
+/* The header sl_batch_builder_add() gives every record, before the lane
+ * header of a non-base lane: stored values are CloudEvents in the Kafka
+ * binding's structured mode. */
+#define SL_BATCH_CE_HEADER_KEY "content-type"
+#define SL_BATCH_CE_HEADER_VALUE "application/cloudevents+json"
+
+/* sl_batch_builder_add() for a record that keeps its own headers (a Kafka
+ * client's): headers[0..headers_len) are header_count entries in Kafka's
+ * record header encoding (key length varint, key, value length varint,
+ * value), written as they are after the count; the builder adds neither
+ * content-type nor lane (the caller keeps batches lane-homogeneous: a lane
+ * header among them must name the builder's lane). Returns as
+ * sl_batch_builder_add(); SL_EINVAL for a negative count. */
+int sl_batch_builder_add_raw(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
+                             const void *value, size_t value_len, const void *headers,
+                             size_t headers_len, int32_t header_count);
 
 /* Uncompressed bytes the batch would take so far (for batching decisions). */
 size_t sl_batch_builder_bytes(const sl_batch_builder *b);

@@ -91,6 +91,7 @@ struct sl_set {
      * the topic's name on the cluster; NULL for a local set. */
     struct sl_kstore_topic *ktopic;
     struct sl_sets *reg; /* its registry (Kafka-backed sets' callbacks) */
+    _Atomic bool deleted; /* sl_sets_delete() took it away: refuse every use */
 };
 
 /* True for a set whose partitions are on a Kafka cluster. */
@@ -193,6 +194,19 @@ size_t sl_sets_auto_count(sl_sets *sets);
  * set: the Databus reads the settings without a lock. Returns 0 or an SL_E… code with err. */
 int sl_sets_define(sl_sets *sets, const char *name, const sl_set_config *cfg, sl_set **out,
                    sl_error *err);
+
+/* Deletes set name and its data (DeleteTopics, DELETE /v1/sets/{set}):
+ * takes it out of the registry (a name look-up no longer finds it and the
+ * name may be created again), lets the set's on_close run (the Databus
+ * answers what was queued for it with SL_ENOENT and refuses new publishes
+ * to it), closes its stores and removes DATA/sets/<name>. The sl_set
+ * itself stays allocated until sl_sets_close(), so a pointer held by a
+ * reader or publisher stays valid: such users see SL_ENOENT from then on
+ * (set->deleted). Returns 0, SL_ENOENT for no such set, SL_EINVAL for a
+ * Kafka-backed set (its topic is the cluster's), or SL_EIO with err when
+ * the directory could not be removed (the set is gone from the registry
+ * all the same). */
+int sl_sets_delete(sl_sets *sets, const char *name, sl_error *err);
 
 /* Calls fn for every set, in name order, under the registry's read lock. */
 void sl_sets_each(sl_sets *sets, void (*fn)(sl_set *set, void *ctx), void *ctx);

@@ -74,7 +74,19 @@ struct sl_kreq {
     void (*cleanup)(sl_kreq *r);
     void *state; /* the handler's */
     int64_t t0_ns;
+    /* No response goes out (Produce with acks=0: the client expects none);
+     * set by the handler before it returns DONE. */
+    bool silent;
+    struct sl_kdetach *detach; /* tests: no connection (kreq.c) */
 };
+
+/* A request over frame[0..len) (a whole frame after its size), taking
+ * ownership of frame (malloc'ed; freed even on failure) for connection conn
+ * from peer: header parsed, body positioned, r->w on r->out. NULL when out of
+ * memory or the header is malformed (*bad_header tells which). */
+sl_kreq *sl__kreq_new(sl_kafka *k, void *conn, const char *peer, uint8_t *frame, size_t len,
+                      bool *bad_header);
+
 
 /* Appends the stored bytes of *slice to the response at its current end
  * (the caller has written the int32 size in front of them): sent with
@@ -121,6 +133,10 @@ struct sl_kafka {
     struct sl_klisten *l;
     struct sl_kidem *idem;
     struct sl_kcoord *coord;
+    /* The listener's side of sl_kreq_post() for a request of conn (set by
+     * klisten.c before the first request; a hook rather than a call so the
+     * handlers' unit tests link without the listener). */
+    void (*post)(void *conn, sl_kreq *r);
     sl_kafka_stats stats;
     _Atomic bool stopping;
 };

@@ -24,6 +24,11 @@
 #include <time.h>
 
 #define FRAME_HDR 17
+/* A raw event's frame (a Kafka client's record, with its own headers): bit 7
+ * of the lane length byte, and after the value int32 header count, uint32
+ * headers length, the headers. */
+#define FRAME_RAW_BIT 0x80
+#define FRAME_RAW 8
 #define RETRY_NS 100000000ll /* wait before retrying a failed append */
 #define SYNC_HELPERS 3       /* threads that fdatasync beside the syncer */
 #define ROUND_IDLE (SIZE_MAX / 2)
@@ -208,7 +213,8 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
 
 static size_t frame_size(const sl_databus_event *e)
 {
-    return FRAME_HDR + strlen(e->lane) + (e->key ? e->key_len : 0) + e->value_len;
+    return FRAME_HDR + strlen(e->lane) + (e->key ? e->key_len : 0) + e->value_len +
+           (e->raw ? FRAME_RAW + e->headers_len : 0);
 }
 
 static void frame_put(sl_buf *b, const sl_databus_event *e)
@@ -219,7 +225,7 @@ static void frame_put(sl_buf *b, const sl_databus_event *e)
     memcpy(w, &v32, 4);
     memcpy(w + 4, &k32, 4);
     memcpy(w + 8, &e->ts_ms, 8);
-    w[16] = (uint8_t)ll;
+    w[16] = (uint8_t)(ll | (e->raw ? FRAME_RAW_BIT : 0));
     w += FRAME_HDR;
     memcpy(w, e->lane, ll);
     if (kl) /* a NULL key has length 0: memcpy(…, NULL, 0) is undefined */
@@ -227,6 +233,15 @@ static void frame_put(sl_buf *b, const sl_databus_event *e)
     if (e->value_len)
         memcpy(w + ll + kl, e->value, e->value_len);
     b->len += FRAME_HDR + ll + kl + e->value_len;
+    if (e->raw) {
+        uint8_t *h = b->data + b->len;
+        uint32_t hl = (uint32_t)e->headers_len;
+        memcpy(h, &e->header_count, 4);
+        memcpy(h + 4, &hl, 4);
+        if (hl)
+            memcpy(h + FRAME_RAW, e->headers, hl);
+        b->len += FRAME_RAW + hl;
+    }
 }
 
 int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs, size_t n,
@@ -236,27 +251,40 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
     return sl_databus_publish_ack(bus, set, set->cfg.ack, evs, n, results, done, ctx, err);
 }
 
-static int publish(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs, size_t n,
-                   sl_databus_result *results, sl_databus_done_fn *done, void *ctx, bool entries,
-                   sl_error *err);
+static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
+                   const sl_databus_event *evs, size_t n, sl_databus_result *results,
+                   sl_databus_done_fn *done, void *ctx, bool entries, sl_error *err);
 
 int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs,
                            size_t n, sl_databus_result *results, sl_databus_done_fn *done,
                            void *ctx, sl_error *err)
 {
-    return publish(bus, set, ack, evs, n, results, done, ctx, false, err);
+    return publish(bus, set, -1, ack, evs, n, results, done, ctx, false, err);
+}
+
+int sl_databus_publish_part(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
+                            const sl_databus_event *evs, size_t n, sl_databus_result *results,
+                            sl_databus_done_fn *done, void *ctx, sl_error *err)
+{
+    if (part < 0 || part >= set->nparts)
+        return sl_error_set(err, SL_ERANGE, "set %s has no partition %d (it has %d)", set->name,
+                            part, set->nparts);
+    if (sl_store_remote(&set->parts[part]))
+        return sl_error_set(err, SL_EINVAL, "set %s is Kafka-backed: its cluster picks partitions",
+                            set->name);
+    return publish(bus, set, part, ack, evs, n, results, done, ctx, false, err);
 }
 
 int sl_databus_publish_entries(sl_databus *bus, sl_set *set, sl_ack ack,
                                const sl_databus_event *evs, size_t n, sl_databus_result *results,
                                sl_databus_done_fn *done, void *ctx, sl_error *err)
 {
-    return publish(bus, set, ack, evs, n, results, done, ctx, true, err);
+    return publish(bus, set, -1, ack, evs, n, results, done, ctx, true, err);
 }
 
-static int publish(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs, size_t n,
-                   sl_databus_result *results, sl_databus_done_fn *done, void *ctx, bool entries,
-                   sl_error *err)
+static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
+                   const sl_databus_event *evs, size_t n, sl_databus_result *results,
+                   sl_databus_done_fn *done, void *ctx, bool entries, sl_error *err)
 {
     bus_set *bs = set->bus;
     int32_t np = set->nparts;
@@ -265,12 +293,16 @@ static int publish(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_ev
     for (size_t i = 0; i < n; i++)
         if (!evs[i].lane || !sl_lane_valid(evs[i].lane, strlen(evs[i].lane)))
             return sl_error_set(err, SL_EINVAL, "event %zu: invalid lane", i);
+        else if (evs[i].raw && (evs[i].header_count < 0 || evs[i].headers_len > UINT32_MAX ||
+                                (evs[i].headers_len && !evs[i].headers)))
+            return sl_error_set(err, SL_EINVAL, "event %zu: invalid headers", i);
     uint64_t stack_need[64], *need = np <= 64 ? stack_need : calloc((size_t)np, sizeof *need);
     if (!need)
         return SL_ENOMEM;
     memset(need, 0, (size_t)np * sizeof *need);
     for (size_t i = 0; i < n; i++) {
-        results[i].partition = sl_databus_partition(set, evs[i].key, evs[i].key_len);
+        results[i].partition =
+            part >= 0 ? part : sl_databus_partition(set, evs[i].key, evs[i].key_len);
         need[results[i].partition] += frame_size(&evs[i]);
     }
     bool set_durable = set->cfg.ack == SL_ACK_DURABLE;
@@ -288,6 +320,8 @@ static int publish(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_ev
     pthread_mutex_lock(&bus->lock);
     if (bus->stopping)
         rc = sl_error_set(err, SL_ESHUTDOWN, "the server is shutting down");
+    else if (atomic_load(&set->deleted))
+        rc = sl_error_set(err, SL_ENOENT, "set %s was deleted", set->name);
     /* A share that can never fit is reported before any that is only full now. */
     for (int32_t p = 0; p < np && !rc; p++)
         if (need[p] > set->cfg.buffer_bytes)
@@ -478,8 +512,8 @@ static void write_frames(sl_databus *bus, work *w)
         const uint8_t *batch_start = p;
         size_t batch_n = 0;
         char lane[SL_LANE_MAX + 1];
-        memcpy(lane, p + FRAME_HDR, p[16]);
-        lane[p[16]] = '\0';
+        memcpy(lane, p + FRAME_HDR, p[16] & ~FRAME_RAW_BIT);
+        lane[p[16] & ~FRAME_RAW_BIT] = '\0';
         if (batch_start == w->frames.data)
             memcpy(w->lane, lane, sizeof lane);
         else if (strcmp(w->lane, lane) != 0)
@@ -494,19 +528,30 @@ static void write_frames(sl_databus *bus, work *w)
             memcpy(&vlen, p, 4);
             memcpy(&klen, p + 4, 4);
             memcpy(&ts, p + 8, 8);
-            size_t ll = p[16], kl = klen == UINT32_MAX ? 0 : klen;
+            size_t ll = p[16] & ~FRAME_RAW_BIT, kl = klen == UINT32_MAX ? 0 : klen;
+            bool raw = p[16] & FRAME_RAW_BIT;
             if (batch_n && (ll != strlen(lane) || memcmp(p + FRAME_HDR, lane, ll) != 0 ||
                             sl_batch_builder_bytes(b) + vlen + kl > set->cfg.batch_bytes))
                 break;
             const uint8_t *k = p + FRAME_HDR + ll;
-            if (sl_batch_builder_add(b, ts, klen == UINT32_MAX ? NULL : k, kl, k + kl, vlen)) {
+            int32_t hn = 0;
+            uint32_t hl = 0;
+            if (raw) {
+                memcpy(&hn, k + kl + vlen, 4);
+                memcpy(&hl, k + kl + vlen + 4, 4);
+            }
+            int arc = raw ? sl_batch_builder_add_raw(b, ts, klen == UINT32_MAX ? NULL : k, kl,
+                                                     k + kl, vlen, k + kl + vlen + FRAME_RAW, hl, hn)
+                          : sl_batch_builder_add(b, ts, klen == UINT32_MAX ? NULL : k, kl, k + kl,
+                                                 vlen);
+            if (arc) {
                 if (batch_n)
                     break; /* full at SL_BATCH_MAX_BYTES: the next batch takes it */
                 w->rc = SL_ETOOBIG;
                 return;
             }
             batch_n++;
-            p += FRAME_HDR + ll + kl + vlen;
+            p += FRAME_HDR + ll + kl + vlen + (raw ? FRAME_RAW + hl : 0);
         }
         sl_batch batch;
         sl_error err = {0};

@@ -8,6 +8,7 @@
 #include "core/log/store_kafka.h"
 #include "core/base/slog.h"
 
+#include "core/base/clock.h"
 #include "core/base/metrics.h"
 
 #include <dirent.h>
@@ -35,6 +36,8 @@ struct sl_sets {
     _Atomic size_t nauto; /* auto-created sets among v (changed under the write lock) */
     int lock_fd;          /* DATA/.lock, flock'ed while the registry is open */
     sl_store_pool *pool;  /* every partition: the open ones and the parked */
+    sl_set **dead;        /* deleted (sl_sets_delete), freed at close */
+    size_t ndead, dead_cap;
 };
 
 void sl_set_config_default(sl_set_config *cfg)
@@ -837,6 +840,9 @@ void sl_sets_close(sl_sets *sets)
         return;
     for (size_t i = 0; i < sets->n; i++)
         set_free(sets, sets->v[i]);
+    for (size_t i = 0; i < sets->ndead; i++)
+        set_free(sets, sets->dead[i]);
+    free(sets->dead);
     free(sets->v);
     free(sets->root);
     sl_store_pool_free(sets->pool);
@@ -845,4 +851,48 @@ void sl_sets_close(sl_sets *sets)
     pthread_rwlock_destroy(&sets->lock);
     pthread_mutex_destroy(&sets->create_lock);
     free(sets);
+}
+
+int sl_sets_delete(sl_sets *sets, const char *name, sl_error *err)
+{
+    pthread_mutex_lock(&sets->create_lock); /* not while one is being made */
+    pthread_rwlock_wrlock(&sets->lock);
+    size_t i = 0;
+    while (i < sets->n && strcmp(sets->v[i]->name, name) != 0)
+        i++;
+    int rc = 0;
+    sl_set *s = i < sets->n ? sets->v[i] : NULL;
+    if (!s)
+        rc = sl_error_set(err, SL_ENOENT, "no set %s", name);
+    else if (s->nparts > 0 && sl_store_remote(&s->parts[0]))
+        rc = sl_error_set(err, SL_EINVAL, "set %s is Kafka-backed: its topic %s is the cluster's",
+                          name, s->cfg.topic);
+    else if (sets->ndead == sets->dead_cap && SL_GROW(sets->dead, sets->dead_cap, 8))
+        rc = SL_ENOMEM;
+    if (!rc) {
+        /* Out of the registry at once; the sl_set and its open stores live
+         * on (in dead) until sl_sets_close(), so a pointer someone still holds
+         * stays valid and sees deleted. */
+        memmove(&sets->v[i], &sets->v[i + 1], (sets->n - i - 1) * sizeof *sets->v);
+        sets->n--;
+        if (s->auto_created)
+            atomic_fetch_sub(&sets->nauto, 1);
+        sets->dead[sets->ndead++] = s;
+        atomic_store(&s->deleted, true);
+    }
+    pthread_rwlock_unlock(&sets->lock);
+    if (!rc) {
+        /* Renamed first so the name is free for a new set at once, even if
+         * removing the files takes long or fails half-way. */
+        char dir[4200], tomb[4300];
+        snprintf(dir, sizeof dir, "%s/%s", sets->root, name);
+        snprintf(tomb, sizeof tomb, "%s/.deleted-%s-%lld", sets->root, name,
+                 (long long)sl_clock_mono_ns());
+        if (rename(dir, tomb) != 0)
+            rc = sl_error_errno(err, errno, "remove %s", dir);
+        else
+            nftw(tomb, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    pthread_mutex_unlock(&sets->create_lock);
+    return rc;
 }

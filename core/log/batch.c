@@ -112,26 +112,23 @@ size_t sl_batch_builder_bytes(const sl_batch_builder *b)
     return b->out.len;
 }
 
-int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
-                         const void *value, size_t value_len)
+int sl_batch_builder_add_raw(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
+                             const void *value, size_t value_len, const void *headers,
+                             size_t headers_len, int32_t header_count)
 {
-    if (b->count == INT32_MAX || key_len > SL_BATCH_MAX_BYTES || value_len > SL_BATCH_MAX_BYTES)
+    if (header_count < 0 || (header_count > 0 && !headers))
+        return SL_EINVAL;
+    if (b->count == INT32_MAX || key_len > SL_BATCH_MAX_BYTES || value_len > SL_BATCH_MAX_BYTES ||
+        headers_len > SL_BATCH_MAX_BYTES)
         return SL_ETOOBIG;
-    if (b->count == 0)
-        b->base_ts = b->max_ts = ts_ms;
-    int64_t ts_delta = ts_ms - b->base_ts;
+    int64_t base_ts = b->count == 0 ? ts_ms : b->base_ts;
+    int64_t ts_delta = ts_ms - base_ts;
     int64_t klen = key ? (int64_t)key_len : -1;
-    static const char lane_key[] = "lane";
 
     /* The body is everything after the length varint. */
     size_t body = 1 + sl_varint_size(ts_delta) + sl_varint_size(b->count) + sl_varint_size(klen) +
-                  (key ? key_len : 0) + sl_varint_size((int64_t)value_len) + value_len;
-    if (b->lane_len) {
-        body += sl_varint_size(1) + sl_varint_size(4) + 4 + sl_varint_size((int64_t)b->lane_len) +
-                b->lane_len;
-    } else {
-        body += sl_varint_size(0);
-    }
+                  (key ? key_len : 0) + sl_varint_size((int64_t)value_len) + value_len +
+                  sl_varint_size(header_count) + headers_len;
     size_t total = sl_varint_size((int64_t)body) + body;
     if (b->out.len < SL_BATCH_HEADER_SIZE)
         return SL_EINVAL; /* not reset */
@@ -155,22 +152,47 @@ int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, si
         memcpy(w, value, value_len);
         w += value_len;
     }
-    if (b->lane_len) {
-        w += sl_varint_put(w, 1);
-        w += sl_varint_put(w, 4);
-        memcpy(w, lane_key, 4);
-        w += 4;
-        w += sl_varint_put(w, (int64_t)b->lane_len);
-        memcpy(w, b->lane, b->lane_len);
-        w += b->lane_len;
-    } else {
-        w += sl_varint_put(w, 0);
+    w += sl_varint_put(w, header_count);
+    if (headers_len) {
+        memcpy(w, headers, headers_len);
+        w += headers_len;
     }
     b->out.len += total;
+    if (b->count == 0)
+        b->base_ts = b->max_ts = ts_ms;
     b->count++;
     if (ts_ms > b->max_ts)
         b->max_ts = ts_ms;
     return 0;
+}
+
+/* One record header in Kafka's encoding: key length, key, value length,
+ * value (varints). */
+static uint8_t *put_header(uint8_t *w, const char *k, size_t klen, const char *v, size_t vlen)
+{
+    w += sl_varint_put(w, (int64_t)klen);
+    memcpy(w, k, klen);
+    w += klen;
+    w += sl_varint_put(w, (int64_t)vlen);
+    memcpy(w, v, vlen);
+    return w + vlen;
+}
+
+int sl_batch_builder_add(sl_batch_builder *b, int64_t ts_ms, const void *key, size_t key_len,
+                         const void *value, size_t value_len)
+{
+    /* Every stored CloudEvent says so (the Kafka binding's structured mode),
+     * so a Kafka consumer gets the record as it is; a non-base lane follows. */
+    uint8_t hdr[64 + SL_LANE_MAX];
+    uint8_t *w = put_header(hdr, SL_BATCH_CE_HEADER_KEY, sizeof SL_BATCH_CE_HEADER_KEY - 1,
+                            SL_BATCH_CE_HEADER_VALUE, sizeof SL_BATCH_CE_HEADER_VALUE - 1);
+    int32_t n = 1;
+    if (b->lane_len) {
+        w = put_header(w, "lane", 4, b->lane, b->lane_len);
+        n++;
+    }
+    return sl_batch_builder_add_raw(b, ts_ms, key, key_len, value, value_len, hdr,
+                                    (size_t)(w - hdr), n);
 }
 
 static int compress_records(sl_batch_builder *b, sl_error *err)

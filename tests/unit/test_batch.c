@@ -97,6 +97,19 @@ typedef struct want_rec {
     size_t value_len;
 } want_rec;
 
+/* The header every record the builder adds gets, in Kafka's encoding. */
+#define CE_HDR_LEN (2 + sizeof SL_BATCH_CE_HEADER_KEY - 1 + sizeof SL_BATCH_CE_HEADER_VALUE - 1)
+static size_t ce_header(uint8_t *h)
+{
+    size_t n = 0;
+    n += sl_varint_put(h + n, (int64_t)strlen(SL_BATCH_CE_HEADER_KEY));
+    memcpy(h + n, SL_BATCH_CE_HEADER_KEY, strlen(SL_BATCH_CE_HEADER_KEY));
+    n += strlen(SL_BATCH_CE_HEADER_KEY);
+    n += sl_varint_put(h + n, (int64_t)strlen(SL_BATCH_CE_HEADER_VALUE));
+    memcpy(h + n, SL_BATCH_CE_HEADER_VALUE, strlen(SL_BATCH_CE_HEADER_VALUE));
+    return n + strlen(SL_BATCH_CE_HEADER_VALUE);
+}
+
 static void check_rec(const sl_record *rec, const want_rec *w, int64_t offset, const char *lane)
 {
     size_t ll = strlen(lane);
@@ -119,20 +132,22 @@ static void check_rec(const sl_record *rec, const want_rec *w, int64_t offset, c
     assert_int_equal(rec->lane_len, ll);
     if (ll)
         assert_memory_equal(rec->lane, lane, ll);
+    /* content-type: application/cloudevents+json, then for a non-base lane
+     * keyLen 4 "lane" valueLen lane. */
+    uint8_t h[CE_HDR_LEN + 2 + 4 + SL_LANE_MAX + 2];
+    size_t n = ce_header(h);
     if (ll == 0) {
-        assert_int_equal(rec->header_count, 0);
-        assert_int_equal(rec->headers_len, 0);
+        assert_int_equal(rec->header_count, 1);
+        assert_int_equal(rec->headers_len, n);
+        assert_memory_equal(rec->headers, h, n);
     } else {
-        /* One header: keyLen 4 "lane" valueLen lane. */
-        uint8_t h[2 + 4 + SL_LANE_MAX + 2];
-        size_t n = 0;
         n += sl_varint_put(h + n, 4);
         memcpy(h + n, "lane", 4);
         n += 4;
         n += sl_varint_put(h + n, (int64_t)ll);
         memcpy(h + n, lane, ll);
         n += ll;
-        assert_int_equal(rec->header_count, 1);
+        assert_int_equal(rec->header_count, 2);
         assert_int_equal(rec->headers_len, n);
         assert_memory_equal(rec->headers, h, n);
     }
@@ -448,12 +463,13 @@ static void test_kafka_batch(void **state)
     assert_int_equal(sl_batch_reader_next(&br, &rec, &err), SL_EEOF);
     sl_batch_reader_free(&br);
 
-    /* Encoding the same record gives Kafka's bytes, CRC included; only the
-     * leader epoch (not covered by the CRC) differs: sluice writes 0. */
+    /* Encoding the same record with its own (no) headers gives Kafka's
+     * bytes, CRC included; only the leader epoch (not covered by the CRC)
+     * differs: sluice writes 0. */
     sl_batch_builder b;
     sl_batch_builder_init(&b, SL_CODEC_NONE, 0);
     assert_int_equal(sl_batch_builder_reset(&b, ""), 0);
-    assert_int_equal(sl_batch_builder_add(&b, ts, NULL, 0, value, 23), 0);
+    assert_int_equal(sl_batch_builder_add_raw(&b, ts, NULL, 0, value, 23, NULL, 0, 0), 0);
     sl_batch out;
     assert_int_equal(sl_batch_builder_finish(&b, &out, &err), 0);
     assert_int_equal(out.len, sizeof kafka_batch);
@@ -470,30 +486,31 @@ static void test_kafka_batch(void **state)
 static void test_known_records(void **state)
 {
     (void)state;
-    uint8_t want[300];
+    uint8_t want[400];
     size_t n = 0;
-    /* Record 0: length 224 (zig-zag 448 = 0xC0 0x03), attributes 0,
+    /* Record 0: length 266 (zig-zag 532 = 0x94 0x04), attributes 0,
      * tsDelta 0, offsetDelta 0, keyLength 2 "k1", valueLength 200
-     * (zig-zag 400 = 0x90 0x03) of 'x', one header "lane" = "feature-x". */
-    const uint8_t r0a[] = {0xC0, 0x03, 0x00, 0x00, 0x00, 0x04, 'k', '1', 0x90, 0x03};
+     * (zig-zag 400 = 0x90 0x03) of 'x', two headers: "content-type" =
+     * "application/cloudevents+json", "lane" = "feature-x". */
+    const uint8_t r0a[] = {0x94, 0x04, 0x00, 0x00, 0x00, 0x04, 'k', '1', 0x90, 0x03};
     memcpy(want + n, r0a, sizeof r0a);
     n += sizeof r0a;
     memset(want + n, 'x', 200);
     n += 200;
-    const uint8_t hdr[] = {0x02, 0x08, 'l', 'a', 'n', 'e', 0x12, 'f',
-                           'e',  'a',  't', 'u', 'r', 'e', '-',  'x'};
-    memcpy(want + n, hdr, sizeof hdr);
-    n += sizeof hdr;
-    assert_int_equal(n, 226);
-    /* Record 1: length 21 (0x2A), attributes 0, tsDelta -3 (0x05),
-     * offsetDelta 1 (0x02), key null (0x01), value empty (0x00), header. */
-    const uint8_t r1[] = {0x2A, 0x00, 0x05, 0x02, 0x01, 0x00};
+    const char hdr[] = "\x04\x18" "content-type" "\x38" "application/cloudevents+json"
+                       "\x08" "lane" "\x12" "feature-x";
+    memcpy(want + n, hdr, sizeof hdr - 1);
+    n += sizeof hdr - 1;
+    assert_int_equal(n, 268);
+    /* Record 1: length 63 (0x7E), attributes 0, tsDelta -3 (0x05),
+     * offsetDelta 1 (0x02), key null (0x01), value empty (0x00), headers. */
+    const uint8_t r1[] = {0x7E, 0x00, 0x05, 0x02, 0x01, 0x00};
     memcpy(want + n, r1, sizeof r1);
     n += sizeof r1;
-    memcpy(want + n, hdr, sizeof hdr);
-    n += sizeof hdr;
+    memcpy(want + n, hdr, sizeof hdr - 1);
+    n += sizeof hdr - 1;
 
-    uint8_t expect[400];
+    uint8_t expect[500];
     size_t total = craft(expect, want, n, 2, 1, 0, 1000, 1000);
 
     char xs[200];
@@ -972,12 +989,13 @@ static void test_big_record(void **state)
         sl_error err = {0};
         assert_int_equal(sl_batch_builder_finish(&b, &out, &err), 0);
         if (!c) {
-            size_t lane_hdr = 1; /* header count 0 */
+            size_t lane_hdr = 1 + CE_HDR_LEN; /* header count 1, content-type */
             size_t body0 = 1 + 1 + 1 + sl_varint_size((int64_t)klen) + klen +
                            sl_varint_size((int64_t)vlen) + vlen + lane_hdr;
             size_t rec0 = sl_varint_size((int64_t)body0) + body0;
-            size_t body1 = 1 + 1 + 1 + 1 + 1 + 4 + 1;
-            size_t body2 = 1 + 1 + 1 + 1 + 1 + sl_varint_size((int64_t)vlen - 5) + vlen - 5 + 1;
+            size_t body1 = 1 + 1 + 1 + 1 + 1 + 4 + lane_hdr;
+            size_t body2 =
+                1 + 1 + 1 + 1 + 1 + sl_varint_size((int64_t)vlen - 5) + vlen - 5 + lane_hdr;
             size_t expect =
                 SL_BATCH_HEADER_SIZE + rec0 + 1 + body1 + sl_varint_size((int64_t)body2) + body2;
             assert_int_equal(out.len, expect);

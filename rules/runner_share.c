@@ -20,6 +20,7 @@
 
 #include "core/base/clock.h"
 #include "core/bus/event.h"
+#include "core/bus/record_event.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -376,8 +377,7 @@ static int read_batch(worker *w, share *sh, int64_t minpos, size_t max, size_t n
         if ((rc = sl__runner_grow_events(w, nev + 1)))
             break;
         size_t at = w->ev.len;
-        if (!rec.value || sl_event_decorate((const char *)rec.value, rec.value_len, ro->set->name,
-                                            sh->part, rec.offset, &w->ev)) {
+        if (sl_record_event(&rec, ro->set->name, sh->part, &w->ev, NULL)) {
             w->ev.len = at;
             for (size_t m = 0; m < nm; m++)
                 if (w->mem[m]->pos <= rec.offset) {

@@ -8,6 +8,7 @@
 
 #include "core/base/clock.h"
 #include "core/bus/event.h"
+#include "core/bus/record_event.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -145,9 +146,9 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         }
         size_t at = w->ev.len;
         last_taken = rec.offset;
-        if (!rec.value ||
-            sl_event_decorate((const char *)rec.value, rec.value_len, rr->set->name, c->part,
-                              rec.offset, &w->ev) ||
+        /* A Kafka client's record that is no CloudEvent is built into one
+         * (core/bus/record_event.h); stored CloudEvents are spliced. */
+        if (sl_record_event(&rec, rr->set->name, c->part, &w->ev, NULL) ||
             (c->rp && mark_replay(&w->ev, c->rp))) {
             w->ev.len = at;
             atomic_fetch_add(&c->ctr->failed, 1);

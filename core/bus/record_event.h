@@ -52,7 +52,7 @@ int sl_record_event(const sl_record *rec, const char *set, int32_t partition, sl
                     sl_error *err);
 
 /* The value of header name (exact, case-sensitive) of rec: true with
- * *v/*vlen (NULL/0 for a null value) when rec has it (the first one). */
+ * *v and *vlen (NULL/0 for a null value) when rec has it (the first one). */
 bool sl_record_header(const sl_record *rec, const char *name, const uint8_t **v, size_t *vlen);
 
 #endif

@@ -78,7 +78,25 @@ struct sl_kreq {
      * set by the handler before it returns DONE. */
     bool silent;
     struct sl_kdetach *detach; /* tests: no connection (kreq.c) */
+    sl_kreq *next;      /* the listener's: its connection's queue */
+    sl_kreq *next_post; /* the listener's: its thread's posted list */
+    int state_code;     /* the listener's: what the handler returned last */
 };
+
+/* A connection's SASL state (klisten.c keeps it, kapi.c drives it, on the
+ * connection's thread). NULL for a request without a connection. */
+typedef struct sl_kconn_auth {
+    bool handshaken;          /* SaslHandshake chose PLAIN */
+    bool authenticated;       /* SaslAuthenticate passed (v0 handshakes' bare tokens are
+                               * not supported: clients use v1 when offered) */
+    const sl_auth_key *key;   /* the principal once authenticated */
+} sl_kconn_auth;
+sl_kconn_auth *sl__klisten_auth(void *conn);
+
+/* Runs the handler of r's API (kapi.c): checks the key and version against
+ * the table, the SASL gate, then calls it. Returns its SL_KREQ_ code. */
+int sl__kapi_dispatch(sl_kreq *r);
+
 
 /* A request over frame[0..len) (a whole frame after its size), taking
  * ownership of frame (malloc'ed; freed even on failure) for connection conn
@@ -159,7 +177,8 @@ void sl__kcoord_stop(sl_kafka *k);               /* answers parked joins, stops 
 void sl__kcoord_close(sl_kafka *k);
 int sl__kgroups_json(sl_kafka *k, sl_buf *out); /* sl_kafka_groups_json() */
 int sl__klisten_start(sl_kafka *k, sl_error *err);
-void sl__klisten_stop(sl_kafka *k);
+void sl__klisten_stop(sl_kafka *k);  /* closes connections, joins the threads */
+void sl__klisten_free(sl_kafka *k);  /* after the modules that post: late posts, memory */
 
 /* The handlers (kapi.c's table names each with its versions and rights). */
 int sl__kafka_api_versions(sl_kreq *r);      /* kapi.c */

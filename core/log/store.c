@@ -714,6 +714,38 @@ sl_log *sl_store_log(const sl_store *st)
     return log;
 }
 
+/* The offset lies in the log or not, told without waking a parked store;
+ * a read at the end has nothing to return and does not wake it either. */
+int sl_store_slice_get(const sl_store *st, int64_t offset, const char *lane, size_t max_bytes,
+                       sl_log_slice *out, sl_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    out->first_offset = out->next_offset = offset;
+    if (st->ops == &sl_store_log_ops)
+        return sl_log_slice_get(st->impl, offset, lane, max_bytes, out, err);
+    if (st->ops != &park_ops)
+        return sl_error_set(err, SL_EINVAL, "no zero-copy reads from a %s store",
+                            st->ops ? st->ops->name : "closed");
+    park *p = st->impl;
+    int64_t start = bound(p, false), end = bound(p, true);
+    if (offset < start || offset > end)
+        return sl_error_set(err, SL_ERANGE,
+                            "offset %" PRId64 " is outside the log [%" PRId64 ", %" PRId64 "]",
+                            offset, start, end);
+    if (offset == end)
+        return 0;
+    sl_log *log;
+    int rc = pin(p, false, &log, err);
+    if (rc)
+        return rc;
+    /* The slice holds its own reference on the segment, so the store may
+     * park (and close the log) while the bytes are still being sent. */
+    rc = sl_log_slice_get(log, offset, lane, max_bytes, out, err);
+    unpin(p);
+    return rc;
+}
+
 bool sl_store_parked(const sl_store *st)
 {
     return st->ops == &park_ops && atomic_load(&((park *)st->impl)->state) == ST_PARKED;

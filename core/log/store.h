@@ -187,6 +187,16 @@ int sl_store_park(const sl_store *st, sl_error *err);
  * or closes. NULL for another backend or when the reopening failed. */
 sl_log *sl_store_log(const sl_store *st);
 
+/* sl_log_slice_get() on a local store (a parked pooled store is reopened
+ * when the offset is inside the log, not at its end): the stored batches
+ * holding offset and after, of lane ("" base, NULL every lane), up to
+ * max_bytes (at least one batch), for sending them unchanged. Returns 0
+ * (len 0 at the end), SL_ERANGE outside [start, end], SL_EINVAL for a
+ * remote store, or the read's or reopening's error, with err. Release the
+ * slice with sl_log_slice_release(). */
+int sl_store_slice_get(const sl_store *st, int64_t offset, const char *lane, size_t max_bytes,
+                       sl_log_slice *out, sl_error *err);
+
 /* True when st is a pooled store that is parked now. */
 bool sl_store_parked(const sl_store *st);
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct fx {
     char *dir;
@@ -193,12 +194,93 @@ static void test_truncated_closes(void **state)
     sl__kreq_free(r);
 }
 
+/* CreateTopics v4 / DeleteTopics v1 requests and their per-topic codes. */
+static void test_create_delete(void **state)
+{
+    fx *f = *state;
+    sl_buf b = {0};
+    sl_kw w;
+    sl_kw_init(&w, &b);
+    head(&w, SL_KAPI_CREATE_TOPICS, 4);
+    struct {
+        const char *name;
+        int32_t parts;
+        int16_t repl;
+        int16_t want;
+    } c[] = {{"made", 7, 1, 0},
+             {"alpha", 2, 1, SL_KERR_TOPIC_ALREADY_EXISTS},
+             {"triple", 2, 3, SL_KERR_INVALID_REPLICATION_FACTOR},
+             {"zero", 0, -1, SL_KERR_INVALID_PARTITIONS},
+             {"dflt", -1, -1, 0}};
+    sl_kw_array(&w, false, 5);
+    for (int i = 0; i < 5; i++) {
+        sl_kw_str(&w, false, c[i].name, -1);
+        sl_kw_i32(&w, c[i].parts);
+        sl_kw_i16(&w, c[i].repl);
+        sl_kw_array(&w, false, 0);
+        sl_kw_array(&w, false, 1);
+        sl_kw_str(&w, false, "retention.ms", -1);
+        sl_kw_str(&w, false, "1000", -1);
+    }
+    sl_kw_i32(&w, 5000);
+    sl_kw_i8(&w, 0);
+    sl_kreq *r = sl__kreq_new_detached(&f->k, b.data, b.len);
+    sl_buf_free(&b);
+    assert_int_equal(sl__kafka_create_topics(r), SL_KREQ_DONE);
+    sl_kr in;
+    sl_kr_init(&in, r->out.data, r->out.len);
+    assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_array(&in, false, 1), 5);
+    for (int i = 0; i < 5; i++) {
+        assert_true(sl_kstr_eq(sl_kr_str(&in, false), c[i].name));
+        assert_int_equal(sl_kr_i16(&in), c[i].want);
+        sl_kstr msg = sl_kr_str(&in, false);
+        assert_true(c[i].want ? msg.len > 0 : msg.p == NULL);
+    }
+    assert_true(sl_kr_ok(&in));
+    sl__kreq_free(r);
+    sl_set *s;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_get(f->sets, "made", false, &s, &err), 0);
+    assert_int_equal(s->nparts, 7);
+    assert_int_equal(sl_sets_get(f->sets, "dflt", false, &s, &err), 0);
+    assert_int_equal(s->nparts, 4);
+    assert_int_equal(sl_sets_get(f->sets, "zero", false, &s, &err), SL_ENOENT);
+
+    /* Delete one that exists and one that does not. */
+    b = (sl_buf){0};
+    sl_kw_init(&w, &b);
+    head(&w, SL_KAPI_DELETE_TOPICS, 1);
+    sl_kw_array(&w, false, 2);
+    sl_kw_str(&w, false, "made", -1);
+    sl_kw_str(&w, false, "ghost", -1);
+    sl_kw_i32(&w, 5000);
+    r = sl__kreq_new_detached(&f->k, b.data, b.len);
+    sl_buf_free(&b);
+    assert_int_equal(sl__kafka_delete_topics(r), SL_KREQ_DONE);
+    sl_kr_init(&in, r->out.data, r->out.len);
+    assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_array(&in, false, 1), 2);
+    assert_true(sl_kstr_eq(sl_kr_str(&in, false), "made"));
+    assert_int_equal(sl_kr_i16(&in), 0);
+    assert_true(sl_kstr_eq(sl_kr_str(&in, false), "ghost"));
+    assert_int_equal(sl_kr_i16(&in), SL_KERR_UNKNOWN_TOPIC_OR_PARTITION);
+    sl__kreq_free(r);
+    assert_int_equal(sl_sets_get(f->sets, "made", false, &s, &err), SL_ENOENT);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/sets/made", f->dir);
+    assert_int_equal(access(p, F_OK), -1);
+    /* The name is free again. */
+    assert_int_equal(sl_sets_get(f->sets, "made", true, &s, &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_all_topics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_named_and_auto_create, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_delete, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,8 +316,10 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
             ns = 0;
             bytes = 0;
         }
-        int64_t end_after = sl_store_end_offset(st);
-        hwm = end_after > pos ? end_after : pos;
+        /* After the reads, so that no record sent lies past it. */
+        hwm = sl_store_end_offset(st);
+        if (ns && sl[ns - 1].next_offset > hwm)
+            hwm = sl[ns - 1].next_offset;
         if (!err && caught_up) {
             if (!push_pos(f, set, part, pos))
                 c->oom = true;

@@ -242,7 +242,9 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
     sl_log_slice sl[KF_MAX_SLICES];
     size_t ns = 0;
     uint64_t bytes = 0;
-    if (!err && (part < 0 || part >= set->nparts))
+    /* A set deleted since the look-up (a resumed long poll looks it up
+     * again) has closed stores. */
+    if (!err && (part < 0 || part >= set->nparts || atomic_load(&set->deleted)))
         err = SL_KERR_UNKNOWN_TOPIC_OR_PARTITION;
     if (!err && c->lane.bad)
         err = SL_KERR_INVALID_REQUEST;

@@ -648,7 +648,7 @@ static void test_long_poll(void **state)
     assert_true(rc == 0);
     assert_int_equal(sl__kreq_wait(r, 5000), SL_KREQ_DONE);
     took = sl_clock_mono_ms() - t0;
-    assert_true(took < 5000);
+    assert_true(took < 3000); /* well before its 10 s */
     parse_fetch(r, 11, &p);
     assert_int_equal(p.p[0].err, 0);
     assert_true(p.p[0].rec_len > 0);

@@ -1,0 +1,393 @@
+/*
+ * kafka/kproduce.c — Produce and InitProducerId: a Kafka client's record
+ * batches appended to event sets through the Databus.
+ *
+ * Every batch of a partition is checked whole (sl_batch_check: lengths,
+ * magic 2, CRC-32C) and decoded before anything of that partition is
+ * queued, so a corrupt batch stores nothing of it. Records keep their own
+ * bytes: key, value, headers and timestamp go to the Databus as raw events,
+ * which re-batches them lane-homogeneously with the set's codec (a record's
+ * lane is its `lane` header; batch boundaries may differ from the client's,
+ * records do not). A partition's records go in one publish: stored
+ * contiguously, in order, all or nothing.
+ *
+ * acks: 0 answers nothing (r->silent); 1 queues with ack "buffer", -1 with
+ * "durable" (answered after the fdatasync covering it). The Databus never
+ * gives a publish less than its set's own ack, so acks=1 on a durable set
+ * waits for the fsync too.
+ *
+ * Lifetime: the Databus calls done exactly once per durable publish, so a
+ * parked Produce always gets its post; cancel therefore returns false and
+ * the listener frees the request when the post arrives.
+ */
+#include "kafka/kafka_internal.h"
+
+#include "core/base/clock.h"
+#include "core/base/lane_name.h"
+#include "core/base/varint.h"
+#include "core/log/batch.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kpp {
+    struct kprod *pr;
+    int32_t topic; /* index into kprod.topics */
+    int32_t index;
+    int16_t err;
+    int64_t base; /* first stored offset, -1 none */
+    int status;   /* a durable publish's outcome */
+    bool waiting; /* a durable publish of it is outstanding */
+} kpp;
+
+typedef struct ktopic {
+    sl_kstr name;
+    int32_t nparts;
+} ktopic;
+
+typedef struct kprod {
+    sl_kreq *r;
+    ktopic *topics;
+    int32_t ntopics;
+    kpp *parts;
+    size_t nparts;
+    _Atomic int outstanding; /* durable publishes not done yet, plus the handler's hold */
+} kprod;
+
+/* What one partition's records decode to; events point into the readers. */
+typedef struct decoded {
+    sl_databus_event *evs;
+    char (*lanes)[SL_LANE_MAX + 1];
+    sl_databus_result *res;
+    size_t n, cap;
+    sl_batch_reader *brs;
+    size_t nbr, brcap;
+} decoded;
+
+static void decoded_reset(decoded *d)
+{
+    for (size_t i = 0; i < d->nbr; i++)
+        sl_batch_reader_free(&d->brs[i]);
+    d->nbr = 0;
+    d->n = 0;
+}
+
+static void decoded_free(decoded *d)
+{
+    decoded_reset(d);
+    free(d->brs);
+    free(d->evs);
+    free(d->lanes);
+    free(d->res);
+}
+
+static int grow_events(decoded *d)
+{
+    if (d->n < d->cap)
+        return 0;
+    size_t cap = d->cap ? d->cap * 2 : 64;
+    sl_databus_event *e = realloc(d->evs, cap * sizeof *e);
+    if (!e)
+        return SL_ENOMEM;
+    d->evs = e;
+    char(*l)[SL_LANE_MAX + 1] = realloc(d->lanes, cap * sizeof *l);
+    if (!l)
+        return SL_ENOMEM;
+    d->lanes = l;
+    sl_databus_result *res = realloc(d->res, cap * sizeof *res);
+    if (!res)
+        return SL_ENOMEM;
+    d->res = res;
+    d->cap = cap;
+    return 0;
+}
+
+/* Decodes the batches of records[0..len). Returns 0 or the Kafka error
+ * with why. */
+static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_t whylen)
+{
+    while (len > 0) {
+        /* Codecs other than none and zstd are refused by name (the header
+         * check would call them corrupt). */
+        if (len >= 23 && p[16] == 2) {
+            int codec = sl_be16_get(p + 21) & 7;
+            if (codec != SL_CODEC_NONE && codec != SL_CODEC_ZSTD) {
+                snprintf(why, whylen, "compression codec %d: sluice takes none or zstd", codec);
+                return SL_KERR_UNSUPPORTED_COMPRESSION_TYPE;
+            }
+        }
+        sl_batch_info info;
+        sl_error err = {0};
+        int rc = sl_batch_check(p, len, &info, &err);
+        if (rc) {
+            snprintf(why, whylen, "record batch: %s",
+                     err.msg[0] ? err.msg : (rc == SL_EPARTIAL ? "truncated" : "corrupt"));
+            return SL_KERR_CORRUPT_MESSAGE;
+        }
+        size_t bl = sl_batch_size(&info);
+        if (d->nbr == d->brcap && SL_GROW(d->brs, d->brcap, 4))
+            return SL_KERR_UNKNOWN_SERVER_ERROR;
+        sl_batch_reader *br = &d->brs[d->nbr++];
+        sl_batch_reader_init(br);
+        if (sl_batch_reader_open(br, p, bl, &err)) {
+            snprintf(why, whylen, "record batch: %s", err.msg);
+            return SL_KERR_CORRUPT_MESSAGE;
+        }
+        sl_record rec;
+        while ((rc = sl_batch_reader_next(br, &rec, &err)) == 0) {
+            if (!sl_lane_valid(rec.lane, rec.lane_len)) {
+                snprintf(why, whylen, "record %zu: its lane header is not a lane name "
+                                      "([a-z0-9-]{1,32})",
+                         d->n);
+                return SL_KERR_INVALID_RECORD;
+            }
+            if (grow_events(d))
+                return SL_KERR_UNKNOWN_SERVER_ERROR;
+            memcpy(d->lanes[d->n], rec.lane, rec.lane_len);
+            d->lanes[d->n][rec.lane_len] = '\0';
+            d->evs[d->n] = (sl_databus_event){
+                .value = rec.value ? (const char *)rec.value : "",
+                .value_len = rec.value_len,
+                .key = (const char *)rec.key,
+                .key_len = rec.key_len,
+                .ts_ms = rec.timestamp,
+                .raw = true,
+                .headers = rec.headers,
+                .headers_len = rec.headers_len,
+                .header_count = rec.header_count,
+            };
+            d->n++;
+        }
+        if (rc != SL_EEOF) {
+            snprintf(why, whylen, "record: %s", err.msg);
+            return SL_KERR_CORRUPT_MESSAGE;
+        }
+        p += bl;
+        len -= bl;
+    }
+    for (size_t i = 0; i < d->n; i++) /* lanes moved with growth: pointed at last */
+        d->evs[i].lane = d->lanes[i];
+    return SL_KERR_NONE;
+}
+
+static int16_t kafka_error(int rc)
+{
+    switch (rc) {
+    case SL_EFULL:
+        return SL_KERR_REQUEST_TIMED_OUT; /* retriable: the client backs off */
+    case SL_ETOOBIG:
+        return SL_KERR_MESSAGE_TOO_LARGE;
+    case SL_ESHUTDOWN:
+        return SL_KERR_NOT_LEADER_OR_FOLLOWER; /* retriable: it reconnects */
+    case SL_ENOENT:
+        return SL_KERR_UNKNOWN_TOPIC_OR_PARTITION;
+    case SL_EINVAL:
+        return SL_KERR_INVALID_RECORD;
+    default:
+        return SL_KERR_KAFKA_STORAGE_ERROR;
+    }
+}
+
+static void publish_done(void *ctx, int status)
+{
+    kpp *p = ctx;
+    p->status = status;
+    kprod *pr = p->pr;
+    if (atomic_fetch_sub(&pr->outstanding, 1) == 1)
+        sl_kreq_post(pr->r);
+}
+
+static int respond(sl_kreq *r)
+{
+    kprod *pr = r->state;
+    size_t at = 0;
+    sl_kw_array(&r->w, false, pr->ntopics);
+    for (int32_t t = 0; t < pr->ntopics; t++) {
+        sl_kw_str(&r->w, false, pr->topics[t].name.p ? pr->topics[t].name.p : "",
+                  pr->topics[t].name.p ? pr->topics[t].name.len : 0);
+        sl_kw_array(&r->w, false, pr->topics[t].nparts);
+        for (int32_t i = 0; i < pr->topics[t].nparts; i++, at++) {
+            kpp *p = &pr->parts[at];
+            if (!p->err && p->waiting && p->status) {
+                p->err = kafka_error(p->status);
+                p->base = -1;
+            }
+            if (p->err)
+                atomic_fetch_add(&r->k->stats.produce_errors, 1);
+            sl_kw_i32(&r->w, p->index);
+            sl_kw_i16(&r->w, p->err);
+            sl_kw_i64(&r->w, p->err ? -1 : p->base);
+            sl_kw_i64(&r->w, -1); /* log_append_time: CreateTime topics */
+            if (r->h.version >= 5)
+                sl_kw_i64(&r->w, 0); /* log_start_offset */
+        }
+    }
+    sl_kw_i32(&r->w, 0); /* throttle_time_ms */
+    return SL_KREQ_DONE;
+}
+
+static bool never_cancel(sl_kreq *r)
+{
+    (void)r;
+    return false; /* done always comes: the post frees it */
+}
+
+static void cleanup(sl_kreq *r)
+{
+    kprod *pr = r->state;
+    if (!pr)
+        return;
+    free(pr->topics);
+    free(pr->parts);
+    free(pr);
+    r->state = NULL;
+}
+
+/* Checks, decodes and publishes partition p's records. */
+static void produce_one(sl_kreq *r, kpp *p, sl_kstr topic, sl_kstr records, int16_t acks,
+                        decoded *d)
+{
+    char why[SL_ERROR_MAX + 64] = "";
+    sl_set *set = NULL;
+    if ((p->err = sl__kafka_topic(r, topic, true, &set)))
+        return;
+    if (!sl__kafka_allowed(r, SL_AUTH_PUBLISH, set->name)) {
+        p->err = SL_KERR_TOPIC_AUTHORIZATION_FAILED;
+        return;
+    }
+    if (p->index < 0 || p->index >= set->nparts) {
+        p->err = SL_KERR_UNKNOWN_TOPIC_OR_PARTITION;
+        return;
+    }
+    if (!records.p || records.len == 0)
+        return; /* nothing to store: success at base -1 */
+    decoded_reset(d);
+    p->err = decode((const uint8_t *)records.p, (size_t)records.len, d, why, sizeof why);
+    if (!p->err && d->n == 0)
+        return;
+    sl_error err = {0};
+    int rc = p->err ? 0
+                    : sl_databus_publish_part(r->k->bus, set, p->index,
+                                              acks == -1 ? SL_ACK_DURABLE : SL_ACK_BUFFER, d->evs,
+                                              d->n, d->res, publish_done, p, &err);
+    if (p->err || rc < 0) {
+        if (!p->err)
+            p->err = kafka_error(rc);
+        sl__kafka_log_once(r, "kafka: Produce from %s to %s/%d refused: %s", r->peer, set->name,
+                           p->index, p->err && why[0] ? why : err.msg);
+        return;
+    }
+    p->base = d->res[0].offset;
+    atomic_fetch_add(&r->k->stats.produced_records, d->n);
+    if (rc == 1) {
+        p->waiting = true;
+        atomic_fetch_add(&p->pr->outstanding, 1);
+    }
+}
+
+int sl__kafka_produce(sl_kreq *r)
+{
+    sl_kr *in = &r->body;
+    sl_kstr txn = sl_kr_str(in, false);
+    int16_t acks = sl_kr_i16(in);
+    sl_kr_i32(in); /* timeout_ms: the Databus answers well within any sane one */
+    int32_t nt = sl_kr_array(in, false, 2 + 4);
+    sl_kr list = *in;
+    size_t total = 0;
+    for (int32_t t = 0; t < nt; t++) {
+        sl_kr_str(in, false);
+        int32_t np = sl_kr_array(in, false, 4 + 4);
+        for (int32_t i = 0; i < np; i++) {
+            sl_kr_i32(in);
+            sl_kr_bytes(in, false);
+        }
+        total += (size_t)(np > 0 ? np : 0);
+    }
+    if (!sl_kr_ok(in) || nt < 0) {
+        sl__kafka_log_once(r, "kafka: %s sent a malformed Produce v%d: closed", r->peer,
+                           r->h.version);
+        return SL_KREQ_CLOSE;
+    }
+    kprod *pr = calloc(1, sizeof *pr);
+    if (pr) {
+        pr->topics = calloc((size_t)nt + 1, sizeof *pr->topics);
+        pr->parts = calloc(total + 1, sizeof *pr->parts);
+    }
+    if (!pr || !pr->topics || !pr->parts) {
+        if (pr) {
+            free(pr->topics);
+            free(pr->parts);
+        }
+        free(pr);
+        return SL_KREQ_CLOSE;
+    }
+    pr->r = r;
+    pr->ntopics = nt;
+    pr->nparts = total;
+    atomic_init(&pr->outstanding, 1); /* the handler's hold */
+    r->state = pr;
+    r->cleanup = cleanup;
+    bool bad_acks = acks != 0 && acks != 1 && acks != -1;
+    decoded d = {0};
+    size_t at = 0;
+    for (int32_t t = 0; t < nt; t++) {
+        pr->topics[t].name = sl_kr_str(&list, false);
+        int32_t np = sl_kr_array(&list, false, 4 + 4);
+        pr->topics[t].nparts = np;
+        for (int32_t i = 0; i < np; i++, at++) {
+            kpp *p = &pr->parts[at];
+            p->pr = pr;
+            p->topic = t;
+            p->index = sl_kr_i32(&list);
+            p->base = -1;
+            sl_kstr records = sl_kr_bytes(&list, false);
+            if (txn.p)
+                p->err = SL_KERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED; /* no transactions */
+            else if (bad_acks)
+                p->err = SL_KERR_INVALID_REQUIRED_ACKS;
+            else
+                produce_one(r, p, pr->topics[t].name, records, acks, &d);
+        }
+    }
+    decoded_free(&d);
+    if (txn.p)
+        sl__kafka_log_once(r, "kafka: %s sent a transactional Produce: sluice has no "
+                              "transactions (docs/kafka-protocol.md)",
+                           r->peer);
+    if (acks == 0)
+        r->silent = true;
+    r->resume = respond;
+    r->cancel = never_cancel;
+    if (atomic_fetch_sub(&pr->outstanding, 1) == 1)
+        return respond(r); /* nothing outstanding: no post will come */
+    return SL_KREQ_PENDING;
+}
+
+/* InitProducerId: ids are unique across restarts without stored state
+ * (milliseconds since the epoch, shifted, plus a counter), epoch 0. The
+ * sequence numbers of idempotent producers are not checked yet: a batch a
+ * client retries after a lost answer may be stored twice
+ * (docs/kafka-protocol.md). */
+int sl__kafka_init_producer_id(sl_kreq *r)
+{
+    static _Atomic int64_t next;
+    sl_kstr txn = sl_kr_str(&r->body, false);
+    sl_kr_i32(&r->body); /* transaction_timeout_ms */
+    if (!sl_kr_ok(&r->body)) {
+        sl__kafka_log_once(r, "kafka: %s sent a malformed InitProducerId: closed", r->peer);
+        return SL_KREQ_CLOSE;
+    }
+    int64_t expect = atomic_load(&next);
+    if (expect == 0) {
+        int64_t seed = sl_clock_now_ms() << 10;
+        atomic_compare_exchange_strong(&next, &expect, seed);
+    }
+    int64_t id = atomic_fetch_add(&next, 1);
+    sl_kw_i32(&r->w, 0); /* throttle_time_ms */
+    sl_kw_i16(&r->w, txn.p ? SL_KERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED : SL_KERR_NONE);
+    sl_kw_i64(&r->w, txn.p ? -1 : id);
+    sl_kw_i16(&r->w, txn.p ? -1 : 0);
+    return SL_KREQ_DONE;
+}

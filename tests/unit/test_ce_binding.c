@@ -301,15 +301,25 @@ static void test_kafka_queue_full(void **state)
     sl_target_env env = {.rule = "r"};
     void *impl = NULL;
     sl_error err = {0};
-    assert_int_equal(ops->open(&c, &env, &impl, &err), 0);
     const char *ev = "{\"specversion\":\"1.0\",\"id\":\"1\",\"source\":\"/s\",\"type\":\"x\"}";
     sl_delivery d[4];
     for (int i = 0; i < 4; i++)
         d[i] = (sl_delivery){ev, strlen(ev), ""};
-    got g = {0};
-    double t0 = (double)clock_ms();
-    ops->deliver(impl, d, 4, on_done, &g);
-    double took = (double)clock_ms() - t0;
+    got g;
+    double took = 0;
+    /* On a loaded machine librdkafka may let a queued record go (failed)
+     * before the third is produced, so the queue is not full that time:
+     * such an attempt is repeated, a few times at most. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        memset(&g, 0, sizeof g);
+        assert_int_equal(ops->open(&c, &env, &impl, &err), 0);
+        double t0 = (double)clock_ms();
+        ops->deliver(impl, d, 4, on_done, &g);
+        took = (double)clock_ms() - t0;
+        if (g.n == 2 && g.status[2] != 0)
+            break;
+        ops->close(impl);
+    }
     assert_int_equal(g.n, 2); /* the first two wait in librdkafka's queue */
     assert_int_equal(g.status[2], SL_EIO);
     assert_non_null(strstr(g.reason[2], "t-x"));

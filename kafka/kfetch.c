@@ -357,6 +357,16 @@ static void reset_response(sl_kreq *r)
     r->out.len = 0;
 }
 
+/* The set of a topic a reader asks for. Rights first, so that a reader
+ * without them cannot tell which topics exist; never created. */
+static int16_t read_topic(sl_kreq *r, sl_kstr topic, sl_set **set)
+{
+    char name[SL_SET_NAME_MAX + 1];
+    if (sl_kstr_copy(topic, name, sizeof name) && !sl__kafka_allowed(r, SL_AUTH_READ, name))
+        return SL_KERR_TOPIC_AUTHORIZATION_FAILED;
+    return sl__kafka_topic(r, topic, false, set);
+}
+
 /* One whole pass over the request, writing the response body. Returns
  * SL_KREQ_DONE (a response is written, maybe to be discarded for a long
  * poll) or SL_KREQ_CLOSE for a malformed request. */
@@ -412,14 +422,7 @@ static int fetch_pass(sl_kreq *r, kfetch *f, kf_pass *c)
         if (!sl_kr_ok(&rd))
             break;
         sl_set *set = NULL;
-        char name[SL_SET_NAME_MAX + 1];
-        int16_t terr;
-        /* Rights first, so that a reader without them cannot tell which
-         * topics exist. */
-        if (sl_kstr_copy(topic, name, sizeof name) && !sl__kafka_allowed(r, SL_AUTH_READ, name))
-            terr = SL_KERR_TOPIC_AUTHORIZATION_FAILED;
-        else
-            terr = sl__kafka_topic(r, topic, false, &set);
+        int16_t terr = read_topic(r, topic, &set);
         sl_kw_str(w, false, topic.p, topic.len);
         sl_kw_array(w, false, np < 0 ? 0 : np);
         for (int32_t i = 0; i < np; i++) {
@@ -572,12 +575,7 @@ int sl__kafka_list_offsets(sl_kreq *r)
         if (!sl_kr_ok(rd))
             break;
         sl_set *set = NULL;
-        char name[SL_SET_NAME_MAX + 1];
-        int16_t terr;
-        if (sl_kstr_copy(topic, name, sizeof name) && !sl__kafka_allowed(r, SL_AUTH_READ, name))
-            terr = SL_KERR_TOPIC_AUTHORIZATION_FAILED;
-        else
-            terr = sl__kafka_topic(r, topic, false, &set);
+        int16_t terr = read_topic(r, topic, &set);
         sl_kw_str(w, false, topic.p, topic.len);
         sl_kw_array(w, false, np < 0 ? 0 : np);
         for (int32_t i = 0; i < np; i++) {

@@ -157,6 +157,7 @@ struct sl_kafka {
     void (*post)(void *conn, sl_kreq *r);
     sl_kafka_stats stats;
     _Atomic bool stopping;
+    bool stopped; /* sl_kafka_stop() ran */
 };
 
 /* The sets' names as topics: a set is found (and, when create and the
@@ -166,6 +167,9 @@ struct sl_kafka {
  * TOPIC_AUTHORIZATION_FAILED, POLICY_VIOLATION over max_auto_sets, and for a
  * Kafka-backed set INVALID_TOPIC_EXCEPTION, logged once with the reason). */
 int16_t sl__kafka_topic(sl_kreq *r, sl_kstr topic, bool create, sl_set **out);
+
+/* mkdir -p dir (0755). Returns 0 or an SL_E… code with err. */
+int sl__kafka_mkdirs(const char *dir, sl_error *err);
 
 /* Module lifecycles, run by sl_kafka_start()/sl_kafka_stop() in this order
  * (stop in reverse). Each open returns 0 or an SL_E… code with err and leaves

@@ -20,7 +20,7 @@
  * parked Produce always gets its post; cancel therefore returns false and
  * the listener frees the request when the post arrives.
  */
-#include "kafka/kafka_internal.h"
+#include "kafka/kidem.h"
 
 #include "core/base/clock.h"
 #include "core/base/lane_name.h"
@@ -40,6 +40,8 @@ typedef struct kpp {
     int64_t base; /* first stored offset, -1 none */
     int status;   /* a durable publish's outcome */
     bool waiting; /* a durable publish of it is outstanding */
+    sl_kidem_batch idem; /* pid -1: not an idempotent producer's */
+    const char *set;     /* its set's name, while waiting */
 } kpp;
 
 typedef struct ktopic {
@@ -64,6 +66,7 @@ typedef struct decoded {
     size_t n, cap;
     sl_batch_reader *brs;
     size_t nbr, brcap;
+    sl_kidem_batch idem; /* of the first batch, extended over the next ones */
 } decoded;
 
 static void decoded_reset(decoded *d)
@@ -72,6 +75,7 @@ static void decoded_reset(decoded *d)
         sl_batch_reader_free(&d->brs[i]);
     d->nbr = 0;
     d->n = 0;
+    d->idem = (sl_kidem_batch){.pid = -1};
 }
 
 static void decoded_free(decoded *d)
@@ -127,6 +131,23 @@ static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_
             return SL_KERR_CORRUPT_MESSAGE;
         }
         size_t bl = sl_batch_size(&info);
+        /* The producer's fields (producerId at 43, epoch at 51, base
+         * sequence at 53): batches of one request must continue each
+         * other's sequence. */
+        sl_kidem_batch ib = {.pid = (int64_t)sl_be64_get(p + 43),
+                             .epoch = (int16_t)sl_be16_get(p + 51),
+                             .first = (int32_t)sl_be32_get(p + 53)};
+        ib.last = (int32_t)((uint32_t)ib.first + (uint32_t)info.last_offset_delta);
+        if (d->nbr == 0) {
+            d->idem = ib.pid >= 0 ? ib : (sl_kidem_batch){.pid = -1};
+        } else if (ib.pid != d->idem.pid || (ib.pid >= 0 && (ib.epoch != d->idem.epoch ||
+                                                             ib.first != d->idem.last + 1))) {
+            snprintf(why, whylen, "record batches of one partition from different producers "
+                                  "or with a gap in their sequence numbers");
+            return SL_KERR_INVALID_RECORD;
+        } else if (ib.pid >= 0) {
+            d->idem.last = ib.last;
+        }
         if (d->nbr == d->brcap && SL_GROW(d->brs, d->brcap, 4))
             return SL_KERR_UNKNOWN_SERVER_ERROR;
         sl_batch_reader *br = &d->brs[d->nbr++];
@@ -194,6 +215,8 @@ static void publish_done(void *ctx, int status)
 {
     kpp *p = ctx;
     p->status = status;
+    if (status && p->idem.pid >= 0)
+        sl__kidem_failed(p->pr->r->k, p->set, p->index, &p->idem);
     kprod *pr = p->pr;
     if (atomic_fetch_sub(&pr->outstanding, 1) == 1)
         sl_kreq_post(pr->r);
@@ -268,10 +291,32 @@ static void produce_one(sl_kreq *r, kpp *p, sl_kstr topic, sl_kstr records, int1
     if (!p->err && d->n == 0)
         return;
     sl_error err = {0};
-    int rc = p->err ? 0
-                    : sl_databus_publish_part(r->k->bus, set, p->index,
-                                              acks == -1 ? SL_ACK_DURABLE : SL_ACK_BUFFER, d->evs,
-                                              d->n, d->res, publish_done, p, &err);
+    int rc = 0;
+    p->idem = d->idem;
+    p->set = set->name;
+    if (!p->err && p->idem.pid >= 0) {
+        int64_t dup = -1;
+        p->err = sl__kidem_begin(r->k, set->name, p->index, &p->idem, &dup);
+        if (!p->err && dup >= 0) {
+            p->base = dup; /* stored already: the client's retry */
+            return;
+        }
+        if (p->err) {
+            snprintf(why, sizeof why, "producer %lld epoch %d: batch of sequence %d..%d %s",
+                     (long long)p->idem.pid, p->idem.epoch, p->idem.first, p->idem.last,
+                     p->err == SL_KERR_INVALID_PRODUCER_EPOCH ? "has an old epoch"
+                                                              : "does not follow the last one");
+            sl__kafka_log_once(r, "kafka: Produce from %s to %s/%d refused: %s", r->peer,
+                               set->name, p->index, why);
+            return;
+        }
+    }
+    if (!p->err)
+        rc = sl_databus_publish_part(r->k->bus, set, p->index,
+                                     acks == -1 ? SL_ACK_DURABLE : SL_ACK_BUFFER, d->evs, d->n,
+                                     d->res, publish_done, p, &err);
+    if (!p->err && p->idem.pid >= 0)
+        sl__kidem_end(r->k, set->name, p->index, &p->idem, rc < 0 ? -1 : d->res[0].offset);
     if (p->err || rc < 0) {
         if (!p->err)
             p->err = kafka_error(rc);
@@ -366,10 +411,8 @@ int sl__kafka_produce(sl_kreq *r)
 }
 
 /* InitProducerId: ids are unique across restarts without stored state
- * (milliseconds since the epoch, shifted, plus a counter), epoch 0. The
- * sequence numbers of idempotent producers are not checked yet: a batch a
- * client retries after a lost answer may be stored twice
- * (docs/kafka-protocol.md). */
+ * (milliseconds since the epoch, shifted, plus a counter), epoch 0; their
+ * batches' sequence numbers are checked by kidem.c. */
 int sl__kafka_init_producer_id(sl_kreq *r)
 {
     static _Atomic int64_t next;

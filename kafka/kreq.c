@@ -8,11 +8,13 @@
 #include "core/base/clock.h"
 #include "core/base/slog.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A request with no connection (tests): posts are recorded here. */
 struct sl_kdetach {
@@ -257,4 +259,22 @@ int16_t sl__kafka_topic(sl_kreq *r, sl_kstr topic, bool create, sl_set **out)
     }
     *out = set;
     return SL_KERR_NONE;
+}
+
+int sl__kafka_mkdirs(const char *dir, sl_error *err)
+{
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s", dir) >= (int)sizeof tmp)
+        return sl_error_set(err, SL_EINVAL, "path too long: %s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) && errno != EEXIST)
+            return sl_error_errno(err, errno, "mkdir %s", tmp);
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST)
+        return sl_error_errno(err, errno, "mkdir %s", tmp);
+    return 0;
 }

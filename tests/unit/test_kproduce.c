@@ -5,10 +5,13 @@
  * and timestamp unchanged; acks=-1 parks until the fsync and then answers
  * the base offset; a corrupt CRC stores nothing (CORRUPT_MESSAGE); acks=0
  * answers nothing; an unknown partition, bad acks, a transactional id and
- * InitProducerId.
+ * InitProducerId; an idempotent producer's retried batch is answered with
+ * its first offset and stored once, a gap and an old epoch are refused, and
+ * the state survives a stop and start.
  */
 #include "testutil.h"
 
+#include "core/base/crc32c.h"
 #include "core/base/varint.h"
 #include "kafka/kafka_internal.h"
 
@@ -311,6 +314,70 @@ static void test_init_producer_id(void **state)
     assert_true(ids[1] != ids[0]);
 }
 
+/* Makes the batch in b an idempotent producer's (pid, epoch, base
+ * sequence), with its CRC recomputed as a client computes it. */
+static void make_idempotent(sl_buf *b, int64_t pid, int16_t epoch, int32_t seq)
+{
+    uint8_t *p = (uint8_t *)b->data;
+    sl_be64_put(p + 43, (uint64_t)pid);
+    sl_be16_put(p + 51, (uint16_t)epoch);
+    sl_be32_put(p + 53, (uint32_t)seq);
+    sl_be32_put(p + 17, sl_crc32c(0, p + 21, b->len - 21));
+}
+
+static void produce_expect(fx *f, const sl_buf *recs, int16_t want_err, int64_t want_base)
+{
+    sl_kreq *r = produce(f, 7, NULL, -1, "idem", 0, recs);
+    assert_int_equal(finish(r), SL_KREQ_DONE);
+    int16_t err;
+    int64_t base;
+    answer(r, &err, &base);
+    assert_int_equal(err, want_err);
+    if (!want_err)
+        assert_int_equal(base, want_base);
+    sl__kreq_free(r);
+}
+
+static void test_idempotent(void **state)
+{
+    fx *f = *state;
+    snprintf(f->k->data_dir, sizeof f->k->data_dir, "%s", f->dir);
+    sl_error err = {0};
+    assert_int_equal(sl__kidem_open(f->k, &err), 0);
+    sl_buf a = {0}, b = {0}, c = {0}, old = {0};
+    client_batch(&a, 3, NULL);
+    make_idempotent(&a, 77, 0, 0); /* sequences 0..2 */
+    client_batch(&b, 2, NULL);
+    make_idempotent(&b, 77, 0, 3); /* 3..4 */
+    client_batch(&c, 2, NULL);
+    make_idempotent(&c, 77, 0, 9); /* a gap */
+    produce_expect(f, &a, 0, 0);
+    produce_expect(f, &a, 0, 0); /* the retry: same answer, nothing stored */
+    produce_expect(f, &b, 0, 3);
+    produce_expect(f, &c, SL_KERR_OUT_OF_ORDER_SEQUENCE_NUMBER, -1);
+    produce_expect(f, &a, 0, 0); /* still known: one of the last five */
+
+    /* A stop and start keep it; a newer epoch starts over at 0 and then
+     * the older one is fenced. */
+    sl__kidem_close(f->k);
+    assert_int_equal(sl__kidem_open(f->k, &err), 0);
+    produce_expect(f, &b, 0, 3);
+    client_batch(&old, 1, NULL);
+    make_idempotent(&old, 77, 1, 0);
+    produce_expect(f, &old, 0, 5);
+    make_idempotent(&old, 77, 0, 5);
+    produce_expect(f, &old, SL_KERR_INVALID_PRODUCER_EPOCH, -1);
+
+    sl_set *s;
+    assert_int_equal(sl_sets_get(f->sets, "idem", false, &s, &err), 0);
+    assert_int_equal(sl_store_end_offset(&s->parts[0]), 6); /* 3 + 2 + 1, once each */
+    sl__kidem_close(f->k);
+    sl_buf_free(&a);
+    sl_buf_free(&b);
+    sl_buf_free(&c);
+    sl_buf_free(&old);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lanes, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_init_producer_id, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_idempotent, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -461,6 +461,7 @@ static enum MHD_Result r_healthz(sl_http_req *r, const char *name)
 NO_NAME(metrics)
 NO_NAME(rules)
 NO_NAME(sources)
+NO_NAME(groups)
 NO_NAME(lanes)
 NO_NAME(pattern_test)
 NO_NAME(list_sets)
@@ -488,6 +489,7 @@ static const struct route {
     {"POST", "/v1/patterns/test", r_pattern_test, NULL},
     {"GET", "/v1/sources", r_sources, NULL},
     {"GET", "/v1/lanes", r_lanes, NULL},
+    {"GET", "/v1/groups", r_groups, NULL},
     {"DELETE", "/v1/lanes/{lane}", sl__http_lane_drop, NULL},
     /* the body was collected (up to max_request_bytes) like ingest's */
     {"POST", "/v1/webhooks/{name}", sl__http_webhook, NULL},

@@ -66,6 +66,12 @@ typedef struct sl_http_hooks {
     void (*webhook_stored)(void *ctx, const char *name, const sl_webhook_result *res, bool stored);
     /* The body of GET /v1/sources. */
     int (*sources_json)(void *ctx, sl_buf *out);
+    /* The Kafka listener's part (kafka/kafka.h; server/ wires it, http/
+     * does not use kafka/), with its own ctx: the body of GET /v1/groups
+     * (NULL: {"groups": []}) and more /metrics lines. */
+    void *kafka_ctx;
+    int (*groups_json)(void *kafka_ctx, sl_buf *out);
+    int (*kafka_metrics)(void *kafka_ctx, sl_buf *out);
     /* The body of GET /v1/lanes. */
     int (*lanes_json)(void *ctx, sl_buf *out);
     /* DELETE /v1/lanes/{lane} (`sluice lane drop`): 0, SL_ENOENT for a lane

@@ -3,6 +3,8 @@
  * from a partition (with long-polling), set listings, and /metrics.
  */
 #include "http/http_internal.h"
+
+#include "core/bus/record_event.h"
 #include "core/log/store_kafka.h"
 #include "core/base/lane_name.h"
 #include "core/base/clock.h"
@@ -38,15 +40,22 @@ typedef struct read_stream {
     bool done; /* the closing "]…}" is in text */
 } read_stream;
 
-/* Appends one stored record, decorated with its set, partition and offset,
- * to b (with the separating comma after the first). */
+/* Appends one stored record as the event rules see (a Kafka client's
+ * plain or binary-mode record gets its CloudEvent built,
+ * core/bus/record_event.h), decorated with its set, partition and offset,
+ * to b (with the separating comma after the first). A record that is no
+ * event at all (a structured one whose value is not a JSON object) goes
+ * out as a JSON string, so the answer stays JSON. */
 static void put_event(sl_buf *b, const sl_set *set, int32_t part, const sl_record *rec, bool first)
 {
     if (!first)
         sl_buf_append(b, ",", 1);
-    if (sl_event_decorate((const char *)rec->value, rec->value_len, set->name, part, rec->offset,
-                          b))
-        sl_buf_append(b, rec->value, rec->value_len);
+    if (sl_record_kind_of(rec) == SL_RECORD_STRUCTURED &&
+        !sl_event_decorate((const char *)rec->value, rec->value_len, set->name, part, rec->offset,
+                           b))
+        return;
+    if (sl_record_event(rec, set->name, part, b, NULL))
+        sl_json_put_string(b, rec->value ? (const char *)rec->value : "", rec->value_len);
 }
 
 /* Reads events into s->text until READ_CHUNK_BYTES, max or the end of the
@@ -465,6 +474,8 @@ enum MHD_Result sl__http_metrics(sl_http_req *r)
     sl_sets_metrics(h->sets, &b); /* descriptors, sets, open and parked partitions */
     if (h->hooks.metrics)
         h->hooks.metrics(h->hooks.ctx, &b);
+    if (h->hooks.kafka_metrics)
+        h->hooks.kafka_metrics(h->hooks.kafka_ctx, &b);
     size_t dropped = 0;
     int rc = sl_metrics_group(b.data, b.len, &out, &dropped);
     sl_buf_free(&b);

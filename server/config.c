@@ -23,6 +23,12 @@
 static const key server_keys[] = {
     {"listen", K_STRING, FIELD(sl_config, listen), 0, 0, "\"127.0.0.1:8080\"",
      "HTTP address HOST:PORT (the `--listen` flag wins over it)"},
+    {"kafka_listen", K_STRING, FIELD(sl_config, kafka_listen), 0, 0, "none (off)",
+     "Kafka protocol address HOST:PORT: Kafka clients produce, fetch and run consumer groups "
+     "on the sets (docs/kafka-protocol.md; the `--kafka-listen` flag wins over it)"},
+    {"kafka_advertised", K_STRING, FIELD(sl_config, kafka_advertised), 0, 0, "`kafka_listen`",
+     "HOST:PORT Kafka clients are told to connect to (Metadata, FindCoordinator): set it when "
+     "they reach sluice through another name or port"},
     {"data_dir", K_STRING, FIELD(sl_config, data_dir), 0, 0, "\"./sluice-data\"",
      "where event sets and rule cursors live (relative to the config file)"},
     {"auto_create", K_TRISTATE, FIELD(sl_config, auto_create), 0, 0, "true",
@@ -313,6 +319,18 @@ const sl_set_decl *sl__config_find_set(const sl_config *cfg, const char *name)
     return NULL;
 }
 
+/* "HOST:PORT" with a port 0..65535 (1.. unless zero_ok) and a host without
+ * blanks (IPv6 in brackets keeps its colons inside them). */
+static bool host_port_ok(const char *s, bool zero_ok)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || strpbrk(s, " \t\r\n"))
+        return false;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    return *end == '\0' && end != colon + 1 && p >= (zero_ok ? 0 : 1) && p <= 65535;
+}
+
 static void read_decl(loader *ld, int idx)
 {
     lua_State *L = ld->L;
@@ -330,6 +348,14 @@ static void read_decl(loader *ld, int idx)
         block b = {"server", line, cfg};
         sl__config_check_block(ld, body, server_keys, sizeof server_keys / sizeof *server_keys, &b,
                                NULL);
+        if (cfg->kafka_listen && !host_port_ok(cfg->kafka_listen, true))
+            sl__config_problem(ld, line, "server: kafka_listen \"%s\" is not HOST:PORT",
+                               cfg->kafka_listen);
+        if (cfg->kafka_advertised && !host_port_ok(cfg->kafka_advertised, false))
+            sl__config_problem(ld, line,
+                               "server: kafka_advertised \"%s\" is not HOST:PORT (a host name "
+                               "or address and a port 1..65535)",
+                               cfg->kafka_advertised);
         if (cfg->log_format && sl_slog_parse_format(cfg->log_format, &(sl_slog_format){0}))
             sl__config_problem(ld, line, "server: log_format must be \"logfmt\" or \"json\"");
         if (cfg->log_level && sl_slog_parse_level(cfg->log_level, &(sl_slog_level){0}))
@@ -695,6 +721,8 @@ void sl_config_free(sl_config *cfg)
     free(cfg->dir);
     free(cfg->source);
     free(cfg->listen);
+    free(cfg->kafka_listen);
+    free(cfg->kafka_advertised);
     free(cfg->data_dir);
     for (size_t i = 0; i < cfg->napi_keys; i++) {
         free(cfg->api_keys[i].name);

@@ -66,6 +66,8 @@ typedef struct sl_config {
     size_t source_len;
     /* server { … } */
     char *listen;               /* "HOST:PORT"; NULL: the command line or default */
+    char *kafka_listen;         /* Kafka protocol "HOST:PORT"; NULL: off (or --kafka-listen) */
+    char *kafka_advertised;     /* "HOST:PORT" told to Kafka clients; NULL: kafka_listen's */
     char *data_dir;             /* NULL: the command line or default */
     int auto_create;            /* -1 unset, else 0/1 */
     uint64_t max_request_bytes; /* 0 unset */

@@ -491,6 +491,28 @@ static int sources_json(void *ctx, sl_buf *out)
     return rc;
 }
 
+int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err)
+{
+    sl_router *r = ctx;
+    int rc = 0;
+    pthread_rwlock_rdlock(&r->lock);
+    const sl_config *cfg = r->cfg;
+    for (size_t i = 0; cfg && !rc && i < cfg->nsets; i++)
+        if (!strcmp(cfg->sets[i].name, set->name))
+            rc = sl_error_set(err, SL_EBUSY, "set \"%s\" is declared by %s:%d", set->name,
+                              cfg->path, cfg->sets[i].line);
+    for (size_t i = 0; cfg && !rc && i < cfg->nrules; i++)
+        if (!strcmp(cfg->rules[i].set, set->name))
+            rc = sl_error_set(err, SL_EBUSY, "rule \"%s\" (%s:%d) reads set \"%s\"",
+                              cfg->rules[i].name, cfg->path, cfg->rules[i].line, set->name);
+    for (size_t i = 0; cfg && !rc && i < cfg->nsources; i++)
+        if (cfg->sources[i].set && !strcmp(cfg->sources[i].set, set->name))
+            rc = sl_error_set(err, SL_EBUSY, "source \"%s\" writes to set \"%s\"",
+                              cfg->sources[i].name, set->name);
+    pthread_rwlock_unlock(&r->lock);
+    return rc;
+}
+
 void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
 {
     *out = (sl_http_hooks){.ctx = r,

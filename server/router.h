@@ -41,6 +41,11 @@ int sl_router_reload(sl_router *r, sl_config *cfg, sl_error *err);
 void sl_router_http_hooks(sl_router *r, sl_http_hooks *out);
 
 /* Wakes the rules reading (set, partition); fits sl_databus_append_fn. */
+/* sl_kafka_hooks.may_delete: a set the config declares, that a rule reads
+ * or that a source writes to may not be deleted (SL_EBUSY with err naming
+ * who uses it). */
+int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err);
+
 void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane);
 
 /* Stops the rules (batches in progress finish) and releases the runner it

@@ -8,6 +8,7 @@
 #include "server/serve.h"
 
 #include "http/http.h"
+#include "kafka/kafka.h"
 #include "core/bus/auth.h"
 #include "core/base/clock.h"
 #include "core/base/kafka_admin.h"
@@ -34,6 +35,7 @@
 
 static const char serve_usage[] =
     "usage: sluice serve [-c CONFIG.lua] [--data DIR] [--listen HOST:PORT] [--partitions N]\n"
+    "                    [--kafka-listen HOST:PORT]\n"
     "                    [--ack buffer|durable] [--compression none|zstd] [--no-auto-create]\n"
     "                    [--buffer-bytes SIZE] [--linger-ms N] [--max-request SIZE]\n"
     "                    [--idle-timeout S] [--request-timeout S] [--max-event SIZE]\n"
@@ -42,6 +44,8 @@ static const char serve_usage[] =
     "  -c, --config FILE   the Lua config (docs/config.md); SIGHUP reloads it\n"
     "  --data DIR          where event sets live (default ./sluice-data)\n"
     "  --listen HOST:PORT  HTTP address (default 127.0.0.1:8080; loopback unless you say so)\n"
+    "  --kafka-listen HOST:PORT  also speak the Kafka protocol there (docs/kafka-protocol.md;\n"
+    "                    off by default; port 0 picks a free one)\n"
     "  --partitions N      partitions of sets created on first publish (default 4)\n"
     "  --ack MODE          ack mode of new sets (default durable)\n"
     "  --compression C     batch compression of new sets (default none)\n"
@@ -112,6 +116,17 @@ static void on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, co
     sl_waits_on_append(a->waits, set, partition, end);
     if (a->router)
         sl_router_on_append(a->router, set, partition, end, lane);
+}
+
+/* The Kafka listener's parts of the HTTP API. */
+static int kafka_groups(void *ctx, sl_buf *out)
+{
+    return sl_kafka_groups_json(ctx, out);
+}
+
+static int kafka_metrics(void *ctx, sl_buf *out)
+{
+    return sl_kafka_metrics(ctx, out);
 }
 
 /* Records written to a Kafka-backed set by any router: wakes its rules
@@ -190,6 +205,7 @@ static int load_config(int argc, char **argv, sl_config **cfg)
  * still hold a key of an old table, so they are freed only at exit. */
 typedef struct security {
     sl_http *http;
+    sl_kafka *kafka; /* NULL when the Kafka listener is off */
     sl_auth *auth;
     sl_auth **retired;
     size_t nretired;
@@ -236,6 +252,8 @@ static void swap_keys(security *sec, sl_auth *keys)
     sec->retired[sec->nretired++] = sec->auth;
     sec->auth = keys;
     sl_http_set_auth(sec->http, keys);
+    if (sec->kafka)
+        sl_kafka_set_auth(sec->kafka, keys);
 }
 
 /* The log settings a reloaded cfg asks for: the file's, or the defaults
@@ -324,6 +342,9 @@ int sl_serve_main(int argc, char **argv)
     const char *data = "./sluice-data";
     char host[256] = "127.0.0.1";
     uint16_t port = 8080;
+    /* The Kafka listener: off unless server.kafka_listen or --kafka-listen. */
+    char khost[256] = "", kadv_host[256] = "";
+    uint16_t kport = 0, kadv_port = 0;
     /* At most 1,000 sets created on first use, a quarter of them by one
      * client (docs/security.md), unless the config says otherwise. */
     sl_sets_options so = {.auto_create = true, .max_auto_sets = 1000, .notify = log_notice};
@@ -348,6 +369,14 @@ int sl_serve_main(int argc, char **argv)
         if (cfg->listen && parse_listen(cfg->listen, host, sizeof host, &port)) {
             fprintf(stderr, "sluice serve: %s: server.listen %s: want HOST:PORT\n", cfg->path,
                     cfg->listen);
+            sl_config_free(cfg);
+            return 1;
+        }
+        if ((cfg->kafka_listen && parse_listen(cfg->kafka_listen, khost, sizeof khost, &kport)) ||
+            (cfg->kafka_advertised &&
+             parse_listen(cfg->kafka_advertised, kadv_host, sizeof kadv_host, &kadv_port))) {
+            fprintf(stderr, "sluice serve: %s: server.kafka_listen/kafka_advertised: want HOST:PORT\n",
+                    cfg->path);
             sl_config_free(cfg);
             return 1;
         }
@@ -408,6 +437,10 @@ int sl_serve_main(int argc, char **argv)
         } else if (strcmp(a, "--listen") == 0) {
             if (parse_listen(v, host, sizeof host, &port))
                 return usage("--listen %s: want HOST:PORT", v);
+            i++;
+        } else if (strcmp(a, "--kafka-listen") == 0) {
+            if (parse_listen(v, khost, sizeof khost, &kport))
+                return usage("--kafka-listen %s: want HOST:PORT", v);
             i++;
         } else if (strcmp(a, "--partitions") == 0) {
             int n = atoi(v);
@@ -480,6 +513,19 @@ int sl_serve_main(int argc, char **argv)
         sl_config_free(cfg);
         return 1;
     }
+    bool kloopback = !khost[0] || sl_net_host_loopback(khost);
+    if (!kloopback && !sl_auth_count(auth) && !insecure) {
+        fprintf(stderr,
+                "sluice serve: refusing to speak the Kafka protocol on %s:%u without API keys: "
+                "anyone who can reach it could produce to, read and delete every set. Declare "
+                "server.api_keys (Kafka clients then authenticate with SASL/PLAIN), listen on "
+                "127.0.0.1, or accept that with server.insecure = true or --insecure\n",
+                khost, kport);
+        sl_auth_free(auth);
+        sl_config_free(cfg);
+        return 1;
+    }
+    loopback = loopback && kloopback; /* reloads keep keys for both listeners */
     if (!loopback && !sl_auth_count(auth))
         sl_slog(SL_SLOG_WARN, "server",
                 "insecure: no API keys on %s, beyond loopback; every client that reaches the "
@@ -518,6 +564,7 @@ int sl_serve_main(int argc, char **argv)
     sl_sets *sets = NULL;
     sl_http *http = NULL;
     sl_waits *waits = NULL; /* long-polls of every front door */
+    sl_kafka *kafka_l = NULL; /* the Kafka listener, when on */
     sl_router *router = NULL;
     sl_databus_options bo = {0};
     kafka_copy kafka = {0};
@@ -567,12 +614,32 @@ int sl_serve_main(int argc, char **argv)
     if (!rc)
         rc = sl_waits_start(&waits, &err);
     ho.waits = waits;
+    sl_kafka_hooks khooks = {.ctx = hooks.ctx,
+                             .validate = hooks.validate,
+                             .may_delete = router ? sl_router_may_delete : NULL};
+    if (!rc && khost[0]) {
+        sl_kafka_options ko = {.host = khost,
+                               .port = kport,
+                               .advertised_host = kadv_host,
+                               .advertised_port = kadv_port,
+                               .data_dir = data,
+                               .auth = auth,
+                               .waits = waits,
+                               .hooks = &khooks};
+        rc = sl_kafka_start(&ko, sets, bus, &kafka_l, &err);
+        if (!rc) {
+            hooks.kafka_ctx = kafka_l;
+            hooks.groups_json = kafka_groups;
+            hooks.kafka_metrics = kafka_metrics;
+        }
+    }
     if (!rc)
         rc = sl_http_start(&ho, sets, bus, &http, &err);
     if (rc) {
         sl_slog(SL_SLOG_ERROR, "server", "cannot start: %s",
                 err.msg[0] ? err.msg : sl_strerror(rc));
         sl_http_free(http);
+        sl_kafka_free(kafka_l);
         sl_waits_free(waits);
         sl_router_free(router);
         sl_databus_free(bus);
@@ -587,6 +654,7 @@ int sl_serve_main(int argc, char **argv)
     appenders app = {waits, router};
     /* insecure from the flag only: a reload re-reads the file's. */
     security sec = {.http = http,
+                    .kafka = kafka_l,
                     .auth = auth,
                     .loopback = loopback,
                     .insecure = insecure_flag,
@@ -605,6 +673,11 @@ int sl_serve_main(int argc, char **argv)
     sl_slog_lifecycle("server", "listening on %s://%s:%u%s, %s, data in %s (%zu sets)",
                       ho.tls_cert ? "https" : "http", host, sl_http_port(http),
                       loopback ? " (loopback only)" : "", keys, data, sl_sets_count(sets));
+    if (kafka_l)
+        sl_slog_lifecycle("server", "Kafka protocol on %s:%u (advertised as %s:%u)%s", khost,
+                          sl_kafka_port(kafka_l), kadv_host[0] ? kadv_host : khost,
+                          kadv_port ? kadv_port : sl_kafka_port(kafka_l),
+                          sl_auth_count(auth) ? ", SASL/PLAIN with the API keys" : "");
     sl_sets_fd_info fdi;
     sl_sets_fd_stats(sets, &fdi);
     sl_slog(SL_SLOG_INFO, "server",
@@ -635,6 +708,9 @@ int sl_serve_main(int argc, char **argv)
     }
     sl_slog_lifecycle("server", "stopping: draining buffers");
     sl_http_quiesce(http);
+    /* Kafka clients first: parked joins answered, connections closed; a
+     * durable Produce still parked is answered by the running Databus. */
+    sl_kafka_stop(kafka_l);
     sl_waits_stop(waits); /* answers every long-poll */
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
@@ -648,6 +724,7 @@ int sl_serve_main(int argc, char **argv)
     sl_router_free(router);
     sl_databus_free(bus);
     sl_http_free(http);
+    sl_kafka_free(kafka_l);
     sl_waits_free(waits); /* after everything that could wake or add a waiter */
     sl_sets_close(sets);
     kafka_copy_free(&kafka); /* after the sets that used it */

@@ -33,7 +33,8 @@
     XX(EDEFERRED, "not attempted, try again later")                                                \
     XX(ESCRIPT, "Lua error")                                                                       \
     XX(EBUDGET, "Lua instruction budget exceeded")                                                 \
-    XX(ELIMIT, "limit reached, retrying does not help")
+    XX(ELIMIT, "limit reached, retrying does not help")                                            \
+    XX(EBUSY, "in use")
 
 typedef enum sl_errno {
     SL_OK = 0,

@@ -352,7 +352,10 @@ bool sl_kp_header_read(sl_kr *r, sl_kp_header *h)
     h->corr = sl_kr_i32(r);
     h->client_id = sl_kr_str(r, false); /* a STRING even in header v2 */
     h->flexible = sl_kp_flexible(h->key, h->version);
-    sl_kr_tags(r, h->flexible);
+    /* An ApiVersions of a version we do not know may come with either
+     * header (a client probing, a tool sending v1 headers): its body is
+     * not read, so the tagged section is not either, and it is answered. */
+    sl_kr_tags(r, h->flexible && !(h->key == SL_KAPI_API_VERSIONS && h->version > 3));
     return sl_kr_ok(r);
 }
 

@@ -1,0 +1,194 @@
+#!/bin/sh
+# sluice as a Kafka broker (docs/kafka-protocol.md), driven by kcat (a real
+# librdkafka client): Metadata names sluice as broker 0 and leader of every
+# partition; records produced with keys, headers and acks=all read back
+# byte-identical; an idempotent producer's records are stored once; a
+# CloudEvents record refused by the set's schema stores nothing while the
+# next good one does; two group members share the partitions, commit, and a
+# restart keeps the committed offsets; GET /v1/groups and /metrics show the
+# group and the listener; with API keys, SASL/PLAIN with the key's name and
+# token is required and the key's rights apply (a key without read on a set
+# cannot fetch it); a non-loopback listen without keys is refused at start;
+# sluice check refuses a malformed kafka_listen with FILE:LINE.
+set -eu
+cd "$(dirname "$0")/../.."
+command -v kcat >/dev/null || { echo "FAIL: kcat is not installed (scripts/deps.sh installs it)"; exit 1; }
+dir=$(mktemp -d)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+fail() { echo "FAIL: $*"; [ -f "$dir/log" ] && tail -20 "$dir/log"; exit 1; }
+
+# start ARGS...: sluice in the background, waiting for its Kafka line.
+start() {
+    : > "$dir/log"
+    bin/sluice serve --data "$dir/data" --listen "127.0.0.1:$hport" "$@" > "$dir/log" 2>&1 &
+    pid=$!
+    i=0
+    until grep -q "Kafka protocol on" "$dir/log"; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || fail "sluice did not start its Kafka listener: $(cat "$dir/log")"
+        kill -0 "$pid" 2>/dev/null || fail "sluice exited at start: $(cat "$dir/log")"
+        sleep 0.1
+    done
+}
+stop() {
+    kill "$pid" && wait "$pid" || true
+    pid=
+}
+
+hport=$(free_port)
+kport=$(free_port)
+bs="127.0.0.1:$kport"
+mkdir -p "$dir/schemas"
+cat > "$dir/schemas/order.json" <<'EOF'
+{"type": "object", "required": ["amount"], "properties": {"amount": {"type": "number"}}}
+EOF
+cat > "$dir/sluice.lua" <<EOF
+server { kafka_listen = "127.0.0.1:$kport" }
+set "orders" { partitions = 3, schemas = { ["shop.order"] = "schemas/order.json" } }
+EOF
+bin/sluice check "$dir/sluice.lua" > /dev/null || fail "sluice check refuses the config"
+start -c "$dir/sluice.lua"
+
+# Metadata: one broker, node 0, leader of all 3 partitions.
+md=$(timeout 30 kcat -L -b "$bs" -t orders 2>&1) || fail "kcat -L: $md"
+echo "$md" | grep -q "1 brokers:" || fail "kcat -L does not list one broker: $md"
+echo "$md" | grep -q "broker 0 at $bs (controller)" || fail "broker 0 at $bs is not the controller: $md"
+[ "$(echo "$md" | grep -c "leader 0, replicas: 0, isrs: 0")" -eq 3 ] || fail "not leader of 3 partitions: $md"
+
+# Keys, values and headers come back as sent (binary-safe), in order.
+/usr/bin/python3 -c '
+import sys
+for i in range(500):
+    sys.stdout.buffer.write(b"k%d\x01v%d \xc3\xa9 %s\n" % (i % 7, i, b"x" * (i % 40)))
+' > "$dir/in"
+timeout 60 kcat -P -b "$bs" -t orders -K '\x01' -H h1=one -H h2=two -X acks=all < "$dir/in" ||
+    fail "kcat -P into orders"
+timeout 60 kcat -C -b "$bs" -t orders -o beginning -e -q -f '%k\x01%s %h\n' > "$dir/out" ||
+    fail "kcat -C of orders"
+want=$(sed 's/$/ h1=one,h2=two/' "$dir/in" | sort | md5sum)
+got=$(sort "$dir/out" | md5sum)
+[ "$want" = "$got" ] || fail "records read back differ from those produced ($(wc -l < "$dir/out") lines)"
+for k in 0 3 6; do # per key (one partition each), in the order produced
+    grep "^k$k$(printf '\001')" "$dir/in" > "$dir/k.in"
+    grep "^k$k$(printf '\001')" "$dir/out" | sed 's/ h1=one,h2=two$//' > "$dir/k.out"
+    cmp -s "$dir/k.in" "$dir/k.out" || fail "records of key k$k read back out of order"
+done
+
+# Idempotent producer: every record once.
+seq 1 3000 | timeout 60 kcat -P -b "$bs" -t idem -X enable.idempotence=true -X acks=all ||
+    fail "idempotent kcat -P"
+n=$(timeout 60 kcat -C -b "$bs" -t idem -o beginning -e -q | sort -n | uniq | wc -l)
+m=$(timeout 60 kcat -C -b "$bs" -t idem -o beginning -e -q | wc -l)
+[ "$n" -eq 3000 ] && [ "$m" -eq 3000 ] || fail "idempotent producer: $m records, $n distinct, want 3000"
+
+# The set's schema applies to CloudEvents records: a bad one is refused
+# (nothing stored, the reason logged), a good one stored.
+before=$(timeout 30 kcat -C -b "$bs" -t orders -o beginning -e -q | wc -l)
+echo '{"specversion":"1.0","id":"bad-1","source":"/t","type":"shop.order","data":{"amount":"ten"}}' |
+    timeout 30 kcat -P -b "$bs" -t orders -p 0 -H content-type=application/cloudevents+json \
+        -X message.send.max.retries=0 -X message.timeout.ms=5000 > "$dir/bad" 2>&1 || true
+grep -q "failed to validate record" "$dir/bad" || fail "schema-violating record not refused: $(cat "$dir/bad")"
+grep -q "amount" "$dir/log" || fail "the refusal's reason (data.amount) is not in the log"
+echo '{"specversion":"1.0","id":"good-1","source":"/t","type":"shop.order","data":{"amount":10}}' |
+    timeout 30 kcat -P -b "$bs" -t orders -p 0 -H content-type=application/cloudevents+json ||
+    fail "a record that fits the schema was refused"
+after=$(timeout 30 kcat -C -b "$bs" -t orders -o beginning -e -q | wc -l)
+[ "$after" -eq $((before + 1)) ] || fail "after one refused and one good record: $after records, want $((before + 1))"
+curl -sf "http://127.0.0.1:$hport/v1/sets/orders/events?partition=0&offset=0&max=1000" |
+    grep -q '"id":"good-1"' || fail "the CloudEvents record is not an event over HTTP"
+
+# Two group members share the 3 partitions; together they read everything.
+for c in 1 2; do
+    timeout 25 kcat -u -b "$bs" -G gw orders -q -f '%p %k %s\n' -X auto.offset.reset=earliest \
+        -X session.timeout.ms=6000 > "$dir/g$c" 2> "$dir/g$c.err" &
+    eval "g$c=\$!"
+done
+i=0
+until [ "$(cat "$dir/g1" "$dir/g2" | wc -l)" -ge $((before + 1)) ]; do
+    i=$((i + 1))
+    [ $i -lt 200 ] || fail "two group members read $(cat "$dir/g1" "$dir/g2" | wc -l) of $((before + 1))"
+    sleep 0.1
+done
+i=0
+until curl -sf "http://127.0.0.1:$hport/v1/groups" | grep -q '"state":"Stable".*"members":\[{.*},{'; do
+    i=$((i + 1))
+    [ $i -lt 200 ] || fail "GET /v1/groups never showed gw Stable with two members: $(curl -s "http://127.0.0.1:$hport/v1/groups")"
+    sleep 0.1
+done
+p1=$(cut -d' ' -f1 "$dir/g1" | sort -u | tr '\n' ' ')
+p2=$(cut -d' ' -f1 "$dir/g2" | sort -u | tr '\n' ' ')
+[ -n "$p1" ] && [ -n "$p2" ] || fail "one member read nothing: partitions [$p1] and [$p2]"
+for p in $p1; do case " $p2" in *" $p "*) fail "partition $p read by both members";; esac; done
+sleep 6 # an auto-commit (5 s) after the last record
+kill "$g1" "$g2" 2>/dev/null; wait "$g1" "$g2" 2>/dev/null || true
+curl -sf "http://127.0.0.1:$hport/metrics" > "$dir/metrics"
+grep -q '^sluice_kafka_requests_total{api="JoinGroup"} [1-9]' "$dir/metrics" || fail "no JoinGroup in /metrics"
+grep -q '^sluice_kafka_produced_records_total [1-9]' "$dir/metrics" || fail "no produced records in /metrics"
+grep -q '^sluice_kafka_duplicate_batches_total ' "$dir/metrics" || fail "no duplicates counter in /metrics"
+
+# A restart (with the flag this time) keeps the committed offsets: a new
+# member reads only what comes after them.
+stop
+kport=$(free_port)
+bs="127.0.0.1:$kport"
+sed -i '/kafka_listen/d' "$dir/sluice.lua"
+start -c "$dir/sluice.lua" --kafka-listen "$bs"
+printf 'n1:new-1\nn2:new-2\n' | timeout 30 kcat -P -b "$bs" -t orders -K : || fail "kcat -P after restart"
+timeout 15 kcat -u -b "$bs" -G gw orders -q -f '%s\n' -X session.timeout.ms=6000 > "$dir/g3" 2>&1 &
+g3=$!
+i=0
+until [ "$(grep -c '^new-' "$dir/g3")" -ge 2 ]; do
+    i=$((i + 1))
+    [ $i -lt 150 ] || fail "after a restart the group's new member did not read the 2 new records: $(head -3 "$dir/g3")"
+    sleep 0.1
+done
+sleep 1
+kill "$g3" 2>/dev/null; wait "$g3" 2>/dev/null || true
+[ "$(wc -l < "$dir/g3")" -eq 2 ] || fail "after a restart the new member read $(wc -l < "$dir/g3") records, want the 2 new ones only"
+ls "$dir/data/kafka/groups/gw.json" > /dev/null || fail "no DATA/kafka/groups/gw.json"
+stop
+
+# API keys: SASL/PLAIN with the key's name and token; rights as for HTTP.
+tok_w=$(bin/sluice key new writer --publish orders | sed -n 's/^token: //p')
+cat > "$dir/keys.lua" <<EOF
+server { kafka_listen = "127.0.0.1:$kport", api_keys = {
+  writer = { sha256 = "$(printf %s "$tok_w" | bin/sluice key hash)", publish = { "orders" } },
+} }
+set "orders" { partitions = 3 }
+EOF
+start -c "$dir/keys.lua"
+sasl="-X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=PLAIN -X sasl.username=writer"
+# shellcheck disable=SC2086
+echo "x" | timeout 20 kcat -P -b "$bs" -t orders $sasl -X "sasl.password=$tok_w" ||
+    fail "SASL/PLAIN with the key's token could not produce"
+# shellcheck disable=SC2086
+if echo "y" | timeout 20 kcat -P -b "$bs" -t orders $sasl -X sasl.password=sk_wrong \
+        -X message.timeout.ms=4000 > "$dir/sasl" 2>&1; then
+    fail "a wrong token produced"
+fi
+grep -qi "auth" "$dir/sasl" || fail "a wrong token's failure does not say authentication: $(tail -2 "$dir/sasl")"
+if timeout 10 kcat -L -b "$bs" -X message.timeout.ms=3000 > "$dir/nosasl" 2>&1 &&
+    grep -q 'topic "orders"' "$dir/nosasl"; then
+    fail "Metadata answered without SASL on a server with keys"
+fi
+# shellcheck disable=SC2086
+timeout 20 kcat -C -b "$bs" -t orders -o beginning -e $sasl -X "sasl.password=$tok_w" > "$dir/read" 2>&1 || true
+grep -qi "authoriz" "$dir/read" || fail "a key without read on orders could fetch it: $(tail -2 "$dir/read")"
+stop
+
+# A listener beyond loopback without keys is refused; check names the line.
+if bin/sluice serve --data "$dir/data" --listen "127.0.0.1:$hport" --kafka-listen "0.0.0.0:$kport" \
+        > "$dir/open" 2>&1; then
+    fail "a non-loopback Kafka listener without keys started"
+fi
+grep -q "refusing to speak the Kafka protocol on 0.0.0.0" "$dir/open" || fail "refusal unclear: $(cat "$dir/open")"
+printf 'server {\n  kafka_listen = "nowhere",\n}\n' > "$dir/bad.lua"
+if bin/sluice check "$dir/bad.lua" > "$dir/check" 2>&1; then fail "sluice check took kafka_listen = \"nowhere\""; fi
+grep -q "bad.lua:[0-9]*:.*kafka_listen" "$dir/check" || fail "sluice check does not name FILE:LINE: $(cat "$dir/check")"
+echo "ok: kcat against sluice's Kafka listener: metadata, byte-identical records, idempotence, schemas, groups, restart, SASL, rights"

@@ -17,8 +17,11 @@
  *     of the Fetch with INVALID_REQUEST (42), logged once, rather than
  *     silently reading another lane.
  * Offsets are the partition's, shared by all lanes: a lane's consumer sees
- * gaps where other lanes' batches are (as after compaction), and its lag is
- * counted to the partition's end. ListOffsets does not depend on the lane.
+ * gaps where other lanes' batches are (as after compaction), and other
+ * lanes' batches after its lane's last one come as one empty record batch
+ * (no records, the offsets they span), as Kafka's log cleaner leaves them,
+ * so the consumer's position reaches the partition's end and its lag is 0
+ * when it has read its lane. ListOffsets does not depend on the lane.
  *
  * Sizes follow Kafka (KIP-74): a partition gets at most its
  * partition_max_bytes and the response at most max_bytes of records, always
@@ -42,6 +45,9 @@
 #include "kafka/kafka_internal.h"
 
 #include "core/base/clock.h"
+#include "core/base/crc32c.h"
+#include "core/base/varint.h"
+#include "core/log/batch.h"
 #include "core/bus/set.h"
 #include "core/bus/waits.h"
 #include "core/log/store.h"
@@ -233,6 +239,30 @@ static uint64_t room_for(const kf_pass *c, int32_t part_max, uint64_t bytes)
     return a < b ? a : b;
 }
 
+/* A record batch with no records covering offsets [from, to): what a lane's
+ * consumer gets for the other lanes' batches after its last one, so that
+ * its position moves to the partition's end (Kafka's log cleaner leaves
+ * such empty batches too, and clients step over them), and a consumer of a
+ * quiet lane on a busy partition is caught up rather than lagging forever. */
+static void put_skip(sl_kw *w, int64_t from, int64_t to)
+{
+    uint8_t b[SL_BATCH_HEADER_SIZE] = {0};
+    int64_t delta = to - from - 1;
+    if (delta > INT32_MAX) /* the rest on the next fetch */
+        delta = INT32_MAX;
+    sl_be64_put(b, (uint64_t)from);
+    sl_be32_put(b + 8, SL_BATCH_HEADER_SIZE - 12);
+    b[16] = 2;                                  /* magic; attributes 0: no codec */
+    sl_be32_put(b + 23, (uint32_t)delta);       /* lastOffsetDelta */
+    sl_be64_put(b + 27, (uint64_t)INT64_C(-1)); /* firstTimestamp */
+    sl_be64_put(b + 35, (uint64_t)INT64_C(-1)); /* maxTimestamp */
+    sl_be64_put(b + 43, (uint64_t)INT64_C(-1)); /* producerId */
+    sl_be16_put(b + 51, 0xffff);                /* producerEpoch */
+    sl_be32_put(b + 53, 0xffffffffu);           /* baseSequence; count 0 at 57 */
+    sl_be32_put(b + 17, sl_crc32c(0, b + 21, sizeof b - 21));
+    sl_kw_raw(w, b, sizeof b);
+}
+
 /* One partition of the response: finds its batches and writes its entry. */
 static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int16_t terr,
                             int32_t part, int64_t offset, int32_t part_max, int8_t isolation)
@@ -242,6 +272,8 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
     sl_log_slice sl[KF_MAX_SLICES];
     size_t ns = 0;
     uint64_t bytes = 0;
+    int64_t pos = offset;
+    int64_t skip_from = -1; /* other lanes' records up to pos: an empty batch says so */
     /* A set deleted since the look-up (a resumed long poll looks it up
      * again) has closed stores. */
     if (!err && (part < 0 || part >= set->nparts || atomic_load(&set->deleted)))
@@ -253,7 +285,6 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
         const char *lane = c->lane.all ? NULL : c->lane.name;
         start = sl_store_start_offset(st);
         int64_t end = sl_store_end_offset(st);
-        int64_t pos = offset;
         bool caught_up = false;
         if (offset < start || offset > end) {
             err = SL_KERR_OFFSET_OUT_OF_RANGE;
@@ -285,8 +316,10 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
                      * end; an end that moved past it meanwhile makes the
                      * waiter's registration fail, so we read again. */
                     caught_up = true;
-                    if (lane && end_before > pos)
+                    if (lane && end_before > pos) {
+                        skip_from = pos;
                         pos = end_before;
+                    }
                     break;
                 }
                 if (s.compressed && c->version < 10) {
@@ -317,7 +350,10 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
             release_slices(sl, ns);
             ns = 0;
             bytes = 0;
+            skip_from = -1;
         }
+        if (skip_from >= 0)
+            bytes += SL_BATCH_HEADER_SIZE;
         /* After the reads, so that no record sent lies past it. */
         hwm = sl_store_end_offset(st);
         if (ns && sl[ns - 1].next_offset > hwm)
@@ -345,6 +381,8 @@ static void fetch_partition(sl_kreq *r, kfetch *f, kf_pass *c, sl_set *set, int1
     sl_kw_i32(w, (int32_t)bytes);
     for (size_t i = 0; i < ns; i++)
         sl_kreq_add_file(r, &sl[i]); /* releases the slice even on failure */
+    if (skip_from >= 0)
+        put_skip(w, skip_from, pos);
     c->total += bytes;
 }
 

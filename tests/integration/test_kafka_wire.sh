@@ -51,6 +51,7 @@ EOF
 cat > "$dir/sluice.lua" <<EOF
 server { kafka_listen = "127.0.0.1:$kport" }
 set "orders" { partitions = 3, schemas = { ["shop.order"] = "schemas/order.json" } }
+lane "ppe" { env = "ppe" }
 EOF
 bin/sluice check "$dir/sluice.lua" > /dev/null || fail "sluice check refuses the config"
 start -c "$dir/sluice.lua"
@@ -86,6 +87,18 @@ seq 1 3000 | timeout 60 kcat -P -b "$bs" -t idem -X enable.idempotence=true -X a
 n=$(timeout 60 kcat -C -b "$bs" -t idem -o beginning -e -q | sort -n | uniq | wc -l)
 m=$(timeout 60 kcat -C -b "$bs" -t idem -o beginning -e -q | wc -l)
 [ "$n" -eq 3000 ] && [ "$m" -eq 3000 ] || fail "idempotent producer: $m records, $n distinct, want 3000"
+
+# Lanes: a consumer reads the base lane unless its client.id names one
+# (sluice.lane=NAME); other lanes' batches after its last one are stepped
+# over, so it reaches the end (-e exits) instead of lagging forever.
+seq 1 5 | timeout 30 kcat -P -b "$bs" -t lanes -p 0 || fail "kcat -P into lanes"
+seq 6 9 | timeout 30 kcat -P -b "$bs" -t lanes -p 0 -H lane=ppe || fail "kcat -P into lane ppe"
+got=$(timeout 20 kcat -C -b "$bs" -t lanes -p 0 -o beginning -e -q | tr '\n' ' ')
+[ "$got" = "1 2 3 4 5 " ] || fail "the base lane's consumer read [$got], want [1 2 3 4 5 ] and the end"
+got=$(timeout 20 kcat -C -b "$bs" -t lanes -p 0 -o beginning -e -q -X client.id=app,sluice.lane=ppe | tr '\n' ' ')
+[ "$got" = "6 7 8 9 " ] || fail "lane ppe's consumer read [$got], want [6 7 8 9 ] and the end"
+got=$(timeout 20 kcat -C -b "$bs" -t lanes -p 0 -o beginning -e -q -X 'client.id=sluice.lane=*' | wc -l)
+[ "$got" -eq 9 ] || fail "a sluice.lane=* consumer read $got records, want all 9"
 
 # The set's schema applies to CloudEvents records: a bad one is refused
 # (nothing stored, the reason logged), a good one stored.

@@ -525,6 +525,17 @@ static void test_zstd(void **state)
 }
 
 /* client.id picks the lane: base by default, sluice.lane=NAME, * for all. */
+/* rec holds a valid record batch without records over [from, to). */
+static void assert_empty_batch(const uint8_t *rec, int64_t from, int64_t to)
+{
+    sl_batch_info info;
+    sl_error err = {0};
+    assert_int_equal(sl_batch_check(rec, SL_BATCH_HEADER_SIZE, &info, &err), 0);
+    assert_int_equal(info.base_offset, from);
+    assert_int_equal(info.base_offset + info.last_offset_delta + 1, to);
+    assert_int_equal(info.count, 0);
+}
+
 static void test_lanes(void **state)
 {
     fx *f = *state;
@@ -544,27 +555,38 @@ static void test_lanes(void **state)
     fetch_args a = {.v = 11, .max_bytes = 1 << 20, .topic = "l", .np = 1, .pmax = 1 << 20,
                     .epoch = -1, .client_id = "rdkafka"};
     fresp p;
-    /* Base lane: batches 0 and 3, nothing of eu or us. */
+    /* Base lane: batches 0 and 3, nothing of eu or us; then an empty
+     * batch over us's offsets 8-9, so the consumer's position reaches the
+     * end. */
     fetch(f, &a, &p);
-    assert_int_equal(p.p[0].rec_len, (int32_t)(len0 + len3));
+    assert_int_equal(p.p[0].rec_len, (int32_t)(len0 + len3 + SL_BATCH_HEADER_SIZE));
     assert_memory_equal(p.p[0].rec, b0, len0);
     assert_memory_equal(p.p[0].rec + len0, b3, len3);
+    assert_empty_batch(p.p[0].rec + len0 + len3, 8, 10);
     assert_int_equal(p.p[0].hwm, 10);
     fresp_free(&p);
 
     a.client_id = "app-1,sluice.lane=eu";
     fetch(f, &a, &p);
-    assert_int_equal(p.p[0].rec_len, (int32_t)len1);
+    assert_int_equal(p.p[0].rec_len, (int32_t)(len1 + SL_BATCH_HEADER_SIZE));
     assert_memory_equal(p.p[0].rec, b12, len1);
+    assert_empty_batch(p.p[0].rec + len1, 6, 10);
     fresp_free(&p);
     a.client_id = "sluice.lane=eu;app-1";
     fetch(f, &a, &p);
-    assert_int_equal(p.p[0].rec_len, (int32_t)len1);
+    assert_int_equal(p.p[0].rec_len, (int32_t)(len1 + SL_BATCH_HEADER_SIZE));
     fresp_free(&p);
-    /* From past the eu batches: nothing more of eu. */
+    /* From past the eu batches: nothing more of eu, the rest stepped over. */
     a.offs[0] = 6;
     fetch(f, &a, &p);
     assert_int_equal(p.p[0].err, 0);
+    assert_int_equal(p.p[0].rec_len, SL_BATCH_HEADER_SIZE);
+    assert_empty_batch(p.p[0].rec, 6, 10);
+    fresp_free(&p);
+    /* At the end: nothing at all. */
+    a.offs[0] = 10;
+    a.max_wait = 0;
+    fetch(f, &a, &p);
     assert_int_equal(p.p[0].rec_len, 0);
     fresp_free(&p);
     a.offs[0] = 0;
@@ -579,7 +601,7 @@ static void test_lanes(void **state)
 
     a.client_id = "x sluice.lane=";
     fetch(f, &a, &p);
-    assert_int_equal(p.p[0].rec_len, (int32_t)(len0 + len3));
+    assert_int_equal(p.p[0].rec_len, (int32_t)(len0 + len3 + SL_BATCH_HEADER_SIZE));
     fresp_free(&p);
 
     a.client_id = "sluice.lane=EU";
@@ -588,13 +610,22 @@ static void test_lanes(void **state)
     assert_int_equal(p.p[0].rec_len, 0);
     fresp_free(&p);
 
-    /* A base-lane long poll at offset 8 (only a us batch after it) waits:
-     * the us batch at the end does not satisfy it. */
+    /* A base-lane long poll at offset 8 (only a us batch after it) is
+     * answered at once with the step over it; at 10 it waits: the us batch
+     * does not satisfy it. */
     a.client_id = "base";
     a.offs[0] = 8;
     a.max_wait = 150;
     a.min_bytes = 1;
     sl_kreq *r = fetch_req(f, &a);
+    assert_int_equal(sl__kafka_fetch(r), SL_KREQ_DONE);
+    parse_fetch(r, 11, &p);
+    assert_int_equal(p.p[0].rec_len, SL_BATCH_HEADER_SIZE);
+    assert_empty_batch(p.p[0].rec, 8, 10);
+    fresp_free(&p);
+    sl__kreq_free(r);
+    a.offs[0] = 10;
+    r = fetch_req(f, &a);
     assert_int_equal(sl__kafka_fetch(r), SL_KREQ_PENDING);
     assert_int_equal(sl__kreq_wait(r, 3000), SL_KREQ_DONE);
     parse_fetch(r, 11, &p);

@@ -384,6 +384,38 @@ static int add_sources(session *s, table *t)
     return 0;
 }
 
+/* Consumer groups of Kafka clients (GET /v1/groups; docs/kafka-protocol.md). */
+static int add_groups(session *s, table *t)
+{
+    sl_json_tok list, el, arr, x;
+    if (get_list(s, "/v1/groups", "groups", &list))
+        return -1;
+    sl_json_iter it;
+    sl_json_iter_init(&it, &list);
+    while (sl_json_iter_elem(&it, &el)) {
+        char(*row)[CELL] = table_row(t);
+        if (!row) {
+            snprintf(s->msg, sizeof s->msg, "out of memory");
+            return -1;
+        }
+        member_text(&el, "group", row[0], CELL, 0, "?");
+        member_text(&el, "state", row[1], CELL, 0, "-");
+        member_text(&el, "protocol", row[2], CELL, 0, "-");
+        cell_i64(row[3], sl_cli_member_i64(&el, "generation"));
+        int64_t members = 0, lag = 0;
+        sl_json_iter ai;
+        if (sl_json_get(&el, "members", &arr) && arr.type == SL_JSON_ARRAY)
+            for (sl_json_iter_init(&ai, &arr); sl_json_iter_elem(&ai, &x);)
+                members++;
+        if (sl_json_get(&el, "offsets", &arr) && arr.type == SL_JSON_ARRAY)
+            for (sl_json_iter_init(&ai, &arr); sl_json_iter_elem(&ai, &x);)
+                lag += sl_cli_member_i64(&x, "lag");
+        cell_i64(row[4], members);
+        cell_i64(row[5], lag);
+    }
+    return 0;
+}
+
 /* ---- the command ------------------------------------------------------------------- */
 
 int sl_cli_status_main(int argc, char **argv)
@@ -442,6 +474,9 @@ int sl_cli_status_main(int argc, char **argv)
     table sources = {.ncol = 7,
                      .head = {"SOURCE", "KIND", "SET", "EVENTS", "REFUSED", "STATE", "HEALTHY"},
                      .right = {false, false, false, true, true, false, false}};
+    table groups = {.ncol = 6,
+                    .head = {"GROUP", "STATE", "PROTOCOL", "GENERATION", "MEMBERS", "LAG"},
+                    .right = {false, false, false, true, true, true}};
     size_t other_lanes = 0;
     double secs = 0;
     if (interval > 0) {
@@ -461,7 +496,8 @@ int sl_cli_status_main(int argc, char **argv)
         snprintf(s.msg, sizeof s.msg, "out of memory");
         goto done;
     }
-    if (add_rules(&s, &rules) || add_lanes(&s, &lanes, &other_lanes) || add_sources(&s, &sources))
+    if (add_rules(&s, &rules) || add_lanes(&s, &lanes, &other_lanes) ||
+        add_sources(&s, &sources) || add_groups(&s, &groups))
         goto done;
 
     printf("sluice status of %s\n\n", server);
@@ -486,6 +522,10 @@ int sl_cli_status_main(int argc, char **argv)
         printf("\nSources (%zu)\n", sources.nrows);
         table_print(&sources);
     }
+    if (groups.nrows) {
+        printf("\nKafka consumer groups (%zu)\n", groups.nrows);
+        table_print(&groups);
+    }
     fflush(stdout);
     rc = 0;
 done:
@@ -497,6 +537,7 @@ done:
     free(rules.cells);
     free(lanes.cells);
     free(sources.cells);
+    free(groups.cells);
     sl_httpc_close(&s.h);
     return rc;
 }

@@ -144,6 +144,10 @@ curl -sf "http://127.0.0.1:$hport/metrics" > "$dir/metrics"
 grep -q '^sluice_kafka_requests_total{api="JoinGroup"} [1-9]' "$dir/metrics" || fail "no JoinGroup in /metrics"
 grep -q '^sluice_kafka_produced_records_total [1-9]' "$dir/metrics" || fail "no produced records in /metrics"
 grep -q '^sluice_kafka_duplicate_batches_total ' "$dir/metrics" || fail "no duplicates counter in /metrics"
+bin/sluice status --server "http://127.0.0.1:$hport" --interval 0 > "$dir/status" ||
+    fail "sluice status: $(cat "$dir/status")"
+grep -q "^Kafka consumer groups (1)" "$dir/status" && grep -q "^  gw " "$dir/status" ||
+    fail "sluice status does not show group gw: $(cat "$dir/status")"
 
 # A restart (with the flag this time) keeps the committed offsets: a new
 # member reads only what comes after them.

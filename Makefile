@@ -11,7 +11,7 @@
 
 CC      ?= cc
 # What bin/sluice links; the test programs link TEST_PKGS too.
-PKGS      := libcurl libmicrohttpd jansson rdkafka libzstd lua5.4 libcrypto
+PKGS      := libcurl libmicrohttpd jansson rdkafka libzstd lua5.4 libcrypto libssl
 TEST_PKGS := cmocka
 WARN    := -std=c11 -Wall -Wextra -Werror -Wshadow -Wundef -Wwrite-strings \
            -Wstrict-prototypes -Wmissing-prototypes -Wold-style-definition \

@@ -27,6 +27,14 @@ int sl_kafka_start(const sl_kafka_options *opts, sl_sets *sets, sl_databus *bus,
     snprintf(k->data_dir, sizeof k->data_dir, "%s", opts->data_dir);
     k->o.host = k->host;
     k->o.data_dir = k->data_dir;
+    if (opts->tls_cert && opts->tls_key) {
+        snprintf(k->tls_cert, sizeof k->tls_cert, "%s", opts->tls_cert);
+        snprintf(k->tls_key, sizeof k->tls_key, "%s", opts->tls_key);
+        k->o.tls_cert = k->tls_cert;
+        k->o.tls_key = k->tls_key;
+    } else {
+        k->o.tls_cert = k->o.tls_key = NULL;
+    }
     if (!k->o.max_request_bytes)
         k->o.max_request_bytes = DEFAULT_MAX_REQUEST;
     if (!k->o.max_connections)

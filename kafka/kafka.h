@@ -15,6 +15,9 @@
  *   kafka/kfetch.c     Fetch (long-poll, lanes), ListOffsets
  *   kafka/kcoord.c     the group coordinator: FindCoordinator, Join/Sync/
  *                      Heartbeat/Leave, OffsetCommit/Fetch, Describe/ListGroups
+ *   kafka/kidem.c      idempotent producers' sequence checks
+ *   kafka/koffsets.c   committed offsets, GET /v1/groups
+ *   kafka/ktls.c       TLS (server.tls_cert / tls_key)
  *   kafka/kafka.c      start/stop, the pieces' lifecycle, metrics
  *
  * Threads: the listener's I/O threads parse requests and run handlers; work
@@ -64,6 +67,9 @@ typedef struct sl_kafka_options {
      * before any request but ApiVersions and the SASL ones. NULL or none:
      * no authentication. */
     const struct sl_auth *auth;
+    /* PEM certificate (chain) and key files: connections speak TLS (clients
+     * use security.protocol SSL or SASL_SSL). NULL: plain TCP. */
+    const char *tls_cert, *tls_key;
     uint64_t max_request_bytes; /* larger frames close the connection; default 100 MiB */
     unsigned max_connections;   /* default 4096 */
     unsigned idle_timeout_s;    /* connections idle this long are closed; default 600 */

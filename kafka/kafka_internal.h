@@ -141,7 +141,7 @@ struct sl_kcoord;  /* kcoord.c */
 
 struct sl_kafka {
     sl_kafka_options o; /* strings point into the copies below */
-    char host[256], adv_host[256], data_dir[4096];
+    char host[256], adv_host[256], data_dir[4096], tls_cert[4096], tls_key[4096];
     uint16_t port, adv_port; /* bound and advertised */
     sl_kafka_hooks hooks;
     sl_sets *sets;

@@ -18,6 +18,7 @@
  * without reading its answers fills its socket buffer, not our memory).
  */
 #include "kafka/kafka_internal.h"
+#include "kafka/ktls.h"
 
 #include "core/base/clock.h"
 #include "core/base/slog.h"
@@ -66,6 +67,12 @@ typedef struct kconn {
     bool closed;    /* closed: freed once no orphan is outstanding */
     size_t orphans; /* pending requests whose post is still coming */
     bool want_out;  /* EPOLLOUT registered */
+    /* TLS (server.tls_cert): the session, and what it waits for. */
+    void *ssl;
+    bool tls_rd_out; /* a read waits for the socket to take bytes (handshake) */
+    bool tls_wr_in;  /* a write waits for bytes from the peer (handshake) */
+    bool tls_more;   /* decrypted bytes wait in the session: read again */
+    uint8_t *scratch; /* file parts are read here to be encrypted */
     struct kconn *prev, *next;
 } kconn;
 
@@ -76,12 +83,14 @@ struct kthread {
     pthread_mutex_t mu;
     sl_kreq *posted; /* under mu */
     kconn *conns;
+    size_t tls_more; /* connections with tls_more set */
     bool started;
     _Atomic size_t orphans; /* over all its connections */
 };
 
 struct sl_klisten {
     int lfd;
+    sl_ktls *tls; /* NULL: plain TCP */
     kthread *t;
     unsigned nt;
 };
@@ -110,13 +119,28 @@ static void post(void *connp, sl_kreq *r)
 static void conn_free(kconn *c)
 {
     free(c->frame);
+    free(c->scratch);
     free(c);
+}
+
+/* Marks c to be read again by its thread (TLS: bytes epoll cannot see). */
+static void more(kconn *c, bool on)
+{
+    if (c->tls_more == on)
+        return;
+    c->tls_more = on;
+    if (on)
+        c->t->tls_more++;
+    else
+        c->t->tls_more--;
 }
 
 static void update_events(kconn *c)
 {
-    bool want = c->sending;
+    bool want = c->sending || c->tls_rd_out;
     bool pause = c->nq >= MAX_INFLIGHT;
+    if (!pause && sl__ktls_pending(c->ssl))
+        more(c, true);
     struct epoll_event ev = {.events = (want ? EPOLLOUT : 0) | (pause ? 0 : EPOLLIN) | EPOLLRDHUP,
                              .data.ptr = c};
     epoll_ctl(c->t->ep, EPOLL_CTL_MOD, c->fd, &ev);
@@ -132,6 +156,9 @@ static void conn_close(kconn *c)
     c->closed = true;
     sl_kafka *k = c->t->k;
     epoll_ctl(c->t->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    more(c, false);
+    sl__ktls_conn_free(c->ssl);
+    c->ssl = NULL;
     close(c->fd);
     c->fd = -1;
     for (sl_kreq *r = c->head, *nx; r; r = nx) {
@@ -252,7 +279,26 @@ static bool send_some(kconn *c)
             continue;
         }
         ssize_t n;
-        if (fd < 0) {
+        if (c->ssl) {
+            size_t want = (size_t)(len - c->sent);
+            const uint8_t *from = mem + c->sent;
+            if (fd >= 0) { /* no sendfile through TLS: via a buffer */
+                if (want > READ_CHUNK)
+                    want = READ_CHUNK;
+                if (!c->scratch && !(c->scratch = malloc(READ_CHUNK))) {
+                    conn_close(c);
+                    return false;
+                }
+                n = pread(fd, c->scratch, want, (off_t)(off + c->sent));
+                if (n <= 0) {
+                    conn_close(c);
+                    return false;
+                }
+                want = (size_t)n;
+                from = c->scratch;
+            }
+            n = sl__ktls_send(c->ssl, from, want, &c->tls_wr_in);
+        } else if (fd < 0) {
             n = send(c->fd, mem + c->sent, (size_t)(len - c->sent), MSG_NOSIGNAL);
         } else {
             off_t o = (off_t)(off + c->sent);
@@ -325,13 +371,27 @@ static void on_frame(kconn *c, uint8_t *frame, size_t len)
 static bool read_some(kconn *c)
 {
     sl_kafka *k = c->t->k;
+    more(c, false);
     for (int rounds = 0; rounds < 16 && !c->closed && c->nq < MAX_INFLIGHT; rounds++) {
         ssize_t n;
+        uint8_t *to;
+        size_t want;
         if (c->szgot < 4) {
-            n = recv(c->fd, c->szbuf + c->szgot, 4 - c->szgot, 0);
+            to = c->szbuf + c->szgot;
+            want = 4 - c->szgot;
         } else {
-            size_t want = c->flen - c->fgot;
-            n = recv(c->fd, c->frame + c->fgot, want < READ_CHUNK ? want : READ_CHUNK, 0);
+            to = c->frame + c->fgot;
+            want = c->flen - c->fgot < READ_CHUNK ? c->flen - c->fgot : READ_CHUNK;
+        }
+        if (c->ssl) {
+            bool rd_out = false;
+            n = sl__ktls_recv(c->ssl, to, want, &rd_out);
+            if (rd_out != c->tls_rd_out) {
+                c->tls_rd_out = rd_out;
+                update_events(c);
+            }
+        } else {
+            n = recv(c->fd, to, want, 0);
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return true;
@@ -382,6 +442,8 @@ static bool read_some(kconn *c)
     }
     if (c->nq >= MAX_INFLIGHT)
         update_events(c);
+    else if (!c->closed && sl__ktls_pending(c->ssl))
+        more(c, true); /* stopped after 16 rounds: the rest next turn */
     return true;
 }
 
@@ -434,7 +496,8 @@ static void accept_all(kthread *t, int lfd)
             continue;
         }
         kconn *c = calloc(1, sizeof *c);
-        if (!c) {
+        if (!c || (k->l->tls && !(c->ssl = sl__ktls_conn(k->l->tls, fd)))) {
+            free(c);
             close(fd);
             continue;
         }
@@ -449,6 +512,7 @@ static void accept_all(kthread *t, int lfd)
         snprintf(c->peer, sizeof c->peer, "%s:%s", host, serv);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         if (epoll_ctl(t->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            sl__ktls_conn_free(c->ssl);
             close(fd);
             free(c);
             continue;
@@ -482,7 +546,7 @@ static void *thread_main(void *arg)
     struct epoll_event evs[64];
     int64_t last_sweep = sl_clock_mono_ns();
     while (!atomic_load(&k->stopping)) {
-        int n = epoll_wait(t->ep, evs, 64, 1000);
+        int n = epoll_wait(t->ep, evs, 64, t->tls_more ? 0 : 1000);
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
             if (p == &k->l->lfd) {
@@ -496,11 +560,22 @@ static void *thread_main(void *arg)
                 kconn *c = p;
                 if (c->closed)
                     continue;
-                if ((evs[i].events & EPOLLOUT) && !send_some(c))
+                uint32_t e = evs[i].events;
+                /* A TLS handshake may turn the directions round: a read
+                 * that waits to write, a write that waits to read. */
+                bool rd = (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ||
+                          ((e & EPOLLOUT) && c->tls_rd_out);
+                bool wr = (e & EPOLLOUT) || ((e & EPOLLIN) && c->tls_wr_in);
+                if (wr && !send_some(c))
                     continue;
-                if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+                if (rd)
                     read_some(c);
             }
+        }
+        for (kconn *c = t->tls_more ? t->conns : NULL, *nx; c; c = nx) {
+            nx = c->next; /* read_some may close c */
+            if (c->tls_more)
+                read_some(c);
         }
         int64_t now = sl_clock_mono_ns();
         if (now - last_sweep > 1000000000ll) {
@@ -558,7 +633,9 @@ int sl__klisten_start(sl_kafka *k, sl_error *err)
     k->l = l;
     k->post = post;
     unsigned nt = k->o.threads ? k->o.threads : 2;
-    int rc = listen_on(k, err);
+    int rc = k->o.tls_cert ? sl__ktls_new(k->o.tls_cert, k->o.tls_key, &l->tls, err) : 0;
+    if (!rc)
+        rc = listen_on(k, err);
     if (!rc && !(l->t = calloc(nt, sizeof *l->t)))
         rc = SL_ENOMEM;
     for (unsigned i = 0; !rc && i < nt; i++) {
@@ -641,6 +718,7 @@ void sl__klisten_free(sl_kafka *k)
         pthread_mutex_destroy(&t->mu);
     }
     free(l->t);
+    sl__ktls_free(l->tls);
     free(l);
     k->l = NULL;
 }

@@ -28,7 +28,16 @@ else
 fi
 need_cmd kcat kcat
 need_cmd curl curl
+need_cmd openssl openssl # tests make self-signed certificates (the Kafka listener's TLS)
 need_cmd python3 python3
+# tests/integration/test_kafka_clients.sh runs real Kafka clients against
+# sluice: kafka-python and confluent-kafka (-I: the repository's kafka/ folder
+# would otherwise pass for kafka-python), and kafkajs, which it installs
+# with npm into build/rel/npm-kafkajs.
+/usr/bin/python3 -I -c 'import kafka' 2>/dev/null || missing="$missing python3-kafka"
+/usr/bin/python3 -I -c 'import confluent_kafka' 2>/dev/null || missing="$missing python3-confluent-kafka"
+need_cmd node nodejs
+need_cmd npm npm
 need_cmd valgrind valgrind # make soak runs the integration tests under it
 # The web console's test (tests/integration/test_ui.c) drives headless Chromium.
 need_cmd chromium chromium

@@ -623,6 +623,8 @@ int sl_serve_main(int argc, char **argv)
                                .advertised_host = kadv_host,
                                .advertised_port = kadv_port,
                                .data_dir = data,
+                               .tls_cert = ho.tls_cert,
+                               .tls_key = ho.tls_key,
                                .auth = auth,
                                .waits = waits,
                                .hooks = &khooks};
@@ -674,9 +676,8 @@ int sl_serve_main(int argc, char **argv)
                       ho.tls_cert ? "https" : "http", host, sl_http_port(http),
                       loopback ? " (loopback only)" : "", keys, data, sl_sets_count(sets));
     if (kafka_l)
-        sl_slog_lifecycle("server", "Kafka protocol on %s:%u (advertised as %s:%u)%s", khost,
-                          sl_kafka_port(kafka_l), kadv_host[0] ? kadv_host : khost,
-                          kadv_port ? kadv_port : sl_kafka_port(kafka_l),
+        sl_slog_lifecycle("server", "Kafka protocol on %s:%u%s%s", khost, sl_kafka_port(kafka_l),
+                          ho.tls_cert ? " over TLS" : "",
                           sl_auth_count(auth) ? ", SASL/PLAIN with the API keys" : "");
     sl_sets_fd_info fdi;
     sl_sets_fd_stats(sets, &fdi);

@@ -1,0 +1,1145 @@
+/*
+ * tests/unit/test_kcoord.c — the Kafka group coordinator (kafka/kcoord.c,
+ * kafka/koffsets.c) driven by hand-encoded requests, as a client sends them,
+ * over real sets in a temporary data directory: FindCoordinator v0-2;
+ * JoinGroup v4/v5's MEMBER_ID_REQUIRED round trip and the first rebalance's
+ * initial delay; the leader's SyncGroup and Heartbeat; a second member's
+ * rebalance (REBALANCE_IN_PROGRESS, generation 2, one leader, a follower's
+ * SyncGroup parked until the leader's); ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+ * the protocol vote and INCONSISTENT_GROUP_PROTOCOL; OffsetCommit v2/v7 and
+ * OffsetFetch v1/v2/v5 (all topics, unknown topics, commits from outside the
+ * group) and their files surviving a close and open; LeaveGroup v0/v3 and
+ * the states DescribeGroups and ListGroups show; session expiry; parked
+ * requests whose connection closes (cancel) and the coordinator's stop;
+ * malformed requests; GET /v1/groups' JSON with lag.
+ *
+ * The timer thread ends rebalances, so some tests sleep; asserts never put an
+ * upper bound on how long anything took (a loaded CI machine), only lower
+ * ones, and waits for the timer are generous.
+ */
+#include "testutil.h"
+
+#include "core/base/clock.h"
+#include "kafka/kcoord.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WAIT_MS 20000 /* a parked request's answer: generous, never a timing assert */
+#define CLIENT "test-client"
+#define ID_MAX 128
+
+typedef struct fx {
+    char *dir;
+    sl_sets *sets;
+    sl_kafka k;
+} fx;
+
+static void coord_open(fx *f)
+{
+    sl_error err = {0};
+    if (sl__kcoord_open(&f->k, &err))
+        fail_msg("kcoord open: %s", err.msg);
+}
+
+static int setup(void **state)
+{
+    fx *f = calloc(1, sizeof *f);
+    f->dir = tu_tmpdir();
+    sl_sets_options o = {.data_dir = f->dir, .auto_create = true};
+    sl_set_config_default(&o.defaults);
+    sl_error err = {0};
+    assert_int_equal(sl_sets_open(&o, &f->sets, &err), 0);
+    sl_set *s;
+    assert_int_equal(sl_sets_get(f->sets, "orders", true, &s, &err), 0);
+    assert_int_equal(s->nparts, 4);
+    f->k.sets = f->sets;
+    snprintf(f->k.data_dir, sizeof f->k.data_dir, "%s", f->dir);
+    snprintf(f->k.adv_host, sizeof f->k.adv_host, "127.0.0.1");
+    f->k.adv_port = 19092;
+    coord_open(f);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    sl__kcoord_close(&f->k);
+    sl_sets_close(f->sets);
+    tu_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* Starts a request of (key, v) in b from client (NULL: a null client id). */
+static sl_kw *head(sl_buf *b, sl_kw *w, int16_t key, int16_t v, const char *client)
+{
+    *b = (sl_buf){0};
+    sl_kw_init(w, b);
+    sl_kw_i16(w, key);
+    sl_kw_i16(w, v);
+    sl_kw_i32(w, 42);
+    sl_kw_str(w, false, client, -1);
+    return w;
+}
+
+static sl_kreq *detach(fx *f, sl_buf *b)
+{
+    sl_kreq *r = sl__kreq_new_detached(&f->k, b->data, b->len);
+    sl_buf_free(b);
+    assert_non_null(r);
+    return r;
+}
+
+/* The answer of a request the handler returned code for: a parked one is
+ * waited for (posted by another request or the timer thread). */
+static void settle(sl_kreq *r, int code)
+{
+    if (code == SL_KREQ_PENDING)
+        code = sl__kreq_wait(r, WAIT_MS);
+    assert_int_equal(code, SL_KREQ_DONE);
+}
+
+static sl_kr body(const sl_kreq *r)
+{
+    sl_kr in;
+    sl_kr_init(&in, r->out.data, r->out.len);
+    return in;
+}
+
+static void copy(sl_kstr s, char *out, size_t cap)
+{
+    assert_true(sl_kstr_copy(s, out, cap));
+}
+
+static void at_end(const sl_kr *in)
+{
+    assert_true(sl_kr_ok(in));
+    assert_int_equal(sl_kr_left(in), 0);
+}
+
+/* JoinGroup v of member ("" for a new one) in group, with session_ms, type
+ * ptype and the protocols in the comma-separated protos, each with the
+ * metadata "M:<name>"; *code is what the handler returned. */
+static sl_kreq *join(fx *f, int16_t v, const char *group, const char *member, int32_t session_ms,
+                     const char *ptype, const char *protos, int *code)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_JOIN_GROUP, v, CLIENT);
+    sl_kw_str(&w, false, group, -1);
+    sl_kw_i32(&w, session_ms);
+    if (v >= 1)
+        sl_kw_i32(&w, 10000);
+    sl_kw_str(&w, false, member, -1);
+    if (v >= 5)
+        sl_kw_str(&w, false, NULL, -1);
+    sl_kw_str(&w, false, ptype, -1);
+    int32_t n = 1;
+    for (const char *p = protos; *p; p++)
+        n += *p == ',';
+    sl_kw_array(&w, false, n);
+    for (const char *p = protos; n-- > 0;) {
+        size_t len = strcspn(p, ",");
+        char meta[64];
+        int ml = snprintf(meta, sizeof meta, "M:%.*s", (int)len, p);
+        sl_kw_str(&w, false, p, (int32_t)len);
+        sl_kw_bytes(&w, false, meta, ml);
+        p += len + (p[len] == ',');
+    }
+    sl_kreq *r = detach(f, &b);
+    *code = sl__kafka_join_group(r);
+    return r;
+}
+
+typedef struct jres {
+    int16_t err;
+    int32_t gen;
+    char proto[32], leader[ID_MAX], member[ID_MAX];
+    int32_t n; /* the members list (the leader's) */
+    char ids[4][ID_MAX], meta[4][64];
+} jres;
+
+static void join_read(const sl_kreq *r, jres *j)
+{
+    sl_kr in = body(r);
+    int16_t v = r->h.version;
+    if (v >= 2)
+        assert_int_equal(sl_kr_i32(&in), 0);
+    j->err = sl_kr_i16(&in);
+    j->gen = sl_kr_i32(&in);
+    copy(sl_kr_str(&in, false), j->proto, sizeof j->proto);
+    copy(sl_kr_str(&in, false), j->leader, sizeof j->leader);
+    copy(sl_kr_str(&in, false), j->member, sizeof j->member);
+    j->n = sl_kr_array(&in, false, 1);
+    assert_true(j->n >= 0 && j->n <= 4);
+    for (int32_t i = 0; i < j->n; i++) {
+        copy(sl_kr_str(&in, false), j->ids[i], sizeof j->ids[i]);
+        if (v >= 5)
+            assert_null(sl_kr_str(&in, false).p); /* no group.instance.id */
+        copy(sl_kr_bytes(&in, false), j->meta[i], sizeof j->meta[i]);
+    }
+    at_end(&in);
+}
+
+/* A JoinGroup run to its answer, read into j; the request is freed. */
+static void join_wait(fx *f, int16_t v, const char *group, const char *member, int32_t session_ms,
+                      const char *protos, jres *j)
+{
+    int code;
+    sl_kreq *r = join(f, v, group, member, session_ms, "consumer", protos, &code);
+    settle(r, code);
+    join_read(r, j);
+    sl__kreq_free(r);
+}
+
+/* SyncGroup v of member with assignments ids[i] -> "A:<ids[i]>" (n of them). */
+static sl_kreq *sync_req(fx *f, int16_t v, const char *group, int32_t gen, const char *member,
+                         int n, char (*ids)[ID_MAX], int *code)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_SYNC_GROUP, v, CLIENT);
+    sl_kw_str(&w, false, group, -1);
+    sl_kw_i32(&w, gen);
+    sl_kw_str(&w, false, member, -1);
+    if (v >= 3)
+        sl_kw_str(&w, false, NULL, -1);
+    sl_kw_array(&w, false, n);
+    for (int i = 0; i < n; i++) {
+        char a[ID_MAX + 8];
+        int al = snprintf(a, sizeof a, "A:%s", ids[i]);
+        sl_kw_str(&w, false, ids[i], -1);
+        sl_kw_bytes(&w, false, a, al);
+    }
+    sl_kreq *r = detach(f, &b);
+    *code = sl__kafka_sync_group(r);
+    return r;
+}
+
+/* A SyncGroup's error, its assignment in a. */
+static int16_t sync_read(const sl_kreq *r, char *a, size_t cap)
+{
+    sl_kr in = body(r);
+    if (r->h.version >= 1)
+        assert_int_equal(sl_kr_i32(&in), 0);
+    int16_t err = sl_kr_i16(&in);
+    copy(sl_kr_bytes(&in, false), a, cap);
+    at_end(&in);
+    return err;
+}
+
+/* SyncGroup run to its answer: its error, its assignment in a. */
+static int16_t sync_wait(fx *f, int16_t v, const char *group, int32_t gen, const char *member,
+                         int n, char (*ids)[ID_MAX], char *a, size_t cap)
+{
+    int code;
+    sl_kreq *r = sync_req(f, v, group, gen, member, n, ids, &code);
+    settle(r, code);
+    int16_t err = sync_read(r, a, cap);
+    sl__kreq_free(r);
+    return err;
+}
+
+static int16_t heartbeat(fx *f, int16_t v, const char *group, int32_t gen, const char *member)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_HEARTBEAT, v, CLIENT);
+    sl_kw_str(&w, false, group, -1);
+    sl_kw_i32(&w, gen);
+    sl_kw_str(&w, false, member, -1);
+    if (v >= 3)
+        sl_kw_str(&w, false, NULL, -1);
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_heartbeat(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    if (v >= 1)
+        assert_int_equal(sl_kr_i32(&in), 0);
+    int16_t err = sl_kr_i16(&in);
+    at_end(&in);
+    sl__kreq_free(r);
+    return err;
+}
+
+/* LeaveGroup v0-2. */
+static int16_t leave(fx *f, int16_t v, const char *group, const char *member)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_LEAVE_GROUP, v, CLIENT);
+    sl_kw_str(&w, false, group, -1);
+    sl_kw_str(&w, false, member, -1);
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_leave_group(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    if (v >= 1)
+        assert_int_equal(sl_kr_i32(&in), 0);
+    int16_t err = sl_kr_i16(&in);
+    at_end(&in);
+    sl__kreq_free(r);
+    return err;
+}
+
+typedef struct dres {
+    int16_t err;
+    char state[32], ptype[16], proto[16];
+    int32_t n;
+    char ids[4][ID_MAX], assign[4][ID_MAX + 8];
+} dres;
+
+/* DescribeGroups v1 of one group. */
+static void describe(fx *f, const char *group, dres *d)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_DESCRIBE_GROUPS, 1, CLIENT);
+    sl_kw_array(&w, false, 1);
+    sl_kw_str(&w, false, group, -1);
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_describe_groups(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_array(&in, false, 1), 1);
+    d->err = sl_kr_i16(&in);
+    assert_true(sl_kstr_eq(sl_kr_str(&in, false), group));
+    copy(sl_kr_str(&in, false), d->state, sizeof d->state);
+    copy(sl_kr_str(&in, false), d->ptype, sizeof d->ptype);
+    copy(sl_kr_str(&in, false), d->proto, sizeof d->proto);
+    d->n = sl_kr_array(&in, false, 1);
+    assert_true(d->n >= 0 && d->n <= 4);
+    for (int32_t i = 0; i < d->n; i++) {
+        copy(sl_kr_str(&in, false), d->ids[i], sizeof d->ids[i]);
+        assert_true(sl_kstr_eq(sl_kr_str(&in, false), CLIENT));
+        assert_true(sl_kstr_eq(sl_kr_str(&in, false), "/test")); /* the detached peer */
+        sl_kr_bytes(&in, false);
+        copy(sl_kr_bytes(&in, false), d->assign[i], sizeof d->assign[i]);
+    }
+    at_end(&in);
+    sl__kreq_free(r);
+}
+
+static void assert_state(fx *f, const char *group, const char *state, int32_t members)
+{
+    dres d;
+    describe(f, group, &d);
+    assert_int_equal(d.err, 0);
+    assert_string_equal(d.state, state);
+    assert_int_equal(d.n, members);
+}
+
+/* A member alone in a new group (JoinGroup v3, its own SyncGroup): its id
+ * in id, its generation returned; the group is Stable. */
+static int32_t solo(fx *f, const char *group, int32_t session_ms, char id[ID_MAX])
+{
+    jres j;
+    join_wait(f, 3, group, "", session_ms, "range", &j);
+    assert_int_equal(j.err, 0);
+    assert_string_equal(j.leader, j.member);
+    snprintf(id, ID_MAX, "%s", j.member);
+    char a[ID_MAX + 8], want[ID_MAX + 8];
+    assert_int_equal(sync_wait(f, 1, group, j.gen, id, 1, (char(*)[ID_MAX])id, a, sizeof a), 0);
+    snprintf(want, sizeof want, "A:%s", id);
+    assert_string_equal(a, want);
+    return j.gen;
+}
+
+/* One partition of an OffsetCommit (one topic entry each) and its answer. */
+typedef struct off {
+    const char *topic;
+    int32_t part;
+    int64_t offset;
+    int32_t epoch;
+    const char *meta;
+    int16_t err;
+} off;
+
+static void commit(fx *f, int16_t v, const char *group, int32_t gen, const char *member, off *o,
+                   int n)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_OFFSET_COMMIT, v, CLIENT);
+    sl_kw_str(&w, false, group, -1);
+    sl_kw_i32(&w, gen);
+    sl_kw_str(&w, false, member, -1);
+    if (v >= 7)
+        sl_kw_str(&w, false, NULL, -1);
+    if (v <= 4)
+        sl_kw_i64(&w, -1);
+    sl_kw_array(&w, false, n);
+    for (int i = 0; i < n; i++) {
+        sl_kw_str(&w, false, o[i].topic, -1);
+        sl_kw_array(&w, false, 1);
+        sl_kw_i32(&w, o[i].part);
+        sl_kw_i64(&w, o[i].offset);
+        if (v >= 6)
+            sl_kw_i32(&w, o[i].epoch);
+        sl_kw_str(&w, false, o[i].meta, -1);
+    }
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_offset_commit(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    if (v >= 3)
+        assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_array(&in, false, 1), n);
+    for (int i = 0; i < n; i++) {
+        assert_true(sl_kstr_eq(sl_kr_str(&in, false), o[i].topic));
+        assert_int_equal(sl_kr_array(&in, false, 1), 1);
+        assert_int_equal(sl_kr_i32(&in), o[i].part);
+        o[i].err = sl_kr_i16(&in);
+    }
+    at_end(&in);
+    sl__kreq_free(r);
+}
+
+/* One partition of an OffsetFetch answer. */
+typedef struct got {
+    int32_t part;
+    int64_t offset;
+    int32_t epoch;
+    bool meta_null;
+    char meta[32];
+    int16_t err;
+} got;
+
+static void got_read(sl_kr *in, int16_t v, got *g)
+{
+    g->part = sl_kr_i32(in);
+    g->offset = sl_kr_i64(in);
+    g->epoch = v >= 5 ? sl_kr_i32(in) : -1;
+    sl_kstr m = sl_kr_str(in, false);
+    g->meta_null = !m.p;
+    g->meta[0] = '\0';
+    if (m.p)
+        copy(m, g->meta, sizeof g->meta);
+    g->err = sl_kr_i16(in);
+}
+
+/* OffsetFetch v of topic's parts[0..n) (n < 0: a null topic list, every
+ * committed partition, all of them of "orders" here); fills g, returns how
+ * many came back. */
+static int32_t fetch(fx *f, int16_t v, const char *group, const char *topic, const int32_t *parts,
+                     int32_t n, got *g, int16_t *gerr)
+{
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_OFFSET_FETCH, v, CLIENT);
+    sl_kw_str(&w, false, group, -1);
+    sl_kw_array(&w, false, n < 0 ? -1 : 1);
+    if (n >= 0) {
+        sl_kw_str(&w, false, topic, -1);
+        sl_kw_array(&w, false, n);
+        for (int32_t i = 0; i < n; i++)
+            sl_kw_i32(&w, parts[i]);
+    }
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_offset_fetch(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    if (v >= 3)
+        assert_int_equal(sl_kr_i32(&in), 0);
+    int32_t nt = sl_kr_array(&in, false, 1), got_n = 0;
+    assert_true(nt == 0 || nt == 1);
+    for (int32_t t = 0; t < nt; t++) {
+        assert_true(sl_kstr_eq(sl_kr_str(&in, false), topic));
+        got_n = sl_kr_array(&in, false, 1);
+        assert_true(got_n <= 8);
+        for (int32_t i = 0; i < got_n; i++)
+            got_read(&in, v, &g[i]);
+    }
+    *gerr = v >= 2 ? sl_kr_i16(&in) : 0;
+    at_end(&in);
+    sl__kreq_free(r);
+    return got_n;
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_find_coordinator(void **state)
+{
+    fx *f = *state;
+    for (int16_t v = 0; v <= 2; v++) {
+        for (int8_t type = 0; type <= (v ? 1 : 0); type++) {
+            sl_buf b;
+            sl_kw w;
+            head(&b, &w, SL_KAPI_FIND_COORDINATOR, v, CLIENT);
+            sl_kw_str(&w, false, "g", -1);
+            if (v >= 1)
+                sl_kw_i8(&w, type);
+            sl_kreq *r = detach(f, &b);
+            assert_int_equal(sl__kafka_find_coordinator(r), SL_KREQ_DONE);
+            sl_kr in = body(r);
+            if (v >= 1)
+                assert_int_equal(sl_kr_i32(&in), 0);
+            int16_t err = sl_kr_i16(&in);
+            sl_kstr msg = v >= 1 ? sl_kr_str(&in, false) : (sl_kstr){NULL, -1};
+            int32_t node = sl_kr_i32(&in);
+            sl_kstr host = sl_kr_str(&in, false);
+            int32_t port = sl_kr_i32(&in);
+            at_end(&in);
+            if (type == 0) { /* a group: sluice itself */
+                assert_int_equal(err, 0);
+                assert_null(msg.p);
+                assert_int_equal(node, 0);
+                assert_true(sl_kstr_eq(host, "127.0.0.1"));
+                assert_int_equal(port, 19092);
+            } else { /* a transaction coordinator: there is none */
+                assert_int_equal(err, SL_KERR_COORDINATOR_NOT_AVAILABLE);
+                assert_true(msg.len > 0);
+                assert_int_equal(node, -1);
+            }
+            sl__kreq_free(r);
+        }
+    }
+}
+
+/* KIP-394's round trip, the first rebalance's delay, the leader's sync. */
+static void test_join_sync_heartbeat(void **state)
+{
+    fx *f = *state;
+    for (int16_t v = 4; v <= 5; v++) {
+        const char *group = v == 4 ? "g4" : "g5";
+        jres j;
+        join_wait(f, v, group, "", 10000, "range", &j);
+        assert_int_equal(j.err, SL_KERR_MEMBER_ID_REQUIRED);
+        assert_int_equal(j.gen, -1);
+        assert_int_equal(j.n, 0);
+        assert_int_equal(strncmp(j.member, CLIENT "-", strlen(CLIENT) + 1), 0);
+        char id[ID_MAX];
+        snprintf(id, sizeof id, "%s", j.member);
+        /* Not a member until it comes back with the id. */
+        assert_int_equal(heartbeat(f, 1, group, 0, id), SL_KERR_UNKNOWN_MEMBER_ID);
+        assert_state(f, group, "Empty", 0);
+
+        int code;
+        int64_t t0 = sl_clock_mono_ms();
+        sl_kreq *r = join(f, v, group, id, 10000, "consumer", "range", &code);
+        assert_int_equal(code, SL_KREQ_PENDING); /* the initial delay: more may come */
+        assert_state(f, group, "PreparingRebalance", 1);
+        settle(r, code);
+        assert_true(sl_clock_mono_ms() - t0 >= KCOORD_INITIAL_DELAY_MS - 5);
+        join_read(r, &j);
+        sl__kreq_free(r);
+        assert_int_equal(j.err, 0);
+        assert_int_equal(j.gen, 1);
+        assert_string_equal(j.proto, "range");
+        assert_string_equal(j.member, id);
+        assert_string_equal(j.leader, id);
+        assert_int_equal(j.n, 1);
+        assert_string_equal(j.ids[0], id);
+        assert_string_equal(j.meta[0], "M:range");
+        assert_state(f, group, "CompletingRebalance", 1);
+
+        char a[ID_MAX + 8];
+        assert_int_equal(sync_wait(f, 3, group, 1, id, 1, &id, a, sizeof a), 0);
+        assert_memory_equal(a, "A:", 2);
+        assert_string_equal(a + 2, id);
+        dres d;
+        describe(f, group, &d);
+        assert_string_equal(d.state, "Stable");
+        assert_string_equal(d.ptype, "consumer");
+        assert_string_equal(d.proto, "range");
+        assert_string_equal(d.assign[0], a);
+
+        assert_int_equal(heartbeat(f, 0, group, 1, id), 0);
+        assert_int_equal(heartbeat(f, 3, group, 1, id), 0);
+        assert_int_equal(heartbeat(f, 3, group, 7, id), SL_KERR_ILLEGAL_GENERATION);
+        assert_int_equal(heartbeat(f, 3, group, 1, "nobody"), SL_KERR_UNKNOWN_MEMBER_ID);
+        assert_int_equal(heartbeat(f, 3, "no-such-group", 1, id), SL_KERR_UNKNOWN_MEMBER_ID);
+        assert_int_equal(heartbeat(f, 3, "", 1, id), SL_KERR_INVALID_GROUP_ID);
+        assert_int_equal(sync_wait(f, 2, group, 2, id, 0, NULL, a, sizeof a),
+                         SL_KERR_ILLEGAL_GENERATION);
+        /* Stable: a SyncGroup again gets the same assignment back. */
+        assert_int_equal(sync_wait(f, 0, group, 1, id, 0, NULL, a, sizeof a), 0);
+        assert_string_equal(a + 2, id);
+    }
+    /* A JoinGroup under an id the group never gave. */
+    jres j;
+    join_wait(f, 5, "g5", "forged", 10000, "range", &j);
+    assert_int_equal(j.err, SL_KERR_UNKNOWN_MEMBER_ID);
+    join_wait(f, 3, "g5", "", 10, "range", &j);
+    assert_int_equal(j.err, SL_KERR_INVALID_SESSION_TIMEOUT);
+}
+
+/* A second member: the first learns of the rebalance, both end in
+ * generation 2 with one leader, the follower's SyncGroup waits for the
+ * leader's; then they leave (v0, v3). */
+static void test_rebalance_and_leave(void **state)
+{
+    fx *f = *state;
+    char id[2][ID_MAX];
+    int32_t gen = solo(f, "pair", 10000, id[0]);
+    assert_int_equal(gen, 1);
+
+    int code_b, code_a;
+    sl_kreq *rb = join(f, 3, "pair", "", 10000, "consumer", "range", &code_b);
+    assert_int_equal(code_b, SL_KREQ_PENDING);
+    assert_int_equal(heartbeat(f, 2, "pair", 1, id[0]), SL_KERR_REBALANCE_IN_PROGRESS);
+    assert_state(f, "pair", "PreparingRebalance", 2);
+    sl_kreq *ra = join(f, 3, "pair", id[0], 10000, "consumer", "range", &code_a);
+    settle(ra, code_a);
+    settle(rb, code_b);
+    jres ja, jb;
+    join_read(ra, &ja);
+    join_read(rb, &jb);
+    sl__kreq_free(ra);
+    sl__kreq_free(rb);
+    assert_int_equal(ja.err, 0);
+    assert_int_equal(jb.err, 0);
+    assert_int_equal(ja.gen, 2);
+    assert_int_equal(jb.gen, 2);
+    assert_string_equal(ja.member, id[0]);
+    snprintf(id[1], ID_MAX, "%s", jb.member);
+    assert_string_not_equal(id[0], id[1]);
+    assert_string_equal(ja.leader, jb.leader);
+    int li = strcmp(ja.leader, id[0]) ? 1 : 0, fi = !li; /* leader, follower */
+    assert_string_equal(ja.leader, id[li]);
+    jres *lj = li ? &jb : &ja, *fj = li ? &ja : &jb;
+    assert_int_equal(lj->n, 2);
+    assert_int_equal(fj->n, 0);
+    assert_true((!strcmp(lj->ids[0], id[0]) && !strcmp(lj->ids[1], id[1])) ||
+                (!strcmp(lj->ids[0], id[1]) && !strcmp(lj->ids[1], id[0])));
+
+    /* The follower's SyncGroup parks until the leader's arrives. */
+    int code;
+    sl_kreq *rf = sync_req(f, 1, "pair", 2, id[fi], 0, NULL, &code);
+    assert_int_equal(code, SL_KREQ_PENDING);
+    assert_int_equal(sl__kreq_wait(rf, 100), -1);
+    char a[ID_MAX + 8], want[ID_MAX + 8];
+    assert_int_equal(sync_wait(f, 1, "pair", 2, id[li], 2, id, a, sizeof a), 0);
+    snprintf(want, sizeof want, "A:%s", id[li]);
+    assert_string_equal(a, want);
+    settle(rf, code);
+    assert_int_equal(sync_read(rf, a, sizeof a), 0);
+    snprintf(want, sizeof want, "A:%s", id[fi]);
+    assert_string_equal(a, want);
+    sl__kreq_free(rf);
+    assert_int_equal(heartbeat(f, 1, "pair", 2, id[0]), 0);
+    assert_int_equal(heartbeat(f, 1, "pair", 2, id[1]), 0);
+    assert_int_equal(heartbeat(f, 1, "pair", 1, id[1]), SL_KERR_ILLEGAL_GENERATION);
+    assert_state(f, "pair", "Stable", 2);
+
+    /* LeaveGroup v0 of the follower: the leader has to rejoin, alone. */
+    assert_int_equal(leave(f, 0, "pair", id[fi]), 0);
+    assert_int_equal(leave(f, 1, "pair", id[fi]), SL_KERR_UNKNOWN_MEMBER_ID);
+    assert_state(f, "pair", "PreparingRebalance", 1);
+    assert_int_equal(heartbeat(f, 1, "pair", 2, id[li]), SL_KERR_REBALANCE_IN_PROGRESS);
+    jres j;
+    join_wait(f, 3, "pair", id[li], 10000, "range", &j);
+    assert_int_equal(j.err, 0);
+    assert_int_equal(j.gen, 3);
+    assert_int_equal(j.n, 1);
+
+    /* LeaveGroup v3: the leader and a stranger, per-member codes. */
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_LEAVE_GROUP, 3, CLIENT);
+    sl_kw_str(&w, false, "pair", -1);
+    sl_kw_array(&w, false, 2);
+    sl_kw_str(&w, false, id[li], -1);
+    sl_kw_str(&w, false, NULL, -1);
+    sl_kw_str(&w, false, "stranger", -1);
+    sl_kw_str(&w, false, NULL, -1);
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_leave_group(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_i16(&in), 0);
+    assert_int_equal(sl_kr_array(&in, false, 1), 2);
+    assert_true(sl_kstr_eq(sl_kr_str(&in, false), id[li]));
+    assert_null(sl_kr_str(&in, false).p);
+    assert_int_equal(sl_kr_i16(&in), 0);
+    assert_true(sl_kstr_eq(sl_kr_str(&in, false), "stranger"));
+    assert_null(sl_kr_str(&in, false).p);
+    assert_int_equal(sl_kr_i16(&in), SL_KERR_UNKNOWN_MEMBER_ID);
+    at_end(&in);
+    sl__kreq_free(r);
+    dres d;
+    describe(f, "pair", &d);
+    assert_string_equal(d.state, "Empty");
+    assert_int_equal(d.n, 0);
+    assert_string_equal(d.ptype, ""); /* an empty group takes any type again */
+    assert_state(f, "never-used", "Dead", 0);
+
+    /* v3 to a group nobody knows: one error for the whole request. */
+    head(&b, &w, SL_KAPI_LEAVE_GROUP, 3, CLIENT);
+    sl_kw_str(&w, false, "never-used", -1);
+    sl_kw_array(&w, false, 1);
+    sl_kw_str(&w, false, "x", -1);
+    sl_kw_str(&w, false, NULL, -1);
+    r = detach(f, &b);
+    assert_int_equal(sl__kafka_leave_group(r), SL_KREQ_DONE);
+    in = body(r);
+    assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_i16(&in), SL_KERR_UNKNOWN_MEMBER_ID);
+    assert_int_equal(sl_kr_array(&in, false, 1), 0);
+    at_end(&in);
+    sl__kreq_free(r);
+
+    /* ListGroups v0 and v1 list it, with its (now empty) type, and g2. */
+    solo(f, "other", 10000, id[0]);
+    for (int16_t v = 0; v <= 1; v++) {
+        head(&b, &w, SL_KAPI_LIST_GROUPS, v, CLIENT);
+        r = detach(f, &b);
+        assert_int_equal(sl__kafka_list_groups(r), SL_KREQ_DONE);
+        in = body(r);
+        if (v >= 1)
+            assert_int_equal(sl_kr_i32(&in), 0);
+        assert_int_equal(sl_kr_i16(&in), 0);
+        int32_t n = sl_kr_array(&in, false, 1);
+        int seen = 0;
+        for (int32_t i = 0; i < n; i++) {
+            sl_kstr gid = sl_kr_str(&in, false), type = sl_kr_str(&in, false);
+            if (sl_kstr_eq(gid, "pair"))
+                seen += 1, assert_true(sl_kstr_eq(type, ""));
+            if (sl_kstr_eq(gid, "other"))
+                seen += 2, assert_true(sl_kstr_eq(type, "consumer"));
+            assert_false(sl_kstr_eq(gid, "never-used"));
+        }
+        at_end(&in);
+        assert_int_equal(seen, 3);
+        sl__kreq_free(r);
+    }
+}
+
+/* The protocol every member supports wins; another type, or no common
+ * protocol, is refused. */
+static void test_protocols(void **state)
+{
+    fx *f = *state;
+    int ca, cb;
+    /* Both within the first rebalance's delay: one round for both. */
+    sl_kreq *ra = join(f, 3, "vote", "", 10000, "consumer", "range,roundrobin", &ca);
+    sl_kreq *rb = join(f, 3, "vote", "", 10000, "consumer", "roundrobin", &cb);
+    assert_int_equal(ca, SL_KREQ_PENDING);
+    assert_int_equal(cb, SL_KREQ_PENDING);
+
+    /* Meanwhile: another protocol type, or nothing in common. */
+    jres j;
+    int code;
+    sl_kreq *r = join(f, 3, "vote", "", 10000, "connect", "roundrobin", &code);
+    settle(r, code);
+    join_read(r, &j);
+    sl__kreq_free(r);
+    assert_int_equal(j.err, SL_KERR_INCONSISTENT_GROUP_PROTOCOL);
+    join_wait(f, 3, "vote", "", 10000, "sticky", &j);
+    assert_int_equal(j.err, SL_KERR_INCONSISTENT_GROUP_PROTOCOL);
+    r = join(f, 3, "vote", "", 10000, "", "range", &code); /* no type at all */
+    settle(r, code);
+    join_read(r, &j);
+    sl__kreq_free(r);
+    assert_int_equal(j.err, SL_KERR_INCONSISTENT_GROUP_PROTOCOL);
+
+    settle(ra, ca);
+    settle(rb, cb);
+    jres ja, jb;
+    join_read(ra, &ja);
+    join_read(rb, &jb);
+    sl__kreq_free(ra);
+    sl__kreq_free(rb);
+    assert_int_equal(ja.err, 0);
+    assert_int_equal(jb.err, 0);
+    assert_int_equal(ja.gen, 1);
+    assert_int_equal(jb.gen, 1);
+    assert_string_equal(ja.proto, "roundrobin");
+    assert_string_equal(jb.proto, "roundrobin");
+    jres *lj = ja.n ? &ja : &jb;
+    assert_int_equal(lj->n, 2);
+    assert_int_equal(ja.n + jb.n, 2); /* exactly one leader */
+    /* The leader gets everyone's metadata of the chosen protocol. */
+    assert_string_equal(lj->meta[0], "M:roundrobin");
+    assert_string_equal(lj->meta[1], "M:roundrobin");
+    dres d;
+    describe(f, "vote", &d);
+    assert_string_equal(d.proto, "roundrobin");
+    assert_int_equal(d.n, 2);
+}
+
+static void test_offsets(void **state)
+{
+    fx *f = *state;
+    char id[ID_MAX];
+    int32_t gen = solo(f, "c1", 10000, id);
+    off o2[] = {{"orders", 0, 10, -1, "m0", -1},
+                {"orders", 1, 20, -1, NULL, -1},
+                {"ghost", 0, 5, -1, NULL, -1},
+                {"orders", 9, 5, -1, NULL, -1},
+                {"orders", 3, -7, -1, NULL, -1}};
+    commit(f, 2, "c1", gen, id, o2, 5);
+    assert_int_equal(o2[0].err, 0);
+    assert_int_equal(o2[1].err, 0);
+    assert_int_equal(o2[2].err, SL_KERR_UNKNOWN_TOPIC_OR_PARTITION);
+    assert_int_equal(o2[3].err, SL_KERR_UNKNOWN_TOPIC_OR_PARTITION);
+    assert_int_equal(o2[4].err, SL_KERR_OFFSET_OUT_OF_RANGE);
+    off o7[] = {{"orders", 2, 30, 5, "m2", -1}};
+    commit(f, 7, "c1", gen, id, o7, 1);
+    assert_int_equal(o7[0].err, 0);
+    /* Not from a member of this generation: nothing stored. */
+    off bad[] = {{"orders", 0, 99, -1, NULL, -1}};
+    commit(f, 5, "c1", gen + 1, id, bad, 1);
+    assert_int_equal(bad[0].err, SL_KERR_ILLEGAL_GENERATION);
+    commit(f, 6, "c1", gen, "nobody", bad, 1);
+    assert_int_equal(bad[0].err, SL_KERR_UNKNOWN_MEMBER_ID);
+    commit(f, 3, "c1", -1, "", bad, 1); /* the group has members: only they commit */
+    assert_int_not_equal(bad[0].err, 0);
+
+    for (int round = 0; round < 2; round++) {
+        got g[8];
+        int16_t gerr;
+        const int32_t parts[] = {0, 1, 3};
+        assert_int_equal(fetch(f, 1, "c1", "orders", parts, 3, g, &gerr), 3);
+        assert_int_equal(g[0].part, 0);
+        assert_int_equal(g[0].offset, 10);
+        assert_string_equal(g[0].meta, "m0");
+        assert_int_equal(g[1].offset, 20);
+        assert_int_equal(g[2].part, 3);
+        assert_int_equal(g[2].offset, -1); /* never committed */
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(g[i].err, 0);
+        const int32_t two[] = {2};
+        assert_int_equal(fetch(f, 5, "c1", "orders", two, 1, g, &gerr), 1);
+        assert_int_equal(gerr, 0);
+        assert_int_equal(g[0].offset, 30);
+        assert_int_equal(g[0].epoch, 5);
+        assert_string_equal(g[0].meta, "m2");
+        /* v2+: a null list is every committed partition. */
+        assert_int_equal(fetch(f, 2, "c1", "orders", NULL, -1, g, &gerr), 3);
+        assert_int_equal(gerr, 0);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(g[i].part, i);
+            assert_int_equal(g[i].offset, 10 * (i + 1));
+        }
+        assert_int_equal(fetch(f, 3, "unknown-group", "orders", parts, 1, g, &gerr), 1);
+        assert_int_equal(g[0].offset, -1);
+        if (round)
+            break;
+
+        /* The offsets are in a file and outlive the coordinator; its
+         * members do not. */
+        char path[4400];
+        snprintf(path, sizeof path, "%s/kafka/groups/c1.json", f->dir);
+        assert_int_equal(access(path, F_OK), 0);
+        sl__kcoord_close(&f->k);
+        coord_open(f);
+        assert_state(f, "c1", "Empty", 0);
+    }
+
+    /* Outside group management: generation -1, no member, no members. */
+    off solo_[] = {{"orders", 1, 7, -1, "", -1}};
+    commit(f, 2, "manual", -1, "", solo_, 1);
+    assert_int_equal(solo_[0].err, 0);
+    commit(f, 7, "c1", -1, "", solo_, 1); /* c1 is Empty since the reopen */
+    assert_int_equal(solo_[0].err, 0);
+    got g[8];
+    int16_t gerr;
+    const int32_t one[] = {1};
+    assert_int_equal(fetch(f, 4, "manual", "orders", one, 1, g, &gerr), 1);
+    assert_int_equal(g[0].offset, 7);
+    assert_false(g[0].meta_null);
+    assert_string_equal(g[0].meta, "");
+    assert_int_equal(fetch(f, 1, "c1", "orders", one, 1, g, &gerr), 1);
+    assert_int_equal(g[0].offset, 7);
+    assert_int_equal(fetch(f, 2, "", "orders", one, 1, g, &gerr), 1);
+    assert_int_equal(gerr, SL_KERR_INVALID_GROUP_ID);
+}
+
+/* GET /v1/groups: the group, its member's assignment and its offsets with
+ * the lag to the partition's end. */
+static void test_groups_json(void **state)
+{
+    fx *f = *state;
+    sl_set *s;
+    sl_error err = {0};
+    assert_int_equal(sl_sets_get(f->sets, "orders", false, &s, &err), 0);
+    tu_append(TU_LOG(s, 0), 0, 5, 5, 40, 1, "", SL_CODEC_NONE);
+    char id[ID_MAX];
+    int32_t gen = solo(f, "lagging", 10000, id);
+    off o[] = {{"orders", 0, 2, -1, NULL, -1}};
+    commit(f, 2, "lagging", gen, id, o, 1);
+    assert_int_equal(o[0].err, 0);
+
+    sl_buf out = {0};
+    assert_int_equal(sl__kgroups_json(&f->k, &out), 0);
+    json_error_t je;
+    json_t *j = json_loadb((const char *)out.data, out.len, 0, &je);
+    sl_buf_free(&out);
+    assert_non_null(j);
+    json_t *groups = json_object_get(j, "groups"), *g = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(groups, i, e) if (!strcmp(json_string_value(json_object_get(e, "group")),
+                                                 "lagging")) g = e;
+    assert_non_null(g);
+    assert_string_equal(json_string_value(json_object_get(g, "state")), "Stable");
+    assert_int_equal(json_integer_value(json_object_get(g, "generation")), gen);
+    assert_string_equal(json_string_value(json_object_get(g, "leader")), id);
+    json_t *members = json_object_get(g, "members"), *offs = json_object_get(g, "offsets");
+    assert_int_equal(json_array_size(members), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(members, 0), "member_id")),
+                        id);
+    assert_int_equal(json_array_size(offs), 1);
+    json_t *o0 = json_array_get(offs, 0);
+    assert_string_equal(json_string_value(json_object_get(o0, "topic")), "orders");
+    assert_int_equal(json_integer_value(json_object_get(o0, "partition")), 0);
+    assert_int_equal(json_integer_value(json_object_get(o0, "committed")), 2);
+    assert_int_equal(json_integer_value(json_object_get(o0, "end")), 5);
+    assert_int_equal(json_integer_value(json_object_get(o0, "lag")), 3);
+    json_decref(j);
+}
+
+/* A member that stops heart-beating is dropped after its session timeout,
+ * and the group it leaves empty is Empty. */
+static void test_session_expiry(void **state)
+{
+    fx *f = *state;
+    char id[ID_MAX];
+    int64_t t0 = sl_clock_mono_ms();
+    int32_t gen = solo(f, "brief", KCOORD_MIN_SESSION_MS, id);
+    /* Only when this machine was quick enough to ask within the session. */
+    if (sl_clock_mono_ms() - t0 < KCOORD_MIN_SESSION_MS / 2)
+        assert_int_equal(heartbeat(f, 1, "brief", gen, id), 0);
+    usleep(1500 * 1000);
+    dres d;
+    for (int i = 0; i < 200; i++) { /* the timer may lag on a loaded machine */
+        describe(f, "brief", &d);
+        if (!d.n)
+            break;
+        usleep(100 * 1000);
+    }
+    assert_string_equal(d.state, "Empty");
+    assert_int_equal(d.n, 0);
+    assert_int_equal(heartbeat(f, 1, "brief", gen, id), SL_KERR_UNKNOWN_MEMBER_ID);
+}
+
+/* Waiting in JoinGroup or SyncGroup is not missing heartbeats (Kafka's
+ * MemberMetadata.shouldKeepAlive), and a session starts afresh when a
+ * rebalance answers the member: a member that waited longer than its
+ * session timeout for a slow peer (within the rebalance timeout) is not
+ * dropped the moment it is answered. */
+static void test_waiting_is_not_expiry(void **state)
+{
+    fx *f = *state;
+    const int32_t session = 2000;
+    char id[2][ID_MAX];
+    solo(f, "slow", session, id[0]);
+    int cb;
+    sl_kreq *rb = join(f, 3, "slow", "", session, "consumer", "range", &cb);
+    assert_int_equal(cb, SL_KREQ_PENDING);
+    /* The first member is slow to rejoin but alive: it heart-beats. */
+    for (int i = 0; i < 3; i++) {
+        usleep(session / 2 * 1000);
+        assert_int_equal(heartbeat(f, 1, "slow", 1, id[0]), SL_KERR_REBALANCE_IN_PROGRESS);
+    }
+    jres ja, jb;
+    join_wait(f, 3, "slow", id[0], session, "range", &ja);
+    settle(rb, cb);
+    join_read(rb, &jb);
+    sl__kreq_free(rb);
+    assert_int_equal(ja.err, 0);
+    assert_int_equal(jb.err, 0);
+    snprintf(id[1], ID_MAX, "%s", jb.member);
+    usleep(300 * 1000); /* a few timer passes */
+    assert_int_equal(heartbeat(f, 1, "slow", 2, id[1]), 0);
+
+    /* A follower parked in SyncGroup while the leader takes its time. */
+    int li = strcmp(ja.leader, id[0]) ? 1 : 0, fi = !li, code;
+    sl_kreq *rf = sync_req(f, 1, "slow", 2, id[fi], 0, NULL, &code);
+    assert_int_equal(code, SL_KREQ_PENDING);
+    for (int i = 0; i < 3; i++) {
+        usleep(session / 2 * 1000);
+        assert_int_equal(heartbeat(f, 1, "slow", 2, id[li]), 0);
+    }
+    char a[ID_MAX + 8];
+    assert_int_equal(sync_wait(f, 1, "slow", 2, id[li], 2, id, a, sizeof a), 0);
+    settle(rf, code);
+    assert_int_equal(sync_read(rf, a, sizeof a), 0);
+    assert_string_equal(a + 2, id[fi]);
+    sl__kreq_free(rf);
+}
+
+/* A parked request whose connection closes is taken back (cancel) and
+ * freed; nothing touches it after (ASan). The coordinator's stop answers
+ * what is still parked. */
+static void test_cancel_and_stop(void **state)
+{
+    fx *f = *state;
+    int code;
+    sl_kreq *r = join(f, 3, "gone", "", 10000, "consumer", "range", &code);
+    assert_int_equal(code, SL_KREQ_PENDING);
+    assert_true(r->cancel(r));
+    sl__kreq_free(r);
+    /* The round ends without it: the member stays (until its session
+     * ends), as in Kafka. */
+    dres d;
+    for (int i = 0; i < 200; i++) {
+        describe(f, "gone", &d);
+        if (strcmp(d.state, "PreparingRebalance"))
+            break;
+        usleep(50 * 1000);
+    }
+    assert_string_equal(d.state, "CompletingRebalance");
+    assert_int_equal(d.n, 1);
+    char id[ID_MAX];
+    snprintf(id, sizeof id, "%s", d.ids[0]);
+
+    /* Its rejoin parks afresh; that one is answered. Cancelling an
+     * answered request is too late: its post is on the way. */
+    jres j;
+    r = join(f, 3, "gone", id, 10000, "consumer", "range", &code);
+    settle(r, code);
+    join_read(r, &j);
+    assert_int_equal(j.err, 0);
+    assert_int_equal(j.gen, 2);
+    assert_false(r->cancel(r));
+    sl__kreq_free(r);
+
+    /* A parked follower SyncGroup cancelled, then the leader's. */
+    int cb;
+    sl_kreq *rb = join(f, 3, "gone", "", 10000, "consumer", "range", &cb);
+    join_wait(f, 3, "gone", id, 10000, "range", &j);
+    settle(rb, cb);
+    jres jb;
+    join_read(rb, &jb);
+    sl__kreq_free(rb);
+    char ids[2][ID_MAX];
+    snprintf(ids[0], ID_MAX, "%s", j.leader);
+    snprintf(ids[1], ID_MAX, "%s", strcmp(j.leader, id) ? id : jb.member);
+    r = sync_req(f, 1, "gone", 3, ids[1], 0, NULL, &code);
+    assert_int_equal(code, SL_KREQ_PENDING);
+    assert_true(r->cancel(r));
+    sl__kreq_free(r);
+    char a[ID_MAX + 8];
+    assert_int_equal(sync_wait(f, 1, "gone", 3, ids[0], 2, ids, a, sizeof a), 0);
+    assert_int_equal(heartbeat(f, 1, "gone", 3, ids[1]), 0);
+
+    /* Stop with a JoinGroup parked: NOT_COORDINATOR sends it looking for
+     * the coordinator again. */
+    r = join(f, 3, "late", "", 10000, "consumer", "range", &code);
+    assert_int_equal(code, SL_KREQ_PENDING);
+    sl__kcoord_close(&f->k);
+    settle(r, code);
+    join_read(r, &j);
+    assert_int_equal(j.err, SL_KERR_NOT_COORDINATOR);
+    sl__kreq_free(r);
+}
+
+/* Requests cut short close the connection; a handler never reads past the
+ * frame. */
+static void test_malformed(void **state)
+{
+    fx *f = *state;
+    static const struct {
+        int16_t key, v;
+        sl_kapi_fn *fn;
+    } apis[] = {
+        {SL_KAPI_FIND_COORDINATOR, 1, sl__kafka_find_coordinator},
+        {SL_KAPI_JOIN_GROUP, 5, sl__kafka_join_group},
+        {SL_KAPI_SYNC_GROUP, 3, sl__kafka_sync_group},
+        {SL_KAPI_HEARTBEAT, 3, sl__kafka_heartbeat},
+        {SL_KAPI_LEAVE_GROUP, 3, sl__kafka_leave_group},
+        {SL_KAPI_OFFSET_COMMIT, 7, sl__kafka_offset_commit},
+        {SL_KAPI_OFFSET_FETCH, 5, sl__kafka_offset_fetch},
+        {SL_KAPI_DESCRIBE_GROUPS, 2, sl__kafka_describe_groups},
+    };
+    for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++) {
+        /* A body that starts well (a group name) and announces an array
+         * it does not carry, or stops short of a field. */
+        sl_buf b;
+        sl_kw w;
+        head(&b, &w, apis[i].key, apis[i].v, CLIENT);
+        if (apis[i].key == SL_KAPI_DESCRIBE_GROUPS) {
+            sl_kw_array(&w, false, 3);
+            sl_kw_str(&w, false, "g", -1);
+        } else {
+            sl_kw_str(&w, false, "g", -1);
+            sl_kw_i16(&w, 1); /* half an int32 */
+        }
+        sl_kreq *r = detach(f, &b);
+        assert_int_equal(apis[i].fn(r), SL_KREQ_CLOSE);
+        sl__kreq_free(r);
+    }
+    /* A JoinGroup whose protocols array claims more than is there. */
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_JOIN_GROUP, 3, CLIENT);
+    sl_kw_str(&w, false, "g", -1);
+    sl_kw_i32(&w, 10000);
+    sl_kw_i32(&w, 10000);
+    sl_kw_str(&w, false, "", -1);
+    sl_kw_str(&w, false, "consumer", -1);
+    sl_kw_array(&w, false, 1000);
+    sl_kw_str(&w, false, "range", -1);
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_join_group(r), SL_KREQ_CLOSE);
+    sl__kreq_free(r);
+    /* FindCoordinator with a null key; OffsetFetch v1 with a null list
+     * (only v2+ may ask for everything). */
+    head(&b, &w, SL_KAPI_FIND_COORDINATOR, 0, CLIENT);
+    sl_kw_str(&w, false, NULL, -1);
+    r = detach(f, &b);
+    assert_int_equal(sl__kafka_find_coordinator(r), SL_KREQ_CLOSE);
+    sl__kreq_free(r);
+    head(&b, &w, SL_KAPI_OFFSET_FETCH, 1, CLIENT);
+    sl_kw_str(&w, false, "g", -1);
+    sl_kw_array(&w, false, -1);
+    r = detach(f, &b);
+    assert_int_equal(sl__kafka_offset_fetch(r), SL_KREQ_CLOSE);
+    sl__kreq_free(r);
+    /* Nothing of it became a group. */
+    assert_state(f, "g", "Dead", 0);
+}
+
+/* A client without a client id still gets a whole "member-<uuid>" id. */
+static void test_member_id_without_client_id(void **state)
+{
+    fx *f = *state;
+    sl_buf b;
+    sl_kw w;
+    head(&b, &w, SL_KAPI_JOIN_GROUP, 4, NULL);
+    sl_kw_str(&w, false, "anon", -1);
+    sl_kw_i32(&w, 10000);
+    sl_kw_i32(&w, 10000);
+    sl_kw_str(&w, false, "", -1);
+    sl_kw_str(&w, false, "consumer", -1);
+    sl_kw_array(&w, false, 1);
+    sl_kw_str(&w, false, "range", -1);
+    sl_kw_bytes(&w, false, "", 0);
+    sl_kreq *r = detach(f, &b);
+    assert_int_equal(sl__kafka_join_group(r), SL_KREQ_DONE);
+    sl_kr in = body(r);
+    assert_int_equal(sl_kr_i32(&in), 0);
+    assert_int_equal(sl_kr_i16(&in), SL_KERR_MEMBER_ID_REQUIRED);
+    sl_kr_i32(&in);
+    sl_kr_str(&in, false);
+    sl_kr_str(&in, false);
+    sl_kstr id = sl_kr_str(&in, false);
+    assert_true(sl_kr_ok(&in));
+    assert_int_equal(id.len, (int32_t)strlen("member-") + 36); /* a UUID's 36 characters */
+    assert_memory_equal(id.p, "member-", 7);
+    sl__kreq_free(r);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_find_coordinator),
+        T(test_join_sync_heartbeat),
+        T(test_rebalance_and_leave),
+        T(test_protocols),
+        T(test_offsets),
+        T(test_groups_json),
+        T(test_session_expiry),
+        T(test_waiting_is_not_expiry),
+        T(test_cancel_and_stop),
+        T(test_malformed),
+        T(test_member_id_without_client_id),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

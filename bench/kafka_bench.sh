@@ -16,8 +16,11 @@
 # alternating (sluice first in odd repetitions, the mock first in even ones):
 #   1. kcat -P -X acks=all   into topic allR (sluice fsyncs before answering)
 #   2. kcat -P -X acks=1     into topic oneR
-#   3. kcat -C -o beginning -e of topic allR (every record must come back)
-# every kcat with batch.num.messages=10000, linger.ms=LINGER, the rest at
+#   3. kcat -C -o beginning -e of topic allR (every record must come back),
+#      with fetch.wait.max.ms=10: -e ends at the first empty fetch, which the
+#      broker holds for that long (librdkafka's 500 ms would add a fixed half
+#      second to both sides)
+# the producers with batch.num.messages=10000, linger.ms=LINGER, the rest at
 # librdkafka's defaults (batch.size 1,000,000 bytes caps a batch at ~960 of
 # these records). Rows (the median of REPS repetitions, min..max as noise):
 # MB/s of each against the mock (goals: acks=all ≥ 0.8×, acks=1 ≥ 1.0×,
@@ -158,8 +161,12 @@ measure() {
             -l "$TMP/records.txt"
         ;;
     read)
-        # one short line per record (a counted pipe, the same on both sides)
-        kcat_time "$TMP/time" kcat -C -q -b "$boot" -t "all$rep" -o beginning -e -f '\n'
+        # one short line per record (counted: every record must come back).
+        # fetch.wait.max.ms=10: -e ends at the first empty fetch, which a broker holds
+        # for fetch.wait.max.ms (librdkafka's 500 ms would be a fixed half second of
+        # waiting on both sides, not reading)
+        kcat_time "$TMP/time" kcat -C -q -b "$boot" -t "all$rep" -o beginning -e -f '\n' \
+            -X fetch.wait.max.ms=10
         ;;
     esac
     c1=$(cpu_of "$pid")

@@ -81,6 +81,21 @@ for k in 0 3 6; do # per key (one partition each), in the order produced
     cmp -s "$dir/k.in" "$dir/k.out" || fail "records of key k$k read back out of order"
 done
 
+# zstd batches (-z zstd) are stored compressed and read back; offsets from
+# the end (-o -N), the end itself and a timestamp (s@MS, the time index).
+seq 1 200 | timeout 30 kcat -P -b "$bs" -t zz -p 0 -z zstd || fail "kcat -P -z zstd"
+[ "$(timeout 30 kcat -C -b "$bs" -t zz -p 0 -o beginning -e -q | tr '\n' ' ')" = "$(seq 1 200 | tr '\n' ' ')" ] ||
+    fail "zstd records did not read back"
+got=$(timeout 30 kcat -C -b "$bs" -t zz -p 0 -o -3 -e -q | tr '\n' ' ')
+[ "$got" = "198 199 200 " ] || fail "kcat -o -3 read [$got]"
+got=$(timeout 30 kcat -C -b "$bs" -t zz -p 0 -o end -e -q | wc -l)
+[ "$got" -eq 0 ] || fail "kcat -o end read $got records"
+t_ms=$(($(date +%s%3N) + 1))
+sleep 0.05
+seq 201 205 | timeout 30 kcat -P -b "$bs" -t zz -p 0 || fail "kcat -P after the timestamp"
+got=$(timeout 30 kcat -C -b "$bs" -t zz -p 0 -o "s@$t_ms" -e -q | tr '\n' ' ')
+[ "$got" = "201 202 203 204 205 " ] || fail "kcat -o s@$t_ms read [$got]"
+
 # Idempotent producer: every record once.
 seq 1 3000 | timeout 60 kcat -P -b "$bs" -t idem -X enable.idempotence=true -X acks=all ||
     fail "idempotent kcat -P"
@@ -118,7 +133,7 @@ curl -sf "http://127.0.0.1:$hport/v1/sets/orders/events?partition=0&offset=0&max
 
 # Two group members share the 3 partitions; together they read everything.
 for c in 1 2; do
-    timeout 25 kcat -u -b "$bs" -G gw orders -q -f '%p %k %s\n' -X auto.offset.reset=earliest \
+    timeout 40 kcat -u -b "$bs" -G gw orders -q -f '%p %k %s\n' -X auto.offset.reset=earliest \
         -X session.timeout.ms=6000 > "$dir/g$c" 2> "$dir/g$c.err" &
     eval "g$c=\$!"
 done
@@ -138,8 +153,20 @@ p1=$(cut -d' ' -f1 "$dir/g1" | sort -u | tr '\n' ' ')
 p2=$(cut -d' ' -f1 "$dir/g2" | sort -u | tr '\n' ' ')
 [ -n "$p1" ] && [ -n "$p2" ] || fail "one member read nothing: partitions [$p1] and [$p2]"
 for p in $p1; do case " $p2" in *" $p "*) fail "partition $p read by both members";; esac; done
+# One member killed: after its session times out the other takes all the
+# partitions over and reads what comes next.
+kill -9 "$g2"
+wait "$g2" 2>/dev/null || true
+n1=$(wc -l < "$dir/g1")
+seq 1 60 | sed 's/^/after:/' | timeout 30 kcat -P -b "$bs" -t orders -K : || fail "kcat -P after a member died"
+i=0
+until [ "$(wc -l < "$dir/g1")" -ge $((n1 + 60)) ]; do
+    i=$((i + 1))
+    [ $i -lt 250 ] || fail "the surviving member read $(($(wc -l < "$dir/g1") - n1)) of 60 records after the other was killed"
+    sleep 0.1
+done
 sleep 6 # an auto-commit (5 s) after the last record
-kill "$g1" "$g2" 2>/dev/null; wait "$g1" "$g2" 2>/dev/null || true
+kill "$g1" 2>/dev/null; wait "$g1" 2>/dev/null || true
 curl -sf "http://127.0.0.1:$hport/metrics" > "$dir/metrics"
 grep -q '^sluice_kafka_requests_total{api="JoinGroup"} [1-9]' "$dir/metrics" || fail "no JoinGroup in /metrics"
 grep -q '^sluice_kafka_produced_records_total [1-9]' "$dir/metrics" || fail "no produced records in /metrics"

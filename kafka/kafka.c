@@ -148,7 +148,6 @@ void sl_kafka_stop(sl_kafka *k)
     k->stopped = true;
     sl__kcoord_stop(k); /* parked joins and syncs answered, the timer gone */
     sl__klisten_stop(k);
-    sl__kidem_close(k);
 }
 
 void sl_kafka_free(sl_kafka *k)
@@ -157,6 +156,9 @@ void sl_kafka_free(sl_kafka *k)
         return;
     sl_kafka_stop(k);
     sl__klisten_free(k);
+    /* After the last post: a durable Produce still completing may take its
+     * batch back from the producer state (sl__kidem_failed). */
+    sl__kidem_close(k);
     sl__kcoord_close(k);
     free(k);
 }

@@ -106,7 +106,8 @@ int sl_kafka_metrics(sl_kafka *k, sl_buf *out);
 
 /* Stops accepting, answers what is parked (Fetch long-polls at once,
  * durable Produces once the Databus completed them), closes every
- * connection, saves producer and group state and joins the threads. Call
+ * connection and joins the threads (group offsets are saved at each
+ * commit; producer state is saved by sl_kafka_free()). Call
  * before sl_databus_stop() returns its waiters and before sl_waits_stop().
  * NULL is ignored; a second call is harmless. */
 void sl_kafka_stop(sl_kafka *k);

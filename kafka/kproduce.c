@@ -171,7 +171,7 @@ static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_
             memcpy(d->lanes[d->n], rec.lane, rec.lane_len);
             d->lanes[d->n][rec.lane_len] = '\0';
             d->evs[d->n] = (sl_databus_event){
-                .value = rec.value ? (const char *)rec.value : "",
+                .value = (const char *)rec.value, /* NULL: a tombstone, kept null */
                 .value_len = rec.value_len,
                 .key = (const char *)rec.key,
                 .key_len = rec.key_len,

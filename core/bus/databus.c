@@ -6,7 +6,7 @@
  * batches and appends; the syncer fdatasyncs and completes durable waiters.
  * One mutex guards every buffer, offset counter and waiter; it is held only
  * to copy in, swap out and book results, never across I/O. Buffered events are framed as
- *   u32 value_len | u32 key_len (UINT32_MAX = null) | i64 ts_ms | u8 lane_len
+ *   u32 value_len | u32 key_len (UINT32_MAX = null, for both) | i64 ts_ms | u8 lane_len
  *   | lane | key | value
  * in offset order, so a swapped-out buffer is exactly the next offsets.
  */
@@ -213,15 +213,17 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
 
 static size_t frame_size(const sl_databus_event *e)
 {
-    return FRAME_HDR + strlen(e->lane) + (e->key ? e->key_len : 0) + e->value_len +
-           (e->raw ? FRAME_RAW + e->headers_len : 0);
+    return FRAME_HDR + strlen(e->lane) + (e->key ? e->key_len : 0) +
+           (e->value ? e->value_len : 0) + (e->raw ? FRAME_RAW + e->headers_len : 0);
 }
 
 static void frame_put(sl_buf *b, const sl_databus_event *e)
 {
     uint8_t *w = b->data + b->len;
     size_t ll = strlen(e->lane), kl = e->key ? e->key_len : 0;
-    uint32_t v32 = (uint32_t)e->value_len, k32 = e->key ? (uint32_t)e->key_len : UINT32_MAX;
+    /* A null value is a raw (Kafka) record's tombstone; events always have one. */
+    uint32_t v32 = e->value ? (uint32_t)e->value_len : UINT32_MAX;
+    uint32_t k32 = e->key ? (uint32_t)e->key_len : UINT32_MAX;
     memcpy(w, &v32, 4);
     memcpy(w + 4, &k32, 4);
     memcpy(w + 8, &e->ts_ms, 8);
@@ -230,9 +232,10 @@ static void frame_put(sl_buf *b, const sl_databus_event *e)
     memcpy(w, e->lane, ll);
     if (kl) /* a NULL key has length 0: memcpy(…, NULL, 0) is undefined */
         memcpy(w + ll, e->key, kl);
-    if (e->value_len)
-        memcpy(w + ll + kl, e->value, e->value_len);
-    b->len += FRAME_HDR + ll + kl + e->value_len;
+    size_t vl = e->value ? e->value_len : 0;
+    if (vl)
+        memcpy(w + ll + kl, e->value, vl);
+    b->len += FRAME_HDR + ll + kl + vl;
     if (e->raw) {
         uint8_t *h = b->data + b->len;
         uint32_t hl = (uint32_t)e->headers_len;
@@ -296,6 +299,8 @@ static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
         else if (evs[i].raw && (evs[i].header_count < 0 || evs[i].headers_len > UINT32_MAX ||
                                 (evs[i].headers_len && !evs[i].headers)))
             return sl_error_set(err, SL_EINVAL, "event %zu: invalid headers", i);
+        else if (!evs[i].raw && !evs[i].value)
+            return sl_error_set(err, SL_EINVAL, "event %zu: no value (only a raw record's may be null)", i);
     uint64_t stack_need[64], *need = np <= 64 ? stack_need : calloc((size_t)np, sizeof *need);
     if (!need)
         return SL_ENOMEM;
@@ -529,6 +534,9 @@ static void write_frames(sl_databus *bus, work *w)
             memcpy(&klen, p + 4, 4);
             memcpy(&ts, p + 8, 8);
             size_t ll = p[16] & ~FRAME_RAW_BIT, kl = klen == UINT32_MAX ? 0 : klen;
+            bool vnull = vlen == UINT32_MAX;
+            if (vnull)
+                vlen = 0;
             bool raw = p[16] & FRAME_RAW_BIT;
             if (batch_n && (ll != strlen(lane) || memcmp(p + FRAME_HDR, lane, ll) != 0 ||
                             sl_batch_builder_bytes(b) + vlen + kl > set->cfg.batch_bytes))
@@ -541,7 +549,8 @@ static void write_frames(sl_databus *bus, work *w)
                 memcpy(&hl, k + kl + vlen + 4, 4);
             }
             int arc = raw ? sl_batch_builder_add_raw(b, ts, klen == UINT32_MAX ? NULL : k, kl,
-                                                     k + kl, vlen, k + kl + vlen + FRAME_RAW, hl, hn)
+                                                     vnull ? NULL : k + kl, vlen,
+                                                     k + kl + vlen + FRAME_RAW, hl, hn)
                           : sl_batch_builder_add(b, ts, klen == UINT32_MAX ? NULL : k, kl, k + kl,
                                                  vlen);
             if (arc) {

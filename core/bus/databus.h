@@ -37,7 +37,7 @@ typedef struct sl_databus sl_databus;
 
 /* One event to publish. The bytes are copied during sl_databus_publish(). */
 typedef struct sl_databus_event {
-    const void *value; /* the stored CloudEvent JSON */
+    const void *value; /* the stored CloudEvent JSON; a raw record's NULL: a null value (a Kafka tombstone) */
     size_t value_len;
     const void *key; /* partition key; NULL for round robin */
     size_t key_len;

@@ -124,10 +124,13 @@ int sl_batch_builder_add_raw(sl_batch_builder *b, int64_t ts_ms, const void *key
     int64_t base_ts = b->count == 0 ? ts_ms : b->base_ts;
     int64_t ts_delta = ts_ms - base_ts;
     int64_t klen = key ? (int64_t)key_len : -1;
+    int64_t vlen = value ? (int64_t)value_len : -1; /* a null value (a tombstone) stays null */
+    if (!value)
+        value_len = 0;
 
     /* The body is everything after the length varint. */
     size_t body = 1 + sl_varint_size(ts_delta) + sl_varint_size(b->count) + sl_varint_size(klen) +
-                  (key ? key_len : 0) + sl_varint_size((int64_t)value_len) + value_len +
+                  (key ? key_len : 0) + sl_varint_size(vlen) + value_len +
                   sl_varint_size(header_count) + headers_len;
     size_t total = sl_varint_size((int64_t)body) + body;
     if (b->out.len < SL_BATCH_HEADER_SIZE)
@@ -147,7 +150,7 @@ int sl_batch_builder_add_raw(sl_batch_builder *b, int64_t ts_ms, const void *key
         memcpy(w, key, key_len);
         w += key_len;
     }
-    w += sl_varint_put(w, (int64_t)value_len);
+    w += sl_varint_put(w, vlen);
     if (value_len) {
         memcpy(w, value, value_len);
         w += value_len;

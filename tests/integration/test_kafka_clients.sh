@@ -12,7 +12,8 @@
 # with 3 partitions. confluent-kafka also reads back zstd-compressed records;
 # a kafkajs GZIP producer's send is rejected with UNSUPPORTED_COMPRESSION_TYPE
 # and stores nothing. The clients' steps are in tests/kafkaclients/; set
-# KAFKA_DEBUG=1 for their protocol logs on stderr.
+# KAFKA_DEBUG=1 for their protocol logs on stderr. A tombstone (null value)
+# check waits, commented out, in js_clients.mjs's KNOWN-BUG block.
 set -eu
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -95,7 +96,7 @@ run kafka-python "$py" -I tests/kafkaclients/py_clients.py kafka-python "$bs"
 run confluent-kafka "$py" -I tests/kafkaclients/py_clients.py confluent-kafka "$bs"
 # Every step of every client ran (a script that stops early without FAIL
 # still fails here).
-for c in kafkajs:6 kafka-python:5 confluent-kafka:6; do
+for c in kafkajs:7 kafka-python:5 confluent-kafka:6; do
     n=$(grep -c '^ok: ' "$dir/${c%:*}.out" || true)
     [ "$n" -eq "${c#*:}" ] || fail "${c%:*} passed $n steps, want ${c#*:}"
 done

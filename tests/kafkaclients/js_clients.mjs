@@ -315,4 +315,26 @@ await step('admin created a 3-partition topic, listed it, deleted it, saw it gon
   if (!gone) fail(`${t} is still listed 10 s after deleteTopics`);
 });
 
+// A tombstone (a record whose value is null, valueLength -1 on the wire)
+// reads back null, an empty value empty.
+await step('a tombstone (null value) reads back as null, not empty', async () => {
+  const t = `kjs-tomb-${run}`;
+  await within(15000, 'admin.createTopics', admin.createTopics({ topics: [{ topic: t, numPartitions: 1 }] }));
+  const producer = kafka.producer();
+  await within(15000, 'producer connect', producer.connect());
+  await within(15000, 'send', producer.send({ topic: t, acks: -1, messages: [
+    { key: 'gone', value: null }, { key: 'empty', value: Buffer.alloc(0) }] }));
+  await within(10000, 'producer disconnect', producer.disconnect());
+  const c = kafka.consumer({ groupId: `kjs-tomb-${run}`, maxWaitTimeInMs: 200 });
+  await within(15000, 'consumer connect', c.connect());
+  await within(15000, 'subscribe', c.subscribe({ topics: [t], fromBeginning: true }));
+  const got = {};
+  await c.run({ eachMessage: async ({ message }) => { got[message.key.toString()] = message.value; } });
+  const t0 = Date.now();
+  while (Object.keys(got).length < 2 && Date.now() - t0 < 15000) await sleep(50);
+  await within(15000, 'consumer disconnect', c.disconnect());
+  if (got.gone !== null) fail(`the tombstone read back as ${got.gone === undefined ? 'nothing' : `a ${got.gone.length}-byte value`}, want null`);
+  if (!got.empty || got.empty.length !== 0) fail('the empty value did not read back empty');
+});
+
 await within(10000, 'admin disconnect', admin.disconnect());

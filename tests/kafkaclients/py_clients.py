@@ -210,13 +210,13 @@ class Confluent:
             self.common["debug"] = "protocol,broker,cgrp,topic,msg"
         self.admin = AdminClient(dict(self.common))
 
-    def _futures(self, fs, what):
-        for name, f in fs.items():
+    def _futures(self, fs):
+        for f in fs.values():
             f.result(timeout=20)  # raises KafkaException with the broker's error
 
     def create(self, topic, parts):
         self._futures(self.admin.create_topics([self.NewTopic(topic, num_partitions=parts, replication_factor=1)],
-                                               operation_timeout=10, request_timeout=20), "create_topics")
+                                               operation_timeout=10, request_timeout=20))
 
     def create_again_error(self, topic):
         fs = self.admin.create_topics([self.NewTopic(topic, num_partitions=3, replication_factor=1)],
@@ -237,7 +237,7 @@ class Confluent:
         return list(self.admin.list_topics(timeout=20).topics)
 
     def delete(self, topic):
-        self._futures(self.admin.delete_topics([topic], operation_timeout=10, request_timeout=20), "delete_topics")
+        self._futures(self.admin.delete_topics([topic], operation_timeout=10, request_timeout=20))
 
     def ends(self, topic):
         c = self.C(dict(self.common, **{"group.id": "sluice-watermarks-%d" % RUN}))
@@ -304,7 +304,10 @@ class Confluent:
 def main():
     if DEBUG:
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
-    cl = KafkaPython() if CLIENT == "kafka-python" else Confluent()
+    try:
+        cl = KafkaPython() if CLIENT == "kafka-python" else Confluent()
+    except Exception as e:
+        fail("connecting its admin client to %s: %s: %s" % (BS, type(e).__name__, e))
     print("%s %s" % (CLIENT, cl.version), flush=True)
     topic = "%s-data-%d" % ("kpy" if CLIENT == "kafka-python" else "ckf", RUN)
     sent = records(N, b"a")
@@ -401,7 +404,7 @@ def main():
             errors()
             with lock:
                 return len({(p, o) for m in members for p, o, _ in m["seen"]})
-        if not wait_for(covered, 40) or not wait_for(lambda: covered() >= N + M, 40):
+        if not wait_for(lambda: covered() >= N + M, 40):
             fail("the group read %d distinct records, want %d (m1 %d, m2 %d)"
                  % (covered(), N + M, len(members[0]["seen"]), len(members[1]["seen"])))
         for m in members:

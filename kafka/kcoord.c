@@ -351,9 +351,7 @@ static void try_complete(kgroup *g, int64_t now)
     free(g->proto);
     g->proto = NULL;
     if (!sl__kcoord_active(g)) {
-        g->state = KG_EMPTY;
-        free(g->ptype);
-        g->ptype = NULL;
+        g->state = KG_EMPTY; /* its protocol type stays, as Kafka keeps it */
         free(g->leader);
         g->leader = NULL;
         return;
@@ -506,7 +504,9 @@ int sl__kafka_find_coordinator(sl_kreq *r)
     int16_t err = SL_KERR_NONE;
     const char *msg = NULL;
     if (type != 0) {
-        err = SL_KERR_COORDINATOR_NOT_AVAILABLE;
+        /* Not COORDINATOR_NOT_AVAILABLE: clients retry that for long; this
+         * one ends a transactional producer's start at once. */
+        err = SL_KERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         msg = "sluice has no transaction coordinator (transactions are not supported)";
     } else if (!sl__kcoord_allowed(r)) {
         err = SL_KERR_GROUP_AUTHORIZATION_FAILED;

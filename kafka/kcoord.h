@@ -80,7 +80,7 @@ typedef struct kgroup {
     char *id;
     int state;
     int32_t gen;
-    char *ptype;  /* protocol type ("consumer"), NULL while empty */
+    char *ptype;  /* protocol type ("consumer"), NULL until a member joined */
     char *proto;  /* the chosen protocol, NULL while none */
     char *leader; /* member id */
     kmember **m;

@@ -374,6 +374,7 @@ static void try_complete(kgroup *g, int64_t now)
             join_resp(r, SL_KERR_NONE, g, m->id, g->leader && !strcmp(g->leader, m->id));
             sl_kreq_post(r);
         }
+        m->seen_ms = now; /* its session starts again with the new generation */
     }
 }
 
@@ -384,9 +385,10 @@ static void tick(kgroup *g, int64_t now)
     bool gone = false;
     for (size_t i = g->nm; i-- > 0;) {
         kmember *m = g->m[i];
-        /* A member waiting in JoinGroup is not expired (Kafka waits for it
-         * until the rebalance's own deadline). */
-        if (m->join || now - m->seen_ms <= m->session_ms)
+        /* A member waiting in JoinGroup or SyncGroup is not expired (Kafka
+         * never expires a member with a request waiting; a join is bounded
+         * by the rebalance's own deadline). */
+        if (m->join || m->sync || now - m->seen_ms <= m->session_ms)
             continue;
         if (!m->pending) {
             sl_slog(SL_SLOG_INFO, "kafka", "group \"%s\": member %s left (session timeout %d ms)",
@@ -640,7 +642,8 @@ static kmember *member_new(kgroup *g, sl_kreq *r, const join_req *q)
         return NULL;
     char uuid[37];
     sl_event_uuid7(sl_clock_now_ms(), uuid);
-    size_t n = strlen(r->client_id) + 1 + sizeof uuid;
+    const char *prefix = r->client_id[0] ? r->client_id : "member";
+    size_t n = strlen(prefix) + 1 + sizeof uuid;
     m->id = malloc(n);
     if (q->instance.p)
         m->instance = dup_kstr(q->instance);
@@ -649,7 +652,7 @@ static kmember *member_new(kgroup *g, sl_kreq *r, const join_req *q)
         free(m);
         return NULL;
     }
-    snprintf(m->id, n, "%s-%s", r->client_id[0] ? r->client_id : "member", uuid);
+    snprintf(m->id, n, "%s-%s", prefix, uuid);
     snprintf(m->client_id, sizeof m->client_id, "%s", r->client_id);
     const char *colon = strrchr(r->peer, ':');
     snprintf(m->host, sizeof m->host, "/%.*s", colon ? (int)(colon - r->peer) : 60, r->peer);
@@ -691,6 +694,7 @@ int sl__kafka_join_group(sl_kreq *r)
     kmember *m = NULL;
     char instance[KCOORD_MEMBER_ID_MAX + 1] = "";
     bool has_instance = q.instance.p && sl_kstr_copy(q.instance, instance, sizeof instance);
+    bool fresh = false; /* a member new to the group in this request */
     if (!g) {
         join_error(r, SL_KERR_COORDINATOR_NOT_AVAILABLE, q.member);
         goto out;
@@ -739,6 +743,7 @@ int sl__kafka_join_group(sl_kreq *r)
             join_error(r, SL_KERR_COORDINATOR_NOT_AVAILABLE, "");
             goto out;
         }
+        fresh = true;
         m->session_ms = q.session_ms;
         m->seen_ms = now;
         /* v4+: the client must come back with the id it is given (KIP-394),
@@ -761,8 +766,13 @@ int sl__kafka_join_group(sl_kreq *r)
     m->session_ms = q.session_ms;
     m->rebalance_ms = q.rebalance_ms;
     m->seen_ms = now;
-    if (!g->ptype)
-        g->ptype = dup_kstr(q.ptype);
+    if (!g->ptype || sl__kcoord_active(g) == 1) { /* the first member sets it */
+        char *t = dup_kstr(q.ptype);
+        if (t) {
+            free(g->ptype);
+            g->ptype = t;
+        }
+    }
     /* A known member rejoining a stable group with what it had (a follower
      * that missed its JoinGroup response) gets the current generation
      * back; anything else is a rebalance. */
@@ -773,7 +783,7 @@ int sl__kafka_join_group(sl_kreq *r)
     }
     if (g->state != KG_PREPARING)
         prepare(g, now);
-    else if (was_pending && g->delay_ms > now) /* more joiners: a first round waits on */
+    else if ((fresh || was_pending) && g->delay_ms > now) /* more joiners: a first round waits on */
         g->delay_ms = now + KCOORD_INITIAL_DELAY_MS < g->deadline_ms
                           ? now + KCOORD_INITIAL_DELAY_MS
                           : g->deadline_ms;
@@ -903,6 +913,7 @@ int sl__kafka_sync_group(sl_kreq *r)
             sl_kreq *w = unpark(t->sync);
             sync_resp(w, SL_KERR_NONE, t);
             sl_kreq_post(w);
+            t->seen_ms = sl_clock_mono_ms();
         }
     }
     sync_resp(r, SL_KERR_NONE, m);

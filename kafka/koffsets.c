@@ -185,7 +185,8 @@ static int group_load(sl_kcoord *c, const char *path, sl_error *err)
         const char *topic = json_string_value(json_object_get(o, "topic"));
         json_t *part = json_object_get(o, "partition"), *off = json_object_get(o, "offset");
         const char *meta = json_string_value(json_object_get(o, "metadata"));
-        if (rc || !topic || !json_is_integer(part) || !json_is_integer(off))
+        if (rc || !topic || !json_is_integer(part) || !json_is_integer(off) ||
+            json_integer_value(part) < 0 || json_integer_value(part) > INT32_MAX)
             continue;
         if (koff_put(g, topic, (int32_t)json_integer_value(part), json_integer_value(off),
                      (int32_t)json_integer_value(json_object_get(o, "leader_epoch")), meta,
@@ -226,8 +227,8 @@ static int16_t commit_check(sl_kcoord *c, kgroup *g, const char *member, int32_t
 {
     if (c->stop)
         return SL_KERR_NOT_COORDINATOR;
-    if (gen < 0 && !member[0])
-        return g && sl__kcoord_active(g) ? SL_KERR_ILLEGAL_GENERATION : SL_KERR_NONE;
+    if (gen < 0 && !member[0]) /* Kafka: no member of a group that has members */
+        return g && sl__kcoord_active(g) ? SL_KERR_UNKNOWN_MEMBER_ID : SL_KERR_NONE;
     kmember *m = g ? sl__kcoord_member(g, member) : NULL;
     if (!m || m->pending)
         return SL_KERR_UNKNOWN_MEMBER_ID;
@@ -489,7 +490,7 @@ static json_t *group_json(sl_kafka *k, const kgroup *g)
         sl_error err = {0};
         int64_t end = -1;
         if (!sl_sets_get(k->sets, o->topic, false, &set, &err) && !atomic_load(&set->deleted) &&
-            !sl_set_remote(set) && o->part < set->nparts)
+            !sl_set_remote(set) && o->part >= 0 && o->part < set->nparts)
             end = sl_store_end_offset(&set->parts[o->part]);
         json_t *e = json_pack("{s:s, s:i, s:I}", "topic", o->topic, "partition", o->part,
                               "committed", (json_int_t)o->offset);

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_MAX_REQUEST (100u << 20)
-#define DEFAULT_MAX_CONNS 4096u
-#define DEFAULT_IDLE_S 600u
-#define DEFAULT_THREADS 2u
+/* docs/limits.md names these. */
+#define DEFAULT_MAX_REQUEST (100 << 20)
+#define DEFAULT_MAX_CONNS 4096
+#define DEFAULT_IDLE_MS 600000
+#define DEFAULT_THREADS 2
 
 int sl_kafka_start(const sl_kafka_options *opts, sl_sets *sets, sl_databus *bus, sl_kafka **out,
                    sl_error *err)
@@ -40,7 +41,7 @@ int sl_kafka_start(const sl_kafka_options *opts, sl_sets *sets, sl_databus *bus,
     if (!k->o.max_connections)
         k->o.max_connections = DEFAULT_MAX_CONNS;
     if (!k->o.idle_timeout_s)
-        k->o.idle_timeout_s = DEFAULT_IDLE_S;
+        k->o.idle_timeout_s = DEFAULT_IDLE_MS / 1000;
     if (!k->o.threads)
         k->o.threads = DEFAULT_THREADS;
     if (opts->hooks)

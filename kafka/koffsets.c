@@ -257,6 +257,7 @@ int sl__kafka_offset_commit(sl_kreq *r)
         sl_kr_i64(b); /* retention_time_ms: offsets are kept (see above) */
     int32_t nt = sl_kr_array(b, false, 6);
     const uint8_t *at = b->p;
+    size_t total = 0;
     for (int32_t t = 0; t < nt; t++) {
         sl_kr_str(b, false);
         int32_t np = sl_kr_array(b, false, 14);
@@ -267,23 +268,24 @@ int sl__kafka_offset_commit(sl_kreq *r)
                 sl_kr_i32(b);
             sl_kr_str(b, false);
         }
+        total += (size_t)(np > 0 ? np : 0);
     }
     if (!sl_kr_ok(b)) {
         sl__kafka_log_once(r, "malformed OffsetCommit v%d request", v);
         return SL_KREQ_CLOSE;
     }
+    int16_t *errs = calloc(total + 1, sizeof *errs);
+    if (!errs)
+        return SL_KREQ_CLOSE;
     sl_kcoord *c = r->k->coord;
-    int16_t gerr = SL_KERR_NONE;
-    if (!gok)
-        gerr = SL_KERR_INVALID_GROUP_ID;
-    else if (!mok)
-        gerr = SL_KERR_UNKNOWN_MEMBER_ID;
-    else if (!sl__kcoord_allowed(r))
-        gerr = SL_KERR_GROUP_AUTHORIZATION_FAILED;
+    int16_t gerr = !gok                     ? SL_KERR_INVALID_GROUP_ID
+                   : !mok                   ? SL_KERR_UNKNOWN_MEMBER_ID
+                   : !sl__kcoord_allowed(r) ? SL_KERR_GROUP_AUTHORIZATION_FAILED
+                                            : SL_KERR_NONE;
 
-    if (v >= 3)
-        sl_kw_i32(&r->w, 0);
-    sl_kw_array(&r->w, false, nt < 0 ? 0 : nt);
+    /* First every partition is checked and stored in memory, then the
+     * group's file is saved once, then the answer is written: a partition
+     * is answered NONE only once its offset is on disk. */
     pthread_mutex_lock(&c->mu);
     kgroup *g = gok ? sl__kcoord_group(c, group, false) : NULL;
     if (!gerr)
@@ -293,6 +295,7 @@ int sl__kafka_offset_commit(sl_kreq *r)
     bool stored = false;
     sl_kr rr;
     sl_kr_init(&rr, at, (size_t)(b->p - at));
+    size_t k = 0;
     for (int32_t t = 0; t < nt; t++) {
         sl_kstr name = sl_kr_str(&rr, false);
         sl_set *set = NULL;
@@ -301,10 +304,8 @@ int sl__kafka_offset_commit(sl_kreq *r)
             terr = sl__kafka_topic(r, name, false, &set);
         if (!terr && !sl__kafka_allowed(r, SL_AUTH_READ, set->name))
             terr = SL_KERR_TOPIC_AUTHORIZATION_FAILED;
-        sl_kw_str(&r->w, false, name.p ? name.p : "", name.p ? name.len : 0);
         int32_t np = sl_kr_array(&rr, false, 14);
-        sl_kw_array(&r->w, false, np < 0 ? 0 : np);
-        for (int32_t p = 0; p < np; p++) {
+        for (int32_t p = 0; p < np; p++, k++) {
             int32_t part = sl_kr_i32(&rr);
             int64_t off = sl_kr_i64(&rr);
             int32_t epoch = v >= 6 ? sl_kr_i32(&rr) : -1;
@@ -319,40 +320,36 @@ int sl__kafka_offset_commit(sl_kreq *r)
             else if (!e && koff_put(g, set->name, part, off, epoch, meta.p,
                                     meta.p ? (size_t)meta.len : 0))
                 e = SL_KERR_COORDINATOR_NOT_AVAILABLE;
+            errs[k] = e;
             stored |= !e;
-            sl_kw_i32(&r->w, part);
-            sl_kw_i16(&r->w, e);
         }
     }
-    if (stored) {
-        sl_error err = {0};
-        if (group_save(c, g, &err)) {
-            /* Not durable: every partition reports the failure (what is in
-             * memory stays and goes out with the next save). */
-            sl_slog(SL_SLOG_ERROR, "kafka", "group \"%s\": offsets not saved: %s", g->id,
-                    err.msg);
-            r->out.len = 0;
-            sl_kr_init(&rr, at, (size_t)(b->p - at));
-            if (v >= 3)
-                sl_kw_i32(&r->w, 0);
-            sl_kw_array(&r->w, false, nt);
-            for (int32_t t = 0; t < nt; t++) {
-                sl_kstr name = sl_kr_str(&rr, false);
-                sl_kw_str(&r->w, false, name.p ? name.p : "", name.p ? name.len : 0);
-                int32_t np = sl_kr_array(&rr, false, 14);
-                sl_kw_array(&r->w, false, np);
-                for (int32_t p = 0; p < np; p++) {
-                    sl_kw_i32(&r->w, sl_kr_i32(&rr));
-                    sl_kr_i64(&rr);
-                    if (v >= 6)
-                        sl_kr_i32(&rr);
-                    sl_kr_str(&rr, false);
-                    sl_kw_i16(&r->w, SL_KERR_KAFKA_STORAGE_ERROR);
-                }
-            }
-        }
-    }
+    sl_error err = {0};
+    bool lost = stored && group_save(c, g, &err) != 0;
+    if (lost) /* what is in memory stays and goes out with the next save */
+        sl_slog(SL_SLOG_ERROR, "kafka", "group \"%s\": offsets not saved: %s", g->id, err.msg);
     pthread_mutex_unlock(&c->mu);
+
+    if (v >= 3)
+        sl_kw_i32(&r->w, 0);
+    sl_kw_array(&r->w, false, nt < 0 ? 0 : nt);
+    sl_kr_init(&rr, at, (size_t)(b->p - at));
+    k = 0;
+    for (int32_t t = 0; t < nt; t++) {
+        sl_kstr name = sl_kr_str(&rr, false);
+        sl_kw_str(&r->w, false, name.p ? name.p : "", name.p ? name.len : 0);
+        int32_t np = sl_kr_array(&rr, false, 14);
+        sl_kw_array(&r->w, false, np < 0 ? 0 : np);
+        for (int32_t p = 0; p < np; p++, k++) {
+            sl_kw_i32(&r->w, sl_kr_i32(&rr));
+            sl_kr_i64(&rr);
+            if (v >= 6)
+                sl_kr_i32(&rr);
+            sl_kr_str(&rr, false);
+            sl_kw_i16(&r->w, lost && !errs[k] ? SL_KERR_KAFKA_STORAGE_ERROR : errs[k]);
+        }
+    }
+    free(errs);
     return SL_KREQ_DONE;
 }
 

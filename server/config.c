@@ -23,12 +23,6 @@
 static const key server_keys[] = {
     {"listen", K_STRING, FIELD(sl_config, listen), 0, 0, "\"127.0.0.1:8080\"",
      "HTTP address HOST:PORT (the `--listen` flag wins over it)"},
-    {"kafka_listen", K_STRING, FIELD(sl_config, kafka_listen), 0, 0, "none (off)",
-     "Kafka protocol address HOST:PORT: Kafka clients produce, fetch and run consumer groups "
-     "on the sets (docs/kafka-protocol.md; the `--kafka-listen` flag wins over it)"},
-    {"kafka_advertised", K_STRING, FIELD(sl_config, kafka_advertised), 0, 0, "`kafka_listen`",
-     "HOST:PORT Kafka clients are told to connect to (Metadata, FindCoordinator): set it when "
-     "they reach sluice through another name or port"},
     {"data_dir", K_STRING, FIELD(sl_config, data_dir), 0, 0, "\"./sluice-data\"",
      "where event sets and rule cursors live (relative to the config file)"},
     {"auto_create", K_TRISTATE, FIELD(sl_config, auto_create), 0, 0, "true",
@@ -61,6 +55,12 @@ static const key server_keys[] = {
      "PEM certificate (chain) file: serve HTTPS (relative to the config file; `--tls-cert`)"},
     {"tls_key", K_STRING, FIELD(sl_config, tls_key), 0, 0, "none",
      "PEM private key file of `tls_cert` (`--tls-key`)"},
+    {"kafka_listen", K_STRING, FIELD(sl_config, kafka_listen), 0, 0, "none (off)",
+     "Kafka protocol address HOST:PORT: Kafka clients produce, fetch and run consumer groups "
+     "on the sets (docs/kafka-protocol.md; the `--kafka-listen` flag wins over it)"},
+    {"kafka_advertised", K_STRING, FIELD(sl_config, kafka_advertised), 0, 0, "`kafka_listen`",
+     "HOST:PORT Kafka clients are told to connect to (Metadata, FindCoordinator): set it when "
+     "they reach sluice through another name or port"},
     {"max_batch", K_INT, FIELD(sl_config, max_batch), 1, 10000000, "10000",
      "most events in one publish request; more gets 413 `TooManyEvents`"},
     {"rate", K_INT, FIELD(sl_config, rate), 0, 100000000, "0 (unlimited)",

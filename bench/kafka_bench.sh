@@ -9,7 +9,7 @@
 # same and nothing repeats within a batch) go to topics of P partitions, keys
 # hashed with murmur2 so every partition gets the same share. P is chosen so
 # that a partition holds at most 4 MiB (the mock keeps only the last 5 MiB of
-# each partition: it could not be read back whole otherwise): 51 for 200,000.
+# each partition: it could not be read back whole otherwise): 52 for 200,000.
 #
 # Each repetition starts a fresh sluice (sets declared in a config, data dir
 # of its own, deleted after) and a fresh mock, then times, sluice and mock
@@ -30,13 +30,13 @@
 # the highest repetition; goal < 128 MiB). MB = 10^6 bytes of keys and values.
 #
 # Environment: SLUICE_BENCH_DIR (default ./build/bench-tmp), SLUICE_KBENCH_N
-# (records, default 200000), SLUICE_KBENCH_REPS (1-9, default 3),
+# (records, default 200000), SLUICE_KBENCH_REPS (1-9, default 5),
 # SLUICE_KBENCH_LINGER_MS (kcat's linger.ms, default 100),
 # SLUICE_KBENCH_PARTITIONS (default: as above; the mock must keep every
 # record of a partition, so the benchmark refuses a count that gives one more
 # than 4.5 MiB).
 #
-# About 60-90 s on 2 cores with the defaults. Exits 0 when it measured
+# About 30-70 s on 2 cores with the defaults. Exits 0 when it measured
 # everything, goals met or not; 1 on any error (a server that did not start,
 # a kcat that failed, a record missing).
 set -u
@@ -46,9 +46,10 @@ export LC_ALL=C
 cd "$(dirname "$0")/.." || exit 1
 
 N=${SLUICE_KBENCH_N:-200000}
-REPS=${SLUICE_KBENCH_REPS:-3}
+REPS=${SLUICE_KBENCH_REPS:-5}
 LINGER=${SLUICE_KBENCH_LINGER_MS:-100}
 PARTS=${SLUICE_KBENCH_PARTITIONS:-}
+# shellcheck disable=SC2034 # read by bench_workdir (bench/tsv.sh)
 ROOT=${SLUICE_BENCH_DIR:-./build/bench-tmp}
 MOCK=build/rel/tools/kafka_mock
 KEY_BYTES=8
@@ -145,9 +146,13 @@ count_of() {
     timeout 60 kcat -C -q -b "$1" -t "$2" -o -1 -e -f '%o\n' 2>/dev/null | awk '{s += $1 + 1} END {print s + 0}'
 }
 
+# The figures of every run, space-separated lists keyed SIDE.WHAT: MB/s, the
+# broker's CPU ms/MB and kcat's
+declare -A RATE=() CPU=() KCPU=()
+
 # measure SIDE WHAT REP: one timed kcat run against SIDE (sluice or mock):
 # WHAT is all (produce, acks=all), one (acks=1) or read (consume topic allREP).
-# Appends MB/s, the broker's CPU ms/MB and kcat's to R_SIDE_WHAT, C_…, K_….
+# Appends its figures to RATE, CPU and KCPU.
 measure() {
     local side=$1 what=$2 rep=$3 boot pid c0 c1 wall user sys got
     if [ "$side" = sluice ]; then boot=$S_BOOT pid=$SRV_PID; else boot=$M_BOOT pid=$MOCK_PID; fi
@@ -183,14 +188,13 @@ measure() {
     rate=$(calc "$MB / $wall")
     cpu=$(calc "($c1 - $c0) / $HZ * 1000 / $MB")
     kcpu=$(calc "($user + $sys) * 1000 / $MB")
-    eval "R_${side}_$what+=(\"\$rate\") C_${side}_$what+=(\"\$cpu\") K_${side}_$what+=(\"\$kcpu\")"
-    note "  $(printf '%-6s %-4s' "$side" "$what") $(printf '%6.2f s %7.1f MB/s, broker %6.2f CPU ms/MB, kcat %6.2f CPU ms/MB' \
-        "$wall" "$rate" "$cpu" "$kcpu")"
+    RATE[$side.$what]+=" $rate"
+    CPU[$side.$what]+=" $cpu"
+    KCPU[$side.$what]+=" $kcpu"
+    note "  $(printf '%-6s %-4s' "$side" "$what") $(printf '%6.2f s %7.1f MB/s, broker %6.2f CPU ms/MB, kcat %6.2f CPU ms/MB, broker VmHWM %4d MiB' \
+        "$wall" "$rate" "$cpu" "$kcpu" "$(($(kib_of "$pid" VmHWM) / 1024))")"
 }
 
-R_sluice_all=() R_sluice_one=() R_sluice_read=() R_mock_all=() R_mock_one=() R_mock_read=()
-C_sluice_all=() C_sluice_one=() C_sluice_read=() C_mock_all=() C_mock_one=() C_mock_read=()
-K_sluice_all=() K_sluice_one=() K_sluice_read=() K_mock_all=() K_mock_one=() K_mock_read=()
 HWM=() ANON=() FILEB=() MOCK_HWM=()
 
 for rep in $(seq "$REPS"); do
@@ -259,30 +263,30 @@ declare -A LABEL=([all]="produce, acks=-1 (kcat -P, acks=all)" [one]="produce, a
 declare -A TITLE=([all]="kcat -P of $N records of 1 KiB, acks=all (sluice fsyncs, the mock does not)"
     [one]="kcat -P of $N records of 1 KiB, acks=1" [read]="kcat -C -o beginning -e of the $N records")
 declare -A GOAL=([all]=$GOAL_ALL [one]=$GOAL_ONE [read]=$GOAL_READ)
+# shellcheck disable=SC2086 # the lists are numbers
 for what in all one read; do
-    eval "rs=(\"\${R_sluice_$what[@]}\") rm=(\"\${R_mock_$what[@]}\")"
-    s=$(median "${rs[@]}")
-    m=$(median "${rm[@]}")
+    s=$(median ${RATE[sluice.$what]})
+    m=$(median ${RATE[mock.$what]})
     r=$(ratio "$s" "$m")
     met=MISS
     ge "$r" "${GOAL[$what]}" && met=yes
     FMT=%.0f
     row "${LABEL[$what]}" MB/s "$(printf '%.1f' "$s")" "$(printf '%.1f' "$m")" "$r" ">=${GOAL[$what]}" "$met" \
-        "$(noise "${rs[@]}")" "$(noise "${rm[@]}")"
+        "$(noise ${RATE[sluice.$what]})" "$(noise ${RATE[mock.$what]})"
     tsv_row "kafka.$what" "Kafka broker: ${TITLE[$what]}, $PARTS partitions, median of $REPS" \
         MB/s "$s" "librdkafka mock broker, same records and client" "$m" "$r" \
         ">= ${GOAL[$what]}" "$([ "$met" = yes ] && echo yes || echo no)"
     LAST="$LAST ${what}_mbs=$(printf '%.1f' "$s") ${what}_mock_mbs=$(printf '%.1f' "$m") ${what}_ratio=$r"
 done
 declare -A CLABEL=([all]="CPU per MB produced, acks=-1" [one]="CPU per MB produced, acks=1" [read]="CPU per MB consumed")
+# shellcheck disable=SC2086
 for what in all one read; do
-    eval "cs=(\"\${C_sluice_$what[@]}\") cm=(\"\${C_mock_$what[@]}\")"
-    s=$(median "${cs[@]}")
-    m=$(median "${cm[@]}")
+    s=$(median ${CPU[sluice.$what]})
+    m=$(median ${CPU[mock.$what]})
     r=$(ratio "$s" "$m")
     FMT=%.1f
     row "${CLABEL[$what]} (broker process)" ms/MB "$(printf '%.2f' "$s")" "$(printf '%.2f' "$m")" "$r" - - \
-        "$(noise "${cs[@]}")" "$(noise "${cm[@]}")"
+        "$(noise ${CPU[sluice.$what]})" "$(noise ${CPU[mock.$what]})"
     tsv_row "kafka.${what}_cpu" "Kafka broker: ${CLABEL[$what]}, CPU of the broker process (lower is better)" \
         ms/MB "$s" "librdkafka mock broker" "$m" "$r" - -
     LAST="$LAST ${what}_cpu_ms_mb=$(printf '%.2f' "$s") ${what}_mock_cpu_ms_mb=$(printf '%.2f' "$m")"
@@ -305,8 +309,10 @@ for l in "${SUMMARY[@]}"; do echo "$l"; done
 FMT=%.2f
 echo "(MB/s: 10^6 bytes of keys and values over kcat's run, start to exit; ratio sluice / mock,"
 echo " higher is better. CPU: utime + stime of the broker process over kcat's run per MB, lower is"
-echo " better; kcat's own CPU per MB, sluice / mock: produce acks=-1 $(noise "${K_sluice_all[@]}") / $(noise "${K_mock_all[@]}"),"
-echo " acks=1 $(noise "${K_sluice_one[@]}") / $(noise "${K_mock_one[@]}"), consume $(noise "${K_sluice_read[@]}") / $(noise "${K_mock_read[@]}")."
+# shellcheck disable=SC2086
+echo " better; kcat's own CPU per MB, sluice / mock: produce acks=-1 $(noise ${KCPU[sluice.all]}) / $(noise ${KCPU[mock.all]}),"
+# shellcheck disable=SC2086
+echo " acks=1 $(noise ${KCPU[sluice.one]}) / $(noise ${KCPU[mock.one]}), consume $(noise ${KCPU[sluice.read]}) / $(noise ${KCPU[mock.read]})."
 echo " noise: min..max of the $REPS repetitions; overlapping ranges mean a difference within the"
 echo " machine's noise. RSS at the end of each repetition, KiB: VmHWM ${HWM[*]}, RssAnon ${ANON[*]},"
 echo " RssFile ${FILEB[*]}; the mock's VmHWM ${MOCK_HWM[*]} (it keeps every record in memory).)"

@@ -361,10 +361,19 @@ static void produce_one(sl_kreq *r, kpp *p, sl_kstr topic, sl_kstr records, int1
             return;
         }
     }
-    if (!p->err)
+    if (!p->err) {
+        /* Counted before the publish: its done may come from the syncer
+         * before sl_databus_publish_part() returns. */
+        p->waiting = true;
+        atomic_fetch_add(&p->pr->outstanding, 1);
         rc = sl_databus_publish_part(r->k->bus, set, p->index,
                                      acks == -1 ? SL_ACK_DURABLE : SL_ACK_BUFFER, d->evs, d->n,
                                      d->res, publish_done, p, &err);
+        if (rc != 1) { /* no done will come (the handler's hold keeps it above 0) */
+            p->waiting = false;
+            atomic_fetch_sub(&p->pr->outstanding, 1);
+        }
+    }
     if (!p->err && p->idem.pid >= 0)
         sl__kidem_end(r->k, set->name, p->index, &p->idem, rc < 0 ? -1 : d->res[0].offset);
     if (p->err || rc < 0) {
@@ -376,10 +385,6 @@ static void produce_one(sl_kreq *r, kpp *p, sl_kstr topic, sl_kstr records, int1
     }
     p->base = d->res[0].offset;
     atomic_fetch_add(&r->k->stats.produced_records, d->n);
-    if (rc == 1) {
-        p->waiting = true;
-        atomic_fetch_add(&p->pr->outstanding, 1);
-    }
 }
 
 int sl__kafka_produce(sl_kreq *r)

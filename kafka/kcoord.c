@@ -12,6 +12,7 @@
 #include "kafka/kcoord.h"
 
 #include "core/base/clock.h"
+#include "core/base/json.h"
 #include "core/base/slog.h"
 #include "core/bus/event.h"
 
@@ -85,6 +86,11 @@ const char *sl__kcoord_state_name(int state)
     default:
         return "Empty";
     }
+}
+
+bool sl__kcoord_group_id(sl_kstr s, char *out, size_t cap)
+{
+    return sl_kstr_copy(s, out, cap) && out[0] && sl_json_utf8_valid(out, strlen(out));
 }
 
 bool sl__kcoord_allowed(const sl_kreq *r)
@@ -541,7 +547,7 @@ static bool join_parse(sl_kreq *r, join_req *q)
 {
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
-    q->group_ok = sl_kstr_copy(sl_kr_str(b, false), q->group, sizeof q->group) && q->group[0];
+    q->group_ok = sl__kcoord_group_id(sl_kr_str(b, false), q->group, sizeof q->group);
     q->session_ms = sl_kr_i32(b);
     q->rebalance_ms = v >= 1 ? sl_kr_i32(b) : q->session_ms;
     q->member_ok = sl_kstr_copy(sl_kr_str(b, false), q->member, sizeof q->member);
@@ -640,20 +646,27 @@ static kmember *member_new(kgroup *g, sl_kreq *r, const join_req *q)
     kmember *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
+    /* The client id names the member in its id, GET /v1/groups and
+     * DescribeGroups: printable ASCII kept, anything else '?' (ids are
+     * JSON strings there). */
+    snprintf(m->client_id, sizeof m->client_id, "%s", r->client_id);
+    for (char *c = m->client_id; *c; c++)
+        if (*c < 0x20 || *c > 0x7e)
+            *c = '?';
     char uuid[37];
     sl_event_uuid7(sl_clock_now_ms(), uuid);
-    const char *prefix = r->client_id[0] ? r->client_id : "member";
+    const char *prefix = m->client_id[0] ? m->client_id : "member";
     size_t n = strlen(prefix) + 1 + sizeof uuid;
     m->id = malloc(n);
     if (q->instance.p)
         m->instance = dup_kstr(q->instance);
     if (!m->id || (q->instance.p && !m->instance)) {
         free(m->id);
+        free(m->instance);
         free(m);
         return NULL;
     }
     snprintf(m->id, n, "%s-%s", prefix, uuid);
-    snprintf(m->client_id, sizeof m->client_id, "%s", r->client_id);
     const char *colon = strrchr(r->peer, ':');
     snprintf(m->host, sizeof m->host, "/%.*s", colon ? (int)(colon - r->peer) : 60, r->peer);
     g->m[g->nm++] = m;
@@ -834,7 +847,7 @@ int sl__kafka_sync_group(sl_kreq *r)
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
     char group[KCOORD_GROUP_ID_MAX + 1], member[KCOORD_MEMBER_ID_MAX + 1];
-    bool gok = sl_kstr_copy(sl_kr_str(b, false), group, sizeof group);
+    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
     int32_t gen = sl_kr_i32(b);
     bool mok = sl_kstr_copy(sl_kr_str(b, false), member, sizeof member);
     if (v >= 3)
@@ -929,7 +942,7 @@ int sl__kafka_heartbeat(sl_kreq *r)
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
     char group[KCOORD_GROUP_ID_MAX + 1], member[KCOORD_MEMBER_ID_MAX + 1];
-    bool gok = sl_kstr_copy(sl_kr_str(b, false), group, sizeof group);
+    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
     int32_t gen = sl_kr_i32(b);
     bool mok = sl_kstr_copy(sl_kr_str(b, false), member, sizeof member);
     if (v >= 3)
@@ -986,7 +999,7 @@ int sl__kafka_leave_group(sl_kreq *r)
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
     char group[KCOORD_GROUP_ID_MAX + 1];
-    bool gok = sl_kstr_copy(sl_kr_str(b, false), group, sizeof group);
+    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
     int32_t n = 1;
     sl_kstr one = {NULL, -1};
     const uint8_t *at = NULL;
@@ -1081,7 +1094,7 @@ int sl__kafka_describe_groups(sl_kreq *r)
         int16_t err = SL_KERR_NONE;
         if (!allowed)
             err = SL_KERR_GROUP_AUTHORIZATION_FAILED;
-        else if (!sl_kstr_copy(s, id, sizeof id) || !id[0])
+        else if (!sl__kcoord_group_id(s, id, sizeof id))
             err = SL_KERR_INVALID_GROUP_ID;
         else
             g = sl__kcoord_group(c, id, false);

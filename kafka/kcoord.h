@@ -107,6 +107,9 @@ kmember *sl__kcoord_member(kgroup *g, const char *id);
 /* Members that joined (pending ones excluded). */
 size_t sl__kcoord_active(const kgroup *g);
 const char *sl__kcoord_state_name(int state);
+/* A group id from s into out: not null, not empty, UTF-8 (it is a JSON
+ * string in its offsets file and in GET /v1/groups), under cap. */
+bool sl__kcoord_group_id(sl_kstr s, char *out, size_t cap);
 /* Whether r may use groups: with keys, one that reads some set. */
 bool sl__kcoord_allowed(const sl_kreq *r);
 

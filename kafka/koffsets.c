@@ -15,6 +15,7 @@
 #include "kafka/kcoord.h"
 
 #include "core/base/clock.h"
+#include "core/base/json.h"
 #include "core/base/slog.h"
 
 #include <dirent.h>
@@ -248,7 +249,7 @@ int sl__kafka_offset_commit(sl_kreq *r)
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
     char group[KCOORD_GROUP_ID_MAX + 1], member[KCOORD_MEMBER_ID_MAX + 1];
-    bool gok = sl_kstr_copy(sl_kr_str(b, false), group, sizeof group) && group[0];
+    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
     int32_t gen = sl_kr_i32(b);
     bool mok = sl_kstr_copy(sl_kr_str(b, false), member, sizeof member);
     if (v >= 7)
@@ -315,6 +316,8 @@ int sl__kafka_offset_commit(sl_kreq *r)
                 e = SL_KERR_UNKNOWN_TOPIC_OR_PARTITION;
             else if (!e && meta.len > KCOORD_METADATA_MAX)
                 e = 12; /* OFFSET_METADATA_TOO_LARGE */
+            else if (!e && meta.p && !sl_json_utf8_valid(meta.p, (size_t)meta.len))
+                e = SL_KERR_INVALID_REQUEST; /* a STRING is UTF-8; the file keeps JSON */
             else if (!e && off < 0)
                 e = SL_KERR_OFFSET_OUT_OF_RANGE;
             else if (!e && koff_put(g, set->name, part, off, epoch, meta.p,
@@ -327,7 +330,7 @@ int sl__kafka_offset_commit(sl_kreq *r)
     sl_error err = {0};
     bool lost = stored && group_save(c, g, &err) != 0;
     if (lost) /* what is in memory stays and goes out with the next save */
-        sl_slog(SL_SLOG_ERROR, "kafka", "group \"%s\": offsets not saved: %s", g->id, err.msg);
+        sl__kafka_log_once(r, "kafka: group \"%s\": offsets not saved: %s", g->id, err.msg);
     pthread_mutex_unlock(&c->mu);
 
     if (v >= 3)
@@ -370,7 +373,7 @@ int sl__kafka_offset_fetch(sl_kreq *r)
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
     char group[KCOORD_GROUP_ID_MAX + 1];
-    bool gok = sl_kstr_copy(sl_kr_str(b, false), group, sizeof group) && group[0];
+    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
     int32_t nt = sl_kr_array(b, false, 6);
     const uint8_t *at = b->p;
     for (int32_t t = 0; t < nt; t++) {
@@ -468,6 +471,17 @@ static json_t *assignment_json(const kmember *m, bool consumer)
     return arr;
 }
 
+/* A client's string for GET /v1/groups: JSON null for NULL, and a
+ * placeholder for bytes that are not UTF-8 (protocol names are the
+ * client's). */
+static json_t *jstr(const char *s)
+{
+    if (!s)
+        return json_null();
+    json_t *j = json_string(s);
+    return j ? j : json_string("(not UTF-8)");
+}
+
 static json_t *group_json(sl_kafka *k, const kgroup *g)
 {
     json_t *members = json_array(), *offsets = json_array();
@@ -497,10 +511,10 @@ static json_t *group_json(sl_kafka *k, const kgroup *g)
         }
         json_array_append_new(offsets, e);
     }
-    return json_pack("{s:s, s:s, s:s?, s:s?, s:i, s:s?, s:o, s:o}", "group", g->id, "state",
-                     sl__kcoord_state_name(g->state), "protocol_type", g->ptype, "protocol",
-                     g->proto, "generation", g->gen, "leader", g->leader, "members", members,
-                     "offsets", offsets);
+    return json_pack("{s:o, s:s, s:o, s:o, s:i, s:o, s:o, s:o}", "group", jstr(g->id), "state",
+                     sl__kcoord_state_name(g->state), "protocol_type", jstr(g->ptype), "protocol",
+                     jstr(g->proto), "generation", g->gen, "leader", jstr(g->leader), "members",
+                     members, "offsets", offsets);
 }
 
 int sl__kgroups_json(sl_kafka *k, sl_buf *out)

@@ -632,6 +632,9 @@ static size_t collect(sl_databus *bus, work **ws, size_t *cap, int64_t now, int6
     return n;
 }
 
+/* The most a drained buffer keeps for the next round (see the writer). */
+#define FRAMES_KEEP (64u << 10)
+
 /* Puts frames the writer could not append back in front of newer ones. */
 static void requeue(bus_part *bp, work *w, int64_t now)
 {
@@ -765,6 +768,18 @@ static void *writer_main(void *arg)
                 }
             } else {
                 bp->failing = 0;
+            }
+            /* A burst grows a partition's two buffers (the one filling and
+             * the one being written); kept at their largest they would
+             * cost that much per partition for good (thousands of
+             * partitions). A partition that went quiet (nothing new while
+             * its frames were written) gives back what is past FRAMES_KEEP;
+             * a busy one keeps its buffers for the next round. */
+            if (bp->pending.len == 0) {
+                if (w->frames.cap > FRAMES_KEEP)
+                    sl_buf_free(&w->frames);
+                if (bp->pending.cap > FRAMES_KEEP)
+                    sl_buf_free(&bp->pending);
             }
         }
         if (want_sync)

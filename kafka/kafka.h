@@ -48,6 +48,11 @@ typedef struct sl_kafka_hooks {
      * lane's admission; 0 or an sl_event_status with err. Called from the
      * listener threads for every CloudEvents record produced. */
     int (*validate)(void *ctx, const sl_set *set, const struct sl_event *ev, sl_error *err);
+    /* Whether the set has a JSON Schema for events of type[0..len): a
+     * Kafka client's plain record (type sluice.kafka.record) whose type has
+     * none is admitted by its lane alone, without building its event. NULL:
+     * every record's event is built and validated. */
+    bool (*has_schema)(void *ctx, const sl_set *set, const char *type, size_t len);
     /* Whether a set may be deleted over DeleteTopics (a set the config
      * declares or that rules read may not): 0, or SL_EBUSY with err saying
      * who uses it. NULL: every set may be. */

@@ -211,6 +211,13 @@ static int16_t admit(sl_kreq *r, const sl_set *set, int32_t part, const decoded 
                            .max_depth = SL_EVENT_MAX_DEPTH_DEFAULT,
                            .generate_ids = true};
     int16_t code = SL_KERR_NONE;
+    /* Plain records of a type without a schema only need their lane
+     * admitted: the event is built from the lane alone, once per run of
+     * records of one lane (building each record's data costs more than
+     * storing it). */
+    bool plain_by_lane = h->has_schema && !h->has_schema(h->ctx, set, SL_RECORD_PLAIN_TYPE,
+                                                         sizeof SL_RECORD_PLAIN_TYPE - 1);
+    const char *admitted_lane = NULL; /* of the last plain record admitted so */
     for (size_t i = 0; i < d->n && !code; i++) {
         const sl_databus_event *e = &d->evs[i];
         sl_record rec = {.offset = (int64_t)i,
@@ -224,6 +231,15 @@ static int16_t admit(sl_kreq *r, const sl_set *set, int32_t part, const decoded 
                          .header_count = e->header_count,
                          .lane = e->lane,
                          .lane_len = strlen(e->lane)};
+        bool lane_only = plain_by_lane && sl_record_kind_of(&rec) == SL_RECORD_PLAIN;
+        if (lane_only) {
+            if (admitted_lane && !strcmp(admitted_lane, e->lane))
+                continue;
+            rec.key = NULL;
+            rec.key_len = 0;
+            rec.value = NULL; /* data null: nothing checks it */
+            rec.value_len = 0;
+        }
         sl_error err = {0};
         json.len = 0;
         int rc = sl_record_event(&rec, set->name, part, &json, &err);
@@ -236,6 +252,8 @@ static int16_t admit(sl_kreq *r, const sl_set *set, int32_t part, const decoded 
                      err.msg[0] ? err.msg : sl_strerror(rc));
             code = rc == SL_ENOMEM ? SL_KERR_UNKNOWN_SERVER_ERROR : SL_KERR_INVALID_RECORD;
         }
+        else if (lane_only)
+            admitted_lane = e->lane;
     }
     sl_buf_free(&json);
     return code;

@@ -491,6 +491,16 @@ static int sources_json(void *ctx, sl_buf *out)
     return rc;
 }
 
+bool sl_router_has_schema(void *ctx, const sl_set *set, const char *type, size_t len)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    const sl_set_decl *d = sl_config_set(r->cfg, set->name); /* NULL: not declared */
+    bool has = d && sl_config_schema(d, type, len) != NULL;
+    pthread_rwlock_unlock(&r->lock);
+    return has;
+}
+
 int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err)
 {
     sl_router *r = ctx;

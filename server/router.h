@@ -45,6 +45,9 @@ void sl_router_http_hooks(sl_router *r, sl_http_hooks *out);
  * or that a source writes to may not be deleted (SL_EBUSY with err naming
  * who uses it). */
 int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err);
+/* sl_kafka_hooks.has_schema: whether the config gives the set a schema for
+ * events of type[0..len). */
+bool sl_router_has_schema(void *ctx, const sl_set *set, const char *type, size_t len);
 
 void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane);
 

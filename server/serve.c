@@ -616,7 +616,8 @@ int sl_serve_main(int argc, char **argv)
     ho.waits = waits;
     sl_kafka_hooks khooks = {.ctx = hooks.ctx,
                              .validate = hooks.validate,
-                             .may_delete = router ? sl_router_may_delete : NULL};
+                             .may_delete = router ? sl_router_may_delete : NULL,
+                             .has_schema = router ? sl_router_has_schema : NULL};
     if (!rc && khost[0]) {
         sl_kafka_options ko = {.host = khost,
                                .port = kport,

@@ -195,7 +195,7 @@ static json_t *build(const sl_record *rec, sl_record_kind kind, const char *set,
         rc |= json_object_set_new(o, "specversion", json_string("1.0"));
         rc |= json_object_set_new(o, "id", json_string(id));
         rc |= json_object_set_new(o, "source", json_string(src));
-        rc |= json_object_set_new(o, "type", json_string("sluice.kafka.record"));
+        rc |= json_object_set_new(o, "type", json_string(SL_RECORD_PLAIN_TYPE));
         if (rec->timestamp >= 0) {
             sl_time_format_rfc3339(rec->timestamp, ts);
             rc |= json_object_set_new(o, "time", json_string(ts));

@@ -32,6 +32,9 @@
 
 #include <stdint.h>
 
+/* The type of a plain record's event. */
+#define SL_RECORD_PLAIN_TYPE "sluice.kafka.record"
+
 typedef enum sl_record_kind {
     SL_RECORD_STRUCTURED, /* the value is the CloudEvent */
     SL_RECORD_BINARY,     /* ce_* headers + data */

@@ -155,7 +155,7 @@ p2=$(cut -d' ' -f1 "$dir/g2" | sort -u | tr '\n' ' ')
 for p in $p1; do case " $p2" in *" $p "*) fail "partition $p read by both members";; esac; done
 # One member killed: after its session times out the other takes all the
 # partitions over and reads what comes next.
-kill -9 "$g2"
+pkill -9 -P "$g2" kcat || fail "no kcat under timeout $g2 to kill"
 wait "$g2" 2>/dev/null || true
 n1=$(wc -l < "$dir/g1")
 seq 1 60 | sed 's/^/after:/' | timeout 30 kcat -P -b "$bs" -t orders -K : || fail "kcat -P after a member died"
@@ -189,7 +189,7 @@ g3=$!
 i=0
 until [ "$(grep -c '^new-' "$dir/g3")" -ge 2 ]; do
     i=$((i + 1))
-    [ $i -lt 150 ] || fail "after a restart the group's new member did not read the 2 new records: $(head -3 "$dir/g3")"
+    [ $i -lt 150 ] || fail "after a restart the group's new member did not read the 2 new records: $(head -3 "$dir/g3"); groups: $(curl -s "http://127.0.0.1:$hport/v1/groups")"
     sleep 0.1
 done
 sleep 1

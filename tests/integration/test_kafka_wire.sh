@@ -153,20 +153,41 @@ p1=$(cut -d' ' -f1 "$dir/g1" | sort -u | tr '\n' ' ')
 p2=$(cut -d' ' -f1 "$dir/g2" | sort -u | tr '\n' ' ')
 [ -n "$p1" ] && [ -n "$p2" ] || fail "one member read nothing: partitions [$p1] and [$p2]"
 for p in $p1; do case " $p2" in *" $p "*) fail "partition $p read by both members";; esac; done
-# One member killed: after its session times out the other takes all the
-# partitions over and reads what comes next.
+# One member killed: after its session times out the other is given every
+# partition and reads what comes next in each.
 pkill -9 -P "$g2" kcat || fail "no kcat under timeout $g2 to kill"
 wait "$g2" 2>/dev/null || true
+i=0
+until curl -sf "http://127.0.0.1:$hport/v1/groups" | grep -q '"state":"Stable".*"members":\[{[^]]*"partitions":\[0,1,2\]}\]}\]'; do
+    i=$((i + 1))
+    [ $i -lt 300 ] || fail "the surviving member was not given every partition after the other was killed: $(curl -s "http://127.0.0.1:$hport/v1/groups")"
+    sleep 0.1
+done
 n1=$(wc -l < "$dir/g1")
-seq 1 60 | sed 's/^/after:/' | timeout 30 kcat -P -b "$bs" -t orders -K : || fail "kcat -P after a member died"
+for p in 0 1 2; do
+    seq 1 20 | sed "s/^/after-$p-/" | timeout 30 kcat -P -b "$bs" -t orders -p $p || fail "kcat -P after a member died"
+done
 i=0
 until [ "$(wc -l < "$dir/g1")" -ge $((n1 + 60)) ]; do
     i=$((i + 1))
     [ $i -lt 250 ] || fail "the surviving member read $(($(wc -l < "$dir/g1") - n1)) of 60 records after the other was killed"
     sleep 0.1
 done
-sleep 6 # an auto-commit (5 s) after the last record
-kill "$g1" 2>/dev/null; wait "$g1" 2>/dev/null || true
+kill "$g1" 2>/dev/null; wait "$g1" 2>/dev/null || true # a clean close commits
+# Every partition of orders that holds records is committed at its end
+# (lag 0) before the restart (an empty one has nothing to commit).
+curl -sf "http://127.0.0.1:$hport/v1/sets/orders" > "$dir/orders.json"
+i=0
+until curl -sf "http://127.0.0.1:$hport/v1/groups" | /usr/bin/python3 -c '
+import json, sys
+g = [g for g in json.load(sys.stdin)["groups"] if g["group"] == "gw"]
+offs = {o["partition"]: o for o in (g[0]["offsets"] if g else []) if o["topic"] == "orders"}
+full = [p["partition"] for p in json.load(open(sys.argv[1]))["partition_info"] if p["end_offset"] > 0]
+sys.exit(0 if all(p in offs and offs[p].get("lag") == 0 for p in full) else 1)' "$dir/orders.json"; do
+    i=$((i + 1))
+    [ $i -lt 100 ] || fail "group gw did not commit every partition of orders at its end: $(curl -s "http://127.0.0.1:$hport/v1/groups")"
+    sleep 0.1
+done
 curl -sf "http://127.0.0.1:$hport/metrics" > "$dir/metrics"
 grep -q '^sluice_kafka_requests_total{api="JoinGroup"} [1-9]' "$dir/metrics" || fail "no JoinGroup in /metrics"
 grep -q '^sluice_kafka_produced_records_total [1-9]' "$dir/metrics" || fail "no produced records in /metrics"
@@ -184,7 +205,9 @@ bs="127.0.0.1:$kport"
 sed -i '/kafka_listen/d' "$dir/sluice.lua"
 start -c "$dir/sluice.lua" --kafka-listen "$bs"
 printf 'n1:new-1\nn2:new-2\n' | timeout 30 kcat -P -b "$bs" -t orders -K : || fail "kcat -P after restart"
-timeout 15 kcat -u -b "$bs" -G gw orders -q -f '%s\n' -X session.timeout.ms=6000 > "$dir/g3" 2>&1 &
+# (earliest: a partition nobody committed, empty before, holds new records now)
+timeout 15 kcat -u -b "$bs" -G gw orders -q -f '%s\n' -X session.timeout.ms=6000 \
+    -X auto.offset.reset=earliest > "$dir/g3" 2>&1 &
 g3=$!
 i=0
 until [ "$(grep -c '^new-' "$dir/g3")" -ge 2 ]; do

@@ -14,8 +14,9 @@
  * largest request plus the responses it has queued. Requests queue in
  * arrival order; the head's response goes out once it is done, so responses
  * leave in request order whatever order handlers finish in. Reading pauses
- * while more than MAX_INFLIGHT requests are queued (a client that pipelines
- * without reading its answers fills its socket buffer, not our memory).
+ * while more than MAX_INFLIGHT requests, or MAX_QUEUED bytes of them, are
+ * queued (a client that pipelines without reading its answers fills its
+ * socket buffer, not our memory).
  */
 #include "kafka/kafka_internal.h"
 #include "kafka/ktls.h"
@@ -40,6 +41,7 @@
 #include <unistd.h>
 
 #define MAX_INFLIGHT 64
+#define MAX_QUEUED (64u << 20)
 #define READ_CHUNK 65536
 
 typedef struct kthread kthread;
@@ -58,6 +60,7 @@ typedef struct kconn {
     /* Requests in arrival order; head is answered first. */
     sl_kreq *head, *tail;
     size_t nq;
+    size_t q_bytes; /* frame bytes of the queued requests */
     /* The head's response being sent: its frame header, then pieces. */
     uint8_t hdr[16];
     size_t hdr_len;
@@ -73,6 +76,11 @@ typedef struct kconn {
     bool tls_wr_in;  /* a write waits for bytes from the peer (handshake) */
     bool tls_more;   /* decrypted bytes wait in the session: read again */
     uint8_t *scratch; /* file parts are read here to be encrypted */
+    /* The frame buffer of the last request answered, for the next frame
+     * (a producer's requests are alike in size: no malloc, no page faults
+     * for each). */
+    uint8_t *spare;
+    size_t spare_cap;
     struct kconn *prev, *next;
 } kconn;
 
@@ -120,7 +128,33 @@ static void conn_free(kconn *c)
 {
     free(c->frame);
     free(c->scratch);
+    free(c->spare);
     free(c);
+}
+
+#define SPARE_MAX (16u << 20) /* larger frame buffers are not kept */
+
+/* Whether c reads no more frames until answers went out. */
+static bool paused(const kconn *c)
+{
+    return c->nq >= MAX_INFLIGHT || c->q_bytes >= MAX_QUEUED;
+}
+
+/* Frees an answered request, keeping its frame buffer as c's spare. */
+static void req_done(kconn *c, sl_kreq *r)
+{
+    c->q_bytes -= r->in_len;
+    if (r->cleanup) { /* first: the handler's state may point into the frame */
+        r->cleanup(r);
+        r->cleanup = NULL;
+    }
+    if (r->in && r->in_len <= SPARE_MAX && r->in_len > c->spare_cap) {
+        free(c->spare);
+        c->spare = r->in;
+        c->spare_cap = r->in_len;
+        r->in = NULL;
+    }
+    sl__kreq_free(r);
 }
 
 /* Marks c to be read again by its thread (TLS: bytes epoll cannot see). */
@@ -138,7 +172,7 @@ static void more(kconn *c, bool on)
 static void update_events(kconn *c)
 {
     bool want = c->sending || c->tls_rd_out;
-    bool pause = c->nq >= MAX_INFLIGHT;
+    bool pause = paused(c);
     if (!pause && sl__ktls_pending(c->ssl))
         more(c, true);
     struct epoll_event ev = {.events = (want ? EPOLLOUT : 0) | (pause ? 0 : EPOLLIN) | EPOLLRDHUP,
@@ -175,6 +209,7 @@ static void conn_close(kconn *c)
     }
     c->head = c->tail = NULL;
     c->nq = 0;
+    c->q_bytes = 0;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -224,7 +259,7 @@ static void start_head(kconn *c)
         if (!c->head)
             c->tail = NULL;
         c->nq--;
-        sl__kreq_free(r);
+        req_done(c, r);
         r = c->head;
     }
     if (!r || r->state_code != SL_KREQ_DONE || c->sending)
@@ -270,7 +305,7 @@ static bool send_some(kconn *c)
                 c->tail = NULL;
             c->nq--;
             c->sending = false;
-            sl__kreq_free(r);
+            req_done(c, r);
             continue;
         }
         if (c->sent >= len) {
@@ -315,7 +350,7 @@ static bool send_some(kconn *c)
         atomic_fetch_add(&k->stats.bytes_out, (uint64_t)n);
         c->sent += (uint64_t)n;
     }
-    if (c->want_out != c->sending || c->nq < MAX_INFLIGHT)
+    if (c->want_out != c->sending || !paused(c))
         update_events(c);
     return true;
 }
@@ -364,6 +399,7 @@ static void on_frame(kconn *c, uint8_t *frame, size_t len)
         c->head = r;
     c->tail = r;
     c->nq++;
+    c->q_bytes += r->in_len;
     run(c, r, sl__kapi_dispatch);
 }
 
@@ -372,7 +408,7 @@ static bool read_some(kconn *c)
 {
     sl_kafka *k = c->t->k;
     more(c, false);
-    for (int rounds = 0; rounds < 16 && !c->closed && c->nq < MAX_INFLIGHT; rounds++) {
+    for (int rounds = 0; rounds < 16 && !c->closed && !paused(c); rounds++) {
         ssize_t n;
         uint8_t *to;
         size_t want;
@@ -421,7 +457,11 @@ static bool read_some(kconn *c)
             }
             c->flen = (size_t)size;
             c->fgot = 0;
-            if (!(c->frame = malloc(c->flen))) {
+            if (c->spare && c->spare_cap >= c->flen) {
+                c->frame = c->spare;
+                c->spare = NULL;
+                c->spare_cap = 0;
+            } else if (!(c->frame = malloc(c->flen))) {
                 conn_close(c);
                 return false;
             }
@@ -440,7 +480,7 @@ static bool read_some(kconn *c)
                 return false;
         }
     }
-    if (c->nq >= MAX_INFLIGHT)
+    if (paused(c))
         update_events(c);
     else if (!c->closed && sl__ktls_pending(c->ssl))
         more(c, true); /* stopped after 16 rounds: the rest next turn */

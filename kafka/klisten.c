@@ -716,6 +716,7 @@ void sl__klisten_stop(sl_kafka *k)
             ssize_t n = write(l->t[i].evfd, &one, sizeof one);
             (void)n;
             pthread_join(l->t[i].tid, NULL);
+            l->t[i].started = false; /* a second stop joins nothing */
         }
     /* The threads are gone: close what they had; a post still coming for
      * an orphan (a durable Produce the Databus completes at its stop) has

@@ -284,6 +284,27 @@ if bin/sluice serve --data "$dir/data" --listen "127.0.0.1:$hport" --kafka-liste
     fail "a non-loopback Kafka listener without keys started"
 fi
 grep -q "refusing to speak the Kafka protocol on 0.0.0.0" "$dir/open" || fail "refusal unclear: $(cat "$dir/open")"
+# A Kafka port already taken: a clear refusal at start, nothing left running.
+kport=$(free_port)
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+open(sys.argv[2], "w").close()
+time.sleep(30)' "$kport" "$dir/held" &
+holder=$!
+i=0
+until [ -f "$dir/held" ]; do
+    i=$((i + 1))
+    [ $i -lt 100 ] || fail "could not hold port $kport"
+    sleep 0.1
+done
+if timeout 20 bin/sluice serve --data "$dir/data" --listen "127.0.0.1:$hport" --kafka-listen "127.0.0.1:$kport" \
+        > "$dir/taken" 2>&1; then
+    kill "$holder"
+    fail "sluice started on a taken Kafka port"
+fi
+kill "$holder" 2>/dev/null || true
+grep -q "cannot start: kafka_listen 127.0.0.1:$kport: .*in use" "$dir/taken" || fail "taken port refusal unclear: $(cat "$dir/taken")"
 printf 'server {\n  kafka_listen = "nowhere",\n}\n' > "$dir/bad.lua"
 if bin/sluice check "$dir/bad.lua" > "$dir/check" 2>&1; then fail "sluice check took kafka_listen = \"nowhere\""; fi
 grep -q "bad.lua:[0-9]*:.*kafka_listen" "$dir/check" || fail "sluice check does not name FILE:LINE: $(cat "$dir/check")"

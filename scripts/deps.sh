@@ -27,6 +27,8 @@ else
   missing="$missing libzstd-dev liblua5.4-dev libcmocka-dev libssl-dev"
 fi
 need_cmd kcat kcat
+# tests/unit/test_sigv4.c checks the SigV4 signer against botocore's.
+/usr/bin/python3 -I -c 'import botocore' 2>/dev/null || missing="$missing python3-botocore"
 need_cmd curl curl
 need_cmd openssl openssl # tests make self-signed certificates (the Kafka listener's TLS)
 need_cmd python3 python3

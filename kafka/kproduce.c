@@ -69,6 +69,18 @@ typedef struct decoded {
     sl_batch_reader *brs;
     size_t nbr, brcap;
     sl_kidem_batch idem; /* of the first batch, extended over the next ones */
+    /* The client's batches: each stored as it is when it can be (one lane,
+     * the set's codec, plain CreateTime records with dense offsets), else
+     * record by record. */
+    struct kbatch {
+        const uint8_t *p;
+        size_t len, first, n;
+        int64_t max_ts;
+        bool whole;
+    } *kb;
+    size_t nkb, kbcap;
+    sl_databus_event *pub; /* what is published: whole batches and records */
+    size_t npub, pubcap;
 } decoded;
 
 static void decoded_reset(decoded *d)
@@ -77,6 +89,7 @@ static void decoded_reset(decoded *d)
         sl_batch_reader_free(&d->brs[i]);
     d->nbr = 0;
     d->n = 0;
+    d->nkb = d->npub = 0;
     d->idem = (sl_kidem_batch){.pid = -1};
 }
 
@@ -84,6 +97,8 @@ static void decoded_free(decoded *d)
 {
     decoded_reset(d);
     free(d->brs);
+    free(d->kb);
+    free(d->pub);
     free(d->evs);
     free(d->lanes);
     free(d->res);
@@ -110,9 +125,10 @@ static int grow_events(decoded *d)
     return 0;
 }
 
-/* Decodes the batches of records[0..len). Returns 0 or the Kafka error
- * with why. */
-static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_t whylen)
+/* Decodes the batches of records[0..len) for a set of codec. Returns 0 or
+ * the Kafka error with why. */
+static int16_t decode(const uint8_t *p, size_t len, int codec_of_set, decoded *d, char *why,
+                      size_t whylen)
 {
     while (len > 0) {
         /* Codecs other than none and zstd are refused by name (the header
@@ -158,6 +174,15 @@ static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_
             snprintf(why, whylen, "record batch: %s", err.msg);
             return SL_KERR_CORRUPT_MESSAGE;
         }
+        if (d->nkb == d->kbcap && SL_GROW(d->kb, d->kbcap, 4))
+            return SL_KERR_UNKNOWN_SERVER_ERROR;
+        struct kbatch *kb = &d->kb[d->nkb++];
+        /* attributes: codec in bits 0-2; timestamp type 3, transactional 4
+         * and control 5 must be clear to store it as it is. */
+        *kb = (struct kbatch){.p = p, .len = bl, .first = d->n, .max_ts = info.max_ts,
+                              .whole = (info.attributes & 7) == codec_of_set &&
+                                       !(info.attributes & 0x38) &&
+                                       info.last_offset_delta == info.count - 1};
         sl_record rec;
         while ((rc = sl_batch_reader_next(br, &rec, &err)) == 0) {
             if (!sl_lane_valid(rec.lane, rec.lane_len)) {
@@ -170,6 +195,9 @@ static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_
                 return SL_KERR_UNKNOWN_SERVER_ERROR;
             memcpy(d->lanes[d->n], rec.lane, rec.lane_len);
             d->lanes[d->n][rec.lane_len] = '\0';
+            if (kb->whole && (rec.offset != info.base_offset + (int64_t)(d->n - kb->first) ||
+                              (d->n > kb->first && strcmp(d->lanes[d->n], d->lanes[kb->first]))))
+                kb->whole = false;
             d->evs[d->n] = (sl_databus_event){
                 .value = (const char *)rec.value, /* NULL: a tombstone, kept null */
                 .value_len = rec.value_len,
@@ -187,11 +215,35 @@ static int16_t decode(const uint8_t *p, size_t len, decoded *d, char *why, size_
             snprintf(why, whylen, "record: %s", err.msg);
             return SL_KERR_CORRUPT_MESSAGE;
         }
+        kb->n = d->n - kb->first;
+        kb->whole = kb->whole && kb->n > 0 && kb->n == (size_t)info.count;
         p += bl;
         len -= bl;
     }
     for (size_t i = 0; i < d->n; i++) /* lanes moved with growth: pointed at last */
         d->evs[i].lane = d->lanes[i];
+    /* What is published: a whole batch as one event, the others' records. */
+    if (d->pubcap < d->n + 1) {
+        sl_databus_event *np = realloc(d->pub, (d->n + 1) * sizeof *np);
+        if (!np)
+            return SL_KERR_UNKNOWN_SERVER_ERROR;
+        d->pub = np;
+        d->pubcap = d->n + 1;
+    }
+    for (size_t b = 0; b < d->nkb; b++) {
+        const struct kbatch *kb = &d->kb[b];
+        if (kb->whole) {
+            d->pub[d->npub++] = (sl_databus_event){.value = kb->p,
+                                                   .value_len = kb->len,
+                                                   .lane = d->lanes[kb->first],
+                                                   .ts_ms = kb->max_ts,
+                                                   .batch = true,
+                                                   .count = (int32_t)kb->n};
+        } else {
+            memcpy(d->pub + d->npub, d->evs + kb->first, kb->n * sizeof *d->pub);
+            d->npub += kb->n;
+        }
+    }
     return SL_KERR_NONE;
 }
 
@@ -353,7 +405,8 @@ static void produce_one(sl_kreq *r, kpp *p, sl_kstr topic, sl_kstr records, int1
     if (!records.p || records.len == 0)
         return; /* nothing to store: success at base -1 */
     decoded_reset(d);
-    p->err = decode((const uint8_t *)records.p, (size_t)records.len, d, why, sizeof why);
+    p->err = decode((const uint8_t *)records.p, (size_t)records.len, set->cfg.compression, d, why,
+                    sizeof why);
     if (!p->err && d->n == 0)
         return;
     if (!p->err)
@@ -385,7 +438,7 @@ static void produce_one(sl_kreq *r, kpp *p, sl_kstr topic, sl_kstr records, int1
         p->waiting = true;
         atomic_fetch_add(&p->pr->outstanding, 1);
         rc = sl_databus_publish_part(r->k->bus, set, p->index,
-                                     acks == -1 ? SL_ACK_DURABLE : SL_ACK_BUFFER, d->evs, d->n,
+                                     acks == -1 ? SL_ACK_DURABLE : SL_ACK_BUFFER, d->pub, d->npub,
                                      d->res, publish_done, p, &err);
         if (rc != 1) { /* no done will come (the handler's hold keeps it above 0) */
             p->waiting = false;

@@ -29,6 +29,11 @@
  * headers length, the headers. */
 #define FRAME_RAW_BIT 0x80
 #define FRAME_RAW 8
+/* A whole record batch's frame (sl_databus_event.batch): bit 6 of the lane
+ * length byte; value_len is the batch's length, key_len its record count,
+ * ts its max timestamp, the value the batch. */
+#define FRAME_BATCH_BIT 0x40
+#define FRAME_LANE_LEN(b) ((size_t)((b) & 0x3f))
 #define RETRY_NS 100000000ll /* wait before retrying a failed append */
 #define SYNC_HELPERS 3       /* threads that fdatasync beside the syncer */
 #define ROUND_IDLE (SIZE_MAX / 2)
@@ -213,14 +218,33 @@ int sl_databus_attach(sl_set *set, void *busp, sl_error *err)
 
 static size_t frame_size(const sl_databus_event *e)
 {
+    if (e->batch)
+        return FRAME_HDR + strlen(e->lane) + e->value_len;
     return FRAME_HDR + strlen(e->lane) + (e->key ? e->key_len : 0) +
            (e->value ? e->value_len : 0) + (e->raw ? FRAME_RAW + e->headers_len : 0);
+}
+
+/* The offsets an event takes. */
+static size_t event_offsets(const sl_databus_event *e)
+{
+    return e->batch ? (size_t)e->count : 1;
 }
 
 static void frame_put(sl_buf *b, const sl_databus_event *e)
 {
     uint8_t *w = b->data + b->len;
     size_t ll = strlen(e->lane), kl = e->key ? e->key_len : 0;
+    if (e->batch) {
+        uint32_t v32 = (uint32_t)e->value_len, k32 = (uint32_t)e->count;
+        memcpy(w, &v32, 4);
+        memcpy(w + 4, &k32, 4);
+        memcpy(w + 8, &e->ts_ms, 8);
+        w[16] = (uint8_t)(ll | FRAME_BATCH_BIT);
+        memcpy(w + FRAME_HDR, e->lane, ll);
+        memcpy(w + FRAME_HDR + ll, e->value, e->value_len);
+        b->len += FRAME_HDR + ll + e->value_len;
+        return;
+    }
     /* A null value is a raw (Kafka) record's tombstone; events always have one. */
     uint32_t v32 = e->value ? (uint32_t)e->value_len : UINT32_MAX;
     uint32_t k32 = e->key ? (uint32_t)e->key_len : UINT32_MAX;
@@ -301,6 +325,10 @@ static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
             return sl_error_set(err, SL_EINVAL, "event %zu: invalid headers", i);
         else if (!evs[i].raw && !evs[i].value)
             return sl_error_set(err, SL_EINVAL, "event %zu: no value (only a raw record's may be null)", i);
+        else if (evs[i].batch && (part < 0 || !evs[i].value || evs[i].count <= 0 ||
+                                  evs[i].value_len < SL_BATCH_HEADER_SIZE ||
+                                  evs[i].value_len > UINT32_MAX))
+            return sl_error_set(err, SL_EINVAL, "event %zu: not a batch for one partition", i);
     uint64_t stack_need[64], *need = np <= 64 ? stack_need : calloc((size_t)np, sizeof *need);
     if (!need)
         return SL_ENOMEM;
@@ -352,6 +380,7 @@ static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
     if (rc == SL_EFULL)
         atomic_fetch_add_explicit(&bus->stats.full, 1, memory_order_relaxed);
     bool signal = false;
+    size_t records = 0;
     if (!rc) {
         int64_t now = sl_clock_mono_ns();
         for (int32_t p = 0, k = 0; w && p < np; p++)
@@ -364,9 +393,12 @@ static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
                 signal = true;
             }
             frame_put(&bp->pending, &evs[i]);
-            bp->pending_n++;
-            results[i].offset = bp->next++;
+            size_t k = event_offsets(&evs[i]);
+            bp->pending_n += k;
+            results[i].offset = bp->next;
+            bp->next += (int64_t)k;
             results[i].status = 0;
+            records += k;
         }
         for (int32_t p = 0, k = 0; p < np; p++) {
             if (!need[p])
@@ -392,7 +424,7 @@ static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
             w->next = bus->waiters;
             bus->waiters = w;
         }
-        atomic_fetch_add_explicit(&set->stats.events_in, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&set->stats.events_in, records, memory_order_relaxed);
     }
     if (signal || set->cfg.linger_ms == 0)
         pthread_cond_signal(&bus->wake);
@@ -504,7 +536,32 @@ const sl_databus_stats *sl_databus_get_stats(const sl_databus *bus)
 
 /* ---- the writer ----------------------------------------------------------- */
 
-/* Appends w's frames as lane-homogeneous batches of up to batch_bytes. */
+/* Appends one batch to w's partition; false (w->rc set, logged) on failure. */
+static bool append_batch(sl_databus *bus, work *w, sl_set *set, const sl_store *store,
+                         sl_batch *batch, int64_t *expect)
+{
+    sl_error err = {0};
+    int64_t base, t0 = sl_clock_mono_ns();
+    int rc = sl_store_append(store, batch, &base, &err);
+    sl_histogram_observe(&bus->stats.append, sl_clock_mono_ns() - t0);
+    if (rc) {
+        sl_slog(SL_SLOG_ERROR, "databus", "databus: set %s partition %d: %s", set->name, w->part,
+                err.msg[0] ? err.msg : sl_strerror(rc));
+        w->rc = rc;
+        return false;
+    }
+    if (base != *expect)
+        sl_slog(SL_SLOG_ERROR, "databus",
+                "databus: set %s partition %d: offset %" PRId64 " stored at %" PRId64, set->name,
+                w->part, *expect, base);
+    *expect = base + batch->count;
+    atomic_fetch_add_explicit(&bus->stats.batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&set->stats.bytes_in, batch->len, memory_order_relaxed);
+    return true;
+}
+
+/* Appends w's frames as lane-homogeneous batches of up to batch_bytes (a
+ * client's whole batch frame as it is). */
 static void write_frames(sl_databus *bus, work *w)
 {
     sl_set *set = w->bs->set;
@@ -517,12 +574,31 @@ static void write_frames(sl_databus *bus, work *w)
         const uint8_t *batch_start = p;
         size_t batch_n = 0;
         char lane[SL_LANE_MAX + 1];
-        memcpy(lane, p + FRAME_HDR, p[16] & ~FRAME_RAW_BIT);
-        lane[p[16] & ~FRAME_RAW_BIT] = '\0';
+        memcpy(lane, p + FRAME_HDR, FRAME_LANE_LEN(p[16]));
+        lane[FRAME_LANE_LEN(p[16])] = '\0';
         if (batch_start == w->frames.data)
             memcpy(w->lane, lane, sizeof lane);
         else if (strcmp(w->lane, lane) != 0)
             w->mixed = true;
+        if (p[16] & FRAME_BATCH_BIT) { /* a client's batch: stored as it is */
+            uint32_t blen, count;
+            int64_t max_ts;
+            memcpy(&blen, p, 4);
+            memcpy(&count, p + 4, 4);
+            memcpy(&max_ts, p + 8, 8);
+            size_t ll = FRAME_LANE_LEN(p[16]);
+            sl_batch batch = {.data = (uint8_t *)p + FRAME_HDR + ll,
+                              .len = blen,
+                              .count = (int32_t)count,
+                              .max_ts = max_ts,
+                              .lane = lane};
+            if (!append_batch(bus, w, set, store, &batch, &expect))
+                return;
+            w->done_n += count;
+            p += FRAME_HDR + ll + blen;
+            w->done_bytes += (size_t)(p - batch_start);
+            continue;
+        }
         if (sl_batch_builder_reset(b, lane)) { /* publish checked lanes: cannot happen */
             w->rc = SL_EINVAL;
             return;
@@ -533,11 +609,13 @@ static void write_frames(sl_databus *bus, work *w)
             memcpy(&vlen, p, 4);
             memcpy(&klen, p + 4, 4);
             memcpy(&ts, p + 8, 8);
-            size_t ll = p[16] & ~FRAME_RAW_BIT, kl = klen == UINT32_MAX ? 0 : klen;
+            size_t ll = FRAME_LANE_LEN(p[16]), kl = klen == UINT32_MAX ? 0 : klen;
             bool vnull = vlen == UINT32_MAX;
             if (vnull)
                 vlen = 0;
             bool raw = p[16] & FRAME_RAW_BIT;
+            if (p[16] & FRAME_BATCH_BIT) /* a whole batch follows: this one ends here */
+                break;
             if (batch_n && (ll != strlen(lane) || memcmp(p + FRAME_HDR, lane, ll) != 0 ||
                             sl_batch_builder_bytes(b) + vlen + kl > set->cfg.batch_bytes))
                 break;
@@ -564,26 +642,17 @@ static void write_frames(sl_databus *bus, work *w)
         }
         sl_batch batch;
         sl_error err = {0};
-        int64_t base, t0 = sl_clock_mono_ns();
         int rc = sl_batch_builder_finish(b, &batch, &err);
-        if (!rc)
-            rc = sl_store_append(store, &batch, &base, &err);
-        sl_histogram_observe(&bus->stats.append, sl_clock_mono_ns() - t0);
         if (rc) {
             sl_slog(SL_SLOG_ERROR, "databus", "databus: set %s partition %d: %s", set->name,
                     w->part, err.msg[0] ? err.msg : sl_strerror(rc));
             w->rc = rc;
             return;
         }
-        if (base != expect)
-            sl_slog(SL_SLOG_ERROR, "databus",
-                    "databus: set %s partition %d: offset %" PRId64 " stored at %" PRId64,
-                    set->name, w->part, expect, base);
-        expect = base + (int64_t)batch_n;
+        if (!append_batch(bus, w, set, store, &batch, &expect))
+            return;
         w->done_n += batch_n;
         w->done_bytes += (size_t)(p - batch_start);
-        atomic_fetch_add_explicit(&bus->stats.batches, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&set->stats.bytes_in, batch.len, memory_order_relaxed);
     }
 }
 

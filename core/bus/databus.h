@@ -57,6 +57,14 @@ typedef struct sl_databus_event {
     const void *headers;
     size_t headers_len;
     int32_t header_count;
+    /* A whole record batch to store as it is (the Kafka listener's Produce,
+     * sl_databus_publish_part() only): value[0..value_len) is a checked
+     * batch (magic 2, CRC, the set's codec) of count records all of lane,
+     * offset deltas 0..count-1, ts_ms its max timestamp. It takes count
+     * offsets (its result is the first); the log writes its baseOffset and
+     * nothing else of it changes. */
+    bool batch;
+    int32_t count;
 } sl_databus_event;
 
 typedef struct sl_databus_result {

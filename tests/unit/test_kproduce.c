@@ -194,6 +194,28 @@ static void test_round_trip(void **state)
     }
     sl_store_reader_close(&s->parts[1], rd);
     assert_int_equal(sl_store_end_offset(&s->parts[0]), 0); /* the client's partition only */
+
+    /* Each client batch (one lane, the set's codec) is stored as it is:
+     * two batches on disk, byte for byte the client's after the base
+     * offset (which is outside the CRC). */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/sets/orders/1", f->dir);
+    tu_disk d;
+    tu_disk_scan(dir, &d);
+    assert_int_equal(d.nb, 2);
+    sl_buf one = {0};
+    client_batch(&one, 5, NULL);
+    char seg[4300];
+    snprintf(seg, sizeof seg, "%s/%020lld.log", dir, (long long)d.segs[d.b[1].seg].base);
+    size_t len;
+    uint8_t *disk = tu_slurp(seg, &len);
+    assert_non_null(disk);
+    assert_int_equal(d.b[1].size, one.len);
+    assert_int_equal(d.b[1].base, 5);
+    assert_memory_equal(disk + d.b[1].pos + 8, (const uint8_t *)one.data + 8, one.len - 8);
+    free(disk);
+    sl_buf_free(&one);
+    tu_disk_free(&d);
 }
 
 static void test_lanes(void **state)

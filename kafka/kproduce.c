@@ -11,10 +11,9 @@
  * records do not). A partition's records go in one publish: stored
  * contiguously, in order, all or nothing.
  *
- * acks: 0 answers nothing (r->silent); 1 queues with ack "buffer", -1 with
- * "durable" (answered after the fdatasync covering it). The Databus never
- * gives a publish less than its set's own ack, so acks=1 on a durable set
- * waits for the fsync too.
+ * acks: 0 answers nothing (r->silent); 1 queues with ack "buffer" (answered
+ * once queued, on any set: Kafka's leader acknowledgement never waits for a
+ * flush), -1 with "durable" (answered after the fdatasync covering it).
  *
  * Lifetime: the Databus calls done exactly once per durable publish, so a
  * parked Produce always gets its post; cancel therefore returns false and

@@ -280,13 +280,14 @@ int sl_databus_publish(sl_databus *bus, sl_set *set, const sl_databus_event *evs
 
 static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
                    const sl_databus_event *evs, size_t n, sl_databus_result *results,
-                   sl_databus_done_fn *done, void *ctx, bool entries, sl_error *err);
+                   sl_databus_done_fn *done, void *ctx, bool entries, bool exact_ack,
+                   sl_error *err);
 
 int sl_databus_publish_ack(sl_databus *bus, sl_set *set, sl_ack ack, const sl_databus_event *evs,
                            size_t n, sl_databus_result *results, sl_databus_done_fn *done,
                            void *ctx, sl_error *err)
 {
-    return publish(bus, set, -1, ack, evs, n, results, done, ctx, false, err);
+    return publish(bus, set, -1, ack, evs, n, results, done, ctx, false, false, err);
 }
 
 int sl_databus_publish_part(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
@@ -299,19 +300,22 @@ int sl_databus_publish_part(sl_databus *bus, sl_set *set, int32_t part, sl_ack a
     if (sl_store_remote(&set->parts[part]))
         return sl_error_set(err, SL_EINVAL, "set %s is Kafka-backed: its cluster picks partitions",
                             set->name);
-    return publish(bus, set, part, ack, evs, n, results, done, ctx, false, err);
+    /* Its ack as asked, even below the set's: a Kafka client's acks=1 is
+     * the leader's acknowledgement, which never waits for a flush. */
+    return publish(bus, set, part, ack, evs, n, results, done, ctx, false, true, err);
 }
 
 int sl_databus_publish_entries(sl_databus *bus, sl_set *set, sl_ack ack,
                                const sl_databus_event *evs, size_t n, sl_databus_result *results,
                                sl_databus_done_fn *done, void *ctx, sl_error *err)
 {
-    return publish(bus, set, -1, ack, evs, n, results, done, ctx, true, err);
+    return publish(bus, set, -1, ack, evs, n, results, done, ctx, true, false, err);
 }
 
 static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
                    const sl_databus_event *evs, size_t n, sl_databus_result *results,
-                   sl_databus_done_fn *done, void *ctx, bool entries, sl_error *err)
+                   sl_databus_done_fn *done, void *ctx, bool entries, bool exact_ack,
+                   sl_error *err)
 {
     bus_set *bs = set->bus;
     int32_t np = set->nparts;
@@ -339,7 +343,8 @@ static int publish(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
         need[results[i].partition] += frame_size(&evs[i]);
     }
     bool set_durable = set->cfg.ack == SL_ACK_DURABLE;
-    bool durable = set_durable || ack == SL_ACK_DURABLE; /* never less than the set's */
+    /* Never less than the set's, unless the caller's ack is exact. */
+    bool durable = (set_durable && !exact_ack) || ack == SL_ACK_DURABLE;
     int32_t touched = 0;
     for (int32_t p = 0; p < np; p++)
         touched += need[p] > 0;

@@ -153,9 +153,12 @@ int sl_databus_publish_entries(sl_databus *bus, sl_set *set, sl_ack ack,
                                sl_databus_done_fn *done, void *ctx, sl_error *err);
 
 /* sl_databus_publish_ack() into partition part of a local set, whatever
- * the events' keys say (a Kafka client picks its partition). SL_ERANGE
- * with err for a partition the set does not have, SL_EINVAL for a
- * Kafka-backed set. Otherwise as sl_databus_publish_ack(). */
+ * the events' keys say (a Kafka client picks its partition), with ack as
+ * given even below the set's: SL_ACK_BUFFER on a durable set answers once
+ * the events are queued (a Kafka client's acks=1, the leader's
+ * acknowledgement, which never waits for a flush; the set's fsyncs still
+ * follow). SL_ERANGE with err for a partition the set does not have,
+ * SL_EINVAL for a Kafka-backed set. Otherwise as sl_databus_publish_ack(). */
 int sl_databus_publish_part(sl_databus *bus, sl_set *set, int32_t part, sl_ack ack,
                             const sl_databus_event *evs, size_t n, sl_databus_result *results,
                             sl_databus_done_fn *done, void *ctx, sl_error *err);

@@ -243,7 +243,7 @@ bench: $(BENCH_BIN) bin/sluice build/rel/tools/kafka_mock
 VALGRIND_ITESTS ?= test_server_api test_delivery test_target_http test_target_kafka test_redrive \
                    test_source_webhook test_sandbox_escape test_security test_lanes_reload \
                    test_plugins test_lanes test_logging test_cli_status test_client test_agent \
-                   test_faults
+                   test_faults test_kafka_rdkafka
 soak: bin/sluice $(TEST_BIN) itests
 	@rc=0; SLUICE_SOAK=1 scripts/run-tests.sh build/rel/tests build/rel/itests || rc=1; \
 	rm -rf build/rel/valgrind; mkdir -p build/rel/valgrind; \

@@ -93,6 +93,15 @@ bool sl__kcoord_group_id(sl_kstr s, char *out, size_t cap)
     return sl_kstr_copy(s, out, cap) && out[0] && sl_json_utf8_valid(out, strlen(out));
 }
 
+void sl__kcoord_read_ref(sl_kr *b, int16_t version, int16_t instance_from, kmember_ref *out)
+{
+    out->group_ok = sl__kcoord_group_id(sl_kr_str(b, false), out->group, sizeof out->group);
+    out->gen = sl_kr_i32(b);
+    out->member_ok = sl_kstr_copy(sl_kr_str(b, false), out->member, sizeof out->member);
+    if (version >= instance_from)
+        sl_kr_str(b, false);
+}
+
 bool sl__kcoord_allowed(const sl_kreq *r)
 {
     return sl__kafka_allowed(r, SL_AUTH_READ_SOME, NULL);
@@ -846,12 +855,11 @@ int sl__kafka_sync_group(sl_kreq *r)
 {
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
-    char group[KCOORD_GROUP_ID_MAX + 1], member[KCOORD_MEMBER_ID_MAX + 1];
-    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
-    int32_t gen = sl_kr_i32(b);
-    bool mok = sl_kstr_copy(sl_kr_str(b, false), member, sizeof member);
-    if (v >= 3)
-        sl_kr_str(b, false);
+    kmember_ref ref;
+    sl__kcoord_read_ref(b, v, 3, &ref);
+    const char *group = ref.group, *member = ref.member;
+    bool gok = ref.group_ok, mok = ref.member_ok;
+    int32_t gen = ref.gen;
     int32_t n = sl_kr_array(b, false, 6);
     const uint8_t *assign_at = b->p;
     for (int32_t i = 0; i < n; i++) {
@@ -941,12 +949,11 @@ int sl__kafka_heartbeat(sl_kreq *r)
 {
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
-    char group[KCOORD_GROUP_ID_MAX + 1], member[KCOORD_MEMBER_ID_MAX + 1];
-    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
-    int32_t gen = sl_kr_i32(b);
-    bool mok = sl_kstr_copy(sl_kr_str(b, false), member, sizeof member);
-    if (v >= 3)
-        sl_kr_str(b, false);
+    kmember_ref ref;
+    sl__kcoord_read_ref(b, v, 3, &ref);
+    const char *group = ref.group, *member = ref.member;
+    bool gok = ref.group_ok, mok = ref.member_ok;
+    int32_t gen = ref.gen;
     if (!sl_kr_ok(b)) {
         sl__kafka_log_once(r, "malformed Heartbeat v%d request", v);
         return SL_KREQ_CLOSE;

@@ -110,6 +110,17 @@ const char *sl__kcoord_state_name(int state);
 /* A group id from s into out: not null, not empty, UTF-8 (it is a JSON
  * string in its offsets file and in GET /v1/groups), under cap. */
 bool sl__kcoord_group_id(sl_kstr s, char *out, size_t cap);
+/* The "group_id, generation_id, member_id[, group_instance_id]" that
+ * SyncGroup, Heartbeat and OffsetCommit begin with (the instance id from
+ * version instance_from on; it is not used). */
+typedef struct kmember_ref {
+    char group[KCOORD_GROUP_ID_MAX + 1];
+    char member[KCOORD_MEMBER_ID_MAX + 1];
+    int32_t gen;
+    bool group_ok, member_ok; /* group: sl__kcoord_group_id(); member: fits */
+} kmember_ref;
+void sl__kcoord_read_ref(sl_kr *b, int16_t version, int16_t instance_from, kmember_ref *out);
+
 /* Whether r may use groups: with keys, one that reads some set. */
 bool sl__kcoord_allowed(const sl_kreq *r);
 

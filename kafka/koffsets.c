@@ -248,12 +248,11 @@ int sl__kafka_offset_commit(sl_kreq *r)
 {
     sl_kr *b = &r->body;
     int16_t v = r->h.version;
-    char group[KCOORD_GROUP_ID_MAX + 1], member[KCOORD_MEMBER_ID_MAX + 1];
-    bool gok = sl__kcoord_group_id(sl_kr_str(b, false), group, sizeof group);
-    int32_t gen = sl_kr_i32(b);
-    bool mok = sl_kstr_copy(sl_kr_str(b, false), member, sizeof member);
-    if (v >= 7)
-        sl_kr_str(b, false);
+    kmember_ref ref;
+    sl__kcoord_read_ref(b, v, 7, &ref);
+    const char *group = ref.group, *member = ref.member;
+    bool gok = ref.group_ok, mok = ref.member_ok;
+    int32_t gen = ref.gen;
     if (v <= 4)
         sl_kr_i64(b); /* retention_time_ms: offsets are kept (see above) */
     int32_t nt = sl_kr_array(b, false, 6);

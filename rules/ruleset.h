@@ -57,6 +57,14 @@ typedef struct sl_rule_config {
     sl_retry_config retry;
     char *dlq;    /* dead-letter set; NULL: failed events are dropped (counted) */
     bool ordered; /* default true: a failing event holds its partition */
+    /* shape = "eventbridge": the pattern, filter, transform, input and
+     * targets see each event in Amazon EventBridge's shape
+     * (core/bus/ebshape.h) instead of the stored CloudEvent. */
+    char *shape; /* NULL or "cloudevents" | "eventbridge" (checked) */
+    bool eventbridge;
+    /* Made through the EventBridge API (http/aws.c), not the config file:
+     * kept in DATA/aws, shown as such in GET /v1/rules. */
+    bool api;
     /* Lane overrides (rule { lanes = { ["L"] = { … } } }). A base rule has
      * lane NULL. Each override is a complete rule config in cfg->overrides:
      * the base rule's keys with the override's (match, filter, transform,
@@ -86,6 +94,9 @@ typedef struct sl_ruleset {
     unsigned workers;          /* rule worker threads; 0 = number of CPUs */
     uint64_t lua_memory;       /* per Lua state; 0 = default */
     uint64_t lua_instructions; /* per Lua call; 0 = default */
+    /* The account and region EventBridge-shaped events get when they came
+     * in another way (server.aws; defaults 000000000000, us-east-1). */
+    const char *aws_account, *aws_region;
     /* The config's source declarations, by their place among the sources:
      * a rule VM also holds their parse = function(line) functions.
      * source_name(source_ctx, i) names source i in messages. */

@@ -107,6 +107,7 @@ static void free_runner(sl_runner *r)
         worker *w = &r->workers[i];
         sl_rule_vm_free(w->vm);
         sl_buf_free(&w->ev);
+        sl_buf_free(&w->ebtmp);
         sl_rule_out_free(&w->out);
         void *arrays[] = {w->ev_ends, w->evp, w->evl,  w->offs,   w->lanes, w->out_lanes,
                           w->out_src, w->dl,  w->sub,  w->todo,   w->dead,  w->failed,

@@ -6,6 +6,9 @@
  */
 #include "rules/runner_internal.h"
 
+#include "core/bus/ebshape.h"
+#include "core/bus/record_event.h"
+
 #include "core/base/clock.h"
 #include "core/base/slog.h"
 
@@ -63,6 +66,21 @@ int sl__runner_grow_events(worker *w, size_t nev)
     GROW(w->offs, cap);
     w->ev_cap = cap;
     return 0;
+}
+
+int sl__runner_event_json(worker *w, const sl_record *rec, const char *set, int32_t part,
+                          bool eventbridge)
+{
+    if (!eventbridge)
+        return sl_record_event(rec, set, part, &w->ev, NULL);
+    w->ebtmp.len = 0;
+    int rc = sl_record_event(rec, set, part, &w->ebtmp, NULL);
+    const sl_ruleset *rs = &w->r->opts.rules;
+    return rc ? rc
+              : sl_ebshape_from_cloudevent((const char *)w->ebtmp.data, w->ebtmp.len,
+                                           rs->aws_account ? rs->aws_account : "000000000000",
+                                           rs->aws_region ? rs->aws_region : "us-east-1", &w->ev,
+                                           NULL);
 }
 
 /* Counts what sl_rule_eval() said of one event (no match: read only). */

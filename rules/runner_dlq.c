@@ -8,6 +8,7 @@
 #include "core/base/base64.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
+#include "core/bus/ebshape.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -62,6 +63,13 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
 {
     const char *src = it->source ? it->source : it->payload;
     size_t len = it->source ? it->source_len : it->len;
+    /* A rule of EventBridge's shape saw its events so: its dead letter is
+     * the CloudEvent again. */
+    sl_buf ce = SL_BUF_INIT;
+    if (rr->rc->eventbridge && src && sl_ebshape_to_cloudevent(src, len, &ce, NULL) == 0) {
+        src = (const char *)ce.data;
+        len = ce.len;
+    }
     sl_json_tok doc = {0}, key, val;
     bool json = src && sl_json_validate(src, len, 512, &doc, NULL) == 0;
     bool event = false;
@@ -112,6 +120,7 @@ static int dead_letter_json(rule_run *rr, const consumer *c, const item *it, sl_
                             ",\"sluiceattempts\":%u,\"sluicerule\":\"%s\",\"sluicetarget\":\"%s\","
                             "\"sluicefailedat\":\"%s\"}",
                             it->attempts, rr->rc->name, targets, at);
+    sl_buf_free(&ce);
     return rc;
 }
 

@@ -133,6 +133,7 @@ struct roster {
     share *shares;      /* [set->nparts] */
     int32_t nparts;
     kset *ks;           /* the set runs in its Kafka group; NULL: a local set */
+    bool eventbridge;   /* its runs see events in EventBridge's shape (one shape a roster) */
 };
 
 /* One shared reader: reads a partition once for all its members, matches
@@ -212,6 +213,7 @@ typedef struct worker {
     uint64_t rng;
     /* the events of a batch */
     sl_buf ev;        /* decorated events, back to back */
+    sl_buf ebtmp;     /* a record's CloudEvent on its way to EventBridge's shape */
     size_t *ev_ends;  /* end of event i in ev */
     const char **evp; /* pointers into ev, for transform_batch */
     size_t *evl;
@@ -332,6 +334,14 @@ void sl__runner_push(sl_runner *r, consumer *c);
 void sl__runner_rule_failure(rule_run *rr, int64_t offset, int32_t part, const char *why);
 void sl__runner_rule_loss(rule_run *rr, int64_t offset, int32_t part, const char *why);
 int sl__runner_grow_events(worker *w, size_t nev);
+
+/* Appends record rec of set's partition part to w->ev as the rules of that
+ * shape see it: the decorated CloudEvent (core/bus/record_event.h), or for
+ * rules with shape = "eventbridge" its EventBridge shape
+ * (core/bus/ebshape.h). Returns 0, or nonzero with w->ev unchanged. */
+struct sl_record;
+int sl__runner_event_json(worker *w, const struct sl_record *rec, const char *set, int32_t part,
+                          bool eventbridge);
 int sl__runner_tag_outputs(worker *w, size_t from, const char *lane, int32_t src);
 int sl__runner_grow_round(worker *w, size_t n);
 void sl__runner_free_item(item *it);

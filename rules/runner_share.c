@@ -113,6 +113,7 @@ static int make_roster(sl_runner *r, rule_run **runs, size_t n, sl_error *err)
     size_t ne = 0;
     if (!rc) {
         ro->set = runs[0]->set;
+        ro->eventbridge = runs[0]->rc->eventbridge;
         snprintf(ro->lane, sizeof ro->lane, "%s", runs[0]->lane);
         ro->nparts = runs[0]->nparts;
         for (size_t i = 0; i < n; i++) {
@@ -168,7 +169,9 @@ int sl__runner_rosters_build(sl_runner *r, size_t from_run, sl_error *err)
         size_t k = 0;
         for (size_t j = i; j < n; j++) {
             rule_run *b = RUN(r, j);
+            /* One shape per roster: its batch is decorated once. */
             if (!taken[j - from_run] && b->set == a->set && !b->rc->transform_batch &&
+                b->rc->eventbridge == a->rc->eventbridge &&
                 !atomic_load(&b->dropped) && strcmp(b->lane, a->lane) == 0) {
                 taken[j - from_run] = true;
                 group[k++] = b;
@@ -377,7 +380,7 @@ static int read_batch(worker *w, share *sh, int64_t minpos, size_t max, size_t n
         if ((rc = sl__runner_grow_events(w, nev + 1)))
             break;
         size_t at = w->ev.len;
-        if (sl_record_event(&rec, ro->set->name, sh->part, &w->ev, NULL)) {
+        if (sl__runner_event_json(w, &rec, ro->set->name, sh->part, ro->eventbridge)) {
             w->ev.len = at;
             for (size_t m = 0; m < nm; m++)
                 if (w->mem[m]->pos <= rec.offset) {

@@ -148,7 +148,7 @@ static int fresh_batch(worker *w, consumer *c, bool *more, char *why, size_t why
         last_taken = rec.offset;
         /* A Kafka client's record that is no CloudEvent is built into one
          * (core/bus/record_event.h); stored CloudEvents are spliced. */
-        if (sl_record_event(&rec, rr->set->name, c->part, &w->ev, NULL) ||
+        if (sl__runner_event_json(w, &rec, rr->set->name, c->part, rr->rc->eventbridge) ||
             (c->rp && mark_replay(&w->ev, c->rp))) {
             w->ev.len = at;
             atomic_fetch_add(&c->ctr->failed, 1);

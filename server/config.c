@@ -93,6 +93,10 @@ static const key server_keys[] = {
     {"kafka", K_KAFKA, FIELD(sl_config, kafka), 0, 0, "none",
      "`{ brokers = \"…\", … }` (`server.kafka` below): the Kafka cluster that sets with "
      "`backend = \"kafka\"` live on (docs/scale-out.md)"},
+    {"aws", K_AWS, FIELD(sl_config, aws), 0, 0, "none (loopback only, unsigned)",
+     "`{ region = \"us-east-1\", account = \"000000000000\", credentials = { AKID = { secret = "
+     "env \"AWS_SECRET\" } } }` (`server.aws` below): the EventBridge API on `POST /` "
+     "(docs/eventbridge-api.md)"},
 };
 
 /* server.kafka { … } (core/base/kafka_admin.h). */
@@ -344,6 +348,21 @@ static void read_decl(loader *ld, int idx)
     int body = lua_gettop(L);
     char what[200];
     sl_config *cfg = ld->cfg;
+    /* The file wins over the EventBridge API's chunk: a name both declare
+     * is the file's (the API refuses such names; a file edited since then
+     * takes the name over, and says so). A bus the file declares too is the
+     * same set. */
+    if (ld->in_api && name &&
+        ((strcmp(kind, "rule") == 0 && sl_config_rule(cfg, name)) ||
+         (strcmp(kind, "set") == 0 && sl__config_find_set(cfg, name)))) {
+        if (strcmp(kind, "rule") == 0)
+            sl_slog(SL_SLOG_WARN, "config",
+                    "rule %s: the config file declares it; the EventBridge API's rule of that "
+                    "name is not run (delete it with `aws events delete-rule`)",
+                    name);
+        lua_pop(L, 4);
+        return;
+    }
     if (strcmp(kind, "server") == 0) {
         block b = {"server", line, cfg};
         sl__config_check_block(ld, body, server_keys, sizeof server_keys / sizeof *server_keys, &b,
@@ -458,6 +477,7 @@ static int walk(lua_State *L)
     /* The server block first: set_defaults applies to every set. */
     for (int pass = 0; pass < 2; pass++) {
         for (lua_Integer i = 1, n = luaL_len(L, decls); i <= n; i++) {
+            ld->in_api = ld->api_from > 0 && i >= ld->api_from;
             lua_geti(L, decls, i);
             lua_getfield(L, -1, "kind");
             bool is_server = strcmp(lua_tostring(L, -1), "server") == 0;
@@ -477,6 +497,7 @@ static int walk(lua_State *L)
         if (pass == 0)
             load_plugins(ld);
     }
+    ld->in_api = false;
     lua_pop(L, 1);
     sl__config_read_lanes_settings(ld);
     sl__config_cross_check(ld);
@@ -504,6 +525,25 @@ static int read_file(sl_config *cfg, sl_buf *diag)
 }
 
 int sl_config_load(const char *path, sl_config **out, sl_buf *diag)
+{
+    return sl_config_load_api(path, NULL, 0, NULL, out, diag);
+}
+
+/* The number of declarations made so far (after a chunk ran). */
+static lua_Integer count_decls(lua_State *L)
+{
+    lua_getglobal(L, "__sluice_decls");
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    lua_Integer n = lua_istable(L, -1) ? luaL_len(L, -1) : 0;
+    lua_pop(L, 1);
+    return n;
+}
+
+int sl_config_load_api(const char *path, const char *api, size_t api_len, const char *api_name,
+                       sl_config **out, sl_buf *diag)
 {
     sl_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg)
@@ -543,6 +583,20 @@ int sl_config_load(const char *path, sl_config **out, sl_buf *diag)
         ld.nerrors++;
         if (diag)
             sl_buf_printf(diag, "%s\n", err.msg[0] ? err.msg : sl_strerror(rc));
+    }
+    /* The EventBridge API's declarations (http/aws_state.c writes them in
+     * the prelude's vocabulary) run after the file, in the same state:
+     * everything from decl api_from on is theirs. */
+    if (!rc && api && api_len) {
+        char apichunk[4096];
+        snprintf(apichunk, sizeof apichunk, "@%s", api_name ? api_name : "aws");
+        ld.api_from = count_decls(L) + 1;
+        if ((rc = sl_sandbox_load(L, api, api_len, apichunk, &err)) ||
+            (rc = sl_sandbox_call(L, 0, 0, &err))) {
+            ld.nerrors++;
+            if (diag)
+                sl_buf_printf(diag, "%s\n", err.msg[0] ? err.msg : sl_strerror(rc));
+        }
     }
     /* The walk reads tables the file made, which may carry metatables
      * whose methods raise errors or loop: it runs protected, with the budget. */
@@ -664,6 +718,8 @@ int sl_config_keys_markdown(sl_buf *out)
     if (!rc)
         rc = sl__config_keys_table(out, "server.kafka { … }", KEYS(kafka_keys));
     if (!rc)
+        rc = sl__config_aws_markdown(out);
+    if (!rc)
         rc = sl__config_keys_table(out, "set \"NAME\" { … }", KEYS(set_keys));
     if (!rc)
         rc = sl__config_rules_markdown(out);
@@ -677,6 +733,7 @@ void sl__config_free_rule(sl_rule_config *r)
     free(r->name);
     free(r->set);
     free(r->description);
+    free(r->shape);
     free(r->match_json);
     sl_pattern_free(r->pattern);
     sl_input_free(r->input);
@@ -708,6 +765,7 @@ void sl_config_free(sl_config *cfg)
     free(cfg->sources);
     free(cfg->plugin_dir);
     sl__config_free_kafka(cfg);
+    sl__config_free_aws(cfg);
     for (size_t i = 0; i < cfg->nsets; i++) {
         free(cfg->sets[i].name);
         for (size_t s = 0; s < cfg->sets[i].nschemas; s++) {

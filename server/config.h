@@ -59,6 +59,27 @@ typedef struct sl_config_kafka {
     int64_t session_timeout_ms, delivery_timeout_ms; /* 0: defaults */
 } sl_config_kafka;
 
+/* server { aws = { … } }: the EventBridge API (docs/eventbridge-api.md). */
+typedef struct sl_config_aws_cred {
+    char *akid; /* the access key id (the table's key) */
+    int line;
+    char *secret;
+    char **publish; /* as api_keys: PutEvents into these buses (set globs) */
+    size_t npublish;
+    char **read; /* describe, list, test patterns on these buses */
+    size_t nread;
+    bool admin;       /* rules, targets, buses, connections */
+    bool names_right; /* publish, read or admin given: without any, admin */
+} sl_config_aws_cred;
+
+typedef struct sl_config_aws {
+    bool present;
+    int line;
+    char *region, *account; /* NULL: "us-east-1", "000000000000" */
+    sl_config_aws_cred *creds;
+    size_t ncreds;
+} sl_config_aws;
+
 typedef struct sl_config {
     char *path;   /* the file, as given */
     char *dir;    /* its folder: relative paths in the config resolve here */
@@ -94,6 +115,7 @@ typedef struct sl_config {
     int64_t partition_idle_ms;   /* 0 unset */
     sl_set_config set_defaults;  /* what sets created on first use get */
     sl_config_kafka kafka;       /* server.kafka */
+    sl_config_aws aws;           /* server.aws */
     sl_set_decl *sets;
     size_t nsets;
     sl_rule_config *rules;
@@ -113,6 +135,14 @@ typedef struct sl_config {
  * "FILE:LINE: message\n" lines (*out untouched), SL_ENOENT/SL_EIO when the
  * file cannot be read, SL_ENOMEM. diag may be NULL. */
 int sl_config_load(const char *path, sl_config **out, sl_buf *diag);
+
+/* sl_config_load() with the EventBridge API's declarations api[0..api_len)
+ * (Lua in the config's vocabulary, http/aws_state.h) run after the file's,
+ * chunk name "@api_name": their rules are marked api. A rule or set the
+ * file declares too is the file's (the API's is skipped, with a warning for
+ * a rule). api may be NULL. */
+int sl_config_load_api(const char *path, const char *api, size_t api_len, const char *api_name,
+                       sl_config **out, sl_buf *diag);
 
 /* The rule called name, or NULL. */
 const sl_rule_config *sl_config_rule(const sl_config *cfg, const char *name);

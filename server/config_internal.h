@@ -54,6 +54,8 @@ enum {
     K_KAFKA,    /* server.kafka: { kafka_keys } -> sl_config_kafka */
     K_BACKEND,  /* "log" | "kafka" -> sl_backend */
     K_TOPIC,    /* a Kafka topic name -> char[SL_SET_TOPIC_MAX + 1] */
+    K_AWS,      /* server.aws: { aws_keys } -> sl_config_aws (config_aws.c) */
+    K_AWSCREDS, /* server.aws.credentials: { AKID = { cred_keys } } -> sl_config_aws.creds */
     K__COUNT
 };
 
@@ -71,6 +73,8 @@ typedef struct loader {
     int nerrors;
     int oom;
     bool ran;           /* the file ran to its end: its declarations are complete */
+    long long api_from; /* the first declaration of the EventBridge API's chunk (0: none) */
+    bool in_api;        /* reading the declarations of the EventBridge API's chunk */
     const char *kl_pos; /* key_line(): start of line kl_line in the source */
     int kl_line;
 } loader;
@@ -175,6 +179,10 @@ void sl__config_read_set_body(loader *ld, int idx, sl_set_config *sc, const bloc
 void sl__config_read_api_keys(loader *ld, int idx, const key *k, const block *b);
 void sl__config_read_kafka(loader *ld, int idx, const key *k, const block *b);
 void sl__config_free_kafka(sl_config *cfg);
+void sl__config_read_aws(loader *ld, int idx, const key *k, const block *b);
+void sl__config_free_aws(sl_config *cfg);
+void sl__config_read_aws_creds(loader *ld, int idx, const key *k, const block *b);
+int sl__config_aws_markdown(sl_buf *out);
 const sl_set_decl *sl__config_find_set(const sl_config *cfg, const char *name);
 void sl__config_free_rule(sl_rule_config *r);
 

@@ -604,6 +604,12 @@ void sl__config_read_key(loader *ld, const key *k, const block *b, void *extra)
     case K_KAFKA:
         sl__config_read_kafka(ld, idx, k, b);
         return;
+    case K_AWS:
+        sl__config_read_aws(ld, idx, k, b);
+        return;
+    case K_AWSCREDS:
+        sl__config_read_aws_creds(ld, idx, k, b);
+        return;
     case K_BACKEND: {
         const char *v = t == LUA_TSTRING ? lua_tostring(L, idx) : "";
         if (strcmp(v, "log") == 0)
@@ -777,6 +783,7 @@ static const char *const type_names[K__COUNT] = {
     [K_LONGLINES] = "string",      [K_ENCODING] = "string",   [K_LANES] = "table",
     [K_LANEENV] = "string",        [K_FALLBACK] = "string",   [K_APIKEYS] = "table",
     [K_KAFKA] = "table",           [K_BACKEND] = "string",    [K_TOPIC] = "string",
+    [K_AWS] = "table",             [K_AWSCREDS] = "table",
 };
 
 int sl__config_keys_rows(sl_buf *out, const key *keys, size_t n)

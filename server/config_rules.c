@@ -44,6 +44,10 @@ static const key rule_keys[] = {
     {"ordered", K_BOOL, FIELD(sl_rule_config, ordered), 0, 0, "true",
      "keep per-partition order: a failing event holds its partition for this rule; false "
      "sets failures aside and delivers the rest concurrently"},
+    {"shape", K_STRING, FIELD(sl_rule_config, shape), 0, 0, "\"cloudevents\"",
+     "\"eventbridge\": the pattern, filter, transform, input and targets see each event in "
+     "Amazon EventBridge's shape (`detail-type`, `detail`, `account`, `region`, `resources`; "
+     "docs/eventbridge-api.md), as the rules made through the EventBridge API do"},
     {"lanes", K_LANES, 0, 0, 0, 0, "none",
      "lane overrides, `{ [\"feature-x\"] = { target = target.http { … } } }`: for events of "
      "that lane, these keys replace the rule's; only `match`, `filter`, `transform`, "
@@ -312,6 +316,8 @@ static void read_override(loader *ld, int body, int own, size_t ri, const char *
         ld->nerrors = nerrors;
         for (size_t t = 0; t < o->ntargets; t++)
             o->targets[t].ordered = o->ordered;
+        o->eventbridge = o->shape && strcmp(o->shape, "eventbridge") == 0;
+        o->api = ld->in_api;
         sl__config_dlq_target(ld, o); /* the base's dlq, so every rule config has one */
     }
     lua_pop(L, 1);
@@ -392,6 +398,11 @@ void sl__config_read_rule(loader *ld, int body, const char *name, int line)
         sl__config_check_block(ld, body, rule_keys, sizeof rule_keys / sizeof *rule_keys, &b, NULL);
         for (size_t t = 0; t < r->ntargets; t++)
             r->targets[t].ordered = r->ordered;
+        if (r->shape && strcmp(r->shape, "eventbridge") && strcmp(r->shape, "cloudevents"))
+            sl__config_problem(ld, sl__config_key_line(ld, line, "shape"),
+                               "%s: shape must be \"cloudevents\" or \"eventbridge\"", what);
+        r->eventbridge = r->shape && strcmp(r->shape, "eventbridge") == 0;
+        r->api = ld->in_api;
         sl__config_dlq_target(ld, r);
         read_overrides(ld, body, cfg->nrules - 1);
     }

@@ -270,6 +270,14 @@ static int add_rules(session *s, table *t)
             goto oom;
         member_text(&el, "name", row[0], CELL, 0, "?");
         member_text(&el, "set", row[1], CELL, 0, "?");
+        /* A rule the EventBridge API made says so (it is not in the file). */
+        char managed[16];
+        member_text(&el, "managed", managed, sizeof managed, 0, "");
+        if (strcmp(managed, "api") == 0) {
+            char name[CELL];
+            memcpy(name, row[0], CELL);
+            snprintf(row[0], CELL, "%.100s (API)", name);
+        }
         /* A rule over a Kafka-backed set runs in the set's group: which
          * share of it this router has (docs/scale-out.md). */
         sl_json_tok parts, p;

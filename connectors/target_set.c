@@ -10,6 +10,7 @@
  */
 #include "connectors/target_set.h"
 #include "core/base/clock.h"
+#include "core/bus/ebshape.h"
 #include "core/bus/event.h"
 
 #include <pthread.h>
@@ -26,6 +27,7 @@ typedef struct set_target {
     sl_sets *sets;
     char name[SL_SET_NAME_MAX + 1];
     sl_databus *bus;
+    bool eventbridge;     /* shape = "eventbridge": payloads are EventBridge events */
     pthread_mutex_t lock; /* guards set, ev and the arena */
     sl_event ev;
 } set_target;
@@ -54,6 +56,7 @@ static int set_open(const sl_target_config *tc, const sl_target_env *env, void *
         return sl_error_set(err, rc, "target.set: %s", e.msg);
     }
     snprintf(t->name, sizeof t->name, "%s", cfg->set);
+    t->eventbridge = cfg->shape && strcmp(cfg->shape, "eventbridge") == 0;
     t->sets = env->sets;
     t->bus = env->bus;
     pthread_mutex_init(&t->lock, NULL);
@@ -102,9 +105,23 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
     sl_set *set = t->set;
     const sl_set_config *sc = set ? &set->cfg : sl_sets_defaults(t->sets);
     sl_event_limits lim = {.max_bytes = sc->max_event_bytes, .generate_ids = sc->generate_ids};
+    sl_buf ce = SL_BUF_INIT; /* a payload of EventBridge's shape as a CloudEvent */
     for (; !rc && i < n; i++) {
         sl_error e = {0};
-        sl_event_status st = sl_event_parse(d[i].data, d[i].len, &lim, &t->ev, &e);
+        const char *data = d[i].data;
+        size_t dlen = d[i].len;
+        if (t->eventbridge) {
+            ce.len = 0;
+            if (sl_ebshape_to_cloudevent(data, dlen, &ce, &e)) {
+                char msg[SL_ERROR_MAX + 64];
+                snprintf(msg, sizeof msg, "target.set %s (shape eventbridge): %s", t->name, e.msg);
+                done(ctx, i, SL_EINVAL, msg);
+                continue;
+            }
+            data = (const char *)ce.data;
+            dlen = ce.len;
+        }
+        sl_event_status st = sl_event_parse(data, dlen, &lim, &t->ev, &e);
         if (st == SL_EVENT_OK)
             st = sl_event_apply_lane(&t->ev, d[i].lane, &e);
         if (st != SL_EVENT_OK) {
@@ -128,6 +145,7 @@ static void set_deliver(void *impl, const sl_delivery *d, size_t n, sl_deliver_d
         s->lane = d[i].lane ? d[i].lane : "";
         p->idx[p->n++] = i;
     }
+    sl_buf_free(&ce);
     sl_error made = {0};
     if (!rc && !set && p->n && !sl_sets_declare(t->sets, t->name, &set, &made))
         t->set = set; /* the first event to store made the set */
@@ -214,6 +232,9 @@ static void set_close(void *impl)
 static const sl_conf_key set_keys[] = {
     {"set", SL_KEY_STRING, SL_CONF_FIELD(sl_target_set_conf, set), 0, 0, "required",
      "the event set to append to (declared with `set`); events keep their lane"},
+    {"shape", SL_KEY_STRING, SL_CONF_FIELD(sl_target_set_conf, shape), 0, 0, "\"cloudevents\"",
+     "\"eventbridge\": the payloads are EventBridge events (a rule of that shape delivering "
+     "whole events), stored as the CloudEvents they stand for (docs/eventbridge-api.md)"},
 };
 
 /* The set must be declared, and not the one the rule reads. */
@@ -227,6 +248,8 @@ static void set_check_conf(const sl_target_config *tc, const sl_conf_check *chk)
                      c->set, c->set);
     else if (chk->rule_set && strcmp(c->set, chk->rule_set) == 0)
         chk->problem(chk->ctx, NULL, "target.set into the set it reads would loop forever");
+    if (c->shape && strcmp(c->shape, "eventbridge") && strcmp(c->shape, "cloudevents"))
+        chk->problem(chk->ctx, NULL, "target.set: shape must be \"cloudevents\" or \"eventbridge\"");
 }
 
 const sl_target_ops sl_target_set_ops = {

@@ -10,7 +10,8 @@
 
 /* target.set { … } (sl_target_config.conf). */
 typedef struct sl_target_set_conf {
-    char *set; /* the event set to append to (declared) */
+    char *set;   /* the event set to append to (declared) */
+    char *shape; /* NULL | "cloudevents" | "eventbridge" (checked) */
 } sl_target_set_conf;
 
 extern const sl_target_ops sl_target_set_ops;

@@ -657,6 +657,8 @@ static enum MHD_Result route(sl_http_req *r, const char *method, const char *url
     const char *name;
     bool known;
     /* the query parameters were checked with the headers (params_refused()) */
+    if (r->aws)
+        return sl__http_aws(r);
     const struct route *rt = find_route(method, url, buf, &name, &known);
     if (rt)
         return rt->fn(r, name);
@@ -735,6 +737,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->ready && r->post) { /* resumed after a durable wait: answer it before any
                                 * admission check, its events are stored */
+        if (r->resumed)
+            return r->resumed(r);
         /* A full disk: the Databus dropped what it could not write. */
         if (r->wait_status == SL_ENOSPC)
             return sl__http_error(r, 507, "InsufficientStorage",

@@ -77,6 +77,9 @@ typedef struct sl_http_hooks {
     /* DELETE /v1/lanes/{lane} (`sluice lane drop`): 0, SL_ENOENT for a lane
      * that is not known, SL_EINVAL for a bad name, with err. */
     int (*lane_drop)(void *ctx, const char *lane, sl_error *err);
+    /* Whether set may be deleted (DeleteEventBus): 0, or SL_EBUSY with err
+     * saying what uses it (a declared set, a rule reading it). NULL: any. */
+    int (*may_delete)(void *ctx, const sl_set *set, sl_error *err);
 } sl_http_hooks;
 
 typedef struct sl_http_options {
@@ -102,6 +105,8 @@ typedef struct sl_http_options {
      * server feeds it appends, and stops it (waking every long-poll) after
      * sl_http_quiesce() and before sl_http_stop(). */
     sl_waits *waits;
+    /* The EventBridge API on POST / (http/aws.h), borrowed; NULL: off. */
+    struct sl_aws *aws;
 } sl_http_options;
 
 typedef struct sl_http sl_http;

@@ -300,12 +300,16 @@ bool sl__http_admit(sl_http_req *r, const char *method, const char *url, enum MH
     const sl_auth *a = atomic_load(&h->auth);
     bool keys = sl_auth_count(a) > 0;
     char set[SL_SET_NAME_MAX + 2];
-    bool redrive;
-    sl_auth_right right = classify(method, url, set, sizeof set, &redrive);
+    bool redrive = false;
+    /* The EventBridge API signs its requests (SigV4, http/aws.c). */
+    r->aws = sl__http_aws_request(r, method, url);
+    sl_auth_right right = r->aws ? SL_AUTH_OPEN : classify(method, url, set, sizeof set, &redrive);
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     char name[SL_SET_NAME_MAX + 2];
     if (conn_over(r)) {
     } else if (!keys && h->loopback && host_origin_refused(r, method)) {
+    } else if (r->aws) {
+        r->open_body = keys; /* a body not vouched for by an API key */
     } else if (keys && right != SL_AUTH_OPEN) {
         auth_check(r, a, right, set);
     } else if (right == SL_AUTH_OPEN && !webhook_name(url, name, sizeof name)) {

@@ -108,6 +108,10 @@ struct sl_http_req {
     sl_buf resp;     /* response prepared before a durable wait */
     int resp_status;
     sl_kafka_answer *kafka; /* its blanks, for a Kafka-backed set; NULL otherwise */
+    /* Answers a request resumed after a durable wait in place of the
+     * ingest answer (the EventBridge API's PutEvents); NULL: ingest's. */
+    enum MHD_Result (*resumed)(sl_http_req *r);
+    bool aws; /* an EventBridge API call (http/aws.c): its own SigV4, no API key */
     /* Told the outcome of a durable wait, from the Databus's thread, before
      * the request is resumed (sl__http_publish_json()). */
     void (*published)(void *ctx, int status);
@@ -179,6 +183,13 @@ void sl__http_client_of(sl_http_req *r, char *out, size_t cap);
  * work at all). */
 void sl__http_conn_opened(sl_http *h, struct MHD_Connection *c, void **socket_context);
 void sl__http_conn_closed(sl_http *h, void **socket_context);
+
+/* Whether method+url is an EventBridge API call (POST / or /eventbridge/
+ * with X-Amz-Target: AWSEvents.*, the API on): http/aws.c. */
+bool sl__http_aws_request(sl_http_req *r, const char *method, const char *url);
+
+/* Answers an EventBridge API call, its body complete (http/aws.c). */
+enum MHD_Result sl__http_aws(sl_http_req *r);
 
 /* POST /v1/sets/{set}/events (http_ingest.c). */
 enum MHD_Result sl__http_ingest(sl_http_req *r, const char *set_name);

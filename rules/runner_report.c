@@ -160,9 +160,11 @@ int sl_runner_rules_json(sl_runner *r, sl_buf *out)
         rule_run *rr = RUN(r, i);
         rc = sl_buf_printf(out,
                            "%s{\"name\":\"%s\",\"set\":\"%s\",\"enabled\":%s,"
-                           "\"ordered\":%s,\"dlq\":",
+                           "\"ordered\":%s,\"managed\":\"%s\",\"shape\":\"%s\",\"dlq\":",
                            i ? "," : "", rr->rc->name, rr->set->name,
-                           rr->rc->enabled ? "true" : "false", rr->rc->ordered ? "true" : "false");
+                           rr->rc->enabled ? "true" : "false", rr->rc->ordered ? "true" : "false",
+                           rr->rc->api ? "api" : "config",
+                           rr->rc->eventbridge ? "eventbridge" : "cloudevents");
         if (!rc && rr->rc->dlq)
             rc = sl_buf_printf(out, "\"%s\"", rr->rc->dlq);
         else if (!rc)

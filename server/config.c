@@ -395,6 +395,7 @@ static void read_decl(loader *ld, int idx)
             sl_set_decl *d = &cfg->sets[cfg->nsets++];
             d->name = sl__config_dup(ld, name, strlen(name));
             d->line = line;
+            d->api = ld->in_api;
             d->cfg = cfg->set_defaults;
             block b = {what, line, &d->cfg};
             sl__config_read_set_body(ld, body, &d->cfg, &b, d);

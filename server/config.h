@@ -47,6 +47,7 @@ typedef struct sl_set_decl {
     sl_set_config cfg;
     sl_schema_entry *schemas;
     size_t nschemas;
+    bool api; /* declared by the EventBridge API's chunk (a bus its rules use) */
 } sl_set_decl;
 
 /* server { kafka = { … } }: the cluster of Kafka-backed sets. */

@@ -29,6 +29,8 @@ void sl_config_ruleset(const sl_config *cfg, sl_ruleset *out)
                         .workers = cfg->workers,
                         .lua_memory = cfg->lua_memory,
                         .lua_instructions = cfg->lua_instructions,
+                        .aws_account = cfg->aws.account,
+                        .aws_region = cfg->aws.region,
                         .nsources = cfg->nsources,
                         .source_name = source_name,
                         .source_ctx = cfg};

@@ -523,10 +523,32 @@ int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err)
     return rc;
 }
 
+bool sl_router_file_rule(void *ctx, const char *name)
+{
+    sl_router *r = ctx;
+    pthread_rwlock_rdlock(&r->lock);
+    const sl_rule_config *rc = r->cfg ? sl_config_rule(r->cfg, name) : NULL;
+    bool file = rc && !rc->api;
+    pthread_rwlock_unlock(&r->lock);
+    return file;
+}
+
+bool sl_router_file_set(void *ctx, const char *name)
+{
+    sl_router *r = ctx;
+    bool file = false;
+    pthread_rwlock_rdlock(&r->lock);
+    for (size_t i = 0; r->cfg && i < r->cfg->nsets; i++)
+        file |= !r->cfg->sets[i].api && strcmp(r->cfg->sets[i].name, name) == 0;
+    pthread_rwlock_unlock(&r->lock);
+    return file;
+}
+
 void sl_router_http_hooks(sl_router *r, sl_http_hooks *out)
 {
     *out = (sl_http_hooks){.ctx = r,
                            .validate = validate,
+                           .may_delete = sl_router_may_delete,
                            .rules_json = rules_json,
                            .metrics = metrics,
                            .redrive = redrive,

@@ -49,6 +49,11 @@ int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err);
  * events of type[0..len). */
 bool sl_router_has_schema(void *ctx, const sl_set *set, const char *type, size_t len);
 
+/* Whether the config file (not the EventBridge API's declarations)
+ * declares rule / set name (http/aws.h's file_rule and file_set). */
+bool sl_router_file_rule(void *ctx, const char *name);
+bool sl_router_file_set(void *ctx, const char *name);
+
 void sl_router_on_append(void *ctx, sl_set *set, int32_t partition, int64_t end, const char *lane);
 
 /* Stops the rules (batches in progress finish) and releases the runner it

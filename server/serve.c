@@ -7,6 +7,7 @@
  */
 #include "server/serve.h"
 
+#include "http/aws.h"
 #include "http/http.h"
 #include "kafka/kafka.h"
 #include "core/bus/auth.h"
@@ -24,6 +25,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -275,29 +277,50 @@ static void log_settings(const security *sec, const sl_config *cfg, sl_slog_form
     }
 }
 
-static void reload(sl_router *router, const char *path, security *sec)
+/* What a reload needs; reloads come from SIGHUP (the main thread) and
+ * from the EventBridge API (HTTP threads), one at a time (lock). */
+typedef struct reloader {
+    pthread_mutex_t lock;
+    sl_router *router;
+    const char *path;
+    security *sec;
+    sl_aws *aws;
+} reloader;
+
+/* Loads the config file with the EventBridge API's declarations api (NULL:
+ * the state's in force) and puts it in force. Returns 0, or an SL_E… code
+ * with err (logged) when the running config stays. Takes rl->lock. */
+static int reload_with(reloader *rl, const char *api, size_t api_len, sl_error *err)
 {
-    if (!router) {
-        sl_slog(SL_SLOG_WARN, "server",
-                "SIGHUP: no config file to reload (the embedded default is running)");
-        return;
-    }
+    pthread_mutex_lock(&rl->lock);
+    security *sec = rl->sec;
+    const char *path = rl->path;
     sl_config *cfg = NULL;
-    sl_buf diag = SL_BUF_INIT;
-    sl_error err = {0};
+    sl_buf diag = SL_BUF_INIT, lua = SL_BUF_INIT;
     sl_auth *keys = NULL;
-    if (sl_config_load(path, &cfg, &diag)) {
+    int rc = 0;
+    if (!api && rl->aws && sl_aws_lua(rl->aws, &lua))
+        rc = sl_error_set(err, SL_ENOMEM, "out of memory");
+    if (!api) {
+        api = (const char *)lua.data;
+        api_len = lua.len;
+    }
+    if (!rc && (rc = sl_config_load_api(path, api, api_len, rl->aws ? sl_aws_lua_name(rl->aws) : NULL,
+                                        &cfg, &diag))) {
         sl_slog(SL_SLOG_ERROR, "server", "reload of %s refused; the running config stays:\n%.*s",
                 path, (int)diag.len, diag.data ? (const char *)diag.data : "");
-    } else if (reload_keys(sec, cfg, &keys)) { /* logged */
+        sl_error_set(err, SL_EINVAL, "the config does not load: %.*s", (int)diag.len,
+                     diag.data ? (const char *)diag.data : "");
+    } else if (!rc && reload_keys(sec, cfg, &keys)) { /* logged */
         sl_config_free(cfg);
-    } else {
+        rc = sl_error_set(err, SL_EINVAL, "the config's API keys are refused (see the log)");
+    } else if (!rc) {
         sl_slog_format format;
         sl_slog_level level;
         log_settings(sec, cfg, &format, &level); /* before the router takes cfg */
-        if (sl_router_reload(router, cfg, &err)) {
+        if ((rc = sl_router_reload(rl->router, cfg, err))) {
             sl_slog(SL_SLOG_ERROR, "server",
-                    "reload of %s failed, the previous rules run again: %s", path, err.msg);
+                    "reload of %s failed, the previous rules run again: %s", path, err->msg);
             sl_auth_free(keys);
         } else {
             size_t n = sl_auth_count(keys);
@@ -310,6 +333,113 @@ static void reload(sl_router *router, const char *path, security *sec)
         }
     }
     sl_buf_free(&diag);
+    sl_buf_free(&lua);
+    pthread_mutex_unlock(&rl->lock);
+    return rc;
+}
+
+static void reload(reloader *rl)
+{
+    if (!rl->router) {
+        sl_slog(SL_SLOG_WARN, "server",
+                "SIGHUP: no config file to reload (the embedded default is running)");
+        return;
+    }
+    sl_error err = {0};
+    reload_with(rl, NULL, 0, &err); /* logged */
+}
+
+/* The EventBridge API's apply hook (http/aws.h). */
+static int aws_apply(void *ctx, const char *lua, size_t len, sl_error *err)
+{
+    return reload_with(ctx, lua ? lua : "", len, err);
+}
+
+static bool aws_file_rule(void *ctx, const char *name)
+{
+    reloader *rl = ctx;
+    return sl_router_file_rule(rl->router, name);
+}
+
+static bool aws_file_set(void *ctx, const char *name)
+{
+    reloader *rl = ctx;
+    return sl_router_file_set(rl->router, name);
+}
+
+/* The config file again with the EventBridge API's rules, when it has any;
+ * if they do not load (a file changed since), the file alone runs and the
+ * log says why. */
+static void with_api_rules(sl_aws *aws, sl_config **cfg)
+{
+    sl_buf lua = SL_BUF_INIT, diag = SL_BUF_INIT;
+    sl_config *both = NULL;
+    if (sl_aws_lua(aws, &lua) == 0 && lua.len) {
+        if (sl_config_load_api((*cfg)->path, (const char *)lua.data, lua.len,
+                               sl_aws_lua_name(aws), &both, &diag) == 0) {
+            sl_config_free(*cfg);
+            *cfg = both;
+        } else {
+            sl_slog(SL_SLOG_ERROR, "server",
+                    "the EventBridge API's rules (%s) do not load with %s; running without "
+                    "them:\n%.*s",
+                    sl_aws_lua_name(aws), (*cfg)->path, (int)diag.len,
+                    diag.data ? (const char *)diag.data : "");
+        }
+    }
+    sl_buf_free(&lua);
+    sl_buf_free(&diag);
+}
+
+/* server.aws into the API's options; the start-up line says what it
+ * accepts. */
+static int aws_open(const sl_config *cfg, const char *data, const char *host, sl_aws **out,
+                    sl_error *err)
+{
+    const sl_config_aws *ca = cfg ? &cfg->aws : NULL;
+    size_t n = ca ? ca->ncreds : 0, admins = 0;
+    sl_aws_cred *creds = n ? calloc(n, sizeof *creds) : NULL;
+    if (n && !creds)
+        return sl_error_set(err, SL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const sl_config_aws_cred *c = &ca->creds[i];
+        creds[i] = (sl_aws_cred){.akid = c->akid,
+                                 .secret = c->secret,
+                                 .publish = c->publish,
+                                 .npublish = c->npublish,
+                                 .read = c->read,
+                                 .nread = c->nread,
+                                 .admin = c->admin || !c->names_right};
+        if (!c->names_right)
+            sl_slog(SL_SLOG_WARN, "server",
+                    "server.aws credential %s names no rights (publish, read, admin): it is an "
+                    "admin credential, allowed every EventBridge operation",
+                    c->akid);
+        admins += creds[i].admin;
+    }
+    sl_aws_options o = {.region = ca ? ca->region : NULL,
+                        .account = ca ? ca->account : NULL,
+                        .creds = creds,
+                        .ncreds = n,
+                        .data_dir = data};
+    int rc = sl_aws_open(&o, out, err);
+    free(creds);
+    if (rc)
+        return rc;
+    if (n)
+        sl_slog_lifecycle("server",
+                          "EventBridge API on POST / and /eventbridge/: SigV4 with %zu "
+                          "credential%s (%zu admin), region %s",
+                          n, n == 1 ? "" : "s", admins, o.region ? o.region : "us-east-1");
+    else if (sl_net_host_loopback(host))
+        sl_slog_lifecycle("server",
+                          "EventBridge API on POST / and /eventbridge/: no server.aws credentials, "
+                          "so loopback clients are served unsigned or signed with any key");
+    else
+        sl_slog_lifecycle("server",
+                          "EventBridge API on POST / and /eventbridge/: refused to every client "
+                          "(beyond loopback it needs server.aws credentials)");
+    return 0;
 }
 
 /* Every partition, connection and segment is a descriptor: take all the
@@ -591,10 +721,27 @@ int sl_serve_main(int argc, char **argv)
      * retention the config changed applies at once too. */
     if (!rc)
         sl_sets_retain(sets, sl_clock_now_ms());
+    /* The EventBridge API (http/aws.h): its rules join the file's before
+     * the router starts them. A reload (SIGHUP, or an API call) waits for
+     * rl.lock, held until everything it uses is in place. */
+    security sec = {0};
+    reloader rl = {.path = cfg_path, .sec = &sec};
+    pthread_mutex_init(&rl.lock, NULL);
+    pthread_mutex_lock(&rl.lock);
+    sl_aws *aws = NULL;
+    if (!rc)
+        rc = aws_open(cfg, data, host, &aws, &err);
+    rl.aws = aws;
+    if (!rc && cfg)
+        with_api_rules(aws, &cfg);
     if (!rc && cfg) { /* sets are declared before any traffic */
         rc = sl_router_start(cfg, sets, bus, data, so.kafka, &router, &err);
         cfg = NULL;
     }
+    rl.router = router;
+    if (aws && router)
+        sl_aws_set_hooks(aws, aws_apply, aws_file_rule, aws_file_set, &rl);
+    ho.aws = aws;
     if (!rc)
         sl_sets_retain(sets, sl_clock_now_ms());
     /* The hooks are in place before the port opens: no request may slip
@@ -650,21 +797,25 @@ int sl_serve_main(int argc, char **argv)
         sl_config_free(cfg);
         sl_auth_free(auth);
         kafka_copy_free(&kafka);
+        sl_aws_free(aws);
+        pthread_mutex_unlock(&rl.lock);
+        pthread_mutex_destroy(&rl.lock);
         return 1;
     }
     atomic_store(&remote_router, router);
     /* Appends wake long-polls and rules; the bus was started before both. */
     appenders app = {waits, router};
     /* insecure from the flag only: a reload re-reads the file's. */
-    security sec = {.http = http,
-                    .kafka = kafka_l,
-                    .auth = auth,
-                    .loopback = loopback,
-                    .insecure = insecure_flag,
-                    .log_format_flag = log_format_flag,
-                    .log_level_flag = log_level_flag,
-                    .log_format = log_format,
-                    .log_level = log_level};
+    sec = (security){.http = http,
+                     .kafka = kafka_l,
+                     .auth = auth,
+                     .loopback = loopback,
+                     .insecure = insecure_flag,
+                     .log_format_flag = log_format_flag,
+                     .log_level_flag = log_level_flag,
+                     .log_format = log_format,
+                     .log_level = log_level};
+    pthread_mutex_unlock(&rl.lock);
     sl_databus_set_on_append(bus, on_append, &app);
     char keys[64];
     if (sl_auth_count(auth))
@@ -698,7 +849,7 @@ int sl_serve_main(int argc, char **argv)
         if (sig == SIGTERM || sig == SIGINT)
             break;
         if (sig == SIGHUP)
-            reload(router, cfg_path, &sec);
+            reload(&rl);
         if (sig < 0 && errno == EAGAIN) {
             int64_t now = sl_clock_mono_ms();
             if (now >= next_retain) {
@@ -726,6 +877,8 @@ int sl_serve_main(int argc, char **argv)
     sl_router_free(router);
     sl_databus_free(bus);
     sl_http_free(http);
+    sl_aws_free(aws); /* after the HTTP threads, its users */
+    pthread_mutex_destroy(&rl.lock);
     sl_kafka_free(kafka_l);
     sl_waits_free(waits); /* after everything that could wake or add a waiter */
     sl_sets_close(sets);

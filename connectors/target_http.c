@@ -25,6 +25,7 @@
 #include "core/bus/ce_binding.h"
 #include "core/base/clock.h"
 #include "connectors/target_http.h"
+#include "connectors/oauth.h"
 #include "core/bus/event.h"
 #include "core/base/json.h"
 #include "core/base/buf.h"
@@ -63,6 +64,7 @@ typedef struct call {
     req *reqs;
     size_t nreq, cur; /* cur: the request in flight or next to send */
     CURL *easy;       /* of the request in flight */
+    struct curl_slist *send_hdrs; /* its headers with the OAuth token (auth.oauth) */
     char errbuf[CURL_ERROR_SIZE];
     sl_buf resp; /* the first RESP_KEEP bytes of the answer */
     char retry_after[64];
@@ -73,6 +75,7 @@ struct http_target {
     bool ordered; /* the rule's `ordered` */
     char *rule;
     struct curl_slist *common; /* config headers, auth, "Expect:" */
+    sl_oauth *oauth;           /* auth.oauth: the token, added to each request sent */
     bool has_ctype;            /* the config sets Content-Type itself */
     CURLM *multi;
     pthread_t thread;
@@ -209,6 +212,7 @@ static void free_call(call *c)
     }
     if (c->easy)
         curl_easy_cleanup(c->easy);
+    curl_slist_free_all(c->send_hdrs);
     sl_buf_free(&c->resp);
     free(c->reqs);
     free(c->idx);
@@ -474,11 +478,31 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
     return n;
 }
 
+static void note_health(http_target *t, const char *why);
+
 /* Starts the current request of c. Returns 0, or an SL_E… code with c untouched. */
 static int start_request(http_target *t, call *c)
 {
     const sl_target_http_conf *cfg = t->cfg;
     req *r = &c->reqs[c->cur];
+    struct curl_slist *hdrs = r->hdrs;
+    if (t->oauth) {
+        /* The token of the moment, on a copy of the request's headers (a
+         * retry may carry a newer one). */
+        char line[8300], why[SL_ERROR_MAX];
+        if (sl_oauth_header(t->oauth, line, sizeof line, why, sizeof why)) {
+            note_health(t, why);
+            return SL_EIO;
+        }
+        curl_slist_free_all(c->send_hdrs);
+        c->send_hdrs = NULL;
+        int rc = 0;
+        for (struct curl_slist *h = r->hdrs; h && !rc; h = h->next)
+            rc = add_header(&c->send_hdrs, h->data);
+        if (rc || add_header(&c->send_hdrs, line))
+            return SL_ENOMEM;
+        hdrs = c->send_hdrs;
+    }
     CURL *e = curl_easy_init();
     if (!e)
         return SL_ENOMEM;
@@ -487,7 +511,7 @@ static int start_request(http_target *t, call *c)
     c->errbuf[0] = '\0';
     curl_easy_setopt(e, CURLOPT_URL, r->url);
     curl_easy_setopt(e, CURLOPT_PRIVATE, c);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "");
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, cfg->method ? cfg->method : "POST");
@@ -601,6 +625,12 @@ static void request_done(http_target *t, call *c, CURLcode res)
                  c->errbuf[0] ? c->errbuf : curl_easy_strerror(res));
     } else if (code >= 200 && code < 300) {
         status = 0;
+    } else if (code == 401 && t->oauth) {
+        /* The token expired or was revoked early: the retry fetches one. */
+        sl_oauth_drop(t->oauth);
+        status = SL_EIO;
+        snprintf(why, sizeof why, "HTTP 401 from %s with an OAuth token (a new one is fetched): %.*s",
+                 r->url, blen, body);
     } else if (code == 408 || code == 429 || code >= 500) {
         status = SL_EIO;
         int64_t pause = code == 429 || code == 503 ? retry_after_ms(c->retry_after) : -1;
@@ -713,7 +743,10 @@ static void *http_thread(void *arg)
                 break;
             }
             call *c = ready_pop(t);
-            if (start_request(t, c))
+            int src = start_request(t, c);
+            if (src == SL_EIO) /* no OAuth token: retried like an unreachable endpoint */
+                finish_call(c, c->cur, SL_EIO, "target.http: no OAuth token (see the health)");
+            else if (src)
                 finish_call(c, c->cur, SL_ENOMEM, "target.http: cannot start a request");
         }
         if (stopping && deadline - now < wait)
@@ -753,6 +786,7 @@ static void http_free(http_target *t)
     if (t->multi)
         curl_multi_cleanup(t->multi);
     curl_slist_free_all(t->common);
+    sl_oauth_free(t->oauth);
     free(t->rule);
     pthread_mutex_destroy(&t->hlock);
     free(t);
@@ -784,6 +818,8 @@ static int http_open(const sl_target_config *tc, const sl_target_env *env, void 
     }
     if (!rc && cfg->auth.bearer)
         rc = add_headerf(&t->common, "Authorization: Bearer %s", cfg->auth.bearer);
+    if (!rc && cfg->auth.oauth_url)
+        rc = sl_oauth_new(&cfg->auth, cfg->timeout_ms, &t->oauth);
     if (!rc && cfg->auth.api_key_header && cfg->auth.api_key)
         rc = add_headerf(&t->common, "%s: %s", cfg->auth.api_key_header, cfg->auth.api_key);
     if (!rc)
@@ -843,7 +879,9 @@ static const sl_conf_key http_keys[] = {
      "`{ [\"Name\"] = \"value\" }` sent with every request"},
     {"auth", SL_KEY_AUTH, SL_CONF_FIELD(sl_target_http_conf, auth), 0, 0, "none",
      "`{ bearer = env \"TOKEN\" }`, `{ basic = { user = …, password = … } }` or "
-     "`{ api_key = { header = \"X-Api-Key\", value = … } }`"},
+     "`{ api_key = { header = \"X-Api-Key\", value = … } }` or `{ oauth = { token_url = …, "
+     "client_id = …, client_secret = …, method = \"POST\", params = \"scope=x\" } }` (OAuth 2.0 "
+     "client credentials: a token fetched with basic auth, renewed before it expires)"},
     {"tls_verify", SL_KEY_BOOL, SL_CONF_FIELD(sl_target_http_conf, tls_verify), 0, 0, "true",
      "verify the server's certificate and name"},
     {"ca_file", SL_KEY_STRING, SL_CONF_FIELD(sl_target_http_conf, ca_file), 0, 0, "system",

@@ -136,6 +136,32 @@ static int http_target(const json_t *st, const char *dest, sl_buf *b)
         rc = rc ? rc : lua_str(b, sl__aws_str(cp, "ClientSecret"));
         rc = rc ? rc : sl_buf_printf(b, ", method = ");
         rc = rc ? rc : lua_str(b, sl__aws_str(k, "HttpMethod") ? sl__aws_str(k, "HttpMethod") : "POST");
+        /* OAuthHttpParameters.BodyParameters go with the token request. */
+        const json_t *bp = json_object_get(json_object_get(k, "OAuthHttpParameters"),
+                                           "BodyParameters");
+        if (!rc && json_array_size(bp)) {
+            sl_buf form = SL_BUF_INIT;
+            size_t i;
+            const json_t *p;
+            json_array_foreach(bp, i, p)
+            {
+                for (int part = 0; part < 2 && !rc; part++) {
+                    const char *v = sl__aws_str(p, part ? "Value" : "Key");
+                    rc = sl_buf_printf(&form, "%s", part ? "=" : form.len ? "&" : "");
+                    for (const char *q = v ? v : ""; !rc && *q; q++) {
+                        unsigned char ch = (unsigned char)*q;
+                        rc = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                                     (ch >= '0' && ch <= '9') || strchr("-_.~", ch)
+                                 ? sl_buf_append(&form, q, 1)
+                                 : sl_buf_printf(&form, "%%%02X", ch);
+                    }
+                }
+            }
+            rc = rc ? rc : sl_buf_append(&form, "", 1);
+            rc = rc ? rc : sl_buf_printf(b, ", params = ");
+            rc = rc ? rc : lua_str(b, (const char *)form.data);
+            sl_buf_free(&form);
+        }
         rc = rc ? rc : sl_buf_printf(b, " } }");
     }
     return rc ? rc : sl_buf_printf(b, " }");

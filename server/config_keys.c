@@ -356,7 +356,8 @@ static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_conf
     if (n != 1) {
         sl__config_problem(ld, line,
                            "%s: auth takes one of { bearer = … }, { basic = { user = …, "
-                           "password = … } }, { api_key = { header = …, value = … } }",
+                           "password = … } }, { api_key = { header = …, value = … } }, { oauth "
+                           "= { token_url = …, client_id = …, client_secret = … } }",
                            b->what);
         return;
     }
@@ -393,9 +394,37 @@ static void read_auth(loader *ld, int idx, const key *k, const block *b, sl_conf
         return;
     }
     lua_pop(L, 1);
+    lua_getfield(L, idx, "oauth");
+    if (lua_istable(L, -1)) {
+        int oi = lua_gettop(L);
+        t->oauth_url = auth_field(ld, oi, "token_url", line, b, "oauth");
+        t->oauth_id = auth_field(ld, oi, "client_id", line, b, "oauth");
+        t->oauth_secret = auth_field(ld, oi, "client_secret", line, b, "oauth");
+        lua_getfield(L, oi, "method");
+        bool has_method = !lua_isnil(L, -1);
+        lua_getfield(L, oi, "params");
+        bool has_params = !lua_isnil(L, -1);
+        lua_pop(L, 2);
+        if (has_method)
+            t->oauth_method = auth_field(ld, oi, "method", line, b, "oauth");
+        if (has_params)
+            t->oauth_params = auth_field(ld, oi, "params", line, b, "oauth");
+        if (t->oauth_method && strcmp(t->oauth_method, "POST") && strcmp(t->oauth_method, "GET") &&
+            strcmp(t->oauth_method, "PUT"))
+            sl__config_problem(ld, line, "%s: auth.oauth.method must be POST, GET or PUT",
+                               b->what);
+        if (t->oauth_url && strncmp(t->oauth_url, "http://", 7) &&
+            strncmp(t->oauth_url, "https://", 8))
+            sl__config_problem(ld, line, "%s: auth.oauth.token_url must be an http(s) URL",
+                               b->what);
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
     sl__config_problem(ld, line,
                        "%s: auth takes one of { bearer = … }, { basic = { user = …, "
-                       "password = … } }, { api_key = { header = …, value = … } }",
+                       "password = … } }, { api_key = { header = …, value = … } }, { oauth = { "
+                       "token_url = …, client_id = …, client_secret = … } }",
                        b->what);
 }
 
@@ -823,6 +852,11 @@ void sl__config_free_keys(const key *keys, size_t n, void *obj)
             free(a->basic_pass);
             free(a->api_key_header);
             free(a->api_key);
+            free(a->oauth_url);
+            free(a->oauth_id);
+            free(a->oauth_secret);
+            free(a->oauth_method);
+            free(a->oauth_params);
             break;
         }
         default:

@@ -64,6 +64,8 @@ typedef struct sl_conf_auth {
     char *bearer;                   /* auth.bearer */
     char *basic_user, *basic_pass;  /* auth.basic */
     char *api_key_header, *api_key; /* auth.api_key */
+    /* auth.oauth: OAuth 2.0 client credentials (connectors/oauth.h) */
+    char *oauth_url, *oauth_id, *oauth_secret, *oauth_method, *oauth_params;
 } sl_conf_auth;
 
 #endif

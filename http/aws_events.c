@@ -361,12 +361,20 @@ enum MHD_Result sl__aws_put_events(aws_call *c)
         if (g == p->ng) {
             sl_set *set = NULL;
             sl_error err = {0};
-            int rc = sl_sets_get(c->r->h->sets, names[i], strcmp(names[i], "default") == 0, &set,
-                                 &err);
+            int rc = sl_sets_get(c->r->h->sets, names[i], false, &set, &err);
+            if (rc == SL_ENOENT && strcmp(names[i], "default") == 0) {
+                /* as ingest makes a set: charged to the client, within the caps */
+                char client[SL_SET_CLIENT_MAX + 1];
+                sl__http_client_of(c->r, client, sizeof client);
+                rc = sl_sets_create_auto(c->r->h->sets, names[i], client, &set, &err);
+            }
             if (rc) {
-                refuse(e, rc == SL_ENOENT ? "ResourceNotFoundException" : "InternalFailure",
-                       rc == SL_ENOENT ? "Event bus %s does not exist." : "%s",
-                       rc == SL_ENOENT ? names[i] : err.msg);
+                if (rc == SL_ENOENT)
+                    refuse(e, "ResourceNotFoundException", "Event bus %s does not exist.",
+                           names[i]);
+                else
+                    refuse(e, rc == SL_ELIMIT ? "LimitExceededException" : "InternalFailure", "%s",
+                           err.msg);
                 continue;
             }
             p->g[p->ng++].set = set;

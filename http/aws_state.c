@@ -384,7 +384,7 @@ int sl__aws_state_lua(const sl_aws *a, const json_t *st, sl_buf *out)
                 if (arn_name(arns[k], "event-bus", ref, sizeof ref))
                     json_object_set_new(seen, ref, json_true());
         }
-        if (bus && json_array_size(targets))
+        if (bus && (json_array_size(targets) || sl__aws_str(rule, "ScheduleExpression")))
             json_object_set_new(seen, bus, json_true());
     }
     const json_t *v;

@@ -266,13 +266,17 @@ static bool authenticate(aws_call *c, const char *method, const char *url, enum 
                 c->cred = &a->creds[i];
         return true;
     }
-    static const char *const types[] = {
-        [SL_SIGV4_INCOMPLETE] = "IncompleteSignatureException",
-        [SL_SIGV4_UNKNOWN_KEY] = "UnrecognizedClientException",
-        [SL_SIGV4_BAD_SIGNATURE] = "InvalidSignatureException",
-        [SL_SIGV4_TOKEN] = "UnrecognizedClientException",
-    };
-    *ret = sl__aws_error(c, f == SL_SIGV4_INCOMPLETE ? 400 : 403, types[f], "%s", err.msg);
+    switch (f) {
+    case SL_SIGV4_INCOMPLETE:
+        *ret = sl__aws_error(c, 400, "IncompleteSignatureException", "%s", err.msg);
+        break;
+    case SL_SIGV4_BAD_SIGNATURE:
+        *ret = sl__aws_error(c, 403, "InvalidSignatureException", "%s", err.msg);
+        break;
+    default: /* an unknown key id, a session token */
+        *ret = sl__aws_error(c, 403, "UnrecognizedClientException", "%s", err.msg);
+        break;
+    }
     return false;
 }
 

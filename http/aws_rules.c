@@ -165,9 +165,8 @@ enum MHD_Result sl__aws_put_rule(aws_call *c)
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (sl__aws_str(c->in, keys[i]))
             json_object_set_new(rule, keys[i], json_string(sl__aws_str(c->in, keys[i])));
-    json_object_set(rule, "Targets",
-                    old && json_object_get(old, "Targets") ? json_object_get(old, "Targets")
-                                                           : json_array());
+    json_t *kept = old ? json_object_get(old, "Targets") : NULL;
+    json_object_set_new(rule, "Targets", kept ? json_incref(kept) : json_array());
     json_object_set_new(rules, name, rule);
     char arn[512];
     rule_arn(c->a, bus, name, arn, sizeof arn);

@@ -76,6 +76,11 @@ int sl_cli_check_main(int argc, char **argv);
  * anything (docs/testing.md). */
 int sl_cli_test_main(int argc, char **argv);
 
+/* sluice schedule list -c CONFIG.lua (cli/cli_schedule.c): the config's
+ * schedules, their next fire times and the last tick fired
+ * (docs/schedules.md). */
+int sl_cli_schedule_main(int argc, char **argv);
+
 /* sluice databus --listen … --upstream URL: the local agent (agent/agent.h). */
 int sl_cli_databus_main(int argc, char **argv);
 

@@ -19,6 +19,7 @@ static void usage(FILE *f)
           "  check CONFIG.lua           check a config file; FILE:LINE: message per mistake\n"
           "  test CONFIG.lua TESTS.lua  run rule tests: feed events to rules, check the output\n"
           "  schema infer SET           print JSON Schemas inferred from a set's events\n"
+          "  schedule list -c CONFIG    the config's schedules and their next fire times\n"
           "  put SET [FILE]             publish NDJSON events over HTTP\n"
           "  tail SET [--follow]        print a set's events as NDJSON\n"
           "  redrive DLQSET --to SET    move a dead-letter set's events back to SET\n"
@@ -85,6 +86,8 @@ int main(int argc, char **argv)
         return sl_cli_schema_main(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return sl_cli_demo_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "schedule") == 0)
+        return sl_cli_schedule_main(argc - 1, argv + 1);
     if (strcmp(cmd, "databus") == 0)
         return sl_cli_databus_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -61,6 +61,7 @@ end
 set = named_block("set")
 rule = named_block("rule")
 lane = named_block("lane")
+schedule = named_block("schedule")
 
 -- lanes.auto = true and lanes { auto = true }: settings of all lanes. The
 -- values go to a store that server/config.c checks against its key table

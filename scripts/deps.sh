@@ -29,6 +29,11 @@ fi
 need_cmd kcat kcat
 # tests/unit/test_sigv4.c checks the SigV4 signer against botocore's.
 /usr/bin/python3 -I -c 'import botocore' 2>/dev/null || missing="$missing python3-botocore"
+# tests/integration/test_aws_api.sh drives sluice's EventBridge API with
+# Debian's AWS CLI (called by its path: another aws may come first on PATH)
+# and boto3.
+[ -x /usr/bin/aws ] || missing="$missing awscli"
+/usr/bin/python3 -I -c 'import boto3' 2>/dev/null || missing="$missing python3-boto3"
 need_cmd curl curl
 need_cmd openssl openssl # tests make self-signed certificates (the Kafka listener's TLS)
 need_cmd python3 python3
@@ -45,6 +50,9 @@ need_cmd valgrind valgrind # make soak runs the integration tests under it
 need_cmd chromium chromium
 # tests/integration/test_metrics.c lints GET /metrics with Prometheus' own checker.
 need_cmd promtool prometheus
+# Schedules read time zones from the tz database (core/base/tz.h); the tests use
+# Europe/Paris, America/New_York and others.
+[ -f /usr/share/zoneinfo/Europe/Paris ] || missing="$missing tzdata"
 # `scripts/deps.sh bench` (make bench): also the load generator and the chart
 # tool, which `make test` does not need.
 if [ "${1:-}" = bench ]; then

@@ -406,6 +406,8 @@ static void read_decl(loader *ld, int idx)
         sl__config_read_lane(ld, body, name, line);
     } else if (strcmp(kind, "source") == 0) {
         sl__config_read_source(ld, body, name, line);
+    } else if (strcmp(kind, "schedule") == 0) {
+        sl__config_read_schedule(ld, body, name, line);
     }
     lua_pop(L, 4);
 }
@@ -503,6 +505,7 @@ static int walk(lua_State *L)
     sl__config_read_lanes_settings(ld);
     sl__config_cross_check(ld);
     sl__config_check_sources(ld);
+    sl__config_check_schedules(ld);
     return 0;
 }
 
@@ -725,6 +728,8 @@ int sl_config_keys_markdown(sl_buf *out)
     if (!rc)
         rc = sl__config_rules_markdown(out);
     if (!rc)
+        rc = sl__config_schedule_markdown(out);
+    if (!rc)
         rc = sl__config_kinds_markdown(out);
     return rc;
 }
@@ -756,6 +761,9 @@ void sl_config_free(sl_config *cfg)
     for (size_t i = 0; i < cfg->noverrides; i++)
         sl__config_free_rule(&cfg->overrides[i]);
     free(cfg->overrides);
+    for (size_t i = 0; i < cfg->nschedules; i++)
+        sl_schedule_decl_free(&cfg->schedules[i]);
+    free(cfg->schedules);
     for (size_t i = 0; i < cfg->nlanes; i++) {
         free(cfg->lanes[i].name);
         free(cfg->lanes[i].description);

@@ -27,6 +27,7 @@
 #include "rules/pattern.h"
 #include "rules/ruleset.h"
 #include "rules/schema.h"
+#include "server/schedule.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -129,6 +130,8 @@ typedef struct sl_config {
     bool lanes_auto;           /* lanes.auto = true: an undeclared lane is accepted as a boe lane */
     sl_rule_config *overrides; /* every rule's lane overrides (see sl_rule_config.lane) */
     size_t noverrides;
+    sl_schedule_decl *schedules; /* schedule "NAME" { … }, file order (server/config_schedule.c) */
+    size_t nschedules;
 } sl_config;
 
 /* Loads and checks the config file at path. Returns 0 and *out (free with

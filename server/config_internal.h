@@ -167,6 +167,15 @@ void sl__config_free_source(sl_source_config *sc);
 /* The key tables of every target kind, then every source kind. */
 int sl__config_kinds_markdown(sl_buf *out);
 
+/* ---- config_schedule.c: schedules ------------------------------------------ */
+
+/* schedule "NAME" { … } (body at idx). */
+void sl__config_read_schedule(loader *ld, int body, const char *name, int line);
+/* What needs the whole file: every schedule's set is declared. */
+void sl__config_check_schedules(loader *ld);
+/* The key table of schedule. */
+int sl__config_schedule_markdown(sl_buf *out);
+
 /* ---- config_check.c: the checks that need the whole file ----------------- */
 
 void sl__config_cross_check(loader *ld);

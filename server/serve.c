@@ -285,6 +285,7 @@ typedef struct reloader {
     const char *path;
     security *sec;
     sl_aws *aws;
+    sl_scheduler *sched; /* the config's schedules are set again on reload */
 } reloader;
 
 /* Loads the config file with the EventBridge API's declarations api (NULL:
@@ -314,6 +315,13 @@ static int reload_with(reloader *rl, const char *api, size_t api_len, sl_error *
     } else if (!rc && reload_keys(sec, cfg, &keys)) { /* logged */
         sl_config_free(cfg);
         rc = sl_error_set(err, SL_EINVAL, "the config's API keys are refused (see the log)");
+    } else if (!rc && rl->sched &&
+               (rc = sl_scheduler_set(rl->sched, "config", cfg->schedules, cfg->nschedules,
+                                      err))) { /* checked by the load: out of memory, a zone gone */
+        sl_slog(SL_SLOG_ERROR, "server", "reload of %s refused; the running config stays: %s",
+                path, err->msg);
+        sl_config_free(cfg);
+        sl_auth_free(keys);
     } else if (!rc) {
         sl_slog_format format;
         sl_slog_level level;
@@ -734,6 +742,18 @@ int sl_serve_main(int argc, char **argv)
     rl.aws = aws;
     if (!rc && cfg)
         with_api_rules(aws, &cfg);
+    /* Schedules (server/schedule.h), set while cfg is still ours; the
+     * thread starts once the port is open, and stops before the bus. */
+    sl_schedule_fire_env fire_env = {.sets = sets, .bus = bus};
+    sl_scheduler *sched = NULL;
+    if (!rc)
+        rc = sl_scheduler_init(&(sl_scheduler_options){.data_dir = data,
+                                                       .fire = sl_schedule_fire_databus,
+                                                       .ctx = &fire_env},
+                               &sched, &err);
+    if (!rc && cfg)
+        rc = sl_scheduler_set(sched, "config", cfg->schedules, cfg->nschedules, &err);
+    rl.sched = sched;
     if (!rc && cfg) { /* sets are declared before any traffic */
         rc = sl_router_start(cfg, sets, bus, data, so.kafka, &router, &err);
         cfg = NULL;
@@ -791,6 +811,7 @@ int sl_serve_main(int argc, char **argv)
         sl_http_free(http);
         sl_kafka_free(kafka_l);
         sl_waits_free(waits);
+        sl_scheduler_free(sched);
         sl_router_free(router);
         sl_databus_free(bus);
         sl_sets_close(sets);
@@ -817,6 +838,10 @@ int sl_serve_main(int argc, char **argv)
                      .log_level = log_level};
     pthread_mutex_unlock(&rl.lock);
     sl_databus_set_on_append(bus, on_append, &app);
+    fire_env.validate = hooks.validate; /* schedules' events pass ingest's checks */
+    fire_env.validate_ctx = hooks.ctx;
+    if (sl_scheduler_start(sched, &err))
+        sl_slog(SL_SLOG_ERROR, "server", "schedules do not run: %s", err.msg);
     char keys[64];
     if (sl_auth_count(auth))
         snprintf(keys, sizeof keys, "%zu API key%s required", sl_auth_count(auth),
@@ -865,6 +890,9 @@ int sl_serve_main(int argc, char **argv)
      * durable Produce still parked is answered by the running Databus. */
     sl_kafka_stop(kafka_l);
     sl_waits_stop(waits); /* answers every long-poll */
+    /* The schedules' fire in progress completes while the bus runs. */
+    atomic_store(&fire_env.stopping, true);
+    sl_scheduler_stop(sched);
     /* Rules finish their batches while the bus still takes target.set
      * writes; then the bus drains. */
     sl_router_stop(router);
@@ -875,6 +903,7 @@ int sl_serve_main(int argc, char **argv)
      * append callback) and the HTTP threads (the hooks) have stopped; nor,
      * once the bus is gone, into the HTTP server (the append callback). */
     sl_router_free(router);
+    sl_scheduler_free(sched);
     sl_databus_free(bus);
     sl_http_free(http);
     sl_aws_free(aws); /* after the HTTP threads, its users */

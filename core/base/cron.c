@@ -227,8 +227,9 @@ static int parse_dom(const ctx *c, const char *s, size_t n, cron *cr)
         return 0;
     }
     if (n >= 2 && s[0] == 'L' && s[1] == '-')
-        return bad(c, "\"%.*s\": an offset from the last day (L-n) is not supported (AWS has "
-                      "none); use L or LW",
+        return bad(c,
+                   "\"%.*s\": an offset from the last day (L-n) is not supported (AWS has "
+                   "none); use L or LW",
                    (int)n, s);
     if (n >= 2 && s[n - 1] == 'W') {
         if (memchr(s, ',', n) || memchr(s, '-', n) || memchr(s, '/', n) || memchr(s, '*', n))
@@ -272,8 +273,9 @@ static int parse_dow(const ctx *c, const char *s, size_t n, cron *cr)
         size_t kn = n - (size_t)(hash + 1 - s);
         const char *k = hash + 1;
         if (kn != 1 || k[0] < '1' || k[0] > '5')
-            return bad(c, "\"%.*s\": after # comes the week of the month, 1-5 (6#3: the third "
-                          "Friday)",
+            return bad(c,
+                       "\"%.*s\": after # comes the week of the month, 1-5 (6#3: the third "
+                       "Friday)",
                        (int)n, s);
         cr->dow_nth = k[0] - '0';
         return 0;
@@ -489,8 +491,7 @@ static int parse_cron(const char *expr, cron *out, sl_error *err)
                             expr);
     int64_t first;
     if (!next_local(&c, 0, &first))
-        return sl_error_set(err, SL_EINVAL, "cron \"%s\": never matches a date (1970-2199)",
-                            expr);
+        return sl_error_set(err, SL_EINVAL, "cron \"%s\": never matches a date (1970-2199)", expr);
     *out = c;
     return 0;
 }
@@ -525,8 +526,8 @@ static int parse_rate(const char *expr, int64_t *period_ms, sl_error *err)
     } units[] = {{"minute", 60000}, {"hour", 3600000}, {"day", 86400000}};
     for (size_t i = 0; i < 3; i++) {
         size_t l = strlen(units[i].name);
-        if (ul < l || strncmp(unit, units[i].name, l) != 0 || (ul != l && !(ul == l + 1 &&
-                                                                              unit[l] == 's')))
+        if (ul < l || strncmp(unit, units[i].name, l) != 0 ||
+            (ul != l && !(ul == l + 1 && unit[l] == 's')))
             continue;
         bool plural = ul == l + 1;
         if (n < 1)
@@ -567,8 +568,7 @@ static int parse_at(const char *expr, const sl_tz *tz, int64_t *at_ms, sl_error 
         int64_t y = yh * 100 + yl;
         if (yh < 0 || yl < 0 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 ||
             mi > 59 || s < 0 || s > 59 || y < 1970 || d > sl_civil_month_days(y, mo))
-            return sl_error_set(err, SL_EINVAL, "at \"%s\": not a date and time that exists",
-                                expr);
+            return sl_error_set(err, SL_EINVAL, "at \"%s\": not a date and time that exists", expr);
         sl_civil c = {.year = y, .month = mo, .day = d, .hour = h, .min = mi, .sec = s};
         *at_ms = sl_tz_local_to_utc(tz, sl_civil_to_secs(&c)) * 1000;
         return 0;
@@ -660,8 +660,7 @@ int sl_sched_split(const char *expression, sl_sched_kind *kind, const char **inn
                         expression ? expression : "");
 }
 
-int sl_sched_new_expression(const char *expression, const char *tz, sl_sched **out,
-                            sl_error *err)
+int sl_sched_new_expression(const char *expression, const char *tz, sl_sched **out, sl_error *err)
 {
     sl_sched_kind kind;
     const char *inner;

@@ -68,8 +68,7 @@ int sl_sched_split(const char *expression, sl_sched_kind *kind, const char **inn
                    sl_error *err);
 
 /* sl_sched_split() then sl_sched_new(). */
-int sl_sched_new_expression(const char *expression, const char *tz, sl_sched **out,
-                            sl_error *err);
+int sl_sched_new_expression(const char *expression, const char *tz, sl_sched **out, sl_error *err);
 
 /* The first fire time strictly after after_ms (milliseconds since the
  * epoch), or SL_SCHED_NEVER. Fire times are whole minutes for cron, whole

@@ -22,8 +22,8 @@
 
 /* One date of a POSIX TZ rule: Jn, n or Mm.w.d, then /time. */
 typedef struct tz_date {
-    char form; /* 'J', 'n', 'M' */
-    int a, b, c; /* J: a = day 1-365; n: a = day 0-365; M: a = month, b = week, c = weekday */
+    char form;    /* 'J', 'n', 'M' */
+    int a, b, c;  /* J: a = day 1-365; n: a = day 0-365; M: a = month, b = week, c = weekday */
     int32_t time; /* seconds after local midnight (may be negative or past 24 h) */
 } tz_date;
 
@@ -37,11 +37,11 @@ struct sl_tz {
     int32_t *utoff;
     bool *isdst;
     /* The footer: in force after the last transition. */
-    bool footer;           /* a non-empty TZ string */
-    int32_t std_off;       /* seconds east of UTC */
-    int32_t dst_off;       /* with has_dst */
-    bool has_dst;          /* a daylight part with its rule */
-    tz_date start, end;    /* DST starts at start (std time), ends at end (dst time) */
+    bool footer;        /* a non-empty TZ string */
+    int32_t std_off;    /* seconds east of UTC */
+    int32_t dst_off;    /* with has_dst */
+    bool has_dst;       /* a daylight part with its rule */
+    tz_date start, end; /* DST starts at start (std time), ends at end (dst time) */
 };
 
 /* ---- civil calendar -------------------------------------------------------- */
@@ -77,8 +77,7 @@ static int64_t floor_div(int64_t a, int64_t b)
 
 int64_t sl_civil_to_secs(const sl_civil *c)
 {
-    return sl_civil_days(c->year, c->month, c->day) * 86400 + c->hour * 3600 + c->min * 60 +
-           c->sec;
+    return sl_civil_days(c->year, c->month, c->day) * 86400 + c->hour * 3600 + c->min * 60 + c->sec;
 }
 
 void sl_civil_from_secs(int64_t secs, sl_civil *out)
@@ -425,8 +424,8 @@ int sl_tz_parse(const char *name, const void *data, size_t len, sl_tz **out, sl_
     }
     p += (size_t)c.type * 6 + c.chars + c.isstd + c.isut;
     if (!why && version >= 2) {
-        const uint8_t *nl = p < end && *p == '\n' ? memchr(p + 1, '\n', (size_t)(end - p - 1))
-                                                  : NULL;
+        const uint8_t *nl =
+            p < end && *p == '\n' ? memchr(p + 1, '\n', (size_t)(end - p - 1)) : NULL;
         if (!nl)
             why = "the TZ string footer is missing";
         else if (parse_footer(tz, (const char *)p + 1, (size_t)(nl - p - 1)))

@@ -6,6 +6,7 @@
  */
 #include "cli/cli.h"
 #include "core/base/clock.h"
+#include "http/aws.h"
 #include "server/config.h"
 #include "server/schedule.h"
 
@@ -57,7 +58,31 @@ static int list(const char *path, const char *data, long count)
         return 1;
     }
     sl_buf_free(&diag);
-    const char *dir = data ? data : cfg->data_dir ? cfg->data_dir : "./sluice-data";
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", data ? data : cfg->data_dir ? cfg->data_dir : "./sluice-data");
+    /* The EventBridge API's schedule rules (DATA/aws) run with the file's,
+     * as the server runs them. */
+    sl_aws *aws = NULL;
+    sl_buf lua = SL_BUF_INIT;
+    sl_error aerr = {0};
+    if (sl_aws_open(&(sl_aws_options){.data_dir = dir}, &aws, &aerr) == 0 &&
+        sl_aws_lua(aws, &lua) == 0 && lua.len) {
+        sl_config *both = NULL;
+        if (sl_config_load_api(path, (const char *)lua.data, lua.len, sl_aws_lua_name(aws), &both,
+                               &diag) == 0) {
+            sl_config_free(cfg);
+            cfg = both;
+        } else {
+            fprintf(stderr, "sluice schedule: the EventBridge API's rules do not load (not shown):\n%.*s",
+                    (int)diag.len, diag.data ? (const char *)diag.data : "");
+        }
+        sl_buf_free(&diag);
+    } else if (aerr.msg[0]) {
+        fprintf(stderr, "sluice schedule: %s (the EventBridge API's schedules are not shown)\n",
+                aerr.msg);
+    }
+    sl_buf_free(&lua);
+    sl_aws_free(aws);
     sl_schedule_state *st = NULL;
     size_t nst = 0;
     sl_error err = {0};

@@ -108,7 +108,9 @@ bool sl__aws_allowed(const aws_call *c, int right, const char *bus)
         return false;
     if (right == AWS_PUBLISH)
         return globs_allow(k->publish, k->npublish, bus);
-    /* read: reading is also given by publish (a producer may list its buses) */
+    if (right == AWS_READ)
+        return globs_allow(k->read, k->nread, bus);
+    /* AWS_SEE: a bus is seen by whoever may read or publish on it */
     return globs_allow(k->read, k->nread, bus) || globs_allow(k->publish, k->npublish, bus);
 }
 
@@ -199,6 +201,15 @@ static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const cha
             sl_buf_append(&ql->q, "=", 1);
         for (; *s; s++) {
             unsigned char ch = (unsigned char)*s;
+            /* http.c's unescape() leaves %2F and %00 encoded (a set name may
+             * hold neither): they are already the encoding the client signed. */
+            if (ch == '%' && s[1] && s[2] &&
+                ((s[1] == '2' && (s[2] == 'F' || s[2] == 'f')) || (s[1] == '0' && s[2] == '0'))) {
+                char e[3] = {'%', s[1] == '2' ? '2' : '0', s[1] == '2' ? 'F' : '0'};
+                sl_buf_append(&ql->q, e, 3);
+                s += 2;
+                continue;
+            }
             if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
                 ch == '-' || ch == '_' || ch == '.' || ch == '~') {
                 sl_buf_append(&ql->q, s, 1);

@@ -453,7 +453,14 @@ enum MHD_Result sl__aws_test_event_pattern(aws_call *c)
         return sl__aws_error(c, 400, "ValidationException",
                              "TestEventPattern needs EventPattern and Event (JSON texts)");
     /* EventBridge checks the event has its shape's required fields. */
-    json_t *e = json_loads(ev, JSON_REJECT_DUPLICATES, NULL);
+    /* A repeated member is the event's business (the pattern engine takes
+     * the first, as rules do), not a reason to refuse it. */
+    json_error_t je;
+    json_t *e = json_loads(ev, 0, &je);
+    if (!e)
+        return sl__aws_error(c, 400, "ValidationException",
+                             "Parameter Event is not valid: not JSON: %s (line %d, column %d)",
+                             je.text, je.line, je.column);
     const char *required[] = {"id", "account", "source", "time", "region", "detail-type"};
     const char *missing = NULL;
     for (size_t i = 0; e && i < sizeof required / sizeof *required && !missing; i++)
@@ -524,7 +531,7 @@ enum MHD_Result sl__aws_describe_bus(aws_call *c)
     enum MHD_Result ret;
     if (!sl__aws_bus(c, json_object_get(c->in, "Name"), name, sizeof name, &ret))
         return ret;
-    if (!sl__aws_allowed(c, AWS_READ, name))
+    if (!sl__aws_allowed(c, AWS_SEE, name))
         return sl__aws_error(c, 400, "AccessDeniedException", "credential %s may not read bus %s",
                              c->cred->akid, name);
     sl_set *set = NULL;
@@ -545,7 +552,7 @@ static void add_bus(sl_set *set, void *ctx)
 {
     bus_list *l = ctx;
     if ((!l->prefix || strncmp(set->name, l->prefix, strlen(l->prefix)) == 0) &&
-        sl__aws_allowed(l->c, AWS_READ, set->name))
+        sl__aws_allowed(l->c, AWS_SEE, set->name))
         json_array_append_new(l->names, json_string(set->name));
 }
 
@@ -595,7 +602,7 @@ enum MHD_Result sl__aws_list_buses(aws_call *c)
     json_t *v;
     json_array_foreach(l.names, i, v) has_default |= strcmp(json_string_value(v), "default") == 0;
     if (!has_default && (!l.prefix || strncmp("default", l.prefix, strlen(l.prefix)) == 0) &&
-        sl__aws_allowed(c, AWS_READ, "default"))
+        sl__aws_allowed(c, AWS_SEE, "default"))
         json_array_append_new(l.names, json_string("default"));
     char next[SL_SET_NAME_MAX + 1];
     const char *tok;

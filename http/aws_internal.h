@@ -35,7 +35,12 @@ struct sl_aws {
 };
 
 /* The rights of a call, as api_keys has them. */
-enum { AWS_PUBLISH, AWS_READ, AWS_ADMIN };
+enum {
+    AWS_PUBLISH, /* PutEvents on the bus */
+    AWS_READ,    /* its rules and targets; connections, API destinations */
+    AWS_SEE,     /* DescribeEventBus, ListEventBuses: read or publish */
+    AWS_ADMIN,   /* every change */
+};
 
 /* One call being answered. */
 typedef struct aws_call {

@@ -4,6 +4,7 @@
  * rate (429); the TLS files are checked by core/base/tls.c. The endpoint
  * table is in docs/http-api.md; the model in docs/security.md.
  */
+#include "http/aws.h"
 #include "http/http_internal.h"
 #include "core/base/clock.h"
 #include "core/base/json.h"
@@ -307,7 +308,10 @@ bool sl__http_admit(sl_http_req *r, const char *method, const char *url, enum MH
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     char name[SL_SET_NAME_MAX + 2];
     if (conn_over(r)) {
-    } else if (!keys && h->loopback && host_origin_refused(r, method)) {
+    } else if (!keys && h->loopback && !(r->aws && sl_aws_creds(h->opts.aws)) &&
+               host_origin_refused(r, method)) {
+        /* (an EventBridge call with credentials proves itself: SigV4 signs
+         * its Host, so a page from elsewhere cannot make one) */
     } else if (r->aws) {
         r->open_body = keys; /* a body not vouched for by an API key */
     } else if (keys && right != SL_AUTH_OPEN) {

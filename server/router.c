@@ -2,6 +2,7 @@
  * server/router.c — the running config and its reload (see router.h).
  */
 #include "server/router.h"
+#include "connectors/target_set.h"
 
 #include "server/sources.h"
 
@@ -507,14 +508,25 @@ int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err)
     int rc = 0;
     pthread_rwlock_rdlock(&r->lock);
     const sl_config *cfg = r->cfg;
+    /* A set the EventBridge API's rules declare is in use by one of them:
+     * that rule is named below (their lines are in no file). */
     for (size_t i = 0; cfg && !rc && i < cfg->nsets; i++)
-        if (!strcmp(cfg->sets[i].name, set->name))
+        if (!cfg->sets[i].api && !strcmp(cfg->sets[i].name, set->name))
             rc = sl_error_set(err, SL_EBUSY, "set \"%s\" is declared by %s:%d", set->name,
                               cfg->path, cfg->sets[i].line);
-    for (size_t i = 0; cfg && !rc && i < cfg->nrules; i++)
-        if (!strcmp(cfg->rules[i].set, set->name))
-            rc = sl_error_set(err, SL_EBUSY, "rule \"%s\" (%s:%d) reads set \"%s\"",
-                              cfg->rules[i].name, cfg->path, cfg->rules[i].line, set->name);
+    for (size_t i = 0; cfg && !rc && i < cfg->nrules; i++) {
+        const sl_rule_config *rc_ = &cfg->rules[i];
+        bool uses = !strcmp(rc_->set, set->name) || (rc_->dlq && !strcmp(rc_->dlq, set->name));
+        for (size_t t = 0; !uses && t < rc_->ntargets; t++)
+            uses = rc_->targets[t].ops == &sl_target_set_ops &&
+                   !strcmp(((const sl_target_set_conf *)rc_->targets[t].conf)->set, set->name);
+        if (uses && rc_->api)
+            rc = sl_error_set(err, SL_EBUSY, "the EventBridge API's rule \"%s\" uses it",
+                              rc_->name);
+        else if (uses)
+            rc = sl_error_set(err, SL_EBUSY, "rule \"%s\" (%s:%d) uses set \"%s\"", rc_->name,
+                              cfg->path, rc_->line, set->name);
+    }
     for (size_t i = 0; cfg && !rc && i < cfg->nsources; i++)
         if (cfg->sources[i].set && !strcmp(cfg->sources[i].set, set->name))
             rc = sl_error_set(err, SL_EBUSY, "source \"%s\" writes to set \"%s\"",

@@ -42,7 +42,7 @@ if len(sys.argv) not in (7, 8):
     sys.exit("usage: python3 -I boto3_client.py URL ADMIN_AKID ADMIN_SECRET PUB_AKID PUB_SECRET DIR [CONFIG]")
 URL, AK, SK, PAK, PSK, DIR = sys.argv[1:7]
 CONFIG = sys.argv[7] if len(sys.argv) > 7 else None
-KNOWN_BUGS = os.environ.get("SLUICE_AWS_KNOWN_BUGS") == "1"
+KNOWN_BUGS = os.environ.get("SLUICE_AWS_KNOWN_BUGS", "1") == "1"  # fixed: checked strictly unless =0
 REGION, ACCOUNT = "us-east-1", "000000000000"
 TAG = "b%d" % os.getpid()
 ARN = "arn:aws:events:%s:%s:" % (REGION, ACCOUNT)
@@ -340,6 +340,14 @@ def rights():
     rules = EB.list_rules(NamePrefix=TAG + "-pubrule").get("Rules")
     if rules:
         fail("the refused put_rule made a rule: %s" % rules)
+    # publish lets the key see its bus, not the rules on it
+    if "default" not in [b.get("Name") for b in pub.list_event_buses().get("EventBuses", [])]:
+        fail("a publish-only credential does not see its bus in list_event_buses")
+    pub.describe_event_bus(Name="default")
+    refused(lambda: pub.list_rules(), "AccessDeniedException",
+            "list_rules with a publish-only credential")
+    refused(lambda: pub.describe_event_bus(Name=other), "AccessDeniedException",
+            "describe_event_bus of a bus the publish-only credential has no right on")
     EB.delete_event_bus(Name=other)
     nobody = client("AKIDNOBODY" + TAG, "whatever")
     refused(lambda: nobody.list_event_buses(), "UnrecognizedClientException", "an unknown access key id")

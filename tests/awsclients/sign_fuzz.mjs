@@ -44,7 +44,7 @@ if (!npmDir) {
   process.exit(2);
 }
 const COUNT = Number(countArg || 240);
-const KNOWN_BUGS = process.env.SLUICE_AWS_KNOWN_BUGS === '1';
+const KNOWN_BUGS = (process.env.SLUICE_AWS_KNOWN_BUGS ?? '1') === '1'; // fixed: checked strictly unless =0
 const require = createRequire(path.resolve(npmDir, 'node_modules') + '/');
 const { SignatureV4 } = require('@aws-sdk/signature-v4');
 const { Hash } = require('@smithy/hash-node');

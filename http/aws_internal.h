@@ -78,14 +78,13 @@ void sl__aws_arn(const sl_aws *a, const char *kind, const char *name, char *out,
  * the next page's token (in next) or NULL. */
 json_t *sl__aws_page(aws_call *c, json_t *names, const char **next_out, char *next, size_t cap);
 
-/* Whether a Resources value is an array of strings. */
-bool sl__aws_resources_ok(const json_t *res);
-
 /* A string member of the request, or NULL. */
 const char *sl__aws_str(const json_t *o, const char *key);
 
-/* aws_events.c */
+/* aws_put.c: reads the body itself (c->in is NULL) */
 enum MHD_Result sl__aws_put_events(aws_call *c);
+
+/* aws_events.c */
 enum MHD_Result sl__aws_test_event_pattern(aws_call *c);
 enum MHD_Result sl__aws_create_bus(aws_call *c);
 enum MHD_Result sl__aws_describe_bus(aws_call *c);

@@ -143,18 +143,31 @@ static void put_done(void *ctx, int status)
 
 /* ---- reading an entry ----------------------------------------------------------------- */
 
-/* Member key of obj: its token (false when absent or null); *bad when
- * it is there but of another type than want. */
-static bool member(const sl_json_tok *obj, const char *key, sl_json_type want, sl_json_tok *v,
-                   bool *bad)
+/* The members of an entry PutEvents reads, found in one pass over it (a
+ * look-up per name would scan the entry, Detail and all, once each). */
+enum { M_SOURCE, M_DETAILTYPE, M_DETAIL, M_RESOURCES, M_BUS, M_TRACE, M_TIME, M_COUNT };
+static const char *const member_names[M_COUNT] = {
+    "Source", "DetailType", "Detail", "Resources", "EventBusName", "TraceHeader", "Time"};
+
+/* Fills m[] with the first of each member (type SL_JSON_NONE when absent;
+ * null counts as absent). */
+static void members(const sl_json_tok *obj, sl_json_tok m[M_COUNT])
 {
-    if (!sl_json_get(obj, key, v) || v->type == SL_JSON_NULL)
-        return false;
-    if (v->type != want) {
-        *bad = true;
-        return false;
+    for (int i = 0; i < M_COUNT; i++)
+        m[i].type = SL_JSON_NONE;
+    sl_json_iter it;
+    sl_json_tok k, v;
+    sl_json_iter_init(&it, obj);
+    while (sl_json_iter_member(&it, &k, &v)) {
+        char name[16];
+        size_t n = 0;
+        if (k.len > sizeof name + 2 || sl_json_unescape(&k, name, sizeof name, &n))
+            continue; /* longer than any of ours */
+        for (int i = 0; i < M_COUNT; i++)
+            if (m[i].type == SL_JSON_NONE && strlen(member_names[i]) == n &&
+                memcmp(member_names[i], name, n) == 0 && v.type != SL_JSON_NULL)
+                m[i] = v;
     }
-    return true;
 }
 
 /* The decoded string v into p->scratch (NUL-terminated); its length, or
@@ -205,19 +218,22 @@ static bool entry_time(put_call *p, const sl_json_tok *t, int64_t *ms)
 static void build_entry(put_call *p, const sl_json_tok *ent, put_entry *e, int64_t now,
                         size_t *size)
 {
-    sl_json_tok src, dt, det, res, busv, tv, trace;
-    bool bad = false;
     if (ent->type != SL_JSON_OBJECT) {
         refuse(e, "InvalidArgument", "an entry is a JSON object");
         return;
     }
-    bool has_src = member(ent, "Source", SL_JSON_STRING, &src, &bad);
-    bool has_dt = member(ent, "DetailType", SL_JSON_STRING, &dt, &bad);
-    bool has_det = member(ent, "Detail", SL_JSON_STRING, &det, &bad);
-    bool has_res = member(ent, "Resources", SL_JSON_ARRAY, &res, &bad);
-    bool has_bus = member(ent, "EventBusName", SL_JSON_STRING, &busv, &bad);
-    bool has_trace = member(ent, "TraceHeader", SL_JSON_STRING, &trace, &bad);
-    bool has_time = sl_json_get(ent, "Time", &tv) && tv.type != SL_JSON_NULL;
+    sl_json_tok m[M_COUNT];
+    members(ent, m);
+    const sl_json_tok src = m[M_SOURCE], dt = m[M_DETAILTYPE], det = m[M_DETAIL],
+                      res = m[M_RESOURCES], busv = m[M_BUS], trace = m[M_TRACE], tv = m[M_TIME];
+    bool has_src = src.type != SL_JSON_NONE, has_dt = dt.type != SL_JSON_NONE;
+    bool has_det = det.type != SL_JSON_NONE, has_res = res.type != SL_JSON_NONE;
+    bool has_bus = busv.type != SL_JSON_NONE, has_trace = trace.type != SL_JSON_NONE;
+    bool has_time = tv.type != SL_JSON_NONE;
+    bool bad = false;
+    for (int i = 0; i < M_COUNT; i++)
+        bad |= m[i].type != SL_JSON_NONE && i != M_TIME &&
+               m[i].type != (i == M_RESOURCES ? SL_JSON_ARRAY : SL_JSON_STRING);
     if (bad) {
         refuse(e, "InvalidArgument", "Parameter(s) Source, DetailType, Detail, EventBusName and "
                                      "TraceHeader are strings and Resources a list of strings.");
@@ -452,13 +468,16 @@ enum MHD_Result sl__aws_put_events(aws_call *c)
         root.type != SL_JSON_OBJECT)
         return sl__aws_error(c, 400, "SerializationException",
                              "the request body is not a JSON object: %s", err.msg);
+    /* One pass over the entries: tokens kept for the first 10 (and one
+     * more to know there are too many). */
     size_t n = 0;
     sl_json_iter it;
+    sl_json_tok ents[PUT_MAX_ENTRIES + 1];
     bool listed = sl_json_get(&root, "Entries", &entries) && entries.type == SL_JSON_ARRAY;
     if (listed) {
         sl_json_iter_init(&it, &entries);
-        while (sl_json_iter_elem(&it, &ent))
-            n++;
+        while (n <= PUT_MAX_ENTRIES && sl_json_iter_elem(&it, &ent))
+            ents[n++] = ent;
     }
     if (!listed || n < 1 || n > PUT_MAX_ENTRIES)
         return sl__aws_error(c, 400, "ValidationException",
@@ -472,11 +491,10 @@ enum MHD_Result sl__aws_put_events(aws_call *c)
     p->n = n;
     int64_t now = sl_clock_now_ms();
     size_t size = 0;
-    sl_json_iter_init(&it, &entries);
-    for (size_t i = 0; sl_json_iter_elem(&it, &ent); i++) {
+    for (size_t i = 0; i < n; i++) {
         put_entry *e = &p->e[i];
         e->group = -2;
-        build_entry(p, &ent, e, now, &size);
+        build_entry(p, &ents[i], e, now, &size);
         if (e->group == -2 && !sl__aws_allowed(c, AWS_PUBLISH, e->bus)) {
             put_free(p);
             return sl__aws_error(c, 400, "AccessDeniedException",

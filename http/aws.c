@@ -342,7 +342,8 @@ enum MHD_Result sl__http_aws(sl_http_req *r)
                          "sluice does not implement the EventBridge operation %.100s "
                          "(docs/eventbridge-api.md lists those it does)",
                          c.op);
-    if (op->fn == sl__aws_put_events) /* the hot path reads its body itself */
+    /* The hot paths read their bodies with the JSON scanner themselves. */
+    if (op->fn == sl__aws_put_events || op->fn == sl__aws_test_event_pattern)
         return op->fn(&c);
     json_error_t je;
     c.in = json_loadb(r->body.data ? (const char *)r->body.data : "{}",

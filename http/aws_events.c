@@ -13,48 +13,85 @@
 
 /* ---- TestEventPattern ----------------------------------------------------------------- */
 
+/* A string member of a validated object, decoded into out (NUL-terminated);
+ * false when absent or not a string. */
+static bool text_member(const sl_json_tok *obj, const char *key, sl_buf *out)
+{
+    sl_json_tok v;
+    size_t n = 0;
+    if (!sl_json_get(obj, key, &v) || v.type != SL_JSON_STRING || sl_buf_reserve(out, v.len + 1) ||
+        sl_json_unescape(&v, (char *)out->data, v.len, &n))
+        return false;
+    out->data[n] = '\0';
+    out->len = n;
+    return true;
+}
+
 enum MHD_Result sl__aws_test_event_pattern(aws_call *c)
 {
-    const char *pat = sl__aws_str(c->in, "EventPattern"), *ev = sl__aws_str(c->in, "Event");
-    if (!pat || !ev)
-        return sl__aws_error(c, 400, "ValidationException",
-                             "TestEventPattern needs EventPattern and Event (JSON texts)");
-    /* EventBridge checks the event has its shape's required fields. */
-    /* A repeated member is the event's business (the pattern engine takes
-     * the first, as rules do), not a reason to refuse it. */
-    json_error_t je;
-    json_t *e = json_loads(ev, 0, &je);
-    if (!e)
-        return sl__aws_error(c, 400, "ValidationException",
-                             "Parameter Event is not valid: not JSON: %s (line %d, column %d)",
-                             je.text, je.line, je.column);
-    const char *required[] = {"id", "account", "source", "time", "region", "detail-type"};
-    const char *missing = NULL;
-    for (size_t i = 0; e && i < sizeof required / sizeof *required && !missing; i++)
-        if (!json_object_get(e, required[i]))
-            missing = required[i];
-    bool object = json_is_object(e);
-    json_decref(e);
-    if (!object)
-        return sl__aws_error(c, 400, "ValidationException",
-                             "Parameter Event is not valid: not a JSON object.");
-    if (missing)
-        return sl__aws_error(c, 400, "ValidationException",
-                             "Parameter Event is not valid. Reason: Provided Event must have "
-                             "mandatory field %s.",
-                             missing);
-    sl_pattern *cp = NULL;
+    /* Read with the JSON scanner, as PutEvents is: a call is two texts. */
+    sl_http_req *r = c->r;
+    sl_json_tok root, evt;
     sl_error err = {0};
-    if (sl_pattern_compile(pat, strlen(pat), &cp, &err))
-        return sl__aws_error(c, 400, "InvalidEventPatternException",
-                             "Event pattern is not valid. Reason: %s", err.msg);
+    if (sl_json_validate(r->body.data ? (const char *)r->body.data : "{}",
+                         r->body.len ? r->body.len : 2, 16, &root, &err) ||
+        root.type != SL_JSON_OBJECT)
+        return sl__aws_error(c, 400, "SerializationException",
+                             "the request body is not a JSON object: %s", err.msg);
+    sl_buf pat = SL_BUF_INIT, ev = SL_BUF_INIT;
+    enum MHD_Result ret;
+    if (!text_member(&root, "EventPattern", &pat) || !text_member(&root, "Event", &ev)) {
+        ret = sl__aws_error(c, 400, "ValidationException",
+                            "TestEventPattern needs EventPattern and Event (JSON texts)");
+        goto out;
+    }
+    /* EventBridge checks the event has its shape's required fields; a
+     * repeated member is the event's business (the engine takes the first,
+     * as rules do). */
+    if (sl_json_validate((const char *)ev.data, ev.len, SL_JSON_DEPTH_LIMIT, &evt, &err)) {
+        ret = sl__aws_error(c, 400, "ValidationException",
+                            "Parameter Event is not valid: not JSON: %s", err.msg);
+        goto out;
+    }
+    if (evt.type != SL_JSON_OBJECT) {
+        ret = sl__aws_error(c, 400, "ValidationException",
+                            "Parameter Event is not valid: not a JSON object.");
+        goto out;
+    }
+    static const char *const required[] = {"id", "account", "source", "time", "region",
+                                           "detail-type"};
+    for (size_t i = 0; i < sizeof required / sizeof *required; i++) {
+        sl_json_tok v;
+        if (!sl_json_get(&evt, required[i], &v)) {
+            ret = sl__aws_error(c, 400, "ValidationException",
+                                "Parameter Event is not valid. Reason: Provided Event must have "
+                                "mandatory field %s.",
+                                required[i]);
+            goto out;
+        }
+    }
+    sl_pattern *cp = NULL;
+    if (sl_pattern_compile((const char *)pat.data, pat.len, &cp, &err)) {
+        ret = sl__aws_error(c, 400, "InvalidEventPatternException",
+                            "Event pattern is not valid. Reason: %s", err.msg);
+        goto out;
+    }
     bool matched = false;
-    int rc = sl_pattern_match(cp, ev, strlen(ev), &matched, &err);
+    int rc = sl_pattern_match(cp, (const char *)ev.data, ev.len, &matched, &err);
     sl_pattern_free(cp);
-    if (rc)
-        return sl__aws_error(c, 400, "ValidationException", "Parameter Event is not valid: %s",
-                             err.msg);
-    return sl__aws_reply(c, json_pack("{s:b}", "Result", matched));
+    if (rc) {
+        ret = sl__aws_error(c, 400, "ValidationException", "Parameter Event is not valid: %s",
+                            err.msg);
+        goto out;
+    }
+    sl_buf b = SL_BUF_INIT;
+    sl_buf_printf(&b, "{\"Result\":%s}", matched ? "true" : "false");
+    const char *hdrs[] = {"x-amzn-RequestId", r->request_id, NULL};
+    ret = sl__http_reply_hdrs(r, 200, &b, AWS_JSON, hdrs);
+out:
+    sl_buf_free(&pat);
+    sl_buf_free(&ev);
+    return ret;
 }
 
 /* ---- buses ---------------------------------------------------------------------------- */

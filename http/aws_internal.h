@@ -84,7 +84,7 @@ const char *sl__aws_str(const json_t *o, const char *key);
 /* aws_put.c: reads the body itself (c->in is NULL) */
 enum MHD_Result sl__aws_put_events(aws_call *c);
 
-/* aws_events.c */
+/* aws_events.c (TestEventPattern reads its body itself too) */
 enum MHD_Result sl__aws_test_event_pattern(aws_call *c);
 enum MHD_Result sl__aws_create_bus(aws_call *c);
 enum MHD_Result sl__aws_describe_bus(aws_call *c);

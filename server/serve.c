@@ -315,13 +315,6 @@ static int reload_with(reloader *rl, const char *api, size_t api_len, sl_error *
     } else if (!rc && reload_keys(sec, cfg, &keys)) { /* logged */
         sl_config_free(cfg);
         rc = sl_error_set(err, SL_EINVAL, "the config's API keys are refused (see the log)");
-    } else if (!rc && rl->sched &&
-               (rc = sl_scheduler_set(rl->sched, "config", cfg->schedules, cfg->nschedules,
-                                      err))) { /* checked by the load: out of memory, a zone gone */
-        sl_slog(SL_SLOG_ERROR, "server", "reload of %s refused; the running config stays: %s",
-                path, err->msg);
-        sl_config_free(cfg);
-        sl_auth_free(keys);
     } else if (!rc) {
         sl_slog_format format;
         sl_slog_level level;
@@ -331,6 +324,15 @@ static int reload_with(reloader *rl, const char *api, size_t api_len, sl_error *
                     "reload of %s failed, the previous rules run again: %s", path, err->msg);
             sl_auth_free(keys);
         } else {
+            /* The schedules follow the rules that now run (the router keeps
+             * cfg until the next reload, which waits for rl->lock). They
+             * were checked by the load: only memory or a zone gone since
+             * can refuse them, and then the previous schedules go on. */
+            sl_error serr = {0};
+            if (rl->sched &&
+                sl_scheduler_set(rl->sched, "config", cfg->schedules, cfg->nschedules, &serr))
+                sl_slog(SL_SLOG_ERROR, "server",
+                        "reload of %s: the schedules stay as they were: %s", path, serr.msg);
             size_t n = sl_auth_count(keys);
             swap_keys(sec, keys);
             sec->log_format = format;

@@ -462,6 +462,7 @@ NO_NAME(metrics)
 NO_NAME(rules)
 NO_NAME(sources)
 NO_NAME(groups)
+NO_NAME(schedules)
 NO_NAME(lanes)
 NO_NAME(pattern_test)
 NO_NAME(list_sets)
@@ -490,6 +491,7 @@ static const struct route {
     {"GET", "/v1/sources", r_sources, NULL},
     {"GET", "/v1/lanes", r_lanes, NULL},
     {"GET", "/v1/groups", r_groups, NULL},
+    {"GET", "/v1/schedules", r_schedules, NULL},
     {"DELETE", "/v1/lanes/{lane}", sl__http_lane_drop, NULL},
     /* the body was collected (up to max_request_bytes) like ingest's */
     {"POST", "/v1/webhooks/{name}", sl__http_webhook, NULL},

@@ -77,6 +77,10 @@ typedef struct sl_http_hooks {
     /* DELETE /v1/lanes/{lane} (`sluice lane drop`): 0, SL_ENOENT for a lane
      * that is not known, SL_EINVAL for a bad name, with err. */
     int (*lane_drop)(void *ctx, const char *lane, sl_error *err);
+    /* The body of GET /v1/schedules, with its own ctx (server/schedule.h's
+     * scheduler; NULL: {"schedules": []}). */
+    void *schedules_ctx;
+    int (*schedules_json)(void *schedules_ctx, sl_buf *out);
     /* Whether set may be deleted (DeleteEventBus): 0, or SL_EBUSY with err
      * saying what uses it (a declared set, a rule reading it). NULL: any. */
     int (*may_delete)(void *ctx, const sl_set *set, sl_error *err);

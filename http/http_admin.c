@@ -95,6 +95,21 @@ enum MHD_Result sl__http_groups(sl_http_req *r)
     return sl__http_reply(r, 200, &b, "application/json", 0);
 }
 
+enum MHD_Result sl__http_schedules(sl_http_req *r)
+{
+    sl_http *h = r->h;
+    sl_buf b = SL_BUF_INIT;
+    int rc = h->hooks.schedules_json ? h->hooks.schedules_json(h->hooks.schedules_ctx, &b)
+                                     : sl_buf_append(&b, "{\"schedules\":[]}", 16);
+    if (!rc)
+        rc = sl_buf_append(&b, "\n", 1);
+    if (rc) {
+        sl_buf_free(&b);
+        return sl__http_error(r, 500, "Internal", "listing the schedules: %s", sl_strerror(rc));
+    }
+    return sl__http_reply(r, 200, &b, "application/json", 0);
+}
+
 /* A member given as JSON, or as a string holding JSON (EventBridge's API
  * takes both the pattern and the event as strings). */
 static void member_text(const sl_json_tok *v, sl_buf *tmp, const char **p, size_t *len)

@@ -88,7 +88,8 @@ static sl_auth_right classify(const char *method, const char *url, char *set, si
     }
     if (strcmp(seg[1], "lanes") == 0)
         return n == 2 ? SL_AUTH_READ_SOME : SL_AUTH_ADMIN; /* DELETE /v1/lanes/L */
-    if (strcmp(seg[1], "sources") == 0 || strcmp(seg[1], "groups") == 0)
+    if (strcmp(seg[1], "sources") == 0 || strcmp(seg[1], "groups") == 0 ||
+        strcmp(seg[1], "schedules") == 0)
         return SL_AUTH_READ_SOME;
     if (strcmp(seg[1], "patterns") == 0)
         return SL_AUTH_ADMIN;

@@ -234,6 +234,9 @@ enum MHD_Result sl__http_rules(sl_http_req *r);
 
 /* GET /v1/sources (http_admin.c). */
 enum MHD_Result sl__http_sources(sl_http_req *r);
+/* GET /v1/schedules (http_admin.c). */
+enum MHD_Result sl__http_schedules(sl_http_req *r);
+
 enum MHD_Result sl__http_groups(sl_http_req *r);
 /* GET /v1/lanes, DELETE /v1/lanes/{lane}, POST /v1/patterns/test (http_admin.c). */
 enum MHD_Result sl__http_lanes(sl_http_req *r);

@@ -736,7 +736,9 @@ int sl_scheduler_list(sl_scheduler *s, size_t k, sl_schedule_info **out, size_t 
             continue;
         sl_schedule_info *in = &v[got++];
         in->name = dup_or_null(e->name, &oom);
-        in->owner = dup_or_null(e->owner, &oom);
+        /* The EventBridge API's schedule rules come in with the config's
+         * declarations (server/config.h); they are the API's all the same. */
+        in->owner = dup_or_null(e->d.api ? "api" : e->owner, &oom);
         in->expression = dup_or_null(sl_sched_expression(e->sched), &oom);
         in->timezone = dup_or_null(sl_tz_name(sl_sched_tz(e->sched)), &oom);
         in->set = dup_or_null(e->d.set, &oom);

@@ -365,6 +365,12 @@ static int aws_apply(void *ctx, const char *lua, size_t len, sl_error *err)
     return reload_with(ctx, lua ? lua : "", len, err);
 }
 
+/* GET /v1/schedules: each schedule with its next three fire times. */
+static int schedules_json(void *ctx, sl_buf *out)
+{
+    return sl_scheduler_list_json(ctx, 3, out);
+}
+
 static bool aws_file_rule(void *ctx, const char *name)
 {
     reloader *rl = ctx;
@@ -805,6 +811,8 @@ int sl_serve_main(int argc, char **argv)
             hooks.kafka_metrics = kafka_metrics;
         }
     }
+    hooks.schedules_ctx = sched;
+    hooks.schedules_json = sched ? schedules_json : NULL;
     if (!rc)
         rc = sl_http_start(&ho, sets, bus, &http, &err);
     if (rc) {

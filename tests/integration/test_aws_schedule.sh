@@ -47,6 +47,16 @@ grep -q '^aws.nightly  cron(0 3 \* \* ? \*)  UTC  -> set default' "$ex_tmp/list"
   fail "schedule list: $(cat "$ex_tmp/list")"
 grep -q 'next .*T03:00:00.000Z' "$ex_tmp/list" || fail "schedule list: no next 03:00: $(cat "$ex_tmp/list")"
 
+step "GET /v1/schedules lists it as the API's, with its next 03:00 UTC"
+curl -sf "http://127.0.0.1:$port/v1/schedules" >"$ex_tmp/sj" || fail "GET /v1/schedules failed"
+python3 - "$ex_tmp/sj" <<'PY' || fail "GET /v1/schedules: $(cat "$ex_tmp/sj")"
+import json, sys
+s = {x["name"]: x for x in json.load(open(sys.argv[1]))["schedules"]}
+x = s["aws.nightly"]
+assert x["owner"] == "api" and x["expression"] == "cron(0 3 * * ? *)" and x["set"] == "default", x
+assert len(x["next"]) == 3 and all(t.endswith("T03:00:00.000Z") for t in x["next"]), x
+PY
+
 step "its scheduled events reach the target in EventBridge's shape; another rule's do not"
 ev put-events --entries "[{\"Source\":\"aws.events\",\"DetailType\":\"Scheduled Event\",\"Detail\":\"{}\",\"Resources\":[\"$arn\"]},
   {\"Source\":\"aws.events\",\"DetailType\":\"Scheduled Event\",\"Detail\":\"{}\",\"Resources\":[\"${arn}-other\"]},

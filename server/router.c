@@ -515,17 +515,17 @@ int sl_router_may_delete(void *ctx, const sl_set *set, sl_error *err)
             rc = sl_error_set(err, SL_EBUSY, "set \"%s\" is declared by %s:%d", set->name,
                               cfg->path, cfg->sets[i].line);
     for (size_t i = 0; cfg && !rc && i < cfg->nrules; i++) {
-        const sl_rule_config *rc_ = &cfg->rules[i];
-        bool uses = !strcmp(rc_->set, set->name) || (rc_->dlq && !strcmp(rc_->dlq, set->name));
-        for (size_t t = 0; !uses && t < rc_->ntargets; t++)
-            uses = rc_->targets[t].ops == &sl_target_set_ops &&
-                   !strcmp(((const sl_target_set_conf *)rc_->targets[t].conf)->set, set->name);
-        if (uses && rc_->api)
+        const sl_rule_config *rule = &cfg->rules[i];
+        bool uses = !strcmp(rule->set, set->name) || (rule->dlq && !strcmp(rule->dlq, set->name));
+        for (size_t t = 0; !uses && t < rule->ntargets; t++)
+            uses = rule->targets[t].ops == &sl_target_set_ops &&
+                   !strcmp(((const sl_target_set_conf *)rule->targets[t].conf)->set, set->name);
+        if (uses && rule->api)
             rc = sl_error_set(err, SL_EBUSY, "the EventBridge API's rule \"%s\" uses it",
-                              rc_->name);
+                              rule->name);
         else if (uses)
-            rc = sl_error_set(err, SL_EBUSY, "rule \"%s\" (%s:%d) uses set \"%s\"", rc_->name,
-                              cfg->path, rc_->line, set->name);
+            rc = sl_error_set(err, SL_EBUSY, "rule \"%s\" (%s:%d) uses set \"%s\"", rule->name,
+                              cfg->path, rule->line, set->name);
     }
     for (size_t i = 0; cfg && !rc && i < cfg->nsources; i++)
         if (cfg->sources[i].set && !strcmp(cfg->sources[i].set, set->name))

@@ -775,8 +775,14 @@ static const char *dest_in_use(json_t *st, const sl_aws *a, const char *name)
     {
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(v, "Targets"), i, t) if (
-            strncmp(sl__aws_str(t, "Arn"), arn, strlen(arn)) == 0) return r;
+        size_t n = strlen(arn);
+        json_array_foreach(json_object_get(v, "Targets"), i, t)
+        {
+            /* the ARN itself, or with AWS's "/UUID" after the name */
+            const char *ta = sl__aws_str(t, "Arn");
+            if (strncmp(ta, arn, n) == 0 && (ta[n] == '\0' || ta[n] == '/'))
+                return r;
+        }
     }
     return NULL;
 }
